@@ -1,0 +1,1 @@
+//! Inspecting a process: its mappings, modules and functions.

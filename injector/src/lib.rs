@@ -1,0 +1,2 @@
+//! weft: dynamic instrumentation of running threaded programs.
+pub mod inspect;
