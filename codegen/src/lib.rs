@@ -1,1 +1,115 @@
+//! Pure x86-64 code generation for weft.
+//!
+//! This crate decides where a function entry can be patched
+//! ([`analyze_entry`]), moves the instructions the patch displaces to a new
+//! address without changing what they do ([`relocate`]), and emits the
+//! trampoline that counts a call and then runs them ([`build_trampoline`]),
+//! plus the once-per-thread registration stub ([`register_stub`]).
+//!
+//! Everything here is a function from bytes and addresses to bytes: no system
+//! calls, no global state. The injector owns memory, processes and timing; see
+//! `docs/design.md` for the whole picture.
+//!
+//! All addresses are runtime addresses in the target process. All generated
+//! code is 64-bit and position dependent: it must be written exactly at the
+//! address it was built for.
 
+#![deny(missing_docs)]
+
+mod analyze;
+mod encode;
+mod relocate;
+mod trampoline;
+
+pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
+pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
+pub use trampoline::{
+    build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,
+    ThreadRow, Trampoline, TrampolineSpec, VectorSave,
+};
+
+/// Length in bytes of the `jmp rel32` written over a function entry.
+pub const JMP_REL32_LEN: usize = 5;
+
+/// A `rel32` branch could not reach its target.
+///
+/// `rel32` is measured from the end of the branch instruction and is a signed
+/// 32-bit value, so the target must lie within about ±2 GiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a rel32 branch at {from:#x} cannot reach {to:#x}: the target is {} bytes away and a rel32 \
+     displacement reaches only ±2 GiB; the code must be placed closer to its target",
+    distance(*from, *to)
+)]
+pub struct OutOfRange {
+    /// Address of the first byte of the branch instruction.
+    pub from: u64,
+    /// Address the branch was meant to reach.
+    pub to: u64,
+}
+
+/// Signed distance `to - from`, for messages (saturates instead of wrapping).
+fn distance(from: u64, to: u64) -> i128 {
+    i128::from(to) - i128::from(from)
+}
+
+/// Computes the `rel32` displacement of a `len`-byte instruction at `from`
+/// whose displacement field is relative to its end, or `None` when `to` is out
+/// of reach.
+pub(crate) fn rel32(from: u64, len: u64, to: u64) -> Option<i32> {
+    let next = i128::from(from) + i128::from(len);
+    i32::try_from(i128::from(to) - next).ok()
+}
+
+/// Encodes `jmp rel32` (`e9 xx xx xx xx`) placed at `from` that jumps to `to`.
+///
+/// This is the patch written over a function entry; it is exactly
+/// [`JMP_REL32_LEN`] bytes so that it replaces whole instructions and can be
+/// written with a single store.
+///
+/// # Errors
+///
+/// [`OutOfRange`] when `to` is farther than a signed 32-bit displacement can
+/// reach from the end of the jump.
+pub fn jmp_rel32(from: u64, to: u64) -> Result<[u8; JMP_REL32_LEN], OutOfRange> {
+    let disp = rel32(from, JMP_REL32_LEN as u64, to).ok_or(OutOfRange { from, to })?;
+    let d = disp.to_le_bytes();
+    Ok([0xe9, d[0], d[1], d[2], d[3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jmp_rel32_forward_backward_and_limits() {
+        assert_eq!(jmp_rel32(0x1000, 0x1005).unwrap(), [0xe9, 0, 0, 0, 0]);
+        assert_eq!(
+            jmp_rel32(0x1000, 0x1000).unwrap(),
+            [0xe9, 0xfb, 0xff, 0xff, 0xff]
+        );
+        let max = 0x1000 + 5 + i32::MAX as u64;
+        assert!(jmp_rel32(0x1000, max).is_ok());
+        assert_eq!(
+            jmp_rel32(0x1000, max + 1),
+            Err(OutOfRange {
+                from: 0x1000,
+                to: max + 1
+            })
+        );
+        let min = 0x8000_0000u64 + 5 - 0x8000_0000;
+        assert!(jmp_rel32(0x8000_0000, min).is_ok());
+        assert!(jmp_rel32(0x8000_0000, min - 1).is_err());
+        // Wrapping around the address space must not be mistaken for "near".
+        assert!(jmp_rel32(0, u64::MAX - 10).is_err());
+        let msg = OutOfRange {
+            from: 0x1000,
+            to: 0x1_0000_1000,
+        }
+        .to_string();
+        assert!(
+            msg.contains("0x1000") && msg.contains("0x100001000") && msg.contains("2 GiB"),
+            "{msg}"
+        );
+    }
+}

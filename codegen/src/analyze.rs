@@ -1,0 +1,396 @@
+//! Deciding whether, and where, a function entry can be overwritten with a
+//! `jmp rel32`.
+
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
+};
+
+use crate::JMP_REL32_LEN;
+
+/// `endbr64`: the CET indirect-branch landing pad.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// The code of one function as read from the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionCode<'a> {
+    /// Runtime address of `bytes[0]`, the function's entry point.
+    pub address: u64,
+    /// The function's bytes: its symbol size, or fewer when the size is
+    /// unknown. Only these bytes are searched for branches into the patch.
+    pub bytes: &'a [u8],
+    /// The bytes right after `bytes` that belong to no symbol (alignment
+    /// padding), possibly empty. They are only used when the function itself
+    /// is shorter than the patch.
+    pub padding: &'a [u8],
+}
+
+/// Where and how a function entry can be patched; produced by
+/// [`analyze_entry`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchSite {
+    /// Address the `jmp rel32` is written at: the entry, or the entry + 4 when
+    /// the function starts with `endbr64` (the landing pad must stay, since
+    /// indirect calls land on it).
+    pub patch_address: u64,
+    /// The bytes at `patch_address` that the patch overwrites, at least
+    /// [`JMP_REL32_LEN`] long: whole displaced instructions followed by
+    /// `borrowed_padding` bytes of padding. Restoring the function means
+    /// writing these bytes back.
+    pub original: Vec<u8>,
+    /// The displaced instructions, decoded at their original addresses. They
+    /// cover `original` except its last `borrowed_padding` bytes.
+    pub instructions: Vec<Instruction>,
+    /// Whether a leading `endbr64` was skipped.
+    pub skipped_endbr64: bool,
+    /// Number of padding bytes after the function that the patch overwrites
+    /// (0 unless the function is shorter than the patch). Padding is never
+    /// executed, so it is overwritten but not relocated.
+    pub borrowed_padding: usize,
+}
+
+impl PatchSite {
+    /// Address of the first byte after the overwritten bytes: where relocated
+    /// code continues, and the return address of a displaced `call`.
+    pub fn end(&self) -> u64 {
+        self.patch_address.wrapping_add(self.original.len() as u64)
+    }
+
+    /// Number of bytes covered by the displaced instructions.
+    pub fn instructions_len(&self) -> usize {
+        self.original.len() - self.borrowed_padding
+    }
+}
+
+/// Why a function body is too short to be patched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShortReason {
+    /// The function has no instruction at the patch address at all.
+    #[error("there is no instruction there")]
+    Empty,
+    /// The last instruction can continue into whatever follows the function,
+    /// so the bytes after it may be executed and cannot be overwritten.
+    #[error(
+        "its last instruction, at {last:#x}, can continue past the end of the function, so the \
+         bytes after it cannot be borrowed"
+    )]
+    FallsThrough {
+        /// Address of the function's last instruction.
+        last: u64,
+    },
+    /// Fewer padding bytes follow the function than the patch needs.
+    #[error("only {available} padding bytes follow the function, and {needed} are needed")]
+    NotEnoughPadding {
+        /// Padding bytes known after the function.
+        available: usize,
+        /// Padding bytes the patch would overwrite.
+        needed: usize,
+    },
+    /// The bytes after the function are not alignment padding (`int3` or
+    /// `nop`), so they may be code or data that something uses.
+    #[error("the byte at {address:#x} after the function is not int3/nop alignment padding")]
+    NotPadding {
+        /// Address of the first offending byte.
+        address: u64,
+    },
+}
+
+/// Why a function entry cannot be patched. Each message says what was found
+/// and why it prevents patching; callers prefix the function's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The instructions from the patch address to the end of the function
+    /// cover fewer than [`JMP_REL32_LEN`] bytes and padding cannot be borrowed.
+    #[error(
+        "the function is too short: its instructions from {patch_address:#x} cover {available} \
+         bytes but the patch needs {JMP_REL32_LEN}, and {reason}"
+    )]
+    TooShort {
+        /// Where the patch would go.
+        patch_address: u64,
+        /// Bytes of instructions available from `patch_address`.
+        available: usize,
+        /// Why padding could not make up the difference.
+        reason: ShortReason,
+    },
+    /// An instruction the patch would displace cannot be decoded, so it cannot
+    /// be moved.
+    #[error(
+        "the bytes at {address:#x}, which the patch would overwrite, do not decode as an x86-64 \
+         instruction (data, or code that is not meant to be read from here), so they cannot be \
+         relocated"
+    )]
+    Undecodable {
+        /// Address of the undecodable instruction.
+        address: u64,
+    },
+    /// A direct branch targets the middle of the overwritten bytes; after
+    /// patching it would land inside the `jmp rel32`.
+    #[error(
+        "a branch at {from:#x} jumps into the bytes the patch would overwrite ({target:#x}, \
+         inside {patch_address:#x}..{end:#x}), so it would land in the middle of the patch"
+    )]
+    BranchIntoPatch {
+        /// Address of the branch instruction.
+        from: u64,
+        /// Its target.
+        target: u64,
+        /// First overwritten byte.
+        patch_address: u64,
+        /// One past the last overwritten byte.
+        end: u64,
+    },
+    /// A RIP-relative memory operand addresses the overwritten bytes (reading
+    /// the function's own code, or a pointer into it); after patching it
+    /// would see the patch instead.
+    #[error(
+        "the instruction at {from:#x} addresses memory at {target:#x}, inside the bytes the patch \
+         would overwrite ({patch_address:#x}..{end:#x}), so it would read the patch instead of \
+         the original code"
+    )]
+    OperandIntoPatch {
+        /// Address of the instruction.
+        from: u64,
+        /// The RIP-relative address it computes.
+        target: u64,
+        /// First overwritten byte.
+        patch_address: u64,
+        /// One past the last overwritten byte.
+        end: u64,
+    },
+    /// A `call` would be displaced but is followed by more displaced
+    /// instructions: the callee would return into the middle of the patch.
+    #[error(
+        "the call at {address:#x} is followed by other instructions the patch would overwrite, \
+         so a thread inside the callee would return into the middle of the patch"
+    )]
+    CallNotLast {
+        /// Address of the `call`.
+        address: u64,
+    },
+    /// An `int3` is already in the overwritten bytes: a debugger or another
+    /// tool owns this site, and the original instruction is unknown.
+    #[error(
+        "there is an int3 breakpoint at {address:#x}, in the bytes the patch would overwrite; a \
+         debugger or another instrumentation tool is probably using this function"
+    )]
+    Breakpoint {
+        /// Address of the `int3`.
+        address: u64,
+    },
+    /// A displaced instruction has a form that cannot be moved without
+    /// changing what it does.
+    #[error("the instruction at {address:#x} (iced code `{code}`) cannot be relocated: {why}")]
+    Unsupported {
+        /// Address of the instruction.
+        address: u64,
+        /// The instruction's form, as iced's `Code` name (e.g. `Call_m1664`).
+        code: String,
+        /// Why it cannot be moved.
+        why: &'static str,
+    },
+}
+
+/// Finds where and how the entry of `code` can be patched with a
+/// [`JMP_REL32_LEN`]-byte `jmp rel32`.
+///
+/// The patch goes at the entry, or right after a leading `endbr64`. It
+/// displaces the whole instructions that cover at least [`JMP_REL32_LEN`]
+/// bytes. The whole function is decoded (linear sweep) to make sure no direct
+/// branch and no RIP-relative operand points strictly inside the overwritten
+/// bytes; a target exactly at the patch address is fine, since the patch
+/// starts there. Undecodable bytes after the displaced instructions are
+/// tolerated, as functions may embed data such as jump tables.
+///
+/// A function shorter than the patch may borrow the padding after it, but
+/// only when its last instruction never continues past it (`ret`, `jmp`,
+/// `ud2`, `hlt`) and the borrowed bytes are `int3`/`nop` padding.
+///
+/// # Errors
+///
+/// A [`Refusal`] explaining what makes the site unsafe to patch.
+pub fn analyze_entry(code: &FunctionCode<'_>) -> Result<PatchSite, Refusal> {
+    let skipped_endbr64 = code.bytes.starts_with(&ENDBR64);
+    let patch_offset = if skipped_endbr64 { ENDBR64.len() } else { 0 };
+    let patch_address = code.address.wrapping_add(patch_offset as u64);
+
+    let all = decode_all(code.address, code.bytes);
+
+    // The sweep starts at the entry, and an endbr64 is one 4-byte
+    // instruction, so the sweep is in step with the patch address.
+    let mut instructions = Vec::new();
+    let mut covered = 0usize;
+    for instr in all.iter().filter(|i| i.ip() >= patch_address) {
+        if covered >= JMP_REL32_LEN {
+            break;
+        }
+        check_displaceable(instr)?;
+        covered += instr.len();
+        instructions.push(*instr);
+    }
+
+    let mut borrowed_padding = 0;
+    if covered < JMP_REL32_LEN {
+        let reason = match instructions.last() {
+            None => Some(ShortReason::Empty),
+            Some(last) if !is_terminator(last) => {
+                Some(ShortReason::FallsThrough { last: last.ip() })
+            }
+            Some(_) => check_padding(code, JMP_REL32_LEN - covered).err(),
+        };
+        if let Some(reason) = reason {
+            return Err(Refusal::TooShort {
+                patch_address,
+                available: covered,
+                reason,
+            });
+        }
+        borrowed_padding = JMP_REL32_LEN - covered;
+    }
+
+    for instr in &instructions[..instructions.len() - 1] {
+        if is_call(instr) {
+            return Err(Refusal::CallNotLast {
+                address: instr.ip(),
+            });
+        }
+    }
+
+    let mut original = code.bytes[patch_offset..patch_offset + covered].to_vec();
+    original.extend_from_slice(&code.padding[..borrowed_padding]);
+    let site = PatchSite {
+        patch_address,
+        original,
+        instructions,
+        skipped_endbr64,
+        borrowed_padding,
+    };
+
+    // Nothing in the function may point strictly inside the overwritten
+    // bytes. The displaced instructions are included: relocation keeps
+    // absolute targets, so their targets would then be inside the patch too.
+    let end = site.end();
+    let inside = |target: u64| target > patch_address && target < end;
+    for instr in all.iter().filter(|i| i.code() != Code::INVALID) {
+        if let Some(target) = direct_branch_target(instr) {
+            if inside(target) {
+                return Err(Refusal::BranchIntoPatch {
+                    from: instr.ip(),
+                    target,
+                    patch_address,
+                    end,
+                });
+            }
+        }
+        if instr.is_ip_rel_memory_operand() {
+            let target = instr.ip_rel_memory_address();
+            if inside(target) {
+                return Err(Refusal::OperandIntoPatch {
+                    from: instr.ip(),
+                    target,
+                    patch_address,
+                    end,
+                });
+            }
+        }
+    }
+    Ok(site)
+}
+
+/// Linear sweep over `bytes`, invalid instructions included (the decoder
+/// skips at least one byte past each).
+fn decode_all(address: u64, bytes: &[u8]) -> Vec<Instruction> {
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    let mut instr = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        out.push(instr);
+    }
+    out
+}
+
+/// Refuses instructions that must not be displaced on their own merits.
+fn check_displaceable(instr: &Instruction) -> Result<(), Refusal> {
+    let address = instr.ip();
+    let unsupported = |why| Refusal::Unsupported {
+        address,
+        code: format!("{:?}", instr.code()),
+        why,
+    };
+    match instr.code() {
+        Code::INVALID => return Err(Refusal::Undecodable { address }),
+        Code::Int3 => return Err(Refusal::Breakpoint { address }),
+        _ => {}
+    }
+    if is_call(instr) {
+        match instr.code() {
+            Code::Call_rel32_64 => {}
+            Code::Call_rm64 => {
+                // The relocated call pushes the return address itself before
+                // jumping, so `call rsp` would jump to the moved stack
+                // pointer. (`call [rsp+d]` is fine: relocation adjusts d.)
+                if instr.op0_kind() == OpKind::Register && instr.op0_register() == Register::RSP {
+                    return Err(unsupported("it calls the stack pointer"));
+                }
+            }
+            _ => return Err(unsupported("only near calls can be relocated")),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `instr` is a call (direct or indirect, near or far).
+fn is_call(instr: &Instruction) -> bool {
+    matches!(
+        instr.flow_control(),
+        FlowControl::Call | FlowControl::IndirectCall
+    )
+}
+
+/// Whether execution never continues after `instr` (so the bytes after it are
+/// only reachable by a branch).
+pub(crate) fn is_terminator(instr: &Instruction) -> bool {
+    matches!(
+        instr.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    ) || matches!(
+        instr.mnemonic(),
+        Mnemonic::Ud2 | Mnemonic::Ud0 | Mnemonic::Ud1 | Mnemonic::Hlt | Mnemonic::Int3
+    )
+}
+
+/// The target of a direct (immediate) branch, call, `loop`, `jrcxz` or
+/// `xbegin`.
+pub(crate) fn direct_branch_target(instr: &Instruction) -> Option<u64> {
+    (0..instr.op_count()).find_map(|i| match instr.op_kind(i) {
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+            Some(instr.near_branch_target())
+        }
+        _ => None,
+    })
+}
+
+/// Checks that the first `needed` bytes of `code.padding` are whole `int3`
+/// or `nop` instructions (a multi-byte nop may extend past `needed`).
+fn check_padding(code: &FunctionCode<'_>, needed: usize) -> Result<(), ShortReason> {
+    if code.padding.len() < needed {
+        return Err(ShortReason::NotEnoughPadding {
+            available: code.padding.len(),
+            needed,
+        });
+    }
+    let start = code.address.wrapping_add(code.bytes.len() as u64);
+    let mut decoder = Decoder::with_ip(64, code.padding, start, DecoderOptions::NONE);
+    let mut instr = Instruction::default();
+    while (decoder.position()) < needed {
+        decoder.decode_out(&mut instr);
+        let filler = matches!(instr.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
+            && instr.code() != Code::INVALID;
+        if !filler {
+            return Err(ShortReason::NotPadding {
+                address: instr.ip(),
+            });
+        }
+    }
+    Ok(())
+}

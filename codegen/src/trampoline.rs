@@ -1,0 +1,410 @@
+//! Trampolines, snippets and the thread-registration stub.
+
+use iced_x86::{Code, IcedError, Instruction, MemoryOperand, Register};
+
+use crate::encode::Emitter;
+use crate::relocate::{max_relocated_len, relocate, RelocError};
+use crate::{rel32, OutOfRange, PatchSite};
+
+/// How generated code finds the current thread's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadRow {
+    /// Offset from the thread pointer (`%fs` base) of the runtime's static-TLS
+    /// variable holding the row's address (null before the thread's first
+    /// hit), as reported by the runtime. Read with `mov rcx, fs:[tls_offset]`;
+    /// on x86-64 static TLS lies below the thread pointer, so it is negative.
+    pub tls_offset: i32,
+    /// Absolute address of the registration stub built by [`register_stub`];
+    /// it must be within `call rel32` reach of every trampoline using it.
+    pub register_stub: u64,
+}
+
+/// Instrumentation code run at a patched entry, with `rcx` holding the
+/// thread's row address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Snippet {
+    /// `inc qword [row + offset]`. A single read-modify-write instruction on
+    /// the thread's own row, so a signal handler re-entering the function
+    /// between our instructions cannot lose an increment, and readers never
+    /// see a torn value (offsets are 8-byte aligned by the runtime).
+    CountCall {
+        /// Byte offset of the counter word inside the row.
+        offset: i32,
+    },
+}
+
+/// Everything needed to build one function's trampoline.
+#[derive(Debug, Clone, Copy)]
+pub struct TrampolineSpec<'a> {
+    /// Address the trampoline will be written at. It must be within ±2 GiB of
+    /// the patch site, of every RIP-relative target of the displaced
+    /// instructions, and of the registration stub.
+    pub address: u64,
+    /// The entry being patched.
+    pub site: &'a PatchSite,
+    /// How to find the thread's row.
+    pub row: ThreadRow,
+    /// Instrumentation to run, in order, before the displaced instructions.
+    pub snippets: &'a [Snippet],
+}
+
+/// A built trampoline, to be written at [`Trampoline::address`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trampoline {
+    /// Address the code was built for; the patch jumps here.
+    pub address: u64,
+    /// The code.
+    pub bytes: Vec<u8>,
+    /// Offset in `bytes` of the relocated displaced instructions. A thread
+    /// stopped at or after this offset (and before `slow_path_offset`) has
+    /// left the instrumentation and is running the function's own code.
+    pub relocated_offset: usize,
+    /// Length of the relocated displaced instructions (with their jump back).
+    pub relocated_len: usize,
+    /// Offset in `bytes` of the slow path (first hit of a thread).
+    pub slow_path_offset: usize,
+}
+
+/// Why a trampoline or stub could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The displaced instructions cannot be relocated into the trampoline.
+    #[error(transparent)]
+    Relocate(#[from] RelocError),
+    /// The trampoline cannot call the registration stub with `call rel32`.
+    #[error(
+        "the trampoline at {trampoline:#x} cannot call the registration stub at {stub:#x}: {source}"
+    )]
+    StubOutOfReach {
+        /// Address of the trampoline.
+        trampoline: u64,
+        /// Address of the registration stub.
+        stub: u64,
+        /// The failed `call rel32`.
+        source: OutOfRange,
+    },
+    /// The XSAVE area size is smaller than the architectural minimum.
+    #[error(
+        "an XSAVE area of {area_size} bytes is too small: it must hold at least the 512-byte \
+         legacy region and the 64-byte header (576 bytes; use CPUID leaf 0xd for the real size)"
+    )]
+    XsaveAreaTooSmall {
+        /// The size given.
+        area_size: u32,
+    },
+    /// The encoder rejected generated code; this is a bug in weft.
+    #[error("internal error: cannot encode generated code: {0}")]
+    Encode(String),
+}
+
+impl From<IcedError> for BuildError {
+    fn from(e: IcedError) -> Self {
+        BuildError::Encode(e.to_string())
+    }
+}
+
+/// Length of the fixed head: `push rax` (1), `push rcx` (1), `seto al` (3),
+/// `lahf` (1), `mov rcx, fs:[disp32]` (9), `test rcx, rcx` (3), `jz rel32` (6).
+const HEAD_LEN: usize = 24;
+/// Length of `add al, 0x7f; sahf; pop rcx; pop rax`.
+const EPILOGUE_LEN: usize = 5;
+/// Length of `call rel32; test rcx, rcx; jz rel32; jmp rel32`.
+const SLOW_LEN: usize = 5 + 3 + 6 + 5;
+/// Upper bound of one snippet's length (`inc qword [rcx+disp32]` is 7).
+const SNIPPET_MAX_LEN: usize = 8;
+
+/// An upper bound on `build_trampoline(spec).bytes.len()` for any address, so
+/// the injector can reserve room before choosing addresses.
+pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
+    HEAD_LEN + snippets.len() * SNIPPET_MAX_LEN + EPILOGUE_LEN + max_relocated_len(site) + SLOW_LEN
+}
+
+/// Builds the trampoline for `spec`:
+///
+/// ```text
+///         push rax ; push rcx
+///         seto al ; lahf              ; flags into ax, without pushf/popf
+///         mov rcx, fs:[tls_offset]    ; this thread's row, or 0
+///         test rcx, rcx ; jz .slow
+/// .have:  <snippets, with rcx = row>
+/// .done:  add al, 0x7f ; sahf         ; OF from al, the others from ah
+///         pop rcx ; pop rax
+///         <relocated displaced instructions>
+///         jmp site.end()              ; only if they can continue there
+/// .slow:  call register_stub          ; rcx = row, all else preserved
+///         test rcx, rcx ; jz .done    ; registration failed: skip counting
+///         jmp .have
+/// ```
+///
+/// `seto`/`lahf`/`sahf` rather than `pushf`/`popf` because `popf` is slow
+/// and its result depends on privileged flags. Every register and flag is
+/// unchanged, and `rsp` is back at its entry value, when the displaced
+/// instructions run. The pushes go below the entry `rsp`; that is safe at a
+/// function entry, where the red zone holds nothing yet.
+///
+/// # Errors
+///
+/// [`BuildError::Relocate`] when the displaced instructions cannot run at
+/// this address, [`BuildError::StubOutOfReach`] when the registration stub
+/// is more than ±2 GiB away.
+pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildError> {
+    let row = spec.row;
+    // Layout is decided front to back; only the `jz .slow` in the head needs
+    // an address known later, and it is always the 6-byte rel32 form, so the
+    // head is emitted twice: once to measure, once with the real target.
+    let emit_head = |slow: u64| -> Result<Emitter, BuildError> {
+        let mut e = Emitter::new(spec.address);
+        e.emit(Instruction::with1(Code::Push_r64, Register::RAX))?;
+        e.emit(Instruction::with1(Code::Push_r64, Register::RCX))?;
+        e.emit(Instruction::with1(Code::Seto_rm8, Register::AL))?;
+        e.emit(Ok(Instruction::with(Code::Lahf)))?;
+        e.emit(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RCX,
+            fs_absolute(row.tls_offset),
+        ))?;
+        e.emit(Instruction::with2(
+            Code::Test_rm64_r64,
+            Register::RCX,
+            Register::RCX,
+        ))?;
+        e.emit(Instruction::with_branch(Code::Je_rel32_64, slow))?;
+        Ok(e)
+    };
+    let mut e = emit_head(spec.address)?;
+    debug_assert_eq!(e.len(), HEAD_LEN);
+    let have = e.ip();
+    for snippet in spec.snippets {
+        match *snippet {
+            Snippet::CountCall { offset } => e.emit(Instruction::with1(
+                Code::Inc_rm64,
+                MemoryOperand::with_base_displ(Register::RCX, i64::from(offset)),
+            ))?,
+        }
+    }
+    let done = e.ip();
+    e.emit(Instruction::with2(Code::Add_AL_imm8, Register::AL, 0x7f))?;
+    e.emit(Ok(Instruction::with(Code::Sahf)))?;
+    e.emit(Instruction::with1(Code::Pop_r64, Register::RCX))?;
+    e.emit(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+
+    let relocated_offset = e.len();
+    let relocated = relocate(spec.site, e.ip())?;
+    e.raw(&relocated.bytes);
+
+    let slow_path_offset = e.len();
+    let slow = e.ip();
+    let stub = row.register_stub;
+    rel32(slow, 5, stub).ok_or(BuildError::StubOutOfReach {
+        trampoline: spec.address,
+        stub,
+        source: OutOfRange {
+            from: slow,
+            to: stub,
+        },
+    })?;
+    e.emit(Instruction::with_branch(Code::Call_rel32_64, stub))?;
+    e.emit(Instruction::with2(
+        Code::Test_rm64_r64,
+        Register::RCX,
+        Register::RCX,
+    ))?;
+    e.emit(Instruction::with_branch(Code::Je_rel32_64, done))?;
+    e.emit(Instruction::with_branch(Code::Jmp_rel32_64, have))?;
+
+    // Re-emit the head now that `.slow` is known, and splice it in.
+    let head = emit_head(slow)?.finish();
+    let mut bytes = e.finish();
+    bytes[..head.len()].copy_from_slice(&head);
+    Ok(Trampoline {
+        address: spec.address,
+        bytes,
+        relocated_offset,
+        relocated_len: relocated.bytes.len(),
+        slow_path_offset,
+    })
+}
+
+/// `fs:[disp32]` with no base register: an absolute offset from the thread
+/// pointer (encoded with a SIB byte, since plain `[disp32]` means
+/// RIP-relative in 64-bit mode).
+fn fs_absolute(offset: i32) -> MemoryOperand {
+    // displ_size 8 selects 64-bit addressing (4 would add an addr32 prefix
+    // and truncate the address); the encoded field is still a sign-extended
+    // disp32.
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        i64::from(offset),
+        8,
+        false,
+        Register::FS,
+    )
+}
+
+/// How the registration stub saves the vector (x87/SSE/AVX...) state around
+/// the runtime's registration function, which may use any of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorSave {
+    /// `fxsave64`/`fxrstor64`: x87, MMX, SSE and `mxcsr` only (512 bytes). For
+    /// CPUs without XSAVE.
+    Fxsave64,
+    /// `xsave64`/`xrstor64` with every component enabled in XCR0 (mask
+    /// `edx:eax` = all ones).
+    Xsave {
+        /// Size of the XSAVE area for the enabled components:
+        /// `CPUID.(EAX=0DH,ECX=0):EBX` on the target's CPU (at least 576).
+        area_size: u32,
+    },
+}
+
+/// The save-area size for `save`, rounded up to the 64 bytes that XSAVE's
+/// alignment requires (so the area keeps `rsp` aligned).
+fn area_len(save: VectorSave) -> Result<u32, BuildError> {
+    let raw = match save {
+        VectorSave::Fxsave64 => 512,
+        VectorSave::Xsave { area_size } if area_size < 576 => {
+            return Err(BuildError::XsaveAreaTooSmall { area_size });
+        }
+        VectorSave::Xsave { area_size } => area_size,
+    };
+    Ok(raw.div_ceil(64) * 64)
+}
+
+/// Builds the once-per-thread registration stub, to be placed at `address`
+/// (in each trampoline region, within `call rel32` reach of its trampolines).
+///
+/// Contract: entered by `call`, with any stack alignment. It saves flags,
+/// `rax`, `rdx`, `rsi`, `rdi`, `r8`-`r11` (the caller-saved registers other
+/// than `rcx`), clears DF, aligns `rsp` down to 64, saves the full vector
+/// state, and calls the `extern "C" fn() -> *mut u8` at the absolute address
+/// `register_fn` (`movabs rax, imm64; call rax`, so the runtime may be
+/// anywhere). It returns with that function's result in `rcx` and every other
+/// register, all flags and the vector state exactly as on entry.
+///
+/// For [`VectorSave::Xsave`], the XSAVE header (bytes 512..576 of the area)
+/// is zeroed first: XSAVE writes only its first 8 bytes (`XSTATE_BV`), and
+/// XRSTOR faults on non-zero reserved header bytes.
+///
+/// The result is [`register_stub_len`]`(save)` bytes and does not depend on
+/// `address` (it has no relative operand); `address` is kept so the contract
+/// stays "built for where it runs".
+///
+/// # Errors
+///
+/// [`BuildError::XsaveAreaTooSmall`] for an XSAVE area under 576 bytes.
+pub fn register_stub(
+    address: u64,
+    register_fn: u64,
+    save: VectorSave,
+) -> Result<Vec<u8>, BuildError> {
+    let area = area_len(save)?;
+    let mut e = Emitter::new(address);
+    let saved = [
+        Register::RAX,
+        Register::RDX,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        // rbp is callee-saved by the C function, but we use it ourselves to
+        // remember the unaligned rsp.
+        Register::RBP,
+    ];
+    e.emit(Ok(Instruction::with(Code::Pushfq)))?;
+    // The C ABI requires DF clear on calls; popfq restores the caller's.
+    e.emit(Ok(Instruction::with(Code::Cld)))?;
+    for reg in saved {
+        e.emit(Instruction::with1(Code::Push_r64, reg))?;
+    }
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RBP,
+        Register::RSP,
+    ))?;
+    e.emit(Instruction::with2(
+        Code::And_rm64_imm8,
+        Register::RSP,
+        -64i32,
+    ))?;
+    e.emit(Instruction::with2(
+        Code::Sub_rm64_imm32,
+        Register::RSP,
+        area as i32,
+    ))?;
+    let rsp = MemoryOperand::with_base(Register::RSP);
+    match save {
+        VectorSave::Fxsave64 => e.emit(Instruction::with1(Code::Fxsave64_m512byte, rsp))?,
+        VectorSave::Xsave { .. } => {
+            e.emit(Instruction::with2(
+                Code::Xor_r32_rm32,
+                Register::EAX,
+                Register::EAX,
+            ))?;
+            for i in 0..8 {
+                let header = MemoryOperand::with_base_displ(Register::RSP, 512 + 8 * i);
+                e.emit(Instruction::with2(
+                    Code::Mov_rm64_r64,
+                    header,
+                    Register::RAX,
+                ))?;
+            }
+            emit_all_ones_mask(&mut e)?;
+            e.emit(Instruction::with1(Code::Xsave64_mem, rsp))?;
+        }
+    }
+    e.emit(Instruction::with2(
+        Code::Mov_r64_imm64,
+        Register::RAX,
+        register_fn,
+    ))?;
+    e.emit(Instruction::with1(Code::Call_rm64, Register::RAX))?;
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RCX,
+        Register::RAX,
+    ))?;
+    match save {
+        VectorSave::Fxsave64 => e.emit(Instruction::with1(Code::Fxrstor64_m512byte, rsp))?,
+        VectorSave::Xsave { .. } => {
+            emit_all_ones_mask(&mut e)?;
+            e.emit(Instruction::with1(Code::Xrstor64_mem, rsp))?;
+        }
+    }
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        Register::RBP,
+    ))?;
+    for reg in saved.iter().rev() {
+        e.emit(Instruction::with1(Code::Pop_r64, *reg))?;
+    }
+    e.emit(Ok(Instruction::with(Code::Popfq)))?;
+    e.emit(Ok(Instruction::with(Code::Retnq)))?;
+    Ok(e.finish())
+}
+
+/// `mov eax, -1; mov edx, -1`: the XSAVE/XRSTOR requested-feature mask
+/// (intersected with XCR0 by the CPU).
+fn emit_all_ones_mask(e: &mut Emitter) -> Result<(), IcedError> {
+    e.emit(Instruction::with2(
+        Code::Mov_r32_imm32,
+        Register::EAX,
+        u32::MAX,
+    ))?;
+    e.emit(Instruction::with2(
+        Code::Mov_r32_imm32,
+        Register::EDX,
+        u32::MAX,
+    ))
+}
+
+/// Exact length of [`register_stub`]`(_, _, save)`, or 0 if `save` is
+/// invalid (see [`BuildError::XsaveAreaTooSmall`]).
+pub fn register_stub_len(save: VectorSave) -> usize {
+    register_stub(0, 0, save).map_or(0, |stub| stub.len())
+}
