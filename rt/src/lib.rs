@@ -1,1 +1,26 @@
-//! weft runtime
+//! weft's in-target runtime.
+//!
+//! `weft` loads this library into the target with a remote `dlopen` and calls
+//! [`weft_rt_init`]. From then on the runtime's only jobs are:
+//!
+//! * to own the shared-memory region (a memfd, see [`layout`]) that holds
+//!   every thread's counters, which the injector maps read-only;
+//! * to give each thread a row the first time it runs instrumented code
+//!   ([`weft_rt_register_thread`], reached through the registration stub),
+//!   record its TID and name, and mark the row exited when the thread ends;
+//! * to keep the row pointer in a static-TLS variable whose offset from the
+//!   thread pointer ([`weft_rt_tls_offset`]) generated code reads directly.
+//!
+//! The hot path (counting) is generated machine code, not Rust: nothing here
+//! runs per instrumented call. Nothing here may panic: every function is
+//! `extern "C"` and reached from the target's threads.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod layout;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod runtime;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use runtime::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};

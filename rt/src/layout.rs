@@ -1,0 +1,128 @@
+//! The layout of the shared-memory region, shared by the runtime (which
+//! creates it inside the target) and the injector (which maps it read-only).
+//!
+//! ```text
+//! +--------------------+ 0
+//! | RegionHeader       |
+//! +--------------------+ ROWS_OFFSET
+//! | row 0              |  RowHeader (64 bytes) + metric words
+//! | row 1              |  every row is `row_stride` bytes, a multiple of 64,
+//! | ...                |  so no two threads ever write the same cache line
+//! | row max_rows       |  the overflow row, shared by threads past capacity
+//! +--------------------+
+//! ```
+//!
+//! Only the thread that owns a row writes its metric words, each with a
+//! single instruction, so the injector's aligned 8-byte reads are never torn.
+
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+
+/// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
+/// Bumped whenever the layout below changes incompatibly.
+pub const VERSION: u32 = 1;
+/// The cache-line size every row is aligned and padded to.
+pub const CACHE_LINE: usize = 64;
+/// Byte offset of row 0 from the start of the region.
+pub const ROWS_OFFSET: usize = 4096;
+/// Bytes of [`RowHeader`] before a row's first metric word.
+pub const ROW_HEADER_SIZE: usize = 64;
+/// Length of a thread name as the kernel keeps it (`comm`), NUL included.
+pub const NAME_LEN: usize = 16;
+
+/// A row nobody owns yet.
+pub const ROW_FREE: u32 = 0;
+/// A row owned by a live thread.
+pub const ROW_LIVE: u32 = 1;
+/// A row whose thread has exited; its figures stay for the report.
+pub const ROW_EXITED: u32 = 2;
+/// The shared overflow row of threads that found the table full.
+pub const ROW_OVERFLOW: u32 = 3;
+
+/// The first bytes of the region.
+#[repr(C)]
+pub struct RegionHeader {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// `size_of::<RegionHeader>()` when created.
+    pub header_size: u32,
+    /// Rows available to threads (the overflow row comes after them).
+    pub max_rows: u32,
+    /// Metric words per row.
+    pub metric_words: u32,
+    /// Bytes from one row to the next: a multiple of [`CACHE_LINE`].
+    pub row_stride: u64,
+    /// Total size of the region in bytes.
+    pub region_size: u64,
+    /// Offset of the runtime's thread-local row pointer from the thread
+    /// pointer (`%fs` base): generated code reads `fs:[tls_offset]`.
+    pub tls_offset: i64,
+    /// Address (in the target) of `weft_rt_register_thread`.
+    pub register_fn: u64,
+    /// Rows handed out so far (may exceed `max_rows`: the excess went to
+    /// the overflow row).
+    pub rows_used: AtomicU32,
+    /// Process that created the region (to notice a forked child's copy).
+    pub pid: AtomicU32,
+    /// Incremented by every `weft_rt_init` that starts a new session.
+    pub session: AtomicU64,
+    /// Threads that registered after the table was full.
+    pub overflow_threads: AtomicU64,
+    /// Non-zero when the runtime disabled itself (e.g. in a forked child).
+    pub disabled: AtomicI64,
+}
+
+/// The first [`ROW_HEADER_SIZE`] bytes of a row.
+#[repr(C, align(64))]
+pub struct RowHeader {
+    /// One of [`ROW_FREE`], [`ROW_LIVE`], [`ROW_EXITED`], [`ROW_OVERFLOW`].
+    pub state: AtomicU32,
+    /// The owning thread's kernel thread id.
+    pub tid: AtomicU32,
+    /// Seqlock-style counter: odd while `name` is being written.
+    pub name_seq: AtomicU32,
+    /// Thread name (`comm`) when registered and again when it exits.
+    pub name: [AtomicU8x4; NAME_LEN / 4],
+}
+
+/// Four name bytes, stored atomically so concurrent readers are sound.
+#[repr(transparent)]
+pub struct AtomicU8x4(pub AtomicU32);
+
+const _: () = assert!(core::mem::size_of::<RowHeader>() == ROW_HEADER_SIZE);
+const _: () = assert!(core::mem::size_of::<RegionHeader>() <= ROWS_OFFSET);
+
+/// Geometry of a region, derived from its two parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Rows for threads (one more, the overflow row, is always added).
+    pub max_rows: u32,
+    /// `u64` metric words per row.
+    pub metric_words: u32,
+}
+
+impl Geometry {
+    /// Bytes from one row to the next.
+    pub const fn row_stride(&self) -> u64 {
+        let raw = ROW_HEADER_SIZE as u64 + 8 * self.metric_words as u64;
+        raw.div_ceil(CACHE_LINE as u64) * CACHE_LINE as u64
+    }
+
+    /// Total bytes of the region, overflow row included.
+    pub const fn region_size(&self) -> u64 {
+        ROWS_OFFSET as u64 + (self.max_rows as u64 + 1) * self.row_stride()
+    }
+
+    /// Byte offset of row `index` from the start of the region.
+    pub const fn row_offset(&self, index: u32) -> u64 {
+        ROWS_OFFSET as u64 + index as u64 * self.row_stride()
+    }
+
+    /// Byte offset of metric word `word` from the start of a row: what a
+    /// snippet adds to the row pointer.
+    pub const fn metric_offset(word: u32) -> u64 {
+        ROW_HEADER_SIZE as u64 + 8 * word as u64
+    }
+}

@@ -1,0 +1,326 @@
+//! The exported entry points and the per-thread registration.
+
+use crate::layout::{
+    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_EXITED, ROW_LIVE, ROW_OVERFLOW, VERSION,
+};
+use core::arch::{asm, global_asm};
+use core::ptr;
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+
+// The thread's row pointer, in the static TLS block (initial-exec model), so
+// that generated code can read it with one `mov rcx, fs:[offset]`. Declared
+// in assembly because stable Rust has no way to ask for the initial-exec TLS
+// model; `.tbss` makes every thread's copy start at zero, including threads
+// whose stack and TCB glibc recycles from an exited thread.
+global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".balign 8",
+    ".type weft_rt_tls_row,@object",
+    ".size weft_rt_tls_row,8",
+    "weft_rt_tls_row:",
+    ".zero 8",
+    ".popsection",
+    options(att_syntax)
+);
+
+/// The region, once created. Never unmapped: trampolines may reach it forever.
+static REGION: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+/// The memfd behind [`REGION`], which the injector opens via `/proc/PID/fd`.
+static REGION_FD: AtomicI32 = AtomicI32::new(-1);
+/// Serialises `weft_rt_init` against itself (it is only ever called by the
+/// injector, never on a hot path).
+static INIT_BUSY: AtomicU32 = AtomicU32::new(0);
+
+/// Offset of the thread-local row pointer from the thread pointer.
+///
+/// Constant for the life of the process; negative (static TLS lies below
+/// the thread pointer on x86-64).
+#[no_mangle]
+pub extern "C" fn weft_rt_tls_offset() -> i64 {
+    let offset: i64;
+    // SAFETY: loads the GOT entry the linker created for the initial-exec
+    // TLS symbol; touches no other memory and no flags.
+    unsafe {
+        asm!(
+            "mov {}, qword ptr [rip + weft_rt_tls_row@GOTTPOFF]",
+            out(reg) offset,
+            options(nostack, preserves_flags, readonly, pure)
+        );
+    }
+    offset
+}
+
+fn tls_row_get() -> *mut u8 {
+    let value: *mut u8;
+    // SAFETY: reads this thread's own copy of `weft_rt_tls_row`, which the
+    // dynamic loader allocated in static TLS when it loaded this library.
+    unsafe {
+        asm!(
+            "mov {v}, qword ptr fs:[{off}]",
+            v = out(reg) value,
+            off = in(reg) weft_rt_tls_offset(),
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    value
+}
+
+fn tls_row_set(row: *mut u8) {
+    // SAFETY: writes this thread's own copy of `weft_rt_tls_row`.
+    unsafe {
+        asm!(
+            "mov qword ptr fs:[{off}], {v}",
+            v = in(reg) row,
+            off = in(reg) weft_rt_tls_offset(),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+fn errno() -> i64 {
+    // SAFETY: `__errno_location` always returns this thread's errno.
+    i64::from(unsafe { *libc::__errno_location() })
+}
+
+/// Creates the shared region (first call) or starts a new session in it.
+///
+/// `max_rows` threads get their own row; `metric_words` `u64` words per row.
+/// On later calls the geometry must not grow (a smaller request is served by
+/// the existing region) and the first `reset_words` metric words of every
+/// row are zeroed, so a new session starts from zero while threads keep
+/// their rows. The caller guarantees no trampoline writes those words
+/// meanwhile (the injector only calls this before splicing).
+///
+/// Returns the memfd (>= 0) or a negated errno: `-EINVAL` for a bad
+/// geometry, `-EEXIST` for one larger than the existing region, `-EBUSY`
+/// for a concurrent call.
+#[no_mangle]
+pub extern "C" fn weft_rt_init(max_rows: u32, metric_words: u32, reset_words: u32) -> i64 {
+    if INIT_BUSY.swap(1, Ordering::Acquire) != 0 {
+        return -i64::from(libc::EBUSY);
+    }
+    let result = init_locked(
+        Geometry {
+            max_rows,
+            metric_words,
+        },
+        reset_words,
+    );
+    INIT_BUSY.store(0, Ordering::Release);
+    result
+}
+
+fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
+    let existing = REGION.load(Ordering::Acquire);
+    if !existing.is_null() {
+        // SAFETY: REGION points at a live mapping that starts with a header.
+        let header = unsafe { &*(existing as *const RegionHeader) };
+        if geometry.max_rows > header.max_rows || geometry.metric_words > header.metric_words {
+            return -i64::from(libc::EEXIST);
+        }
+        let current = Geometry {
+            max_rows: header.max_rows,
+            metric_words: header.metric_words,
+        };
+        let rows = header
+            .rows_used
+            .load(Ordering::Acquire)
+            .min(current.max_rows)
+            + 1;
+        let words = reset_words.min(current.metric_words) as usize;
+        for index in 0..rows {
+            let row_index = if index == rows - 1 {
+                current.max_rows
+            } else {
+                index
+            };
+            // SAFETY: row_index <= max_rows, so the row lies inside the
+            // region; words <= metric_words, so the range lies in the row.
+            unsafe {
+                let words_ptr = existing.add(
+                    current.row_offset(row_index) as usize + Geometry::metric_offset(0) as usize,
+                );
+                ptr::write_bytes(words_ptr, 0, words * 8);
+            }
+        }
+        header.session.fetch_add(1, Ordering::AcqRel);
+        return i64::from(REGION_FD.load(Ordering::Acquire));
+    }
+
+    if geometry.max_rows == 0 || geometry.max_rows > 1 << 20 || geometry.metric_words > 1 << 20 {
+        return -i64::from(libc::EINVAL);
+    }
+    let size = geometry.region_size();
+    // SAFETY: plain syscalls on a fresh memfd; the name is NUL-terminated.
+    unsafe {
+        let fd = libc::memfd_create(c"weft-shm".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return -errno();
+        }
+        if libc::ftruncate(fd, size as libc::off_t) != 0 {
+            let e = errno();
+            libc::close(fd);
+            return -e;
+        }
+        let base = libc::mmap(
+            ptr::null_mut(),
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if base == libc::MAP_FAILED {
+            let e = errno();
+            libc::close(fd);
+            return -e;
+        }
+        let base = base as *mut u8;
+        let header = base as *mut RegionHeader;
+        // The memfd is zero-filled: only the non-zero fields need writing.
+        ptr::addr_of_mut!((*header).version).write(VERSION);
+        ptr::addr_of_mut!((*header).header_size).write(core::mem::size_of::<RegionHeader>() as u32);
+        ptr::addr_of_mut!((*header).max_rows).write(geometry.max_rows);
+        ptr::addr_of_mut!((*header).metric_words).write(geometry.metric_words);
+        ptr::addr_of_mut!((*header).row_stride).write(geometry.row_stride());
+        ptr::addr_of_mut!((*header).region_size).write(size);
+        ptr::addr_of_mut!((*header).tls_offset).write(weft_rt_tls_offset());
+        ptr::addr_of_mut!((*header).register_fn).write(weft_rt_register_thread as *const () as u64);
+        (*header)
+            .pid
+            .store(libc::getpid() as u32, Ordering::Relaxed);
+        (*header).session.store(1, Ordering::Relaxed);
+        let overflow =
+            &*(base.add(geometry.row_offset(geometry.max_rows) as usize) as *const RowHeader);
+        overflow.state.store(ROW_OVERFLOW, Ordering::Relaxed);
+        // Publish the magic last: a reader that sees it sees the rest.
+        core::sync::atomic::fence(Ordering::Release);
+        ptr::addr_of_mut!((*header).magic).write_volatile(MAGIC);
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        REGION_FD.store(fd, Ordering::Release);
+        REGION.store(base, Ordering::Release);
+        i64::from(fd)
+    }
+}
+
+/// In a forked child the shared mapping would let the child's copy of the
+/// forking thread keep counting into its parent's row. Replace it with a
+/// private copy-on-write view of the same file: the child's hits stay its own
+/// and never reach the injector's view of the parent.
+extern "C" fn after_fork_in_child() {
+    let base = REGION.load(Ordering::Acquire);
+    let fd = REGION_FD.load(Ordering::Acquire);
+    if base.is_null() || fd < 0 {
+        return;
+    }
+    // SAFETY: base points at our region (never unmapped), and its header
+    // stays readable; MAP_FIXED replaces exactly that range.
+    unsafe {
+        let header = &*(base as *const RegionHeader);
+        let size = header.region_size as usize;
+        let replaced = libc::mmap(
+            base as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            fd,
+            0,
+        );
+        if replaced != libc::MAP_FAILED {
+            let header = &*(base as *const RegionHeader);
+            header.disabled.store(1, Ordering::Release);
+            header.pid.store(libc::getpid() as u32, Ordering::Release);
+        }
+    }
+}
+
+fn write_name(row: &RowHeader) {
+    let mut name = [0u8; NAME_LEN];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            name.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    row.name_seq.fetch_add(1, Ordering::AcqRel);
+    for (word, chunk) in row.name.iter().zip(name.chunks_exact(4)) {
+        let bytes = [chunk[0], chunk[1], chunk[2], chunk[3]];
+        word.0.store(u32::from_le_bytes(bytes), Ordering::Relaxed);
+    }
+    row.name_seq.fetch_add(1, Ordering::Release);
+}
+
+/// Marks the thread's row exited when the thread ends (run by glibc's
+/// thread-local destructors, for `pthread_exit` and returning alike).
+struct ExitGuard(*const RowHeader);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        // SAFETY: the row lives in the region, which is never unmapped.
+        let row = unsafe { &*self.0 };
+        if row.state.load(Ordering::Acquire) == ROW_LIVE {
+            write_name(row);
+            row.state.store(ROW_EXITED, Ordering::Release);
+        }
+        // The row pointer stays in TLS: destructors that run after this one
+        // may still call instrumented functions, and they keep counting into
+        // the same row rather than registering the dying thread again.
+    }
+}
+
+std::thread_local! {
+    static EXIT_GUARD: core::cell::Cell<Option<ExitGuard>> = const { core::cell::Cell::new(None) };
+}
+
+/// Gives the calling thread its row (once) and returns the row's address.
+///
+/// Reached from the registration stub the first time a thread runs
+/// instrumented code; the stub has saved every register and the vector
+/// state. Returns null when the runtime is not initialised or disabled, in
+/// which case the hit is not counted.
+#[no_mangle]
+pub extern "C" fn weft_rt_register_thread() -> *mut u8 {
+    let existing = tls_row_get();
+    if !existing.is_null() {
+        return existing;
+    }
+    let base = REGION.load(Ordering::Acquire);
+    if base.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: base points at an initialised region header.
+    let header = unsafe { &*(base as *const RegionHeader) };
+    if header.disabled.load(Ordering::Acquire) != 0 {
+        return ptr::null_mut();
+    }
+    let geometry = Geometry {
+        max_rows: header.max_rows,
+        metric_words: header.metric_words,
+    };
+    let index = header.rows_used.fetch_add(1, Ordering::AcqRel);
+    if index >= geometry.max_rows {
+        header.overflow_threads.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the overflow row is the last row of the region.
+        let row = unsafe { base.add(geometry.row_offset(geometry.max_rows) as usize) };
+        tls_row_set(row);
+        return row;
+    }
+    // SAFETY: index < max_rows, so the row lies inside the region.
+    let row_ptr = unsafe { base.add(geometry.row_offset(index) as usize) };
+    // SAFETY: the row is ours alone: rows are handed out once.
+    let row = unsafe { &*(row_ptr as *const RowHeader) };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    row.tid.store(tid, Ordering::Relaxed);
+    write_name(row);
+    row.state.store(ROW_LIVE, Ordering::Release);
+    tls_row_set(row_ptr);
+    // `try_with` fails only while this thread's TLS is being torn down;
+    // then there is nothing left to mark and the row simply stays live.
+    let _ = EXIT_GUARD.try_with(|guard| guard.set(Some(ExitGuard(row_ptr as *const RowHeader))));
+    row_ptr
+}

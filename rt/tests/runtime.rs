@@ -1,0 +1,122 @@
+//! The runtime's contract, exercised in-process: rows per thread, TIDs and
+//! names recorded, exit marked, sessions reset, geometry checked.
+
+use std::sync::atomic::Ordering;
+use weft_rt::layout::{Geometry, RegionHeader, RowHeader, MAGIC, ROW_EXITED, ROW_LIVE};
+use weft_rt::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};
+
+fn region() -> *const u8 {
+    // The region is mapped at an address only the runtime knows; find it
+    // through a registered row: row 0 lies ROWS_OFFSET bytes past the start.
+    let row = weft_rt_register_thread();
+    assert!(!row.is_null());
+    let fd = weft_rt_init(64, 16, 0);
+    assert!(fd >= 0);
+    let map = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = map
+        .lines()
+        .find(|l| l.contains("memfd:weft-shm"))
+        .expect("region mapped");
+    let start = u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
+    start as *const u8
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+#[test]
+fn the_runtime_contract() {
+    // Before init, registration counts nothing.
+    assert!(weft_rt_register_thread().is_null());
+    let fd = weft_rt_init(64, 16, 0);
+    assert!(fd >= 0, "init failed: {fd}");
+    // A larger geometry than the existing region is refused, a bad one too.
+    assert_eq!(weft_rt_init(65, 16, 0), -(libc::EEXIST as i64));
+    assert!(
+        weft_rt_tls_offset() < 0,
+        "static TLS lies below the thread pointer"
+    );
+
+    let base = region();
+    // SAFETY: the region starts with a header the runtime initialised.
+    let header = unsafe { &*(base as *const RegionHeader) };
+    assert_eq!(header.magic, MAGIC);
+    assert_eq!(header.tls_offset, weft_rt_tls_offset());
+    let geometry = Geometry {
+        max_rows: header.max_rows,
+        metric_words: header.metric_words,
+    };
+    assert_eq!(geometry.row_stride() % 64, 0);
+
+    // The main thread's row is stable and holds its TID.
+    let main_row = weft_rt_register_thread();
+    assert_eq!(main_row, weft_rt_register_thread());
+    // SAFETY: rows start with a RowHeader.
+    let main_header = unsafe { &*(main_row as *const RowHeader) };
+    assert_eq!(main_header.tid.load(Ordering::Relaxed), gettid());
+    assert_eq!(main_header.state.load(Ordering::Relaxed), ROW_LIVE);
+
+    // Eight threads get eight distinct rows, cache-line apart, named, and
+    // marked exited when they end.
+    let rows: Vec<(usize, u32)> = (0..8)
+        .map(|i| {
+            std::thread::Builder::new()
+                .name(format!("rt-test-{i}"))
+                .spawn(|| {
+                    let row = weft_rt_register_thread();
+                    // Count into word 3 as a trampoline would.
+                    // SAFETY: word 3 < metric_words lies inside this thread's row.
+                    unsafe { *(row.add(Geometry::metric_offset(3) as usize) as *mut u64) += 7 };
+                    (row as usize, gettid())
+                })
+                .unwrap()
+        })
+        .map(|h| h.join().unwrap())
+        .collect();
+    let mut addresses: Vec<usize> = rows.iter().map(|r| r.0).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 8);
+    assert!(addresses.windows(2).all(|w| w[1] - w[0] >= 64));
+    for (row, tid) in &rows {
+        // SAFETY: as above.
+        let h = unsafe { &*(*row as *const RowHeader) };
+        assert_eq!(h.tid.load(Ordering::Relaxed), *tid);
+        assert_eq!(
+            h.state.load(Ordering::Acquire),
+            ROW_EXITED,
+            "exit not recorded"
+        );
+        let name: Vec<u8> = h
+            .name
+            .iter()
+            .flat_map(|w| w.0.load(Ordering::Relaxed).to_le_bytes())
+            .collect();
+        assert!(
+            name.starts_with(b"rt-test-"),
+            "{:?}",
+            String::from_utf8_lossy(&name)
+        );
+        // SAFETY: word 3 of the row.
+        assert_eq!(
+            unsafe { *((*row + Geometry::metric_offset(3) as usize) as *const u64) },
+            7
+        );
+    }
+
+    // A new session zeroes the words it will use, rows and TIDs stay.
+    let session = header.session.load(Ordering::Relaxed);
+    assert_eq!(weft_rt_init(64, 16, 4), fd);
+    assert_eq!(header.session.load(Ordering::Relaxed), session + 1);
+    for (row, tid) in &rows {
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { *((*row + Geometry::metric_offset(3) as usize) as *const u64) },
+            0
+        );
+        let h = unsafe { &*(*row as *const RowHeader) };
+        assert_eq!(h.tid.load(Ordering::Relaxed), *tid);
+    }
+}
