@@ -1,1 +1,400 @@
 //! Inspecting a process: its mappings, modules and functions.
+//!
+//! [`ProcessImage`] is the entry point the injector uses: it reads
+//! `/proc/PID/maps` once, groups file mappings into [`Module`]s, and parses a
+//! module's symbols only when a [`Pattern`] can select functions in it.
+//!
+//! Addresses come in two flavours: a *file vaddr* is an address in an ELF
+//! file's own address space (what `readelf` prints); a *runtime address* is
+//! where it lives in the process, `vaddr + bias` ([`Module::bias`]).
+
+pub mod elf;
+pub mod error;
+pub mod maps;
+pub mod module;
+pub mod pattern;
+pub mod procfs;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+pub use elf::{Binding, ElfImage, FunctionSymbol, SymbolKind, SymbolSource};
+pub use error::InspectError;
+pub use maps::{free_gap_near, parse_maps, read_maps, Mapping, MappingPath, Perms};
+pub use module::{modules, Module};
+pub use pattern::{suggest, Pattern, PatternError};
+pub use procfs::{process_state, tracer_pid, ProcState};
+
+/// What kind of function was found, with its runtime details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FunctionKind {
+    /// An ordinary function: `address` is its code.
+    Plain,
+    /// A GNU indirect function: `address` (equal to `resolver`) is the
+    /// resolver's code, not the implementation. See
+    /// [`ProcessImage::ifunc_slots`] to find the implementation in use.
+    Ifunc {
+        /// Runtime address of the resolver.
+        resolver: u64,
+    },
+}
+
+/// A function selected by a pattern, located in the process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundFunction {
+    /// The name (the first one matched at this address).
+    pub name: String,
+    /// File name of the module, e.g. `libc.so.6`.
+    pub module: String,
+    /// Path of the module as in `/proc/PID/maps`.
+    pub module_path: PathBuf,
+    /// Runtime address of the first instruction.
+    pub address: u64,
+    /// File vaddr of the function in its module.
+    pub vaddr: u64,
+    /// Size in bytes (0 if unknown).
+    pub size: u64,
+    /// Plain function or IFUNC.
+    pub kind: FunctionKind,
+    /// Which table the function came from.
+    pub source: SymbolSource,
+    /// Bytes after the function that belong to no other function (at most
+    /// 64); see [`ElfImage::padding_after`].
+    pub padding: u64,
+    /// Other names of the same address that also matched.
+    pub aliases: Vec<String>,
+}
+
+/// Builds the [`FoundFunction`] for symbol `f` of module `m`.
+fn found_function(m: &Module, img: &ElfImage, f: &FunctionSymbol) -> FoundFunction {
+    let address = m.runtime_address(f.vaddr);
+    FoundFunction {
+        name: f.name.clone(),
+        module: m.name().to_owned(),
+        module_path: m.path().to_path_buf(),
+        address,
+        vaddr: f.vaddr,
+        size: f.size,
+        kind: match f.kind {
+            SymbolKind::Plain => FunctionKind::Plain,
+            SymbolKind::Ifunc => FunctionKind::Ifunc { resolver: address },
+        },
+        source: f.source,
+        padding: img.padding_after(f.vaddr, f.size).unwrap_or(0),
+        aliases: Vec::new(),
+    }
+}
+
+/// A module that was skipped while resolving patterns.
+#[derive(Debug)]
+pub struct SkippedModule {
+    /// Path of the module.
+    pub path: PathBuf,
+    /// Why its symbols could not be read.
+    pub error: InspectError,
+}
+
+/// A snapshot of a process's address space: its mappings and modules, with
+/// lazily parsed symbol tables.
+#[derive(Debug)]
+pub struct ProcessImage {
+    pid: i32,
+    maps: Vec<Mapping>,
+    modules: Vec<Module>,
+    skipped: Vec<SkippedModule>,
+}
+
+impl ProcessImage {
+    /// Reads `/proc/PID/maps` and finds the modules of `pid`.
+    ///
+    /// Fails with [`InspectError::NoSuchProcess`], [`InspectError::Zombie`],
+    /// [`InspectError::PermissionDenied`] (maps are guarded by the ptrace
+    /// access check), or [`InspectError::NoAddressSpace`] for kernel threads.
+    pub fn open(pid: i32) -> Result<Self, InspectError> {
+        if process_state(pid)? == ProcState::Zombie {
+            return Err(InspectError::Zombie(pid));
+        }
+        let mut image = ProcessImage {
+            pid,
+            maps: Vec::new(),
+            modules: Vec::new(),
+            skipped: Vec::new(),
+        };
+        image.refresh()?;
+        Ok(image)
+    }
+
+    /// Re-reads the mappings (e.g. after a `dlopen`). Parsed symbol tables of
+    /// modules still loaded at the same place are kept.
+    pub fn refresh(&mut self) -> Result<(), InspectError> {
+        let maps = read_maps(self.pid)?;
+        if maps.is_empty() {
+            // Between exit and reaping the maps are empty too.
+            return Err(match process_state(self.pid)? {
+                ProcState::Zombie | ProcState::Dead => InspectError::Zombie(self.pid),
+                _ => InspectError::NoAddressSpace(self.pid),
+            });
+        }
+        let mut new = module::modules_from_maps(self.pid, &maps);
+        module::carry_over_images(&mut new, &mut self.modules);
+        self.maps = maps;
+        self.modules = new;
+        Ok(())
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// All mappings, ascending by address.
+    pub fn maps(&self) -> &[Mapping] {
+        &self.maps
+    }
+
+    /// The modules, main executable first.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The main executable, if it could be identified.
+    pub fn executable(&self) -> Option<&Module> {
+        self.modules.first().filter(|m| m.is_main_executable())
+    }
+
+    /// The module with a file-backed mapping containing `addr`.
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules.iter().find(|m| m.contains(addr))
+    }
+
+    /// Whether the program is statically linked: the executable has no
+    /// `PT_INTERP` and no dynamic loader (`ld-linux*`, `ld-musl*`, `ld.so*`)
+    /// is mapped. Such a program cannot `dlopen` weft's runtime.
+    pub fn is_statically_linked(&self) -> bool {
+        let exe_has_interp = self.executable().is_some_and(|m| m.header().has_interp());
+        let loader_mapped = self.modules.iter().any(|m| {
+            let n = m.name();
+            n.starts_with("ld-linux") || n.starts_with("ld-musl") || n.starts_with("ld.so")
+        });
+        !exe_has_interp && !loader_mapped
+    }
+
+    /// Modules that [`ProcessImage::find_functions`] or
+    /// [`ProcessImage::all_function_names`] had to skip during the last call
+    /// because their file could not be read.
+    pub fn skipped_modules(&self) -> &[SkippedModule] {
+        &self.skipped
+    }
+
+    /// Loads the images of the modules some pattern can touch. Errors of a
+    /// module named explicitly by a pattern, or of the main executable, are
+    /// returned; other unreadable modules are recorded in `skipped`.
+    fn touched_modules(&mut self, patterns: &[Pattern]) -> Result<Vec<usize>, InspectError> {
+        self.skipped.clear();
+        let mut touched = Vec::new();
+        for (i, m) in self.modules.iter().enumerate() {
+            let selecting: Vec<&Pattern> = patterns
+                .iter()
+                .filter(|p| p.could_match_module(m))
+                .collect();
+            if selecting.is_empty() {
+                continue;
+            }
+            match m.image().and_then(|img| img.functions().map(|_| ())) {
+                Ok(()) => touched.push(i),
+                Err(e)
+                    if m.is_main_executable() || selecting.iter().any(|p| p.module().is_some()) =>
+                {
+                    return Err(e)
+                }
+                Err(error) => self.skipped.push(SkippedModule {
+                    path: m.path().to_path_buf(),
+                    error,
+                }),
+            }
+        }
+        Ok(touched)
+    }
+
+    /// Finds the functions selected by any of `patterns`.
+    ///
+    /// Only modules a pattern can touch are parsed. Functions whose runtime
+    /// address is not in an executable mapping of their module are left out.
+    /// Results are deduplicated by runtime address: the first name matched
+    /// (modules in order, then by address, global before weak before local
+    /// symbols) is kept and the others become `aliases`.
+    pub fn find_functions(
+        &mut self,
+        patterns: &[Pattern],
+    ) -> Result<Vec<FoundFunction>, InspectError> {
+        let touched = self.touched_modules(patterns)?;
+        let mut out: Vec<FoundFunction> = Vec::new();
+        let mut by_address: HashMap<u64, usize> = HashMap::new();
+        for i in touched {
+            let m = &self.modules[i];
+            let selecting: Vec<&Pattern> = patterns
+                .iter()
+                .filter(|p| p.could_match_module(m))
+                .collect();
+            let img = m.image()?;
+            for f in img.functions()? {
+                if !selecting.iter().any(|p| p.matches_function(&f.name)) {
+                    continue;
+                }
+                let address = m.runtime_address(f.vaddr);
+                if !m.is_executable_address(address) {
+                    continue;
+                }
+                if let Some(&j) = by_address.get(&address) {
+                    let found = &mut out[j];
+                    if found.name != f.name && !found.aliases.contains(&f.name) {
+                        found.aliases.push(f.name.clone());
+                    }
+                    continue;
+                }
+                by_address.insert(address, out.len());
+                out.push(found_function(m, img, f));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The names of all functions in the modules `patterns` can touch
+    /// (ignoring the name part), sorted and deduplicated: candidates for
+    /// [`suggest`] when a pattern matches nothing.
+    pub fn all_function_names(
+        &mut self,
+        patterns: &[Pattern],
+    ) -> Result<Vec<String>, InspectError> {
+        let touched = self.touched_modules(patterns)?;
+        let mut names: Vec<String> = Vec::new();
+        for i in touched {
+            names.extend(
+                self.modules[i]
+                    .image()?
+                    .functions()?
+                    .iter()
+                    .map(|f| f.name.clone()),
+            );
+        }
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// Runtime address of the defined symbol `symbol` in the first module
+    /// whose file name starts with `module_name_prefix` and defines it, e.g.
+    /// `("libc.so", "dlopen")`. For an IFUNC, the resolver's address.
+    pub fn symbol_address(&mut self, module_name_prefix: &str, symbol: &str) -> Option<u64> {
+        self.modules
+            .iter()
+            .filter(|m| m.name().starts_with(module_name_prefix))
+            .find_map(|m| {
+                let vaddr = m.image().ok()?.symbol_vaddr(symbol).ok()??;
+                Some(m.runtime_address(vaddr))
+            })
+    }
+
+    /// Runtime addresses of the GOT slots that hold the implementation chosen
+    /// for the IFUNC `f`: `R_X86_64_IRELATIVE` slots of its own module whose
+    /// addend is its resolver, and `JUMP_SLOT`/`GLOB_DAT` slots naming it in
+    /// every module (parsing all of them). Read them from the live process
+    /// to learn the implementation. A lazily bound `JUMP_SLOT` holds a PLT
+    /// address until the first call, and a slot in another module may be
+    /// bound to an interposed definition; the caller should check that the
+    /// value lies in `f`'s module. Unreadable modules are skipped.
+    pub fn ifunc_slots(&mut self, f: &FoundFunction) -> Result<Vec<u64>, InspectError> {
+        let mut out = Vec::new();
+        for m in &self.modules {
+            let own = m.path() == f.module_path;
+            let Ok(img) = m.image() else {
+                if own {
+                    m.image()?;
+                }
+                continue;
+            };
+            // For other modules no IRELATIVE addend can match: use an
+            // impossible resolver value.
+            let resolver = if own { f.vaddr } else { u64::MAX };
+            out.extend(
+                img.ifunc_got_slots(&f.name, resolver)?
+                    .into_iter()
+                    .map(|v| m.runtime_address(v)),
+            );
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Near names for a pattern that matched nothing (up to 5, see
+    /// [`suggest`]). If the pattern's `MODULE:` part selects no module,
+    /// module names are suggested instead, as `module:name`.
+    pub fn suggest(&mut self, pattern: &Pattern) -> Result<Vec<String>, InspectError> {
+        if let Some(module) = pattern.module() {
+            if !self.modules.iter().any(|m| pattern.could_match_module(m)) {
+                let names: Vec<&str> = self.modules.iter().map(Module::name).collect();
+                return Ok(suggest(module.as_str(), names.into_iter())
+                    .into_iter()
+                    .map(|m| format!("{m}:{}", pattern.name()))
+                    .collect());
+            }
+        }
+        let names = self.all_function_names(std::slice::from_ref(pattern))?;
+        Ok(suggest(
+            pattern.name().as_str(),
+            names.iter().map(String::as_str),
+        ))
+    }
+
+    /// The function containing runtime address `addr`: a symbol whose
+    /// `[start, start + size)` contains it (the one starting at `addr`
+    /// preferred), else an `.eh_frame` FDE (named `fun_<hex vaddr>`, e.g. for
+    /// the non-exported IFUNC implementations of a libc without `.symtab`).
+    /// `None` if `addr` is in no module or no function covers it.
+    pub fn function_at(&mut self, addr: u64) -> Result<Option<FoundFunction>, InspectError> {
+        let Some(m) = self.module_of(addr) else {
+            return Ok(None);
+        };
+        let img = m.image()?;
+        let vaddr = addr.wrapping_sub(m.bias());
+        let covers =
+            |f: &&FunctionSymbol| f.vaddr <= vaddr && vaddr < f.vaddr.saturating_add(f.size.max(1));
+        let funcs = img.functions()?;
+        let hit = funcs
+            .iter()
+            .find(|f| f.vaddr == vaddr)
+            .or_else(|| funcs.iter().filter(covers).min_by_key(|f| f.size));
+        if let Some(f) = hit {
+            return Ok(Some(found_function(m, img, f)));
+        }
+        Ok(img
+            .fde_functions()?
+            .iter()
+            .find(covers)
+            .map(|f| found_function(m, img, f)))
+    }
+
+    /// Where a call to `f` really goes: its address for a plain function;
+    /// for an IFUNC, the implementation read from one of its GOT slots in the
+    /// live process (a value inside `f`'s module other than the resolver).
+    /// `None` if no slot holds one yet (lazy binding) or memory cannot be
+    /// read.
+    pub fn resolved_address(&mut self, f: &FoundFunction) -> Option<u64> {
+        let FunctionKind::Ifunc { resolver } = f.kind else {
+            return Some(f.address);
+        };
+        let slots = self.ifunc_slots(f).ok()?;
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        let module = self.modules.iter().find(|m| m.path() == f.module_path)?;
+        slots.into_iter().find_map(|slot| {
+            let mut buf = [0u8; 8];
+            std::os::unix::fs::FileExt::read_exact_at(&mem, &mut buf, slot).ok()?;
+            let value = u64::from_le_bytes(buf);
+            (value != resolver && module.is_executable_address(value)).then_some(value)
+        })
+    }
+}

@@ -1,0 +1,554 @@
+//! Function patterns: `[MODULE:]NAME` with shell-style globs, and "did you
+//! mean" suggestions.
+
+use std::fmt;
+
+use super::module::Module;
+
+/// An invalid pattern.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Nothing to match.
+    #[error(
+        "empty function pattern; write NAME or MODULE:NAME, e.g. `work_*` or `libc.so.6:malloc`"
+    )]
+    Empty,
+    /// `MODULE:` with nothing after it, or `:NAME`.
+    #[error(
+        "pattern `{0}` has an empty module or function part; write MODULE:NAME, e.g. `libc:malloc`"
+    )]
+    EmptyPart(String),
+    /// A `[` without its `]`.
+    #[error(
+        "pattern `{0}`: unclosed `[` character class; close it with `]` or escape it as `\\[`"
+    )]
+    UnclosedClass(String),
+    /// A `\` at the end.
+    #[error("pattern `{0}` ends with a lone `\\`; remove it or escape it as `\\\\`")]
+    TrailingEscape(String),
+}
+
+/// One element of a compiled glob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    /// A literal character.
+    Char(char),
+    /// `?`: any one character.
+    Any,
+    /// `*`: any run of characters, including none.
+    Star,
+    /// `[...]`: one character in (or, if negated, not in) the ranges.
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+impl Token {
+    fn matches(&self, c: char) -> bool {
+        match self {
+            Token::Char(x) => *x == c,
+            Token::Any => true,
+            Token::Star => false,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+            }
+        }
+    }
+}
+
+/// A compiled shell-style glob: `*`, `?`, `[abc]`, `[a-z]`, `[!a]` / `[^a]`,
+/// and `\` to escape the next character.
+///
+/// Matching is `O(len(glob) * len(text))` in the worst case (the classic
+/// single-backtrack-point algorithm), never exponential.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Glob {
+    text: String,
+    tokens: Vec<Token>,
+    /// The unescaped text when the glob has no wildcard: matched by `==`.
+    literal: Option<String>,
+}
+
+impl Glob {
+    /// Compiles `text`.
+    pub fn new(text: &str) -> Result<Glob, PatternError> {
+        let mut tokens = Vec::new();
+        let mut chars = text.chars().peekable();
+        let mut literal = true;
+        while let Some(c) = chars.next() {
+            let tok = match c {
+                '\\' => Token::Char(
+                    chars
+                        .next()
+                        .ok_or_else(|| PatternError::TrailingEscape(text.into()))?,
+                ),
+                '?' => Token::Any,
+                '*' => {
+                    // `**` is `*`; collapsing keeps the matcher's work bound.
+                    if tokens.last() == Some(&Token::Star) {
+                        continue;
+                    }
+                    Token::Star
+                }
+                '[' => {
+                    let negated = matches!(chars.peek(), Some('!' | '^'));
+                    if negated {
+                        chars.next();
+                    }
+                    let mut ranges = Vec::new();
+                    let mut first = true;
+                    loop {
+                        let c = chars
+                            .next()
+                            .ok_or_else(|| PatternError::UnclosedClass(text.into()))?;
+                        // A `]` right after `[` or `[!` is a literal, as in sh.
+                        if c == ']' && !first {
+                            break;
+                        }
+                        first = false;
+                        let c = if c == '\\' {
+                            chars
+                                .next()
+                                .ok_or_else(|| PatternError::UnclosedClass(text.into()))?
+                        } else {
+                            c
+                        };
+                        let mut lookahead = chars.clone();
+                        if lookahead.next() == Some('-')
+                            && lookahead.peek().is_some_and(|&e| e != ']')
+                        {
+                            chars.next();
+                            let hi = chars
+                                .next()
+                                .ok_or_else(|| PatternError::UnclosedClass(text.into()))?;
+                            ranges.push((c.min(hi), c.max(hi)));
+                        } else {
+                            ranges.push((c, c));
+                        }
+                    }
+                    Token::Class { negated, ranges }
+                }
+                c => Token::Char(c),
+            };
+            if !matches!(tok, Token::Char(_)) {
+                literal = false;
+            }
+            tokens.push(tok);
+        }
+        let literal = literal.then(|| {
+            tokens
+                .iter()
+                .map(|t| match t {
+                    Token::Char(c) => *c,
+                    _ => unreachable!("literal globs hold only Char tokens"),
+                })
+                .collect()
+        });
+        Ok(Glob {
+            text: text.into(),
+            tokens,
+            literal,
+        })
+    }
+
+    /// The glob as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the glob has no wildcard (it then matches one exact string).
+    pub fn is_literal(&self) -> bool {
+        self.literal.is_some()
+    }
+
+    /// The exact string a wildcard-free glob matches.
+    pub fn literal(&self) -> Option<&str> {
+        self.literal.as_deref()
+    }
+
+    /// Whether the whole of `s` matches.
+    pub fn matches(&self, s: &str) -> bool {
+        if let Some(lit) = &self.literal {
+            return lit == s;
+        }
+        let toks = &self.tokens;
+        let (mut t, mut i) = (0usize, 0usize);
+        // Where to resume after the last `*`: token index after it and the
+        // text position it currently swallows up to.
+        let mut backtrack: Option<(usize, usize)> = None;
+        loop {
+            let c = s[i..].chars().next();
+            match (toks.get(t), c) {
+                (Some(Token::Star), _) => {
+                    t += 1;
+                    backtrack = Some((t, i));
+                }
+                (Some(tok), Some(c)) if tok.matches(c) => {
+                    t += 1;
+                    i += c.len_utf8();
+                }
+                (None, None) => return true,
+                _ => {
+                    // Mismatch: let the last `*` swallow one more character.
+                    // Earlier stars never need revisiting, so this is linear
+                    // per star position and never exponential.
+                    let Some((bt, bi)) = backtrack else {
+                        return false;
+                    };
+                    let Some(c) = s[bi..].chars().next() else {
+                        return false;
+                    };
+                    let bi = bi + c.len_utf8();
+                    backtrack = Some((bt, bi));
+                    t = bt;
+                    i = bi;
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A function pattern: an optional module glob and a function-name glob.
+///
+/// Syntax: `NAME` or `MODULE:NAME`. The module part is split at the first
+/// single `:` (a `::` belongs to a C++ name). It matches a module whose file
+/// name (`libc.so.6`), full path (`/usr/lib/x86_64-linux-gnu/libc.so.6`) or
+/// file name without the version suffix (`libc.so`, `libc`) matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    text: String,
+    module: Option<Glob>,
+    name: Glob,
+}
+
+/// Finds the first `:` that is not part of a `::`.
+fn module_separator(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    (0..b.len())
+        .find(|&i| b[i] == b':' && (i == 0 || b[i - 1] != b':') && b.get(i + 1) != Some(&b':'))
+}
+
+impl Pattern {
+    /// Parses `[MODULE:]NAME`.
+    pub fn parse(text: &str) -> Result<Pattern, PatternError> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(PatternError::Empty);
+        }
+        let (module, name) = match module_separator(trimmed) {
+            Some(i) => (Some(&trimmed[..i]), &trimmed[i + 1..]),
+            None => (None, trimmed),
+        };
+        if name.is_empty() || module.is_some_and(str::is_empty) {
+            return Err(PatternError::EmptyPart(trimmed.into()));
+        }
+        Ok(Pattern {
+            text: trimmed.into(),
+            module: module.map(Glob::new).transpose()?,
+            name: Glob::new(name)?,
+        })
+    }
+
+    /// The pattern as written (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The module glob, if the pattern has a `MODULE:` part.
+    pub fn module(&self) -> Option<&Glob> {
+        self.module.as_ref()
+    }
+
+    /// The function-name glob.
+    pub fn name(&self) -> &Glob {
+        &self.name
+    }
+
+    /// Whether a module with this file name and path is selected.
+    pub fn matches_module_name(&self, file_name: &str, path: &str) -> bool {
+        let Some(g) = &self.module else {
+            return true;
+        };
+        if g.matches(file_name) || g.matches(path) {
+            return true;
+        }
+        // `libc.so.6` also answers to `libc.so` and `libc`;
+        // `libfoo-1.2.so` to `libfoo-1.2`.
+        if let Some(i) = file_name.find(".so") {
+            let rest = &file_name[i + 3..];
+            if rest.is_empty() || rest.starts_with('.') {
+                return g.matches(&file_name[..i]) || g.matches(&file_name[..i + 3]);
+            }
+        }
+        false
+    }
+
+    /// Whether this pattern can select functions of `module`, so that only
+    /// such modules need their symbols parsed.
+    pub fn could_match_module(&self, module: &Module) -> bool {
+        self.matches_module_name(module.name(), &module.path().to_string_lossy())
+    }
+
+    /// Whether a function called `name` is selected (module not checked).
+    pub fn matches_function(&self, name: &str) -> bool {
+        self.name.matches(name)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = PatternError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Pattern::parse(s)
+    }
+}
+
+/// Levenshtein distance, or `None` as soon as it must exceed `max`.
+fn edit_distance(a: &[char], b: &[char], max: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        let mut row_min = cur[0];
+        for (j, &cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+            row_min = row_min.min(cur[j + 1]);
+        }
+        if row_min > max {
+            return None;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    Some(prev[b.len()]).filter(|&d| d <= max)
+}
+
+/// Up to 5 names among `candidates` that look like `name`, best first: small
+/// edit distance (at most a third of the length, at least 2), or containing
+/// `name` (or contained in it) when `name` has at least 3 characters.
+/// Duplicates and `name` itself are skipped. Meant for "no function matches
+/// `wrok_a`; did you mean `work_a`?"; `name` may be a glob, whose wildcard
+/// characters are then ignored.
+pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let needle: String = name
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?' | '[' | ']'))
+        .collect();
+    let n: Vec<char> = needle.to_lowercase().chars().collect();
+    if n.is_empty() {
+        return Vec::new();
+    }
+    let max = (n.len() / 3).max(2);
+    let needle_lower: String = n.iter().collect();
+    let mut scored: Vec<(usize, usize, String)> = Vec::new();
+    let mut buf: Vec<char> = Vec::new();
+    for c in candidates {
+        if c == name {
+            continue;
+        }
+        let lower = c.to_lowercase();
+        buf.clear();
+        buf.extend(lower.chars());
+        let score = match edit_distance(&n, &buf, max) {
+            Some(d) => Some(d),
+            None => {
+                let related = lower.contains(&needle_lower)
+                    || (buf.len() >= 3 && needle_lower.contains(&lower));
+                // Substring hits rank after every edit-distance hit, shorter
+                // (closer in length) ones first.
+                (n.len() >= 3 && related).then(|| max + 1 + buf.len().abs_diff(n.len()))
+            }
+        };
+        if let Some(s) = score {
+            scored.push((s, c.len(), c.to_owned()));
+        }
+    }
+    scored.sort();
+    scored.dedup_by(|a, b| a.2 == b.2);
+    scored.into_iter().take(5).map(|(_, _, s)| s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(p: &str) -> Glob {
+        Glob::new(p).unwrap()
+    }
+
+    #[test]
+    fn globs() {
+        assert!(g("work_*").matches("work_a"));
+        assert!(g("work_*").matches("work_"));
+        assert!(!g("work_*").matches("wor"));
+        assert!(!g("work_*").matches("xwork_a"));
+        assert!(g("*").matches(""));
+        assert!(g("*a*b*").matches("xxaxxbxx"));
+        assert!(!g("*a*b*").matches("xxbxxaxx"));
+        assert!(g("bar?").matches("bar1"));
+        assert!(!g("bar?").matches("bar"));
+        assert!(!g("bar?").matches("bar12"));
+        assert!(g("f[abc]o").matches("fbo"));
+        assert!(!g("f[abc]o").matches("fdo"));
+        assert!(g("f[a-c]o").matches("fco"));
+        assert!(g("f[!a-c]o").matches("fdo"));
+        assert!(!g("f[^a-c]o").matches("fbo"));
+        assert!(g("f[]]o").matches("f]o"));
+        assert!(g("f[a-]o").matches("f-o"));
+        assert!(g(r"a\*b").matches("a*b"));
+        assert!(!g(r"a\*b").matches("axb"));
+        assert!(g(r"a\*b").is_literal());
+        assert_eq!(g(r"a\*b").literal(), Some("a*b"));
+        assert!(g("malloc").is_literal());
+        assert!(g("malloc").matches("malloc"));
+        assert!(!g("malloc").matches("malloc2"));
+        assert!(g("é*ü").matches("éabcü"));
+        assert!(g("?").matches("é"));
+        assert!(matches!(
+            Glob::new("f[ab"),
+            Err(PatternError::UnclosedClass(_))
+        ));
+        assert!(matches!(
+            Glob::new("ab\\"),
+            Err(PatternError::TrailingEscape(_))
+        ));
+    }
+
+    #[test]
+    fn no_exponential_backtracking() {
+        let text = "a".repeat(10_000);
+        let pat = format!("{}b", "*a".repeat(50));
+        let t = std::time::Instant::now();
+        assert!(!g(&pat).matches(&text));
+        assert!(g(&"*a".repeat(50)).matches(&text));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn module_qualifiers() {
+        let p = Pattern::parse("libc.so.6:malloc").unwrap();
+        assert_eq!(p.module().unwrap().as_str(), "libc.so.6");
+        assert!(p.matches_module_name("libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(!p.matches_module_name("libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6"));
+        assert!(p.matches_function("malloc"));
+        assert!(!p.matches_function("malloc_usable_size"));
+
+        for m in [
+            "libc",
+            "libc.so",
+            "libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "libc*",
+            "*/libc.so.6",
+        ] {
+            let p = Pattern::parse(&format!("{m}:malloc")).unwrap();
+            assert!(
+                p.matches_module_name("libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                "{m}"
+            );
+            assert!(
+                !p.matches_module_name("libcrypt.so.1", "/usr/lib/x86_64-linux-gnu/libcrypt.so.1")
+                    || m.contains('*'),
+                "{m}"
+            );
+        }
+        assert!(Pattern::parse("libfoo-1.2:x")
+            .unwrap()
+            .matches_module_name("libfoo-1.2.so", "/x/libfoo-1.2.so"));
+        // `.so` in the middle of a name is not a version suffix.
+        assert!(!Pattern::parse("lib:x")
+            .unwrap()
+            .matches_module_name("lib.sox", "/x/lib.sox"));
+
+        let p = Pattern::parse("libfoo*:bar?").unwrap();
+        assert!(p.matches_module_name("libfoo.so.1", "/x/libfoo.so.1"));
+        assert!(!p.matches_module_name("libbar.so.1", "/x/libbar.so.1"));
+        assert!(p.matches_function("bar1") && !p.matches_function("bar"));
+
+        let p = Pattern::parse("work_*").unwrap();
+        assert!(p.module().is_none());
+        assert!(p.matches_module_name("anything", "/anything"));
+
+        // C++ scopes are not module separators.
+        let p = Pattern::parse("ns::f").unwrap();
+        assert!(p.module().is_none());
+        assert!(p.matches_function("ns::f"));
+        let p = Pattern::parse("libx.so:ns::f*").unwrap();
+        assert_eq!(p.module().unwrap().as_str(), "libx.so");
+        assert!(p.matches_function("ns::foo"));
+
+        assert_eq!(Pattern::parse("  "), Err(PatternError::Empty));
+        assert!(matches!(
+            Pattern::parse("libc:"),
+            Err(PatternError::EmptyPart(_))
+        ));
+        assert!(matches!(
+            Pattern::parse(":malloc"),
+            Err(PatternError::EmptyPart(_))
+        ));
+        assert!(matches!(
+            Pattern::parse("libc:[x"),
+            Err(PatternError::UnclosedClass(_))
+        ));
+        assert_eq!("a:b".parse::<Pattern>().unwrap().to_string(), "a:b");
+    }
+
+    #[test]
+    fn suggestions() {
+        let names = [
+            "work_a",
+            "work_b",
+            "main",
+            "worker_loop",
+            "malloc",
+            "free",
+            "work_a",
+        ];
+        let s = suggest("wrok_a", names.iter().copied());
+        assert_eq!(s.first().map(String::as_str), Some("work_a"));
+        assert!(s.len() <= 5);
+        assert_eq!(s.iter().filter(|x| *x == "work_a").count(), 1);
+        assert!(!s.contains(&"free".to_string()));
+        let s = suggest("malloc", names.iter().copied());
+        assert!(s.is_empty(), "{s:?}");
+        let s = suggest("mallco", names.iter().copied());
+        assert_eq!(s, vec!["malloc".to_string()]);
+        // Substring matches.
+        let s = suggest("loop", names.iter().copied());
+        assert_eq!(s, vec!["worker_loop".to_string()]);
+        // Globs: wildcards ignored.
+        let s = suggest("wrk_*", names.iter().copied());
+        assert!(s.contains(&"work_a".to_string()), "{s:?}");
+        assert!(suggest("", names.iter().copied()).is_empty());
+        let many: Vec<String> = (0..100).map(|i| format!("work_{i}")).collect();
+        assert_eq!(suggest("work_", many.iter().map(String::as_str)).len(), 5);
+    }
+
+    #[test]
+    fn edit_distances() {
+        let c = |s: &str| s.chars().collect::<Vec<_>>();
+        assert_eq!(edit_distance(&c("kitten"), &c("sitting"), 5), Some(3));
+        assert_eq!(edit_distance(&c("kitten"), &c("sitting"), 2), None);
+        assert_eq!(edit_distance(&c(""), &c("ab"), 2), Some(2));
+        assert_eq!(edit_distance(&c("same"), &c("same"), 0), Some(0));
+    }
+}

@@ -1,0 +1,189 @@
+//! Process state from `/proc/PID/stat` and `/proc/PID/status`.
+
+use std::path::PathBuf;
+
+use super::error::InspectError;
+
+/// The scheduler state of a process (the third field of `/proc/PID/stat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProcState {
+    /// `R`: running or runnable.
+    Running,
+    /// `S`: interruptible sleep.
+    Sleeping,
+    /// `D`: uninterruptible sleep (usually I/O).
+    DiskSleep,
+    /// `T`: stopped by a job-control signal.
+    Stopped,
+    /// `t`: stopped by a tracer (another debugger may hold it).
+    TracingStop,
+    /// `Z`: exited, not yet reaped by its parent.
+    Zombie,
+    /// `X` / `x`: dead.
+    Dead,
+    /// `I`: idle kernel thread.
+    Idle,
+    /// `P`: parked kernel thread.
+    Parked,
+    /// Any other letter (`W`, `K`, future ones).
+    Other(char),
+}
+
+impl ProcState {
+    /// Whether the process has exited and waits to be reaped (`Z`), or is
+    /// dead (`X`).
+    pub fn is_zombie(self) -> bool {
+        matches!(self, ProcState::Zombie | ProcState::Dead)
+    }
+
+    fn from_letter(c: char) -> ProcState {
+        match c {
+            'R' => ProcState::Running,
+            'S' => ProcState::Sleeping,
+            'D' => ProcState::DiskSleep,
+            'T' => ProcState::Stopped,
+            't' => ProcState::TracingStop,
+            'Z' => ProcState::Zombie,
+            'X' | 'x' => ProcState::Dead,
+            'I' => ProcState::Idle,
+            'P' => ProcState::Parked,
+            c => ProcState::Other(c),
+        }
+    }
+}
+
+/// Extracts the state letter from the contents of `/proc/PID/stat`.
+///
+/// The second field, `(comm)`, may contain spaces and `)`; the kernel never
+/// escapes it, so the state is found after the *last* `)`.
+pub fn parse_stat_state(stat: &str) -> Option<ProcState> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let c = rest.trim_start_matches(' ').chars().next()?;
+    c.is_ascii_alphabetic().then(|| ProcState::from_letter(c))
+}
+
+/// Extracts `TracerPid` from the contents of `/proc/PID/status`: `Some(Ok(0))`
+/// means not traced, `None` means the line is missing, `Some(Err(()))` that
+/// it is malformed.
+fn parse_tracer_pid(status: &str) -> Option<Result<i32, ()>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
+    Some(line.trim().parse::<i32>().map_err(|_| ()))
+}
+
+fn read_proc(pid: i32, file: &str) -> Result<(PathBuf, String), InspectError> {
+    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    let bytes =
+        std::fs::read(&path).map_err(|e| InspectError::from_proc_io(pid, path.clone(), e))?;
+    // comm may hold arbitrary bytes; only ASCII fields are parsed.
+    Ok((path, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// The state of process `pid`, from `/proc/PID/stat`.
+pub fn process_state(pid: i32) -> Result<ProcState, InspectError> {
+    if pid <= 0 {
+        return Err(InspectError::NoSuchProcess(pid));
+    }
+    let (path, text) = read_proc(pid, "stat")?;
+    parse_stat_state(&text).ok_or_else(|| InspectError::BadProcFile {
+        path,
+        what: "no state letter after the `(comm)` field".into(),
+    })
+}
+
+/// The PID of the process tracing `pid` (a debugger, strace, another weft),
+/// or `None` if it is not traced; from `/proc/PID/status`.
+pub fn tracer_pid(pid: i32) -> Result<Option<i32>, InspectError> {
+    if pid <= 0 {
+        return Err(InspectError::NoSuchProcess(pid));
+    }
+    let (path, text) = read_proc(pid, "status")?;
+    match parse_tracer_pid(&text) {
+        Some(Ok(0)) => Ok(None),
+        Some(Ok(t)) => Ok(Some(t)),
+        Some(Err(())) => Err(InspectError::BadProcFile {
+            path,
+            what: "TracerPid is not a number".into(),
+        }),
+        None => Err(InspectError::BadProcFile {
+            path,
+            what: "no TracerPid line".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_state() {
+        let s = "1234 (cat) S 1 1234 1234 34816 1234 4194304 95 0 0 0 0 0";
+        assert_eq!(parse_stat_state(s), Some(ProcState::Sleeping));
+        let s = "1234 (evil) R (x) Z) t 1 2 3";
+        assert_eq!(parse_stat_state(s), Some(ProcState::TracingStop));
+        assert_eq!(parse_stat_state("5 (a b) Z 1"), Some(ProcState::Zombie));
+        assert_eq!(parse_stat_state("5 ()) D 1"), Some(ProcState::DiskSleep));
+        assert_eq!(parse_stat_state("5 (x) W 1"), Some(ProcState::Other('W')));
+        assert_eq!(parse_stat_state("5 (x)"), None);
+        assert_eq!(parse_stat_state("5 (x) 7"), None);
+        assert_eq!(parse_stat_state("garbage"), None);
+        assert_eq!(parse_stat_state(""), None);
+    }
+
+    #[test]
+    fn tracer() {
+        assert_eq!(parse_tracer_pid("Name:\tx\nTracerPid:\t0\n"), Some(Ok(0)));
+        assert_eq!(parse_tracer_pid("TracerPid:\t42\nUid: 1"), Some(Ok(42)));
+        assert_eq!(parse_tracer_pid("TracerPid:\tx\n"), Some(Err(())));
+        assert_eq!(parse_tracer_pid("Name: x\n"), None);
+    }
+
+    #[test]
+    fn own_process() {
+        let pid = std::process::id() as i32;
+        // /proc/PID/stat shows the main thread, which may be waiting for
+        // the test threads.
+        let state = process_state(pid).unwrap();
+        assert!(
+            matches!(state, ProcState::Running | ProcState::Sleeping),
+            "{state:?}"
+        );
+        assert!(!state.is_zombie());
+        // Not traced, unless the tests run under a debugger.
+        let t = tracer_pid(pid).unwrap();
+        assert!(t.is_none() || t.unwrap() > 0);
+        assert!(matches!(
+            process_state(-1),
+            Err(InspectError::NoSuchProcess(-1))
+        ));
+        // PIDs are below 2^22; this one cannot exist.
+        assert!(matches!(
+            process_state(i32::MAX),
+            Err(InspectError::NoSuchProcess(_))
+        ));
+        assert!(matches!(
+            tracer_pid(i32::MAX),
+            Err(InspectError::NoSuchProcess(_))
+        ));
+    }
+
+    #[test]
+    fn zombie_is_detected() {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Not waited for: it becomes a zombie once it exits.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_state(pid).unwrap() != ProcState::Zombie {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let err = super::super::ProcessImage::open(pid).unwrap_err();
+        assert!(matches!(err, InspectError::Zombie(p) if p == pid), "{err}");
+        assert!(err.to_string().contains("zombie"));
+        let mut child = child;
+        child.wait().unwrap();
+    }
+}
