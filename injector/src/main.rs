@@ -1,1 +1,238 @@
-fn main(){}
+//! The `weft` command: a thin client of the `weft` library.
+
+mod cli_demo;
+mod cli_wait;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use weft::{Pattern, Process, Report};
+
+/// Measure any function of a running threaded program, per thread, without
+/// restarting or recompiling it.
+#[derive(Parser, Debug)]
+#[command(name = "weft", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Format {
+    /// A per-thread table for people.
+    Table,
+    /// One JSON object (see docs/report-format.md).
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+struct Output {
+    /// Report format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Write the report to FILE instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start PROGRAM instrumented from before main; report when it exits.
+    Run {
+        /// Functions to count: names, globs (`work_*`), `MODULE:NAME`;
+        /// repeat or separate with commas.
+        #[arg(
+            short = 'f',
+            long = "function",
+            value_name = "PATTERN",
+            required = true
+        )]
+        functions: Vec<String>,
+        #[command(flatten)]
+        output: Output,
+        /// The program and its arguments.
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        command: Vec<String>,
+    },
+    /// Attach to a running process, count until it exits, --duration ends,
+    /// or SIGINT/SIGTERM; then remove everything and detach.
+    Attach {
+        /// The process to attach to.
+        #[arg(short = 'p', long = "pid")]
+        pid: i32,
+        /// Functions to count (as for `run`).
+        #[arg(
+            short = 'f',
+            long = "function",
+            value_name = "PATTERN",
+            required = true
+        )]
+        functions: Vec<String>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// List the functions of a running process: MODULE ADDRESS SIZE NAME.
+    List {
+        /// The process.
+        #[arg(short = 'p', long = "pid")]
+        pid: i32,
+        /// Only functions matching this pattern.
+        pattern: Option<String>,
+    },
+    /// Start a bundled threaded server, attach, show live per-thread counts,
+    /// detach, and check the counts against the server's own.
+    Demo {
+        /// Worker threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Requests each worker serves (more takes longer).
+        #[arg(long, default_value_t = 30_000)]
+        requests: u64,
+    },
+    /// The demo's target program (started by `weft demo`).
+    #[command(name = "__demo-target", hide = true)]
+    DemoTarget {
+        #[arg(long)]
+        threads: usize,
+        #[arg(long)]
+        requests: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let mut message = format!("{e:#}");
+            message = message.replace('\n', " ");
+            eprintln!("weft: error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            functions,
+            output,
+            command,
+        } => run_program(&functions, &output, &command),
+        Command::Attach {
+            pid,
+            functions,
+            duration,
+            output,
+        } => attach(pid, &functions, duration, &output),
+        Command::List { pid, pattern } => list(pid, pattern.as_deref()),
+        Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
+        Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
+    }
+}
+
+/// Splits `-f a,b -f c` into patterns.
+fn patterns(specs: &[String]) -> Result<Vec<Pattern>> {
+    let mut out = Vec::new();
+    for spec in specs {
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            out.push(
+                Pattern::parse(part).with_context(|| format!("bad function pattern `{part}`"))?,
+            );
+        }
+    }
+    if out.is_empty() {
+        bail!("no function pattern given: name functions with -f NAME (globs like 'work_*' and MODULE:NAME work too)");
+    }
+    Ok(out)
+}
+
+fn write_report(report: &Report, output: &Output) -> Result<()> {
+    let text = match output.format {
+        Format::Json => report.to_json() + "\n",
+        Format::Table => report.to_table(),
+    };
+    match &output.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("writing the report to {}", path.display())),
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(text.as_bytes())?;
+            stdout.flush()?;
+            Ok(())
+        }
+    }
+}
+
+fn run_program(functions: &[String], output: &Output, command: &[String]) -> Result<ExitCode> {
+    let patterns = patterns(functions)?;
+    let (program, args) = command.split_first().context("no program given after --")?;
+    let mut process = Process::launch(program, args)?;
+    let found = process.find_functions(&patterns)?;
+    process.insert_counters(&found)?;
+    let exit = process.wait_exit()?;
+    write_report(&process.report(), output)?;
+    Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
+}
+
+fn attach(
+    pid: i32,
+    functions: &[String],
+    duration: Option<f64>,
+    output: &Output,
+) -> Result<ExitCode> {
+    let patterns = patterns(functions)?;
+    if let Some(d) = duration {
+        if !(d.is_finite() && d >= 0.0) {
+            bail!("--duration must be a non-negative number of seconds, not {d}");
+        }
+    }
+    cli_wait::install_stop_handlers();
+    let mut process = Process::attach(pid)?;
+    let found = process.find_functions(&patterns)?;
+    process.insert_counters(&found)?;
+    let threads = process.threads_at_attach();
+    process.release()?;
+    eprintln!(
+        "weft: attached pid={pid} threads={threads} functions={}",
+        found.len()
+    );
+    let ended = cli_wait::wait(pid, duration.map(std::time::Duration::from_secs_f64));
+    let report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
+        process.report()
+    } else {
+        process.hold()?;
+        process.remove_all()?;
+        let report = process.report();
+        process.release()?;
+        report
+    };
+    write_report(&report, output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(pid: i32, pattern: Option<&str>) -> Result<ExitCode> {
+    let pattern = Pattern::parse(pattern.unwrap_or("*"))?;
+    let mut image = weft::inspect::ProcessImage::open(pid)?;
+    let mut functions = image.find_functions(std::slice::from_ref(&pattern))?;
+    if functions.is_empty() {
+        let suggestions = image.suggest(&pattern)?;
+        return Err(weft::Error::NoMatch {
+            pattern: pattern.to_string(),
+            suggestions,
+        }
+        .into());
+    }
+    functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
+    let mut stdout = std::io::stdout().lock();
+    for f in functions {
+        let address = image.resolved_address(&f).unwrap_or(f.address);
+        writeln!(stdout, "{} {:#x} {} {}", f.module, address, f.size, f.name)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

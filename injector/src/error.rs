@@ -1,0 +1,119 @@
+//! The library's error type: every message says what happened and what to do.
+
+use crate::process::Refused;
+
+/// Anything that can go wrong in weft.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No process with this PID.
+    #[error("no such process: {0}")]
+    NoSuchProcess(i32),
+    /// The process has exited and waits to be reaped.
+    #[error("process {0} is a zombie: it has exited and waits for its parent to reap it; there is nothing left to instrument")]
+    Zombie(i32),
+    /// weft was asked to attach to itself.
+    #[error("weft cannot attach to itself")]
+    SelfAttach,
+    /// The target has no dynamic loader, so the runtime cannot be loaded.
+    #[error("process {0} is statically linked: weft loads its runtime with the target's dlopen, so it needs a dynamically linked (glibc) program")]
+    StaticallyLinked(i32),
+    /// A pattern matched no function.
+    #[error("no function matches `{pattern}`{}", suggest(suggestions))]
+    NoMatch {
+        /// The pattern.
+        pattern: String,
+        /// Near names.
+        suggestions: Vec<String>,
+    },
+    /// Some functions cannot be patched safely; nothing was changed.
+    #[error("{}", refused_message(.0))]
+    Refused(Vec<Refused>),
+    /// More probes than the runtime's row has words.
+    #[error("too many probes: the runtime's rows hold {0} counters")]
+    TooManyProbes(u32),
+    /// The target's libc lacks a function weft calls.
+    #[error("the target's C library has no `{0}`: weft needs glibc")]
+    MissingLibc(&'static str),
+    /// An operation needs the process held (stopped) by weft.
+    #[error("the process must be held (attached and stopped) for this: call hold() first")]
+    NotHeld,
+    /// A thread stayed inside code weft had to change.
+    #[error("thread {tid} stayed inside {what} weft must change, even after letting it run 50 times; try again")]
+    ThreadStuck {
+        /// The thread.
+        tid: i32,
+        /// Where.
+        what: String,
+    },
+    /// Waiting for exit is only possible for processes weft launched.
+    #[error("process {0} was not started by weft: its exit status cannot be collected")]
+    NotOurChild(i32),
+    /// The program could not be started.
+    #[error("cannot run `{program}`: {source}")]
+    Launch {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A bug in weft.
+    #[error("internal error: {0} (please report it)")]
+    Internal(String),
+    /// Tracing failed.
+    #[error(transparent)]
+    Trace(#[from] crate::ptrace::TraceError),
+    /// A remote call failed.
+    #[error(transparent)]
+    Remote(#[from] crate::ptrace::RemoteError),
+    /// Inspecting the process failed.
+    #[error(transparent)]
+    Inspect(#[from] crate::inspect::InspectError),
+    /// A pattern is malformed.
+    #[error(transparent)]
+    Pattern(#[from] crate::inspect::pattern::PatternError),
+    /// Loading the runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    /// Trampoline memory could not be had.
+    #[error(transparent)]
+    Pool(#[from] crate::trampolines::PoolError),
+    /// Target memory access failed.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+}
+
+fn suggest(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        names => format!(
+            "; did you mean {}?",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn refused_message(refused: &[Refused]) -> String {
+    let parts: Vec<String> = refused
+        .iter()
+        .map(|r| {
+            format!(
+                "`{}` ({}, {:#x}): {}",
+                r.function.name, r.function.module, r.function.address, r.reason
+            )
+        })
+        .collect();
+    format!(
+        "cannot instrument {} safely, so nothing was changed: {}",
+        if refused.len() == 1 {
+            "a function".to_string()
+        } else {
+            format!("{} functions", refused.len())
+        },
+        parts.join("; ")
+    )
+}

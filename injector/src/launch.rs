@@ -1,0 +1,218 @@
+//! Starting a program under weft, stopped at its entry point.
+//!
+//! The child blocks on a pipe until weft has seized it, then `exec`s; weft
+//! sees the `exec` stop, puts a one-byte `int3` on the entry point (read
+//! from the auxiliary vector), lets the dynamic loader run, and takes the
+//! breakpoint: all shared libraries are loaded and initialised, `main` and
+//! the executable's constructors have not run. The `int3` is removed and the
+//! instruction pointer moved back before anything else happens.
+
+use crate::ptrace::{ProcessExit, Tracer};
+use crate::Error;
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+const AT_ENTRY: u64 = 9;
+
+fn launch_error(program: &str, source: std::io::Error) -> Error {
+    Error::Launch {
+        program: program.to_string(),
+        source,
+    }
+}
+
+/// Forks and execs `program` (searched in `PATH`) with `args`, seized by
+/// ptrace and stopped at its entry point.
+pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tracer), Error> {
+    let c_program = CString::new(program)
+        .map_err(|_| launch_error(program, std::io::ErrorKind::InvalidInput.into()))?;
+    let mut c_args = vec![c_program.clone()];
+    for a in args {
+        c_args.push(
+            CString::new(a.as_str())
+                .map_err(|_| launch_error(program, std::io::ErrorKind::InvalidInput.into()))?,
+        );
+    }
+    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+
+    let mut go = [0i32; 2];
+    let mut report = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into each array.
+    unsafe {
+        if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0
+            || libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) != 0
+        {
+            return Err(launch_error(program, std::io::Error::last_os_error()));
+        }
+    }
+    // SAFETY: the child only calls async-signal-safe functions (read,
+    // execvp, write, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(launch_error(program, std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see above; the child never returns from this block.
+        unsafe {
+            let mut byte = 0u8;
+            libc::read(go[0], (&mut byte as *mut u8).cast(), 1);
+            if byte == b'g' {
+                libc::execvp(c_program.as_ptr(), argv.as_ptr());
+            }
+            let errno = *libc::__errno_location();
+            libc::write(report[1], (&errno as *const i32).cast(), 4);
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: closing our copies of the child's ends.
+    unsafe {
+        libc::close(go[0]);
+        libc::close(report[1]);
+    }
+    let options =
+        (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL) as usize;
+    // SAFETY: PTRACE_SEIZE takes the options as `data`, no pointers.
+    let seized = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            options as *mut libc::c_void,
+        )
+    };
+    let byte: u8 = if seized == 0 { b'g' } else { b'x' };
+    // SAFETY: writes one byte from a local, then closes our end.
+    unsafe {
+        libc::write(go[1], (&byte as *const u8).cast(), 1);
+        libc::close(go[1]);
+    }
+    if seized != 0 {
+        let e = std::io::Error::last_os_error();
+        reap(pid);
+        return Err(launch_error(program, e));
+    }
+    // Wait for the exec stop (or the child's death if exec failed).
+    let mut status = 0;
+    // SAFETY: valid out-pointer.
+    let waited = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    if waited != pid || !libc::WIFSTOPPED(status) || (status >> 16) != libc::PTRACE_EVENT_EXEC {
+        let mut errno = 0i32;
+        // SAFETY: reads at most 4 bytes into a local.
+        let n = unsafe { libc::read(report[0], (&mut errno as *mut i32).cast(), 4) };
+        // SAFETY: closing our descriptor.
+        unsafe { libc::close(report[0]) };
+        if libc::WIFSTOPPED(status) {
+            // SAFETY: killing the child we forked.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        reap(pid);
+        let source = if n == 4 {
+            std::io::Error::from_raw_os_error(errno)
+        } else {
+            std::io::Error::other("the program did not start")
+        };
+        return Err(launch_error(program, source));
+    }
+    // SAFETY: closing our descriptor.
+    unsafe { libc::close(report[0]) };
+
+    let mut tracer = Tracer::adopt(pid)?;
+    match run_to_entry(&mut tracer, pid) {
+        Ok(()) => Ok((pid, tracer)),
+        Err(e) => {
+            // SAFETY: killing the child we forked; it has not run any of
+            // the program's own code yet.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            drop(tracer);
+            reap(pid);
+            Err(e)
+        }
+    }
+}
+
+fn run_to_entry(tracer: &mut Tracer, pid: i32) -> Result<(), Error> {
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv"))
+        .map_err(|e| Error::Internal(format!("reading auxv: {e}")))?;
+    let entry = auxv
+        .chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().unwrap()),
+                u64::from_le_bytes(c[8..].try_into().unwrap()),
+            )
+        })
+        .find(|&(key, _)| key == AT_ENTRY)
+        .map(|(_, v)| v)
+        .ok_or_else(|| Error::Internal("no AT_ENTRY in the auxiliary vector".into()))?;
+    let mut original = [0u8; 1];
+    tracer.memory().read(entry, &mut original)?;
+    tracer.memory().write(entry, &[0xcc])?;
+    tracer.resume(pid)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (tid, stop) = tracer.wait_for_stop(deadline)?.ok_or_else(|| {
+            Error::Internal("the program did not reach its entry point within 30 s".into())
+        })?;
+        let regs = tracer.registers(tid)?;
+        if stop == crate::ptrace::Stop::Signal(libc::SIGTRAP) && regs.rip == entry + 1 {
+            tracer.memory().write(entry, &original)?;
+            let mut regs = regs;
+            regs.rip = entry;
+            tracer.set_registers(tid, &regs)?;
+            tracer.discard_signal(tid);
+            return tracer.stop_all().map_err(Into::into);
+        }
+        // Anything else (a constructor's signal, a thread) goes on as usual.
+        tracer.resume(tid)?;
+    }
+}
+
+fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: valid out-pointer; reaps only our own child.
+    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+}
+
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; pid is our child.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Waits for our child `pid` to exit, passing on SIGTERM and SIGHUP (and
+/// SIGINT, which a terminal sends to both anyway) so weft never outlives
+/// the program it runs by accident.
+pub fn wait_child(pid: i32) -> Result<ProcessExit, Error> {
+    FORWARD_TO.store(pid, std::sync::atomic::Ordering::Relaxed);
+    for sig in [libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only calls kill.
+        unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
+    }
+    // The terminal delivers SIGINT to the program too; weft waits for it
+    // to finish and then reports.
+    // SAFETY: ignoring a signal has no memory effects.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    loop {
+        let mut status = 0;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            if libc::WIFEXITED(status) {
+                return Ok(ProcessExit::Code(libc::WEXITSTATUS(status)));
+            }
+            if libc::WIFSIGNALED(status) {
+                return Ok(ProcessExit::Signal(libc::WTERMSIG(status)));
+            }
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(Error::Internal(format!("waiting for process {pid}: {e}")));
+        }
+    }
+}

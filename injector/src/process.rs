@@ -1,0 +1,655 @@
+//! A target process and the probes weft has spliced into it: the library's
+//! main entry point.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), weft::Error> {
+//! use weft::{Pattern, Process};
+//! let mut process = Process::attach(1234)?;          // every thread stopped
+//! let functions = process.find_functions(&[Pattern::parse("work_*")?])?;
+//! process.insert_counters(&functions)?;              // still stopped
+//! process.release()?;                                // runs, counting, weft detached
+//! std::thread::sleep(std::time::Duration::from_secs(1));
+//! let report = process.report();                     // read live, target not stopped
+//! process.hold()?;                                   // stop it again
+//! process.remove_all()?;                             // original code back
+//! process.release()?;
+//! # drop(report); Ok(()) }
+//! ```
+//!
+//! A [`Process`] is either *held* (weft is attached with ptrace and every
+//! thread is stopped) or *released* (weft is not attached at all; probes
+//! keep counting into the shared region). Code is only changed while held.
+
+use crate::inspect::pattern::Pattern;
+use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
+use crate::ptrace::{ProcessExit, RemoteCall, Tid, TraceError, Tracer};
+use crate::region::RowSnapshot;
+use crate::report::{ProbeInfo, Report};
+use crate::runtime::{self, Runtime, RuntimeOptions};
+use crate::trampolines::Pool;
+use crate::Error;
+use std::time::{Duration, Instant};
+use weft_codegen::{
+    analyze_entry, build_trampoline, jmp_rel32, FunctionCode, Snippet, ThreadRow, TrampolineSpec,
+};
+
+/// Longest prefix of a function decoded to look for jumps into the patch.
+const MAX_ANALYZED: u64 = 64 * 1024;
+/// How often weft lets the world run and looks again when a thread is
+/// stopped inside bytes it must change.
+const MOVE_ON_ATTEMPTS: u32 = 50;
+
+/// A function of the target (see [`crate::inspect::FoundFunction`]).
+pub type Function = FoundFunction;
+
+/// Identifies one probe of a [`Process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeId(pub u32);
+
+/// A probe spliced into a function's entry.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// Its handle.
+    pub id: ProbeId,
+    /// The function as found (for IFUNCs, `address` is the implementation).
+    pub function: Function,
+    /// Where the `jmp` was written (after an `endbr64`, if any).
+    pub patch_address: u64,
+    /// The bytes the `jmp` replaced.
+    pub original: [u8; 5],
+    /// The `jmp` itself (to check it is still ours before restoring).
+    pub patch: [u8; 5],
+    /// The trampoline's address range.
+    pub trampoline: std::ops::Range<u64>,
+    /// Metric word of the call counter.
+    pub calls_word: u32,
+    /// Still spliced in.
+    pub active: bool,
+}
+
+/// A function that could not be instrumented, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The function.
+    pub function: Function,
+    /// Why, in words for the user.
+    pub reason: String,
+}
+
+/// A target process.
+#[derive(Debug)]
+pub struct Process {
+    pid: i32,
+    tracer: Option<Tracer>,
+    image: ProcessImage,
+    runtime: Option<Runtime>,
+    pool: Pool,
+    probes: Vec<Probe>,
+    next_word: u32,
+    options: RuntimeOptions,
+    launched: bool,
+    exit: Option<ProcessExit>,
+    live_since: Option<Instant>,
+    live_for: Duration,
+    threads_at_attach: usize,
+}
+
+/// Checks that make attach errors clear before ptrace is tried.
+fn preflight(pid: i32) -> Result<(), Error> {
+    if pid <= 0 {
+        return Err(Error::NoSuchProcess(pid));
+    }
+    match crate::inspect::process_state(pid) {
+        Err(crate::inspect::InspectError::NoSuchProcess(_)) => {
+            return Err(Error::NoSuchProcess(pid))
+        }
+        Err(e) => return Err(e.into()),
+        Ok(state) if state.is_zombie() => return Err(Error::Zombie(pid)),
+        Ok(_) => {}
+    }
+    if pid as u32 == std::process::id() {
+        return Err(Error::SelfAttach);
+    }
+    Ok(())
+}
+
+impl Process {
+    /// Attaches to a running process and stops every thread.
+    pub fn attach(pid: i32) -> Result<Process, Error> {
+        Self::attach_with(pid, RuntimeOptions::default())
+    }
+
+    /// [`Process::attach`] with a runtime geometry.
+    pub fn attach_with(pid: i32, options: RuntimeOptions) -> Result<Process, Error> {
+        preflight(pid)?;
+        let image = ProcessImage::open(pid)?;
+        if image.is_statically_linked() {
+            return Err(Error::StaticallyLinked(pid));
+        }
+        let tracer = Tracer::attach(pid)?;
+        let threads_at_attach = tracer.thread_count();
+        Ok(Process {
+            pid,
+            tracer: Some(tracer),
+            image,
+            runtime: None,
+            pool: Pool::default(),
+            probes: Vec::new(),
+            next_word: 0,
+            options,
+            launched: false,
+            exit: None,
+            live_since: None,
+            live_for: Duration::ZERO,
+            threads_at_attach,
+        })
+    }
+
+    /// Starts `program` with `args` and stops it at its entry point, after
+    /// the dynamic loader has run and before `main` (and before the
+    /// executable's own constructors): probes inserted now count every call
+    /// from `main` on.
+    pub fn launch(program: &str, args: &[String]) -> Result<Process, Error> {
+        let (pid, tracer) = crate::launch::spawn_stopped_at_entry(program, args)?;
+        let image = ProcessImage::open(pid)?;
+        if image.is_statically_linked() {
+            let mut tracer = tracer;
+            // Nothing was changed: let the program run as if weft were not here.
+            let _ = tracer.detach();
+            return Err(Error::StaticallyLinked(pid));
+        }
+        Ok(Process {
+            pid,
+            tracer: Some(tracer),
+            image,
+            runtime: None,
+            pool: Pool::default(),
+            probes: Vec::new(),
+            next_word: 0,
+            options: RuntimeOptions::default(),
+            launched: true,
+            exit: None,
+            live_since: None,
+            live_for: Duration::ZERO,
+            threads_at_attach: 1,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Threads found when weft attached.
+    pub fn threads_at_attach(&self) -> usize {
+        self.threads_at_attach
+    }
+
+    /// Whether weft currently holds (has stopped) the process.
+    pub fn is_held(&self) -> bool {
+        self.tracer.is_some()
+    }
+
+    /// The probes inserted so far (removed ones included, inactive).
+    pub fn probes(&self) -> &[Probe] {
+        &self.probes
+    }
+
+    /// The process's modules and symbols.
+    pub fn image(&mut self) -> &mut ProcessImage {
+        &mut self.image
+    }
+
+    /// Functions matching any of `patterns`; an error naming near matches
+    /// when a pattern matches nothing.
+    pub fn find_functions(&mut self, patterns: &[Pattern]) -> Result<Vec<Function>, Error> {
+        let mut all: Vec<Function> = Vec::new();
+        for pattern in patterns {
+            let found = self.image.find_functions(std::slice::from_ref(pattern))?;
+            if found.is_empty() {
+                let suggestions = self.image.suggest(pattern)?;
+                return Err(Error::NoMatch {
+                    pattern: pattern.to_string(),
+                    suggestions,
+                });
+            }
+            for f in found {
+                if !all.iter().any(|g| g.address == f.address) {
+                    all.push(f);
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn tracer(&mut self) -> Result<&mut Tracer, Error> {
+        self.tracer.as_mut().ok_or(Error::NotHeld)
+    }
+
+    /// The thread that runs remote calls: preferably one blocked in a
+    /// system call (it holds no libc lock a remote `dlopen` could need), else
+    /// one outside libc and the dynamic loader, else any.
+    fn call_thread(&mut self) -> Result<Tid, Error> {
+        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+        let mut outside_libc = None;
+        let mut any = None;
+        for tid in tracer.threads() {
+            let Ok(regs) = tracer.registers(tid) else {
+                continue;
+            };
+            if (regs.orig_rax as i64) >= 0 {
+                return Ok(tid);
+            }
+            any.get_or_insert(tid);
+            let in_libc = self.image.module_of(regs.rip).is_some_and(|m| {
+                m.name().starts_with("libc.so") || m.name().starts_with("ld-linux")
+            });
+            if !in_libc {
+                outside_libc.get_or_insert(tid);
+            }
+        }
+        outside_libc
+            .or(any)
+            .ok_or(Error::Trace(TraceError::NoSuchProcess(self.pid)))
+    }
+
+    fn ensure_runtime(&mut self) -> Result<(), Error> {
+        if self.runtime.is_some() {
+            return Ok(());
+        }
+        let tid = self.call_thread()?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        // A new session: every metric word this weft may hand out starts at 0.
+        let reset = self.options.metric_words;
+        let rt = runtime::load(tracer, &mut self.image, tid, self.options, reset)?;
+        self.runtime = Some(rt);
+        Ok(())
+    }
+
+    /// Resolves an IFUNC to the implementation the process uses: from a GOT
+    /// slot the dynamic loader filled, else by calling the resolver.
+    fn resolve_ifunc(&mut self, f: &Function, resolver: u64) -> Result<Function, Error> {
+        let mut implementation = None;
+        for slot in self.image.ifunc_slots(f)? {
+            if let Ok(value) = self.tracer()?.memory().read_u64(slot) {
+                if value != resolver
+                    && self
+                        .image
+                        .module_of(value)
+                        .is_some_and(|m| m.name() == f.module)
+                {
+                    implementation = Some(value);
+                    break;
+                }
+            }
+        }
+        let implementation = match implementation {
+            Some(v) => v,
+            None => {
+                let tid = self.call_thread()?;
+                let call =
+                    RemoteCall::new(&format!("{} (IFUNC resolver)", f.name), resolver, vec![]);
+                self.tracer()?.call(tid, &call, false)?
+            }
+        };
+        let mut resolved = self
+            .image
+            .function_at(implementation)?
+            .unwrap_or_else(|| Function {
+                address: implementation,
+                size: 0,
+                padding: 0,
+                ..f.clone()
+            });
+        // Report under the name the user asked for.
+        resolved
+            .aliases
+            .push(std::mem::replace(&mut resolved.name, f.name.clone()));
+        resolved.kind = FunctionKind::Plain;
+        Ok(resolved)
+    }
+
+    /// Splices a per-thread call counter into each function's entry. The
+    /// process must be held. Functions that cannot be patched safely are
+    /// returned in the error, and nothing at all is changed then.
+    pub fn insert_counters(&mut self, functions: &[Function]) -> Result<Vec<ProbeId>, Error> {
+        if self.tracer.is_none() {
+            return Err(Error::NotHeld);
+        }
+        // Resolve IFUNCs first: the resolver may need the runtime-free world.
+        let mut targets = Vec::with_capacity(functions.len());
+        for f in functions {
+            match f.kind {
+                FunctionKind::Ifunc { resolver } => targets.push(self.resolve_ifunc(f, resolver)?),
+                _ => targets.push(f.clone()),
+            }
+        }
+        // Plan every site before touching anything.
+        let mut plans = Vec::new();
+        let mut refused = Vec::new();
+        for f in &targets {
+            if self
+                .probes
+                .iter()
+                .any(|p| p.active && p.function.address == f.address)
+            {
+                continue; // already instrumented: one probe per address
+            }
+            match self.plan(f) {
+                Ok(site) => plans.push((f.clone(), site)),
+                Err(reason) => refused.push(Refused {
+                    function: f.clone(),
+                    reason,
+                }),
+            }
+        }
+        if !refused.is_empty() {
+            return Err(Error::Refused(refused));
+        }
+        if self.next_word as usize + plans.len() > self.options.metric_words as usize {
+            return Err(Error::TooManyProbes(self.options.metric_words));
+        }
+        self.ensure_runtime()?;
+        let rt = self.runtime.as_ref().expect("loaded above");
+        let header = rt.region.header();
+        let (tls_offset, register_fn) = (header.tls_offset, header.register_fn);
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        let tls_offset = i32::try_from(tls_offset)
+            .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
+
+        // Build and write every trampoline (unreachable until patched).
+        let mut new_probes = Vec::new();
+        let call_tid = self.call_thread()?;
+        for (f, site) in plans {
+            let word = self.next_word;
+            let snippets = [Snippet::CountCall {
+                offset: weft_rt::layout::Geometry::metric_offset(word) as i32,
+            }];
+            let len = weft_codegen::max_trampoline_len(&site, &snippets) as u64;
+            let tracer = self.tracer.as_mut().expect("held");
+            let (at, stub) = self.pool.reserve(
+                tracer,
+                call_tid,
+                mmap_fn,
+                register_fn,
+                site.patch_address,
+                len,
+            )?;
+            let spec = TrampolineSpec {
+                address: at,
+                site: &site,
+                row: ThreadRow {
+                    tls_offset,
+                    register_stub: stub,
+                },
+                snippets: &snippets,
+            };
+            let trampoline = build_trampoline(&spec).map_err(|e| {
+                Error::Refused(vec![Refused {
+                    function: f.clone(),
+                    reason: e.to_string(),
+                }])
+            })?;
+            let patch =
+                jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
+            tracer.memory().write(at, &trampoline.bytes)?;
+            let mut original = [0u8; 5];
+            original.copy_from_slice(&site.original[..5]);
+            self.next_word += 1;
+            new_probes.push(Probe {
+                id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
+                function: f,
+                patch_address: site.patch_address,
+                original,
+                patch,
+                trampoline: at..at + trampoline.bytes.len() as u64,
+                calls_word: word,
+                active: false,
+            });
+        }
+
+        // Never write bytes a stopped thread is in the middle of.
+        let sites: Vec<(u64, u64)> = new_probes
+            .iter()
+            .map(|p| (p.patch_address, p.patch_address + 5))
+            .collect();
+        self.wait_until_outside(
+            |pc| sites.iter().any(|&(s, e)| s < pc && pc < e),
+            "a patch site",
+        )?;
+        let tracer = self.tracer.as_mut().expect("held");
+        for probe in &mut new_probes {
+            // One pwrite per function: patched whole or not at all.
+            tracer.memory().write(probe.patch_address, &probe.patch)?;
+            probe.active = true;
+        }
+        let ids = new_probes.iter().map(|p| p.id).collect();
+        self.probes.extend(new_probes);
+        if self.live_since.is_none() {
+            self.live_since = Some(Instant::now());
+        }
+        Ok(ids)
+    }
+
+    /// Decides how to patch `f`, or says why it cannot be done safely.
+    fn plan(&mut self, f: &Function) -> Result<weft_codegen::PatchSite, String> {
+        let tracer = self.tracer.as_ref().expect("held");
+        let size = if f.size == 0 {
+            16
+        } else {
+            f.size.min(MAX_ANALYZED)
+        };
+        let code = tracer
+            .memory()
+            .read_vec(f.address, size as usize)
+            .map_err(|e| e.to_string())?;
+        let padding = if f.padding > 0 {
+            tracer
+                .memory()
+                .read_vec(f.address + f.size, f.padding.min(64) as usize)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        analyze_entry(&FunctionCode {
+            address: f.address,
+            bytes: &code,
+            padding: &padding,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    /// Stops the world with no thread at a PC for which `inside` holds,
+    /// letting it run a little between attempts.
+    fn wait_until_outside(
+        &mut self,
+        inside: impl Fn(u64) -> bool,
+        what: &str,
+    ) -> Result<(), Error> {
+        for attempt in 0..=MOVE_ON_ATTEMPTS {
+            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+            let mut blocked = None;
+            for tid in tracer.threads().collect::<Vec<_>>() {
+                let Ok(regs) = tracer.registers(tid) else {
+                    continue;
+                };
+                // A thread stopped in a system call restarts it by moving
+                // back over the 2-byte `syscall` instruction.
+                let restart = (regs.orig_rax as i64 >= 0).then(|| regs.rip.wrapping_sub(2));
+                if inside(regs.rip) || restart.is_some_and(&inside) {
+                    blocked = Some(tid);
+                    break;
+                }
+            }
+            let Some(tid) = blocked else { return Ok(()) };
+            if attempt == MOVE_ON_ATTEMPTS {
+                return Err(Error::ThreadStuck {
+                    tid,
+                    what: what.to_string(),
+                });
+            }
+            tracer.resume_all()?;
+            std::thread::sleep(Duration::from_millis(1 + attempt as u64));
+            tracer.stop_all()?;
+        }
+        Ok(())
+    }
+
+    /// Restores every active probe's original bytes and waits until no
+    /// thread executes inside a trampoline. The process must be held.
+    pub fn remove_all(&mut self) -> Result<(), Error> {
+        let ids: Vec<ProbeId> = self
+            .probes
+            .iter()
+            .filter(|p| p.active)
+            .map(|p| p.id)
+            .collect();
+        self.remove(&ids)
+    }
+
+    /// Removes the given probes (see [`Process::remove_all`]).
+    pub fn remove(&mut self, ids: &[ProbeId]) -> Result<(), Error> {
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        for probe in self
+            .probes
+            .iter_mut()
+            .filter(|p| p.active && ids.contains(&p.id))
+        {
+            // Restore only if our jmp is still there: the library may have
+            // been unloaded and the address reused.
+            let mut current = [0u8; 5];
+            if tracer
+                .memory()
+                .read(probe.patch_address, &mut current)
+                .is_ok()
+                && current == probe.patch
+            {
+                tracer
+                    .memory()
+                    .write(probe.patch_address, &probe.original)?;
+            }
+            probe.active = false;
+        }
+        let ranges: Vec<std::ops::Range<u64>> = self
+            .probes
+            .iter()
+            .filter(|p| ids.contains(&p.id))
+            .map(|p| p.trampoline.clone())
+            .collect();
+        // A thread still inside a trampoline would add one more count to a
+        // word the next session reuses: let it leave first.
+        self.wait_until_outside(|pc| ranges.iter().any(|r| r.contains(&pc)), "a trampoline")?;
+        if !self.probes.iter().any(|p| p.active) {
+            if let Some(since) = self.live_since.take() {
+                self.live_for += since.elapsed();
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches: the process runs on, probes keep counting, weft is no
+    /// longer attached (its signals, clones and exits never wait for weft).
+    pub fn release(&mut self) -> Result<(), Error> {
+        if let Some(mut tracer) = self.tracer.take() {
+            tracer.detach()?;
+        }
+        Ok(())
+    }
+
+    /// Attaches again and stops every thread.
+    pub fn hold(&mut self) -> Result<(), Error> {
+        if self.tracer.is_none() {
+            preflight(self.pid)?;
+            self.tracer = Some(Tracer::attach(self.pid)?);
+        }
+        Ok(())
+    }
+
+    /// Whether the process is still alive (not exited, not a zombie).
+    pub fn is_alive(&self) -> bool {
+        if self.exit.is_some() {
+            return false;
+        }
+        match crate::inspect::process_state(self.pid) {
+            Ok(state) => !state.is_zombie(),
+            Err(_) => false,
+        }
+    }
+
+    /// For a launched process: waits until it exits (forwarding SIGTERM,
+    /// SIGHUP and SIGINT weft receives meanwhile) and returns how it ended.
+    pub fn wait_exit(&mut self) -> Result<ProcessExit, Error> {
+        if let Some(exit) = self.exit {
+            return Ok(exit);
+        }
+        if !self.launched {
+            return Err(Error::NotOurChild(self.pid));
+        }
+        self.release()?;
+        let exit = crate::launch::wait_child(self.pid)?;
+        self.exit = Some(exit);
+        if let Some(since) = self.live_since.take() {
+            self.live_for += since.elapsed();
+        }
+        Ok(exit)
+    }
+
+    /// Copies every thread's row out of the shared region (no stop).
+    pub fn snapshot(&self) -> Vec<RowSnapshot> {
+        match &self.runtime {
+            Some(rt) => rt.region.snapshot(self.next_word),
+            None => Vec::new(),
+        }
+    }
+
+    /// Time probes have been live.
+    pub fn live_duration(&self) -> Duration {
+        self.live_for + self.live_since.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    /// A report of every probe (active or removed) from a fresh snapshot.
+    pub fn report(&self) -> Report {
+        let probes: Vec<ProbeInfo> = self
+            .probes
+            .iter()
+            .map(|p| ProbeInfo {
+                name: p.function.name.clone(),
+                module: p.function.module.clone(),
+                address: p.patch_address,
+                calls_word: p.calls_word,
+            })
+            .collect();
+        let overflow = self.runtime.as_ref().map_or(0, |rt| {
+            rt.region
+                .header()
+                .overflow_threads
+                .load(std::sync::atomic::Ordering::Relaxed)
+        });
+        let pid = self.pid;
+        Report::build(
+            pid,
+            self.live_duration().as_nanos() as u64,
+            &probes,
+            &self.snapshot(),
+            overflow,
+            |tid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .ok()
+                    .map(|s| s.trim_end().to_string())
+            },
+        )
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // If weft still holds the process, undo what it did, then let go.
+        if self.tracer.is_some() && self.probes.iter().any(|p| p.active) {
+            let _ = self.remove_all();
+        }
+        let _ = self.release();
+    }
+}

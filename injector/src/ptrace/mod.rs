@@ -1,0 +1,600 @@
+//! Tracing every thread of a process with ptrace, rr-style: every stop is
+//! accounted for, every signal the target receives while weft holds it is
+//! delivered exactly once, and threads created while attached are followed.
+//!
+//! A [`Tracer`] holds a process from [`Tracer::attach`] (or
+//! [`Tracer::adopt`] for a child weft launched itself) until
+//! [`Tracer::detach`]. In between the world is either *stopped* (every known
+//! thread in a ptrace-stop: [`Tracer::stop_all`]) or *running*
+//! ([`Tracer::resume_all`]). Events that arrive while weft waits for
+//! something else (a remote call, the world to stop) are dispatched here:
+//!
+//! | event | while stopping | while running |
+//! |---|---|---|
+//! | interrupt / new-thread stop | thread stopped | resumed |
+//! | signal-delivery-stop | kept, delivered on resume | delivered at once |
+//! | group-stop (`SIGSTOP` &c.) | kept, `PTRACE_LISTEN` on resume | `PTRACE_LISTEN` |
+//! | `PTRACE_EVENT_CLONE` | child added | child added |
+//! | thread exit | removed | removed |
+//! | `exec` | error: the image weft inspected is gone | same |
+//!
+//! Waiting uses `waitpid(-1, __WALL | WNOHANG)`: the tracer must be the only
+//! code in the process that waits for children while it works.
+
+mod remote;
+mod sys;
+
+pub use remote::{RemoteArg, RemoteCall, RemoteError};
+pub use sys::{Registers, XState};
+
+use crate::memory::{MemoryError, ProcessMemory};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// A kernel thread id.
+pub type Tid = i32;
+
+/// Why a thread is in a ptrace-stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// `PTRACE_INTERRUPT`, a new thread's first stop, or a ptrace event.
+    Trap,
+    /// A signal waits to be delivered when the thread resumes.
+    Signal(i32),
+    /// The whole process is stopped by this job-control signal; resuming
+    /// the thread with `PTRACE_LISTEN` keeps it that way.
+    Group(i32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ThreadState {
+    Running,
+    Stopped(Stop),
+}
+
+#[derive(Debug)]
+struct Thread {
+    state: ThreadState,
+    /// Signals that arrived while the thread ran a remote call for weft;
+    /// delivered when it resumes.
+    withheld: Vec<i32>,
+}
+
+/// How the process ended while traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessExit {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl ProcessExit {
+    /// The shell convention: the code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            ProcessExit::Code(c) => c,
+            ProcessExit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// What went wrong while tracing.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The process does not exist.
+    #[error("no such process: {0}")]
+    NoSuchProcess(i32),
+    /// The kernel refused ptrace.
+    #[error("permission denied: cannot trace process {pid}: ptrace needs CAP_SYS_PTRACE or the same user as the target (and /proc/sys/kernel/yama/ptrace_scope may forbid attaching to non-children)")]
+    PermissionDenied {
+        /// The process.
+        pid: i32,
+    },
+    /// Another tracer (a debugger, strace, another weft) holds the process.
+    #[error("process {pid} is already traced by process {tracer} (a debugger, strace or another weft?): detach it first")]
+    AlreadyTraced {
+        /// The process.
+        pid: i32,
+        /// Its tracer.
+        tracer: i32,
+    },
+    /// The process exited while weft worked on it.
+    #[error("process {pid} exited ({exit:?}) while weft was working on it")]
+    Exited {
+        /// The process.
+        pid: i32,
+        /// How it ended.
+        exit: ProcessExit,
+    },
+    /// The process called `exec` while weft worked on it.
+    #[error(
+        "process {0} called exec while weft was working on it: the program weft inspected is gone"
+    )]
+    Execed(i32),
+    /// A ptrace request failed unexpectedly.
+    #[error("ptrace({op}) on thread {tid} failed: {source}")]
+    Ptrace {
+        /// The request.
+        op: &'static str,
+        /// The thread.
+        tid: Tid,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Threads did not stop in time.
+    #[error("{0} thread(s) of process {1} did not stop within {2:?}")]
+    StopTimeout(usize, i32, Duration),
+    /// Memory access failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
+/// A process held with ptrace.
+#[derive(Debug)]
+pub struct Tracer {
+    pid: i32,
+    threads: BTreeMap<Tid, Thread>,
+    memory: ProcessMemory,
+    exit: Option<ProcessExit>,
+    stop_events: u64,
+}
+
+const OPTIONS: i64 = (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC) as i64;
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Kernel thread ids of `pid`, from `/proc/PID/task`.
+pub fn list_threads(pid: i32) -> Result<Vec<Tid>, TraceError> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| TraceError::NoSuchProcess(pid))?;
+    let mut tids: Vec<Tid> = dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// The tracer of `pid` per `/proc/PID/status`, if any.
+pub fn tracer_of(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&t| t != 0)
+}
+
+impl Tracer {
+    /// Seizes every thread of `pid` (looping over `/proc/PID/task` until no
+    /// new thread appears; threads cloned after their parent was seized are
+    /// followed by `PTRACE_O_TRACECLONE`) and stops them all.
+    pub fn attach(pid: i32) -> Result<Tracer, TraceError> {
+        if let Some(tracer) = tracer_of(pid) {
+            return Err(TraceError::AlreadyTraced { pid, tracer });
+        }
+        let memory = ProcessMemory::open(pid).map_err(|e| match &e {
+            MemoryError::Open { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                TraceError::PermissionDenied { pid }
+            }
+            MemoryError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                TraceError::NoSuchProcess(pid)
+            }
+            _ => TraceError::Memory(e),
+        })?;
+        let mut tracer = Tracer {
+            pid,
+            threads: BTreeMap::new(),
+            memory,
+            exit: None,
+            stop_events: 0,
+        };
+        let result = tracer.seize_all().and_then(|_| tracer.stop_all());
+        if let Err(e) = result {
+            // Let go of whatever was seized: the target must not stay held.
+            let _ = tracer.detach();
+            return Err(e);
+        }
+        Ok(tracer)
+    }
+
+    /// Wraps a single-threaded child that was seized (with the same options)
+    /// by the caller and is now in a ptrace-stop, e.g. at its `exec`.
+    pub fn adopt(pid: i32) -> Result<Tracer, TraceError> {
+        let memory = ProcessMemory::open(pid)?;
+        let mut threads = BTreeMap::new();
+        threads.insert(
+            pid,
+            Thread {
+                state: ThreadState::Stopped(Stop::Trap),
+                withheld: Vec::new(),
+            },
+        );
+        Ok(Tracer {
+            pid,
+            threads,
+            memory,
+            exit: None,
+            stop_events: 0,
+        })
+    }
+
+    fn seize_all(&mut self) -> Result<(), TraceError> {
+        loop {
+            let mut seized_any = false;
+            for tid in list_threads(self.pid)? {
+                if self.threads.contains_key(&tid) {
+                    continue;
+                }
+                match sys::seize(tid, OPTIONS) {
+                    Ok(()) => {
+                        self.threads.insert(
+                            tid,
+                            Thread {
+                                state: ThreadState::Running,
+                                withheld: Vec::new(),
+                            },
+                        );
+                        seized_any = true;
+                    }
+                    // The thread exited between listing and seizing.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != self.pid => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                        return Err(TraceError::NoSuchProcess(self.pid))
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                        return Err(match tracer_of(self.pid) {
+                            Some(tracer) if tracer != std::process::id() as i32 => {
+                                TraceError::AlreadyTraced {
+                                    pid: self.pid,
+                                    tracer,
+                                }
+                            }
+                            _ => TraceError::PermissionDenied { pid: self.pid },
+                        });
+                    }
+                    Err(source) => {
+                        return Err(TraceError::Ptrace {
+                            op: "SEIZE",
+                            tid,
+                            source,
+                        })
+                    }
+                }
+            }
+            if !seized_any {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The traced process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The process's memory.
+    pub fn memory(&self) -> &ProcessMemory {
+        &self.memory
+    }
+
+    /// Threads currently known (live and traced).
+    pub fn threads(&self) -> impl Iterator<Item = Tid> + '_ {
+        self.threads.keys().copied()
+    }
+
+    /// Number of threads currently known.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// How the process ended, if it did while traced.
+    pub fn exit(&self) -> Option<ProcessExit> {
+        self.exit
+    }
+
+    /// How many times the world was stopped (for tests and benchmarks).
+    pub fn stop_count(&self) -> u64 {
+        self.stop_events
+    }
+
+    /// Why `tid` is stopped, or `None` when it is running.
+    pub fn stop_of(&self, tid: Tid) -> Option<Stop> {
+        match self.threads.get(&tid)?.state {
+            ThreadState::Stopped(s) => Some(s),
+            ThreadState::Running => None,
+        }
+    }
+
+    fn exited_error(&self) -> TraceError {
+        TraceError::Exited {
+            pid: self.pid,
+            exit: self.exit.unwrap_or(ProcessExit::Code(0)),
+        }
+    }
+
+    /// Stops every thread (threads created meanwhile included).
+    pub fn stop_all(&mut self) -> Result<(), TraceError> {
+        self.stop_events += 1;
+        let running: Vec<Tid> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.state == ThreadState::Running)
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in running {
+            if let Err(e) = sys::interrupt(tid) {
+                // ESRCH: the thread is exiting; its exit event will come.
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    return Err(TraceError::Ptrace {
+                        op: "INTERRUPT",
+                        tid,
+                        source: e,
+                    });
+                }
+            }
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if self.exit.is_some() {
+                return Err(self.exited_error());
+            }
+            let running = self
+                .threads
+                .values()
+                .filter(|t| t.state == ThreadState::Running)
+                .count();
+            if running == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TraceError::StopTimeout(running, self.pid, STOP_TIMEOUT));
+            }
+            self.wait_and_dispatch(true, None, deadline)?;
+        }
+    }
+
+    /// Resumes every stopped thread, delivering signals that arrived while it
+    /// was stopped.
+    pub fn resume_all(&mut self) -> Result<(), TraceError> {
+        let stopped: Vec<Tid> = self.threads.keys().copied().collect();
+        for tid in stopped {
+            self.resume(tid)?;
+        }
+        Ok(())
+    }
+
+    /// Resumes one thread if it is stopped.
+    pub fn resume(&mut self, tid: Tid) -> Result<(), TraceError> {
+        let Some(thread) = self.threads.get_mut(&tid) else {
+            return Ok(());
+        };
+        let ThreadState::Stopped(stop) = thread.state else {
+            return Ok(());
+        };
+        let mut withheld = std::mem::take(&mut thread.withheld);
+        let result = match stop {
+            Stop::Group(_) => sys::listen(tid).map_err(|e| ("LISTEN", e)),
+            Stop::Signal(sig) => sys::cont(tid, sig).map_err(|e| ("CONT", e)),
+            Stop::Trap => {
+                let first = if withheld.is_empty() {
+                    0
+                } else {
+                    withheld.remove(0)
+                };
+                sys::cont(tid, first).map_err(|e| ("CONT", e))
+            }
+        };
+        // Further withheld signals are queued again with tgkill: each was
+        // sent once and must arrive once.
+        for sig in withheld {
+            sys::tgkill(self.pid, tid, sig);
+        }
+        thread.state = ThreadState::Running;
+        match result {
+            Ok(()) => Ok(()),
+            // The thread died while stopped (SIGKILL): its exit event follows.
+            Err((_, e)) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            Err((op, source)) => Err(TraceError::Ptrace { op, tid, source }),
+        }
+    }
+
+    /// Waits for one event (or until `deadline`) and dispatches it. Threads
+    /// that stop are kept stopped when `keep_stopped`, else resumed at once,
+    /// except `hold`, which always stays stopped. Returns the thread that
+    /// stopped and why, if any did.
+    fn wait_and_dispatch(
+        &mut self,
+        keep_stopped: bool,
+        hold: Option<Tid>,
+        deadline: Instant,
+    ) -> Result<Option<(Tid, Stop)>, TraceError> {
+        let mut spins = 0u32;
+        let (tid, status) = loop {
+            match sys::wait_any_nohang() {
+                Ok(Some(ev)) => break ev,
+                Ok(None) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                    if self.exit.is_none() {
+                        self.exit = Some(ProcessExit::Code(0));
+                    }
+                    self.threads.clear();
+                    return Err(self.exited_error());
+                }
+                Err(source) => {
+                    return Err(TraceError::Ptrace {
+                        op: "waitpid",
+                        tid: -1,
+                        source,
+                    })
+                }
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            spins += 1;
+            if spins < 20 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
+            }
+        };
+        self.dispatch(tid, status, keep_stopped, hold)
+    }
+
+    fn dispatch(
+        &mut self,
+        tid: Tid,
+        status: i32,
+        keep_stopped: bool,
+        hold: Option<Tid>,
+    ) -> Result<Option<(Tid, Stop)>, TraceError> {
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            self.threads.remove(&tid);
+            if tid == self.pid {
+                self.exit = Some(if libc::WIFEXITED(status) {
+                    ProcessExit::Code(libc::WEXITSTATUS(status))
+                } else {
+                    ProcessExit::Signal(libc::WTERMSIG(status))
+                });
+                self.threads.clear();
+            }
+            return Ok(None);
+        }
+        if !libc::WIFSTOPPED(status) {
+            return Ok(None);
+        }
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        // A new thread's first stop may arrive before its parent's clone event.
+        let thread = self.threads.entry(tid).or_insert(Thread {
+            state: ThreadState::Running,
+            withheld: Vec::new(),
+        });
+        let stop = match event {
+            0 => Stop::Signal(sig),
+            libc::PTRACE_EVENT_CLONE => {
+                if let Ok(child) = sys::get_event_msg(tid) {
+                    self.threads.entry(child as Tid).or_insert(Thread {
+                        state: ThreadState::Running,
+                        withheld: Vec::new(),
+                    });
+                }
+                Stop::Trap
+            }
+            libc::PTRACE_EVENT_EXEC => {
+                thread.state = ThreadState::Stopped(Stop::Trap);
+                return Err(TraceError::Execed(self.pid));
+            }
+            libc::PTRACE_EVENT_STOP => match sig {
+                libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => Stop::Group(sig),
+                _ => Stop::Trap,
+            },
+            _ => Stop::Trap,
+        };
+        let thread = self.threads.get_mut(&tid).expect("inserted above");
+        thread.state = ThreadState::Stopped(stop);
+        if !keep_stopped && hold != Some(tid) {
+            self.resume(tid)?;
+        }
+        Ok(Some((tid, stop)))
+    }
+
+    /// Waits until some thread stops (threads that stop stay stopped) and
+    /// says which and why; `None` when `deadline` passed first.
+    pub fn wait_for_stop(&mut self, deadline: Instant) -> Result<Option<(Tid, Stop)>, TraceError> {
+        loop {
+            if self.exit.is_some() {
+                return Err(self.exited_error());
+            }
+            match self.wait_and_dispatch(true, None, deadline)? {
+                Some(event) => return Ok(Some(event)),
+                None if Instant::now() > deadline => return Ok(None),
+                None => {}
+            }
+        }
+    }
+
+    /// Drops the signal a stopped thread was about to receive (one weft
+    /// caused itself, such as its own breakpoint's `SIGTRAP`).
+    pub fn discard_signal(&mut self, tid: Tid) {
+        if let Some(thread) = self.threads.get_mut(&tid) {
+            if let ThreadState::Stopped(Stop::Signal(_)) = thread.state {
+                thread.state = ThreadState::Stopped(Stop::Trap);
+            }
+        }
+    }
+
+    /// Registers of a stopped thread.
+    pub fn registers(&self, tid: Tid) -> Result<Registers, TraceError> {
+        sys::get_regs(tid).map_err(|source| TraceError::Ptrace {
+            op: "GETREGS",
+            tid,
+            source,
+        })
+    }
+
+    /// Sets the registers of a stopped thread.
+    pub fn set_registers(&self, tid: Tid, regs: &Registers) -> Result<(), TraceError> {
+        sys::set_regs(tid, regs).map_err(|source| TraceError::Ptrace {
+            op: "SETREGS",
+            tid,
+            source,
+        })
+    }
+
+    /// Detaches from every thread, delivering pending signals; the process
+    /// runs on as if weft had never been there. Stops the world first if
+    /// needed (a thread can only be detached from a ptrace-stop).
+    pub fn detach(&mut self) -> Result<(), TraceError> {
+        if self
+            .threads
+            .values()
+            .any(|t| t.state == ThreadState::Running)
+        {
+            match self.stop_all() {
+                Ok(()) => {}
+                Err(TraceError::Exited { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut first_error = None;
+        for (&tid, thread) in self.threads.iter_mut() {
+            let sig = match thread.state {
+                ThreadState::Stopped(Stop::Signal(sig)) => sig,
+                _ => 0,
+            };
+            let mut withheld = std::mem::take(&mut thread.withheld);
+            let sig = if sig == 0 && !withheld.is_empty() {
+                withheld.remove(0)
+            } else {
+                sig
+            };
+            if let Err(e) = sys::detach(tid, sig) {
+                if e.raw_os_error() != Some(libc::ESRCH) && first_error.is_none() {
+                    first_error = Some(TraceError::Ptrace {
+                        op: "DETACH",
+                        tid,
+                        source: e,
+                    });
+                }
+            }
+            for sig in withheld {
+                sys::tgkill(self.pid, tid, sig);
+            }
+        }
+        self.threads.clear();
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // Never leave the target held, whatever path got us here.
+        if !self.threads.is_empty() {
+            let _ = self.detach();
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Thin, typed wrappers over the raw ptrace and wait system calls. Raw
+//! signal numbers are used throughout: real-time signals must be forwarded
+//! too, and they have no `nix::Signal` variant.
+
+use std::io;
+
+/// General-purpose registers of a stopped thread (`struct user_regs_struct`).
+pub type Registers = libc::user_regs_struct;
+
+/// The full extended (XSAVE) state of a thread, as `PTRACE_GETREGSET
+/// NT_X86_XSTATE` returns it: enough to restore vector registers exactly.
+#[derive(Clone)]
+pub struct XState(pub Vec<u8>);
+
+impl std::fmt::Debug for XState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "XState({} bytes)", self.0.len())
+    }
+}
+
+const NT_X86_XSTATE: libc::c_int = 0x202;
+/// Larger than any XSAVE area short of AMX tiles (about 2.7 KiB with AVX-512).
+const XSTATE_MAX: usize = 16 * 1024;
+
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn request(req: libc::c_uint, tid: i32, addr: usize, data: usize) -> io::Result<libc::c_long> {
+    // SAFETY: every caller passes `addr`/`data` valid for `req`: either
+    // plain integers or pointers to live, correctly sized buffers.
+    check(unsafe {
+        libc::ptrace(
+            req,
+            tid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    })
+}
+
+pub(super) fn seize(tid: i32, options: i64) -> io::Result<()> {
+    request(libc::PTRACE_SEIZE, tid, 0, options as usize).map(drop)
+}
+
+pub(super) fn interrupt(tid: i32) -> io::Result<()> {
+    request(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)
+}
+
+pub(super) fn cont(tid: i32, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_CONT, tid, 0, sig as usize).map(drop)
+}
+
+pub(super) fn listen(tid: i32) -> io::Result<()> {
+    request(libc::PTRACE_LISTEN, tid, 0, 0).map(drop)
+}
+
+pub(super) fn detach(tid: i32, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_DETACH, tid, 0, sig as usize).map(drop)
+}
+
+pub(super) fn get_event_msg(tid: i32) -> io::Result<u64> {
+    let mut msg: libc::c_ulong = 0;
+    request(
+        libc::PTRACE_GETEVENTMSG,
+        tid,
+        0,
+        &mut msg as *mut _ as usize,
+    )?;
+    Ok(msg)
+}
+
+pub(super) fn get_regs(tid: i32) -> io::Result<Registers> {
+    // SAFETY: user_regs_struct is plain integers; all-zero is valid.
+    let mut regs: Registers = unsafe { std::mem::zeroed() };
+    request(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut _ as usize)?;
+    Ok(regs)
+}
+
+pub(super) fn set_regs(tid: i32, regs: &Registers) -> io::Result<()> {
+    request(libc::PTRACE_SETREGS, tid, 0, regs as *const _ as usize).map(drop)
+}
+
+pub(super) fn get_xstate(tid: i32) -> io::Result<XState> {
+    let mut buf = vec![0u8; XSTATE_MAX];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    request(
+        libc::PTRACE_GETREGSET,
+        tid,
+        NT_X86_XSTATE as usize,
+        &mut iov as *mut _ as usize,
+    )?;
+    buf.truncate(iov.iov_len);
+    Ok(XState(buf))
+}
+
+pub(super) fn set_xstate(tid: i32, state: &XState) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: state.0.as_ptr() as *mut _,
+        iov_len: state.0.len(),
+    };
+    request(
+        libc::PTRACE_SETREGSET,
+        tid,
+        NT_X86_XSTATE as usize,
+        &mut iov as *mut _ as usize,
+    )
+    .map(drop)
+}
+
+/// `waitpid(-1, __WALL | WNOHANG)`: `Ok(None)` when nothing is pending.
+pub(super) fn wait_any_nohang() -> io::Result<Option<(i32, i32)>> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(Some((pid, status))),
+    }
+}
+
+/// Queues `sig` for thread `tid` of process `pid` again; errors are
+/// ignored because the thread may have exited meanwhile.
+pub(super) fn tgkill(pid: i32, tid: i32, sig: i32) {
+    // SAFETY: tgkill has no memory arguments.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, pid, tid, sig);
+    }
+}

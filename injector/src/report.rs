@@ -1,0 +1,325 @@
+//! Reports: what weft measured, per function and per thread, as JSON (the
+//! format documented in `docs/report-format.md`) or as a table for people.
+
+use crate::region::RowSnapshot;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use weft_rt::layout;
+
+/// One instrumented function, as reported.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FunctionReport {
+    /// Function name (qualified `module:name` only when two share a name).
+    pub name: String,
+    /// File name of the module that holds it.
+    pub module: String,
+    /// Runtime address of the patched function, `0x`-hex.
+    pub address: String,
+    /// Calls summed over all threads.
+    pub calls: u64,
+}
+
+/// Per-function figures of one thread.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// Calls this thread made.
+    pub calls: u64,
+}
+
+/// One thread that ran at least one instrumented function.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ThreadReport {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Thread name (`comm`).
+    pub name: String,
+    /// The thread had exited when the report was taken.
+    pub exited: bool,
+    /// Figures per function name (only functions it called).
+    pub functions: BTreeMap<String, Counts>,
+}
+
+/// A whole report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Report {
+    /// The target.
+    pub pid: i32,
+    /// Time instrumentation was live, in nanoseconds.
+    pub duration_ns: u64,
+    /// Every instrumented function.
+    pub functions: Vec<FunctionReport>,
+    /// Every thread that ran an instrumented function, once each.
+    pub threads: Vec<ThreadReport>,
+    /// Threads that found the runtime's table full and share one row;
+    /// their calls are in the overflow pseudo-thread (tid 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overflow_threads: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// What the report needs to know about a probe.
+#[derive(Clone, Debug)]
+pub struct ProbeInfo {
+    /// Function name.
+    pub name: String,
+    /// Module file name.
+    pub module: String,
+    /// Patched address.
+    pub address: u64,
+    /// Metric word of its call counter.
+    pub calls_word: u32,
+}
+
+impl Report {
+    /// Builds a report from the probes and a snapshot of the region's rows.
+    /// `live_name` gives a live thread's current name, when known.
+    pub fn build(
+        pid: i32,
+        duration_ns: u64,
+        probes: &[ProbeInfo],
+        rows: &[RowSnapshot],
+        overflow_threads: u64,
+        live_name: impl Fn(u32) -> Option<String>,
+    ) -> Report {
+        let names = display_names(probes);
+        let mut functions: Vec<FunctionReport> = probes
+            .iter()
+            .zip(&names)
+            .map(|(p, name)| FunctionReport {
+                name: name.clone(),
+                module: p.module.clone(),
+                address: format!("{:#x}", p.address),
+                calls: 0,
+            })
+            .collect();
+        let mut threads = Vec::new();
+        for row in rows {
+            let mut counts = BTreeMap::new();
+            for (i, probe) in probes.iter().enumerate() {
+                let calls = row
+                    .words
+                    .get(probe.calls_word as usize)
+                    .copied()
+                    .unwrap_or(0);
+                if calls > 0 {
+                    functions[i].calls += calls;
+                    counts.insert(names[i].clone(), Counts { calls });
+                }
+            }
+            if counts.is_empty() {
+                continue;
+            }
+            let exited = row.state != layout::ROW_LIVE;
+            let overflow = row.state == layout::ROW_OVERFLOW;
+            let name = if overflow {
+                "(overflow)".to_string()
+            } else if exited {
+                row.name.clone()
+            } else {
+                live_name(row.tid).unwrap_or_else(|| row.name.clone())
+            };
+            threads.push(ThreadReport {
+                tid: if overflow { 0 } else { row.tid },
+                name,
+                exited: exited && !overflow,
+                functions: counts,
+            });
+        }
+        Report {
+            pid,
+            duration_ns,
+            functions,
+            threads,
+            overflow_threads,
+        }
+    }
+
+    /// The report as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report always serialises")
+    }
+
+    /// The report as a table for people.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "weft: pid {}  {:.2} s  {} function(s)  {} thread(s)",
+            self.pid,
+            self.duration_ns as f64 / 1e9,
+            self.functions.len(),
+            self.threads.len()
+        );
+        let mut table: Vec<Vec<String>> = Vec::new();
+        let mut header = vec!["TID".to_string(), "THREAD".to_string()];
+        header.extend(self.functions.iter().map(|f| f.name.clone()));
+        table.push(header);
+        for t in &self.threads {
+            let mut row = vec![
+                t.tid.to_string(),
+                if t.exited {
+                    format!("{} (exited)", t.name)
+                } else {
+                    t.name.clone()
+                },
+            ];
+            row.extend(self.functions.iter().map(|f| {
+                t.functions
+                    .get(&f.name)
+                    .map_or("-".to_string(), |c| group_digits(c.calls))
+            }));
+            table.push(row);
+        }
+        let mut total = vec!["total".to_string(), String::new()];
+        total.extend(self.functions.iter().map(|f| group_digits(f.calls)));
+        table.push(total);
+        render(&table, &mut out);
+        if self.overflow_threads > 0 {
+            let _ = writeln!(
+                out,
+                "note: {} thread(s) found the runtime's thread table full; their calls are summed in tid 0 (overflow)",
+                self.overflow_threads
+            );
+        }
+        out
+    }
+}
+
+/// Names as reported: plain, or `module:name` where two probes share one.
+fn display_names(probes: &[ProbeInfo]) -> Vec<String> {
+    probes
+        .iter()
+        .map(|p| {
+            let clash = probes.iter().filter(|q| q.name == p.name).count() > 1;
+            if clash {
+                format!("{}:{}", p.module, p.name)
+            } else {
+                p.name.clone()
+            }
+        })
+        .collect()
+}
+
+/// `1234567` as `1,234,567`.
+pub fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn render(table: &[Vec<String>], out: &mut String) {
+    let columns = table.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            table
+                .iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in table {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            // Numbers right-aligned, the first two (tid, name) left-aligned.
+            if c < 2 {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            } else {
+                let _ = write!(line, "{cell:>w$}  ", w = widths[c]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(index: u32, tid: u32, state: u32, words: Vec<u64>) -> RowSnapshot {
+        RowSnapshot {
+            index,
+            state,
+            tid,
+            name: format!("t{index}"),
+            words,
+        }
+    }
+
+    #[test]
+    fn threads_without_calls_are_left_out_and_totals_add_up() {
+        let probes = vec![
+            ProbeInfo {
+                name: "a".into(),
+                module: "exe".into(),
+                address: 0x1000,
+                calls_word: 0,
+            },
+            ProbeInfo {
+                name: "b".into(),
+                module: "exe".into(),
+                address: 0x2000,
+                calls_word: 1,
+            },
+        ];
+        let rows = vec![
+            row(0, 10, layout::ROW_LIVE, vec![3, 0]),
+            row(1, 11, layout::ROW_EXITED, vec![0, 0]),
+            row(2, 12, layout::ROW_EXITED, vec![4, 5]),
+        ];
+        let r = Report::build(1, 5, &probes, &rows, 0, |_| Some("live".into()));
+        assert_eq!(r.threads.len(), 2);
+        assert_eq!(r.functions[0].calls, 7);
+        assert_eq!(r.functions[1].calls, 5);
+        assert_eq!(r.threads[0].name, "live");
+        assert!(!r.threads[0].exited);
+        assert!(r.threads[1].exited);
+        assert_eq!(r.threads[1].name, "t2");
+        assert!(!r.threads[0].functions.contains_key("b"));
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["threads"][1]["functions"]["b"]["calls"], 5);
+        assert_eq!(json["functions"][0]["address"], "0x1000");
+        let table = r.to_table();
+        assert!(table.contains("t2 (exited)"), "{table}");
+    }
+
+    #[test]
+    fn clashing_names_are_qualified() {
+        let probes = vec![
+            ProbeInfo {
+                name: "f".into(),
+                module: "exe".into(),
+                address: 1,
+                calls_word: 0,
+            },
+            ProbeInfo {
+                name: "f".into(),
+                module: "lib.so".into(),
+                address: 2,
+                calls_word: 1,
+            },
+        ];
+        let r = Report::build(1, 0, &probes, &[], 0, |_| None);
+        assert_eq!(r.functions[0].name, "exe:f");
+        assert_eq!(r.functions[1].name, "lib.so:f");
+    }
+
+    #[test]
+    fn digits_are_grouped() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(1234567), "1,234,567");
+    }
+}

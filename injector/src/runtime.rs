@@ -1,0 +1,305 @@
+//! Loading `weft-rt` into the target and opening its shared region.
+//!
+//! The runtime's bytes are embedded in weft ([`crate::RT`], or the file named
+//! by `WEFT_RT`). They are written into a memfd created *inside the target*
+//! (a remote `memfd_create`) and loaded with a remote
+//! `dlopen("/proc/self/fd/N")`: no file is ever written to disk, so there is
+//! nothing to race on or clean up, and it works whatever user the target
+//! runs as. A runtime already loaded by an earlier attach is found by its
+//! mapping name and reused.
+
+use crate::inspect::ProcessImage;
+use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer};
+use crate::region::{Region, RegionError};
+use object::{Object, ObjectSymbol};
+use std::io::Write;
+
+/// The memfd name, which shows in `/proc/PID/maps` as `/memfd:weft-rt (deleted)`.
+const MEMFD_NAME: &str = "weft-rt";
+
+/// What went wrong loading the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A remote call failed.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    /// The target has no glibc function weft needs.
+    #[error("the target has no `{0}` in its C library: weft needs a glibc-based, dynamically linked target")]
+    MissingSymbol(&'static str),
+    /// The target's `dlopen` failed.
+    #[error("the target's dlopen could not load weft's runtime: {0}")]
+    Dlopen(String),
+    /// A remote libc call returned an error.
+    #[error("{call} failed in the target: {error}")]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// errno as text.
+        error: std::io::Error,
+    },
+    /// The runtime file named by WEFT_RT could not be read, or is broken.
+    #[error("weft runtime library {path}: {why}")]
+    Library {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Writing the runtime into the target's memfd failed.
+    #[error("cannot write weft's runtime into the target's memfd /proc/{pid}/fd/{fd}: {source}")]
+    Write {
+        /// The target.
+        pid: i32,
+        /// The memfd.
+        fd: i32,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The shared region could not be mapped.
+    #[error(transparent)]
+    Region(#[from] RegionError),
+    /// Inspecting the target failed.
+    #[error(transparent)]
+    Inspect(#[from] crate::inspect::InspectError),
+}
+
+/// The runtime library's bytes: `$WEFT_RT` when set, else the embedded copy.
+pub fn runtime_bytes() -> Result<std::borrow::Cow<'static, [u8]>, RuntimeError> {
+    match std::env::var_os("WEFT_RT") {
+        // A Vec<u8> from the system allocator is 16-byte aligned in practice;
+        // ELF parsing re-checks and reports a clear error otherwise.
+        Some(path) => std::fs::read(&path)
+            .map(Into::into)
+            .map_err(|e| RuntimeError::Library {
+                path: path.to_string_lossy().into_owned(),
+                why: format!(
+                    "cannot read it ({e}); unset WEFT_RT to use the runtime built into weft"
+                ),
+            }),
+        None => Ok(crate::RT.into()),
+    }
+}
+
+/// A runtime loaded in the target, with its region mapped here.
+#[derive(Debug)]
+pub struct Runtime {
+    /// Load address of the runtime library in the target.
+    pub base: u64,
+    /// The region's memfd number in the target.
+    pub region_fd: i32,
+    /// Our read-only view of the region.
+    pub region: Region,
+}
+
+/// Geometry asked of the runtime.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeOptions {
+    /// Threads with their own row.
+    pub max_threads: u32,
+    /// Metric words per row.
+    pub metric_words: u32,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            max_threads: 4096,
+            metric_words: 4096,
+        }
+    }
+}
+
+/// Load address of an already loaded runtime: the offset-0 mapping of the
+/// memfd it was loaded from (its first PT_LOAD has vaddr 0).
+fn runtime_module_base(image: &mut ProcessImage) -> Result<Option<u64>, RuntimeError> {
+    image.refresh()?;
+    let maps = crate::inspect::maps::read_maps(image.pid())?;
+    let wanted = format!("/memfd:{MEMFD_NAME}");
+    Ok(maps
+        .iter()
+        .find(|m| {
+            m.offset == 0
+                && m.path
+                    .file()
+                    .is_some_and(|p| p.to_string_lossy().starts_with(&wanted))
+        })
+        .map(|m| m.start))
+}
+
+fn libc_symbol(image: &mut ProcessImage, name: &'static str) -> Option<u64> {
+    image.symbol_address("libc.so", name)
+}
+
+fn negative_errno(call: &'static str, value: u64) -> Result<u64, RuntimeError> {
+    let signed = value as i64;
+    if (-4095..0).contains(&signed) {
+        Err(RuntimeError::Call {
+            call,
+            error: std::io::Error::from_raw_os_error(-signed as i32),
+        })
+    } else {
+        Ok(value)
+    }
+}
+
+/// Loads (or finds) the runtime in the target and starts a session whose
+/// first `reset_words` metric words are zeroed. The world must be stopped;
+/// remote calls run on `tid` while the other threads run.
+pub fn load(
+    tracer: &mut Tracer,
+    image: &mut ProcessImage,
+    tid: Tid,
+    options: RuntimeOptions,
+    reset_words: u32,
+) -> Result<Runtime, RuntimeError> {
+    let bytes = runtime_bytes()?;
+    let init_offset = symbol_offset(&bytes, "weft_rt_init")?;
+    let pid = tracer.pid();
+
+    let base = match runtime_module_base(image)? {
+        Some(base) => base,
+        None => {
+            let memfd_create = libc_symbol(image, "memfd_create")
+                .ok_or(RuntimeError::MissingSymbol("memfd_create"))?;
+            let (dlopen, flags) = match libc_symbol(image, "dlopen") {
+                Some(f) => (f, libc::RTLD_NOW as u64),
+                // glibc < 2.34 keeps dlopen in libdl; libc has the internal one.
+                None => (
+                    libc_symbol(image, "__libc_dlopen_mode")
+                        .ok_or(RuntimeError::MissingSymbol("dlopen"))?,
+                    libc::RTLD_NOW as u64 | 0x8000_0000,
+                ),
+            };
+            let close = libc_symbol(image, "close").ok_or(RuntimeError::MissingSymbol("close"))?;
+
+            let name = format!("{MEMFD_NAME}\0").into_bytes();
+            let fd = tracer.call(
+                tid,
+                &RemoteCall::new(
+                    "memfd_create",
+                    memfd_create,
+                    vec![
+                        RemoteArg::Bytes(name),
+                        RemoteArg::Value(libc::MFD_CLOEXEC as u64),
+                    ],
+                ),
+                true,
+            )?;
+            let fd = negative_errno_libc(tracer, image, tid, "memfd_create", fd)? as i32;
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .open(format!("/proc/{pid}/fd/{fd}"))
+                .and_then(|mut f| f.write_all(&bytes));
+            let handle = match written {
+                Ok(()) => {
+                    let path = format!("/proc/self/fd/{fd}\0").into_bytes();
+                    tracer.call(
+                        tid,
+                        &RemoteCall::new(
+                            "dlopen",
+                            dlopen,
+                            vec![RemoteArg::Bytes(path), RemoteArg::Value(flags)],
+                        ),
+                        true,
+                    )
+                }
+                Err(_) => Ok(0),
+            };
+            // The mapping keeps the library alive; the descriptor is not needed.
+            let _ = tracer.call(
+                tid,
+                &RemoteCall::new("close", close, vec![RemoteArg::Value(fd as u64)]),
+                true,
+            );
+            if let Err(source) = written {
+                return Err(RuntimeError::Write { pid, fd, source });
+            }
+            if handle? == 0 {
+                let message = match libc_symbol(image, "dlerror") {
+                    Some(dlerror) => {
+                        let text =
+                            tracer.call(tid, &RemoteCall::new("dlerror", dlerror, vec![]), true)?;
+                        if text == 0 {
+                            "unknown error".to_string()
+                        } else {
+                            tracer
+                                .memory()
+                                .read_c_string(text, 1024)
+                                .unwrap_or_default()
+                        }
+                    }
+                    None => "unknown error".to_string(),
+                };
+                return Err(RuntimeError::Dlopen(message));
+            }
+            runtime_module_base(image)?.ok_or_else(|| {
+                RuntimeError::Dlopen("dlopen succeeded but the library is not mapped".into())
+            })?
+        }
+    };
+
+    let init = tracer.call(
+        tid,
+        &RemoteCall::new(
+            "weft_rt_init",
+            base + init_offset,
+            vec![
+                RemoteArg::Value(options.max_threads as u64),
+                RemoteArg::Value(options.metric_words as u64),
+                RemoteArg::Value(reset_words as u64),
+            ],
+        ),
+        true,
+    )?;
+    let region_fd = negative_errno("weft_rt_init", init)? as i32;
+    let region = Region::open(pid, region_fd)?;
+    Ok(Runtime {
+        base,
+        region_fd,
+        region,
+    })
+}
+
+/// libc functions return -1 and set errno; read errno with a second call
+/// (`__errno_location`) when that happens.
+fn negative_errno_libc(
+    tracer: &mut Tracer,
+    image: &mut ProcessImage,
+    tid: Tid,
+    call: &'static str,
+    value: u64,
+) -> Result<u64, RuntimeError> {
+    if value as i64 != -1 {
+        return Ok(value);
+    }
+    let errno = match libc_symbol(image, "__errno_location") {
+        Some(f) => {
+            let at = tracer.call(tid, &RemoteCall::new("__errno_location", f, vec![]), false)?;
+            let mut buf = [0u8; 4];
+            tracer
+                .memory()
+                .read(at, &mut buf)
+                .map(|_| i32::from_le_bytes(buf))
+                .unwrap_or(libc::EIO)
+        }
+        None => libc::EIO,
+    };
+    Err(RuntimeError::Call {
+        call,
+        error: std::io::Error::from_raw_os_error(errno),
+    })
+}
+
+/// Offset of an exported function in the runtime library.
+fn symbol_offset(bytes: &[u8], name: &str) -> Result<u64, RuntimeError> {
+    let broken = |why: String| RuntimeError::Library {
+        path: "(runtime)".into(),
+        why,
+    };
+    let file = object::File::parse(bytes)
+        .map_err(|e| broken(format!("not a valid ELF shared library: {e}")))?;
+    file.dynamic_symbols()
+        .find(|s| s.name() == Ok(name) && s.is_definition())
+        .map(|s| s.address())
+        .ok_or_else(|| broken(format!("does not export {name}: is it weft's runtime?")))
+}

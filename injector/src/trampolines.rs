@@ -1,0 +1,166 @@
+//! Memory for trampolines inside the target, placed near the code it serves.
+//!
+//! A patch is a `jmp rel32`, and relocated instructions keep their
+//! RIP-relative operands, so a trampoline must lie within ±2 GiB of both the
+//! function and whatever the function's first instructions reference. Areas
+//! are therefore mapped (remote `mmap` with `MAP_FIXED_NOREPLACE`) in a free
+//! gap at most [`MAX_DISTANCE`] from the module, and each area starts with
+//! its own copy of the registration stub so that trampolines reach it with a
+//! `call rel32`. Areas are mapped read+execute only: weft writes them through
+//! `/proc/PID/mem`, so the target never has writable code.
+//!
+//! Areas are never unmapped: a thread preempted inside a trampoline, or
+//! inside the runtime called from one, must always find it there.
+
+use crate::inspect::maps::{read_maps, Mapping};
+use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer};
+use weft_codegen::{register_stub, register_stub_len, VectorSave};
+
+/// How far an area may be from the code it serves: half the reach of
+/// rel32, leaving the other half for the function's own data references.
+pub const MAX_DISTANCE: u64 = 1 << 30;
+/// Smallest area mapped at a time.
+const AREA_SIZE: u64 = 256 * 1024;
+
+/// Failure to get trampoline memory.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// No free gap close enough to the code.
+    #[error("no free address range within 1 GiB of {near:#x} for trampolines")]
+    NoGap {
+        /// The code address.
+        near: u64,
+    },
+    /// The remote mmap failed or landed elsewhere.
+    #[error("mmap in the target for trampolines at {at:#x} failed (returned {got:#x})")]
+    Mmap {
+        /// Requested address.
+        at: u64,
+        /// What mmap returned.
+        got: u64,
+    },
+    /// A remote call failed.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    /// The registration stub could not be built.
+    #[error("building the registration stub: {0}")]
+    Stub(#[from] weft_codegen::BuildError),
+    /// Reading the target's maps failed.
+    #[error(transparent)]
+    Inspect(#[from] crate::inspect::InspectError),
+    /// Writing to the target failed.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+}
+
+/// One mapped area.
+#[derive(Clone, Debug)]
+pub struct Area {
+    /// First address.
+    pub start: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes handed out so far (the stub first).
+    pub used: u64,
+    /// Address of this area's registration stub.
+    pub stub: u64,
+}
+
+/// Every trampoline area of one target.
+#[derive(Debug, Default)]
+pub struct Pool {
+    areas: Vec<Area>,
+}
+
+/// How the registration stub saves vector state on this machine (weft
+/// runs on the target's machine, so the host's CPUID is the target's).
+pub fn vector_save() -> VectorSave {
+    // SAFETY: CPUID is available on every x86-64 CPU.
+    let leaf1 = core::arch::x86_64::__cpuid(1);
+    let xsave = leaf1.ecx & (1 << 26) != 0 && leaf1.ecx & (1 << 27) != 0;
+    if !xsave {
+        return VectorSave::Fxsave64;
+    }
+    // SAFETY: leaf 0xD exists when XSAVE is supported. EBX is the area size
+    // for the features enabled in XCR0.
+    let leaf_d = core::arch::x86_64::__cpuid_count(0xd, 0);
+    VectorSave::Xsave {
+        area_size: leaf_d.ebx,
+    }
+}
+
+impl Pool {
+    /// All areas mapped so far.
+    pub fn areas(&self) -> &[Area] {
+        &self.areas
+    }
+
+    /// Whether `addr` lies inside any trampoline area.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.areas
+            .iter()
+            .any(|a| a.start <= addr && addr < a.start + a.size)
+    }
+
+    /// Reserves `len` bytes (16-aligned) within [`MAX_DISTANCE`] of `near`,
+    /// mapping a new area when needed. Returns the address and the area's
+    /// registration stub.
+    pub fn reserve(
+        &mut self,
+        tracer: &mut Tracer,
+        call_tid: Tid,
+        mmap_fn: u64,
+        register_fn: u64,
+        near: u64,
+        len: u64,
+    ) -> Result<(u64, u64), PoolError> {
+        let len = len.div_ceil(16) * 16;
+        let fits = |a: &Area| {
+            a.used + len <= a.size
+                && a.start.abs_diff(near) < MAX_DISTANCE
+                && (a.start + a.size).abs_diff(near) < MAX_DISTANCE
+        };
+        if let Some(area) = self.areas.iter_mut().find(|a| fits(a)) {
+            let at = area.start + area.used;
+            area.used += len;
+            return Ok((at, area.stub));
+        }
+        let save = vector_save();
+        let stub_len = (register_stub_len(save) as u64).div_ceil(64) * 64;
+        let size = (stub_len + len).max(AREA_SIZE).div_ceil(4096) * 4096;
+        let maps: Vec<Mapping> = read_maps(tracer.pid())?;
+        let at = crate::inspect::maps::free_gap_near(&maps, near, size, MAX_DISTANCE - size)
+            .ok_or(PoolError::NoGap { near })?;
+        let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+        let got = tracer.call(
+            call_tid,
+            &RemoteCall::new(
+                "mmap",
+                mmap_fn,
+                vec![
+                    RemoteArg::Value(at),
+                    RemoteArg::Value(size),
+                    RemoteArg::Value(prot),
+                    RemoteArg::Value(flags),
+                    RemoteArg::Value(u64::MAX),
+                    RemoteArg::Value(0),
+                ],
+            ),
+            false,
+        )?;
+        if got != at {
+            return Err(PoolError::Mmap { at, got });
+        }
+        let stub = register_stub(at, register_fn, save)?;
+        tracer.memory().write(at, &stub)?;
+        let area = Area {
+            start: at,
+            size,
+            used: stub_len + len,
+            stub: at,
+        };
+        self.areas.push(area);
+        Ok((at + stub_len, at))
+    }
+}
