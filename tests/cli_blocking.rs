@@ -1,0 +1,153 @@
+//! Attach and detach while the target's threads sit in read(), nanosleep(),
+//! pthread_cond_wait() and a raw FUTEX_WAIT: no EINTR, no shortened sleep,
+//! exact `tick` counts.
+
+mod support;
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::*;
+
+const FLAGS: [&str; 4] = ["-f", "tick", "--format", "json"];
+const NT: usize = 4;
+
+#[derive(Deserialize, Debug)]
+struct BlockLine {
+    index: u64,
+    tid: i64,
+    kind: String,
+    name: String,
+    ticks: Vec<u64>,
+    ok: bool,
+}
+
+/// Checks the target's final output; returns its per-thread lines.
+fn check_target(ctx: &Ctx, t: &mut Proc, rounds: usize) -> Vec<BlockLine> {
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    let text = t.stdout_text();
+    let fails: Vec<&str> = text.lines().filter(|l| l.starts_with("FAIL")).collect();
+    ctx.check(fails.is_empty(), || {
+        format!("the target reported failures: {fails:?}")
+    });
+    for kind in ["read", "nanosleep", "condvar", "futex"] {
+        let want = format!("ok {kind}");
+        ctx.check(text.lines().any(|l| l == want), || {
+            format!("missing `{want}`")
+        });
+    }
+    let lines: Vec<BlockLine> = text
+        .lines()
+        .filter(|l| l.starts_with("{\"index\""))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| ctx.fail(format!("bad line {l:?}: {e}")))
+        })
+        .collect();
+    ctx.check(lines.len() == NT, || {
+        format!("{} thread lines, expected {NT}", lines.len())
+    });
+    for l in &lines {
+        ctx.check(l.ok, || format!("thread {} ({}) failed", l.index, l.kind));
+        ctx.check(l.ticks.len() == rounds, || {
+            format!("{l:?}: expected {rounds} rounds")
+        });
+        for (r, &n) in l.ticks.iter().enumerate() {
+            let want = 1000 * (l.index + 1) + 7 * (r as u64 + 1);
+            ctx.check(n == want, || {
+                format!("{l:?}: round {} ticks {n}, expected {want}", r + 1)
+            });
+        }
+    }
+    lines
+}
+
+/// Expected weft counts: the ticks of round `round` (1-based) of every thread.
+fn expect_round(lines: &[BlockLine], round: usize) -> BTreeMap<i64, ExpThread> {
+    lines
+        .iter()
+        .map(|l| {
+            let mut calls = BTreeMap::new();
+            calls.insert("tick".to_string(), l.ticks[round - 1]);
+            (
+                l.tid,
+                ExpThread {
+                    name: l.name.clone(),
+                    calls,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Lets the sleeping thread get well into a nanosleep (not a timing assertion).
+fn settle() {
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Attach while every thread is blocked (block 1), release (the ticks of
+/// round 1 are counted), detach while they are blocked again (block 2),
+/// release: the target finishes cleanly and weft counted round 1 exactly.
+#[test]
+fn attach_and_detach_while_blocked() {
+    let ctx = Ctx::new("attach_and_detach_while_blocked");
+    let mut t = ctx.target(blocking(), &["--rounds", "2", "--sleep-ms", "2000"]);
+    let (pid, threads) = wait_ready(&mut t);
+    settle();
+    let (mut weft, a) = attach(&ctx, pid, &FLAGS, 1);
+    ctx.check(Some(a.threads) == threads, || {
+        format!("attached threads={}, target has {threads:?}", a.threads)
+    });
+    settle();
+    t.send("release");
+    t.expect_stdout("`blocked 2`", |l| l == "blocked 2");
+    settle();
+    let out = detach_with_sigint(&mut weft);
+    ctx.check(t.is_running(), || "the target died after detach".into());
+    check_not_traced_nor_stopped(&ctx, pid);
+    settle();
+    t.send("release");
+    let lines = check_target(&ctx, &mut t, 2);
+    let report = parse_report(&ctx, &out);
+    check_report_counts(&ctx, &report, &expect_round(&lines, 1), &["tick"]);
+}
+
+/// Two attach/detach cycles, each starting and ending with the threads
+/// blocked: the first counts nothing, the second exactly round 2.
+#[test]
+fn repeated_attach_detach_while_blocked() {
+    let ctx = Ctx::new("repeated_attach_detach_while_blocked");
+    let mut t = ctx.target(blocking(), &["--rounds", "3", "--sleep-ms", "2000"]);
+    let (pid, _) = wait_ready(&mut t);
+
+    // Cycle 1: attached and detached inside block 1.
+    settle();
+    let (mut weft1, _) = attach(&ctx, pid, &FLAGS, 1);
+    settle();
+    let out1 = detach_with_sigint(&mut weft1);
+    check_report_zero(&ctx, &parse_report(&ctx, &out1), &["tick"]);
+    check_not_traced_nor_stopped(&ctx, pid);
+
+    // Round 1 ticks run without weft.
+    t.send("release");
+    t.expect_stdout("`blocked 2`", |l| l == "blocked 2");
+
+    // Cycle 2: attach inside block 2, detach inside block 3.
+    settle();
+    let (mut weft2, _) = attach(&ctx, pid, &FLAGS, 1);
+    settle();
+    t.send("release");
+    t.expect_stdout("`blocked 3`", |l| l == "blocked 3");
+    settle();
+    let out2 = detach_with_sigint(&mut weft2);
+    check_not_traced_nor_stopped(&ctx, pid);
+    settle();
+    t.send("release");
+    let lines = check_target(&ctx, &mut t, 3);
+    check_report_counts(
+        &ctx,
+        &parse_report(&ctx, &out2),
+        &expect_round(&lines, 2),
+        &["tick"],
+    );
+}

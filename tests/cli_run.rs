@@ -1,0 +1,329 @@
+//! `weft run`: instrument from before `main`, pass the program's output
+//! through, report after it exits, propagate its exit code.
+
+mod support;
+
+use std::path::Path;
+use support::*;
+
+const N: u64 = 4;
+const LATE: u64 = 2;
+const PHASES: u64 = 2;
+
+/// Splits weft run's stdout into the target's part (up to and including its
+/// `done` line) and what follows (the report).
+fn split_at_done(ctx: &Ctx, out: &str) -> (String, String) {
+    let mut target = String::new();
+    let mut rest = out;
+    loop {
+        let Some(nl) = rest.find('\n') else {
+            ctx.fail("no `done` line from the target in weft's stdout");
+        };
+        let line = &rest[..nl];
+        target.push_str(line);
+        target.push('\n');
+        rest = &rest[nl + 1..];
+        if line == "done" {
+            return (target, rest.to_string());
+        }
+    }
+}
+
+/// Every line of the target's part must be one the target prints itself.
+fn check_only_target_lines(ctx: &Ctx, text: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    ctx.check(
+        lines.first().is_some_and(|l| l.starts_with("ready pid=")),
+        || "the target's `ready` line must come first on stdout".into(),
+    );
+    ctx.check(lines.last() == Some(&"done"), || {
+        "the target's `done` line must be last".into()
+    });
+    for l in &lines {
+        let ok = l.starts_with("ready pid=")
+            || l.starts_with("{\"phase\"")
+            || (l.starts_with("phase ") && l.ends_with(" done"))
+            || *l == "done";
+        ctx.check(ok, || {
+            format!("unexpected line {l:?} among the target's output")
+        });
+    }
+}
+
+fn ready_pid(ctx: &Ctx, text: &str) -> i64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("ready pid="))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| ctx.fail("no `ready pid=` line from the target"))
+}
+
+fn workers_args(exe: &Path) -> Vec<String> {
+    vec![
+        exe.to_str().unwrap().to_string(),
+        "--no-wait".into(),
+        "--threads".into(),
+        N.to_string(),
+        "--late-threads".into(),
+        LATE.to_string(),
+        "--phases".into(),
+        PHASES.to_string(),
+    ]
+}
+
+/// Checks the target's output and the JSON report against each other.
+fn check_run(ctx: &Ctx, exe: &Path, target_text: &str, report_text: &str) {
+    check_only_target_lines(ctx, target_text);
+    let mut all = Vec::new();
+    for p in 1..=PHASES {
+        all.extend(check_worker_phase(ctx, target_text, p, N + LATE));
+    }
+    let report = parse_report(ctx, report_text);
+    let pid = ready_pid(ctx, target_text);
+    ctx.check(report.pid == pid, || {
+        format!("report pid {} != target pid {pid}", report.pid)
+    });
+    ctx.check(report.duration_ns > 0, || "report duration_ns is 0".into());
+    let exp = expect_from_workers(&all, &WORKER_FUNCS);
+    ctx.check(exp.len() as u64 == N + LATE, || {
+        "target TIDs not distinct".into()
+    });
+    check_report_counts(ctx, &report, &exp, &WORKER_FUNCS);
+    let mods = worker_modules(exe);
+    let mods: Vec<(&str, &str)> = mods.iter().map(|(f, m)| (*f, m.as_str())).collect();
+    check_report_modules(ctx, &report, &mods);
+}
+
+fn run_json_exact(test: &str, exe: &Path) {
+    let ctx = Ctx::new(test);
+    let mut args: Vec<String> = ["run", "--format", "json", "-f", WORKER_PATTERNS, "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(workers_args(exe));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    check_run(&ctx, exe, &target, &report);
+}
+
+#[test]
+fn run_c_o2_counts_exact_per_thread() {
+    run_json_exact("run_c_o2_counts_exact_per_thread", workers_c());
+}
+
+#[test]
+fn run_c_cf_protection_counts_exact_per_thread() {
+    run_json_exact(
+        "run_c_cf_protection_counts_exact_per_thread",
+        workers_c_cet(),
+    );
+}
+
+#[test]
+fn run_rust_counts_exact_per_thread() {
+    run_json_exact("run_rust_counts_exact_per_thread", workers_rs());
+}
+
+/// `-f` repeated (instead of one comma-separated list) selects the same set.
+#[test]
+fn run_repeated_f_flags() {
+    let ctx = Ctx::new("run_repeated_f_flags");
+    let exe = workers_c();
+    let mut args: Vec<String> = [
+        "run",
+        "--format",
+        "json",
+        "-f",
+        "work_a",
+        "-f",
+        "work_b",
+        "-f",
+        "libwork.so:lib_work",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(workers_args(exe));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    check_run(&ctx, exe, &target, &report);
+}
+
+/// With `-o FILE` the report goes to FILE and stdout holds only the target's output.
+#[test]
+fn run_report_to_file() {
+    let ctx = Ctx::new("run_report_to_file");
+    let exe = workers_c();
+    let file = scratch_dir("run_report_to_file").join("report.json");
+    let file_s = file.to_str().unwrap().to_string();
+    let mut args: Vec<String> = [
+        "run",
+        "--format",
+        "json",
+        "-o",
+        file_s.as_str(),
+        "-f",
+        WORKER_PATTERNS,
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(workers_args(exe));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let out = weft.stdout_text();
+    check_only_target_lines(&ctx, &out);
+    let report = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| ctx.fail(format!("cannot read the report file {file_s}: {e}")));
+    check_run(&ctx, exe, &out, &report);
+}
+
+/// A target exiting with code 3 makes weft exit 3; the report still follows.
+#[test]
+fn run_propagates_exit_code() {
+    let ctx = Ctx::new("run_propagates_exit_code");
+    let exe = workers_c();
+    let mut weft = ctx.weft(&[
+        "run",
+        "--format",
+        "json",
+        "-f",
+        WORKER_PATTERNS,
+        "--",
+        exe.to_str().unwrap(),
+        "--no-wait",
+        "--threads",
+        "2",
+        "--exit-code",
+        "3",
+    ]);
+    weft.wait_code(3);
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    let lines = check_worker_phase(&ctx, &target, 1, 2);
+    let report = parse_report(&ctx, &report);
+    check_report_counts(
+        &ctx,
+        &report,
+        &expect_from_workers(&lines, &WORKER_FUNCS),
+        &WORKER_FUNCS,
+    );
+}
+
+/// A target killed by SIGTERM makes weft exit 128+15.
+#[test]
+fn run_propagates_death_by_signal() {
+    let ctx = Ctx::new("run_propagates_death_by_signal");
+    let exe = workers_c();
+    let mut weft = ctx.weft(&[
+        "run",
+        "--format",
+        "json",
+        "-f",
+        WORKER_PATTERNS,
+        "--",
+        exe.to_str().unwrap(),
+        "--no-wait",
+        "--threads",
+        "2",
+        "--raise",
+        "15",
+    ]);
+    weft.wait_code(128 + 15);
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    let lines = check_worker_phase(&ctx, &target, 1, 2);
+    let report = parse_report(&ctx, &report);
+    check_report_counts(
+        &ctx,
+        &report,
+        &expect_from_workers(&lines, &WORKER_FUNCS),
+        &WORKER_FUNCS,
+    );
+}
+
+/// The target's stderr passes through, and its exit code (64, bad argument).
+#[test]
+fn run_passes_stderr_through() {
+    let ctx = Ctx::new("run_passes_stderr_through");
+    let exe = workers_c();
+    let mut weft = ctx.weft(&[
+        "run",
+        "-f",
+        "work_a",
+        "--",
+        exe.to_str().unwrap(),
+        "--bogus",
+    ]);
+    weft.wait_code(64);
+    let err = weft.stderr_text();
+    ctx.check(
+        err.lines().any(|l| l == "workers: bad argument --bogus"),
+        || "the target's stderr line did not pass through unchanged".into(),
+    );
+}
+
+/// Table format: names, TIDs and counts of every thread appear.
+#[test]
+fn run_table_format_smoke() {
+    let ctx = Ctx::new("run_table_format_smoke");
+    let exe = workers_c();
+    let mut weft = ctx.weft(&[
+        "run",
+        "--format",
+        "table",
+        "-f",
+        "work_a,work_b",
+        "--",
+        exe.to_str().unwrap(),
+        "--no-wait",
+        "--threads",
+        "4",
+    ]);
+    weft.wait_code(0);
+    let (target, table) = split_at_done(&ctx, &weft.stdout_text());
+    let lines = check_worker_phase(&ctx, &target, 1, 4);
+    ctx.check(!table.trim().is_empty(), || {
+        "no table after the target's output".into()
+    });
+    // Tokens: split on whitespace and table rules; numbers also without digit separators.
+    let mut tokens = std::collections::BTreeSet::new();
+    let separators = [
+        '|', '│', '(', ')', '[', ']', '{', '}', '/', ':', ';', '=', '"', '\'',
+    ];
+    for t in table.split(|c: char| c.is_whitespace() || separators.contains(&c)) {
+        let t = t.trim_matches(|c: char| !c.is_alphanumeric() && c != '_' && c != '-');
+        if t.is_empty() {
+            continue;
+        }
+        tokens.insert(t.to_string());
+        if t.chars()
+            .all(|c| c.is_ascii_digit() || c == ',' || c == '_')
+        {
+            tokens.insert(t.replace([',', '_'], ""));
+        }
+    }
+    let has = |s: &str| tokens.contains(s);
+    for f in ["work_a", "work_b"] {
+        ctx.check(has(f), || format!("the table does not mention {f}"));
+    }
+    for l in &lines {
+        ctx.check(has(&l.tid.to_string()), || {
+            format!("the table lacks tid {}", l.tid)
+        });
+        ctx.check(has(&l.name), || {
+            format!("the table lacks thread name {}", l.name)
+        });
+        ctx.check(has(&l.work_a.to_string()), || {
+            format!("the table lacks the count {} ({} work_a)", l.work_a, l.name)
+        });
+        ctx.check(has(&l.work_b.to_string()), || {
+            format!("the table lacks the count {} ({} work_b)", l.work_b, l.name)
+        });
+    }
+}

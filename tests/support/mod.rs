@@ -1,0 +1,1080 @@
+//! Shared helpers for weft's end-to-end tests: building the target programs
+//! (once per test binary), running processes under a kill-on-drop guard with
+//! timeouts, and parsing the target's and weft's output.
+//!
+//! Every wait has a deadline ([`TIMEOUT`]); on failure the panic message shows
+//! the stdout/stderr of every process the test started.
+#![allow(dead_code)]
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Deadline for every single wait in the tests.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The instrumented functions of the workers targets, as `-f` patterns.
+pub const WORKER_PATTERNS: &str = "work_a,work_b,libwork.so:lib_work";
+/// The function names these patterns resolve to.
+pub const WORKER_FUNCS: [&str; 3] = ["work_a", "work_b", "lib_work"];
+
+pub fn weft_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weft")
+}
+
+// ---------------------------------------------------------------------------
+// Building the targets
+// ---------------------------------------------------------------------------
+
+fn src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/targets")
+        .join(name)
+}
+
+/// Per-test-binary build directory under CARGO_TARGET_TMPDIR, created fresh
+/// the first time it is asked for.
+fn build_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("weft-targets-{stem}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create build dir");
+        dir
+    })
+}
+
+fn variant_dir(name: &str) -> PathBuf {
+    let d = build_root().join(name);
+    std::fs::create_dir_all(&d).expect("create variant dir");
+    d
+}
+
+fn run_build(mut cmd: Command) {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "build failed: {shown}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn gcc(args: &[&str], extra: &[&str]) -> Command {
+    let mut c = Command::new("gcc");
+    c.args(args).args(extra);
+    c
+}
+
+/// Builds libwork.so and the C workers executable into `dir`.
+fn build_workers_c(dir: &Path, extra: &[&str]) -> PathBuf {
+    let lib = dir.join("libwork.so");
+    let exe = dir.join("workers");
+    run_build(gcc(
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            lib.to_str().unwrap(),
+            src("libwork.c").to_str().unwrap(),
+        ],
+        extra,
+    ));
+    run_build(gcc(
+        &[
+            "-O2",
+            "-pthread",
+            "-o",
+            exe.to_str().unwrap(),
+            src("workers.c").to_str().unwrap(),
+            "-L",
+            dir.to_str().unwrap(),
+            "-lwork",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+        extra,
+    ));
+    exe
+}
+
+/// C workers, `gcc -O2 -pthread`, with libwork.so next to it.
+pub fn workers_c() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_workers_c(&variant_dir("c"), &[]))
+}
+
+/// C workers built with `-fcf-protection=full` (every function starts with `endbr64`).
+pub fn workers_c_cet() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_workers_c(&variant_dir("c-cet"), &["-fcf-protection=full"]))
+}
+
+/// Rust workers (`rustc -O --edition 2021`), linked against libwork.so.
+pub fn workers_rs() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = variant_dir("rs");
+        let lib = dir.join("libwork.so");
+        run_build(gcc(
+            &[
+                "-O2",
+                "-shared",
+                "-fPIC",
+                "-o",
+                lib.to_str().unwrap(),
+                src("libwork.c").to_str().unwrap(),
+            ],
+            &[],
+        ));
+        let exe = dir.join("workers");
+        let mut c = Command::new("rustc");
+        c.args(["-O", "--edition", "2021", "-o"])
+            .arg(&exe)
+            .arg("-L")
+            .arg(format!("native={}", dir.display()))
+            .arg("-C")
+            .arg("link-arg=-Wl,-rpath,$ORIGIN")
+            .arg(src("workers.rs"));
+        run_build(c);
+        exe
+    })
+}
+
+/// workers.c linked with `-static` (lib_work compiled into the executable).
+/// Fails with a clear message if the static C library is not installed.
+pub fn workers_static() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = variant_dir("static");
+        let exe = dir.join("workers");
+        let out = gcc(
+            &[
+                "-O2",
+                "-pthread",
+                "-static",
+                "-DNO_LIBWORK",
+                "-o",
+                exe.to_str().unwrap(),
+                src("workers.c").to_str().unwrap(),
+            ],
+            &[],
+        )
+        .output()
+        .expect("run gcc");
+        if !out.status.success() {
+            let libc_a = Path::new("/usr/lib/x86_64-linux-gnu/libc.a").exists();
+            panic!(
+                "cannot link a static target (libc.a present: {libc_a}; on Debian it comes with \
+                 libc6-dev):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        exe
+    })
+}
+
+fn build_simple_c(name: &str, source: &str, extra: &[&str]) -> PathBuf {
+    let dir = variant_dir(name);
+    let exe = dir.join(name);
+    run_build(gcc(
+        &[
+            "-O2",
+            "-pthread",
+            "-o",
+            exe.to_str().unwrap(),
+            src(source).to_str().unwrap(),
+        ],
+        extra,
+    ));
+    exe
+}
+
+pub fn blocking() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("blocking", "blocking.c", &[]))
+}
+
+pub fn unpatchable() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("unpatchable", "unpatchable.c", &[]))
+}
+
+pub fn zombie() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("zombie", "zombie.c", &[]))
+}
+
+/// A per-test scratch directory (for `-o FILE`).
+pub fn scratch_dir(test: &str) -> PathBuf {
+    let d = build_root().join("scratch").join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------
+
+struct Logs {
+    name: String,
+    pid: u32,
+    stdout: Mutex<String>,
+    stderr: Mutex<String>,
+}
+
+/// The set of processes a test started, for failure messages.
+#[derive(Clone)]
+pub struct Ctx {
+    test: String,
+    procs: Arc<Mutex<Vec<Arc<Logs>>>>,
+}
+
+impl Ctx {
+    pub fn new(test: &str) -> Ctx {
+        Ctx {
+            test: test.to_string(),
+            procs: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Everything every process of this test printed so far.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        for l in self.procs.lock().unwrap().iter() {
+            s += &format!(
+                "----- {} (pid {}) stdout -----\n{}\n----- {} (pid {}) stderr -----\n{}\n",
+                l.name,
+                l.pid,
+                l.stdout.lock().unwrap(),
+                l.name,
+                l.pid,
+                l.stderr.lock().unwrap()
+            );
+        }
+        s
+    }
+
+    /// Fails the test, showing every process's output. The guards then kill
+    /// whatever is still running.
+    #[track_caller]
+    pub fn fail(&self, msg: impl AsRef<str>) -> ! {
+        panic!("[{}] {}\n{}", self.test, msg.as_ref(), self.dump())
+    }
+
+    #[track_caller]
+    pub fn check(&self, cond: bool, msg: impl FnOnce() -> String) {
+        if !cond {
+            self.fail(msg())
+        }
+    }
+
+    /// Spawns `cmd` with stdout and stderr captured line by line.
+    pub fn spawn(&self, name: &str, mut cmd: Command, piped_stdin: bool) -> Proc {
+        cmd.stdin(if piped_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| self.fail(format!("cannot spawn {cmd:?}: {e}")));
+        let pid = child.id();
+        let logs = Arc::new(Logs {
+            name: name.to_string(),
+            pid,
+            stdout: Mutex::new(String::new()),
+            stderr: Mutex::new(String::new()),
+        });
+        self.procs.lock().unwrap().push(logs.clone());
+        let (otx, orx) = mpsc::channel();
+        let (etx, erx) = mpsc::channel();
+        let so = child.stdout.take().unwrap();
+        let se = child.stderr.take().unwrap();
+        let l1 = logs.clone();
+        let l2 = logs.clone();
+        std::thread::spawn(move || pump(so, otx, &l1, true));
+        std::thread::spawn(move || pump(se, etx, &l2, false));
+
+        let stdin = child.stdin.take();
+        Proc {
+            ctx: self.clone(),
+            name: name.to_string(),
+            logs,
+            child,
+            pid,
+            stdin,
+            out_rx: orx,
+            err_rx: erx,
+            out_eof: false,
+            err_eof: false,
+            status: None,
+        }
+    }
+
+    /// Starts a target program with a piped stdin.
+    pub fn target(&self, exe: &Path, args: &[&str]) -> Proc {
+        let mut c = Command::new(exe);
+        c.args(args);
+        self.spawn(&format!("target {}", exe.display()), c, true)
+    }
+
+    /// Starts `weft ARGS...` (stdin closed).
+    pub fn weft(&self, args: &[&str]) -> Proc {
+        let mut c = Command::new(weft_bin());
+        c.args(args);
+        self.spawn(&format!("weft {}", args.join(" ")), c, false)
+    }
+}
+
+fn pump(r: impl Read, tx: mpsc::Sender<Option<String>>, logs: &Logs, is_stdout: bool) {
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match r.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf).into_owned();
+                {
+                    let mut l = if is_stdout {
+                        logs.stdout.lock()
+                    } else {
+                        logs.stderr.lock()
+                    }
+                    .unwrap();
+                    l.push_str(&line);
+                }
+                let _ = tx.send(Some(line.trim_end_matches('\n').to_string()));
+            }
+        }
+    }
+    let _ = tx.send(None);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A started process; killed (SIGKILL to its PID) and reaped on drop.
+pub struct Proc {
+    ctx: Ctx,
+    name: String,
+    logs: Arc<Logs>,
+    child: Child,
+    pub pid: u32,
+    stdin: Option<ChildStdin>,
+    out_rx: Receiver<Option<String>>,
+    err_rx: Receiver<Option<String>>,
+    out_eof: bool,
+    err_eof: bool,
+    status: Option<ExitStatus>,
+}
+
+impl Proc {
+    pub fn pid_str(&self) -> String {
+        self.pid.to_string()
+    }
+
+    /// Writes one line to the process's stdin.
+    #[track_caller]
+    pub fn send(&mut self, line: &str) {
+        let name = self.name.clone();
+        let r = match self.stdin.as_mut() {
+            Some(s) => s
+                .write_all(format!("{line}\n").as_bytes())
+                .and_then(|_| s.flush()),
+            None => Err(std::io::Error::other("stdin not piped")),
+        };
+        if let Err(e) = r {
+            self.ctx
+                .fail(format!("cannot send {line:?} to {name}: {e}"));
+        }
+    }
+
+    /// Closes stdin (the targets then exit).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits (with [`TIMEOUT`]) for a line on `stream` satisfying `pred`;
+    /// earlier lines are skipped (they stay in the logs).
+    #[track_caller]
+    pub fn expect_line(
+        &mut self,
+        stream: Stream,
+        what: &str,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                self.ctx.fail(format!(
+                    "timed out after {TIMEOUT:?} waiting for {what} on {stream:?} of {}",
+                    self.name
+                ));
+            }
+            let rx = if stream == Stream::Stdout {
+                &self.out_rx
+            } else {
+                &self.err_rx
+            };
+            match rx.recv_timeout(deadline - now) {
+                Ok(Some(line)) if pred(&line) => return line,
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                    if stream == Stream::Stdout {
+                        self.out_eof = true
+                    } else {
+                        self.err_eof = true
+                    }
+                    self.ctx
+                        .fail(format!("{:?} of {} ended before {what}", stream, self.name))
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+            }
+        }
+    }
+
+    #[track_caller]
+    pub fn expect_stdout(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        self.expect_line(Stream::Stdout, what, pred)
+    }
+
+    /// True while the process has not exited (reaps it if it has).
+    pub fn is_running(&mut self) -> bool {
+        if self.status.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(Some(st)) => {
+                self.status = Some(st);
+                false
+            }
+            Ok(None) => true,
+            Err(e) => self.ctx.fail(format!("try_wait on {}: {e}", self.name)),
+        }
+    }
+
+    /// Waits (with [`TIMEOUT`]) for the process to exit and for its output
+    /// pipes to reach end of file; returns the exit status.
+    #[track_caller]
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.is_running() {
+            if Instant::now() >= deadline {
+                self.ctx.fail(format!(
+                    "timed out after {TIMEOUT:?} waiting for {} to exit",
+                    self.name
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Drain both channels to EOF so that the logs are complete.
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            loop {
+                let eof = if stream == Stream::Stdout {
+                    self.out_eof
+                } else {
+                    self.err_eof
+                };
+                if eof {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    self.ctx.fail(format!(
+                        "{} exited but its {stream:?} stayed open (a child still holds it?)",
+                        self.name
+                    ));
+                }
+                let rx = if stream == Stream::Stdout {
+                    &self.out_rx
+                } else {
+                    &self.err_rx
+                };
+                match rx.recv_timeout(deadline - now) {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                        if stream == Stream::Stdout {
+                            self.out_eof = true
+                        } else {
+                            self.err_eof = true
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+            }
+        }
+        self.status.unwrap()
+    }
+
+    /// Waits for exit and requires exit code `code`.
+    #[track_caller]
+    pub fn wait_code(&mut self, code: i32) {
+        let st = self.wait_exit();
+        if st.code() != Some(code) {
+            self.ctx.fail(format!(
+                "{} ended with {st:?}, expected exit code {code}",
+                self.name
+            ));
+        }
+    }
+
+    /// Everything the process wrote to stdout so far.
+    pub fn stdout_text(&self) -> String {
+        self.logs().stdout.lock().unwrap().clone()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.logs().stderr.lock().unwrap().clone()
+    }
+
+    fn logs(&self) -> Arc<Logs> {
+        self.logs.clone()
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// Sends `sig` to this process (which the test started), if still running.
+    #[track_caller]
+    pub fn signal(&mut self, sig: nix::sys::signal::Signal) {
+        if self.is_running() {
+            if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig)
+            {
+                self.ctx
+                    .fail(format!("kill({}, {sig}) failed: {e}", self.pid));
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// weft's output
+// ---------------------------------------------------------------------------
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct Report {
+    pub pid: i64,
+    pub duration_ns: u64,
+    pub functions: Vec<ReportFunction>,
+    pub threads: Vec<ReportThread>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct ReportFunction {
+    pub name: String,
+    pub module: String,
+    pub address: String,
+    pub calls: u64,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct ReportThread {
+    pub tid: i64,
+    pub name: String,
+    pub exited: bool,
+    pub functions: BTreeMap<String, CallCount>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct CallCount {
+    pub calls: u64,
+}
+
+#[track_caller]
+pub fn parse_report(ctx: &Ctx, text: &str) -> Report {
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| ctx.fail(format!("weft's JSON report does not parse ({e}):\n{text}")))
+}
+
+/// Parses `0x...` hex.
+#[track_caller]
+pub fn parse_hex(ctx: &Ctx, s: &str) -> u64 {
+    s.strip_prefix("0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_else(|| ctx.fail(format!("{s:?} is not a 0x-hex address")))
+}
+
+/// The fields of `weft: attached pid=PID threads=T functions=N`.
+#[derive(Debug, Clone, Copy)]
+pub struct Attached {
+    pub pid: u32,
+    pub threads: u32,
+    pub functions: u32,
+}
+
+pub const ATTACHED_PREFIX: &str = "weft: attached ";
+
+/// Waits for weft's `weft: attached ...` stderr line and parses it.
+#[track_caller]
+pub fn wait_attached(weft: &mut Proc) -> Attached {
+    let line = weft.expect_line(Stream::Stderr, "the `weft: attached` line", |l| {
+        l.starts_with(ATTACHED_PREFIX)
+    });
+    let mut kv = BTreeMap::new();
+    for f in line[ATTACHED_PREFIX.len()..].split_whitespace() {
+        let (k, v) = f
+            .split_once('=')
+            .unwrap_or_else(|| weft.ctx.fail(format!("bad attached line {line:?}")));
+        let v: u32 = v
+            .parse()
+            .unwrap_or_else(|_| weft.ctx.fail(format!("bad number in {line:?}")));
+        kv.insert(k.to_string(), v);
+    }
+    let keys: Vec<&str> = kv.keys().map(|k| k.as_str()).collect();
+    if keys != ["functions", "pid", "threads"] {
+        weft.ctx.fail(format!(
+            "attached line {line:?} must have exactly pid=, threads=, functions="
+        ));
+    }
+    Attached {
+        pid: kv["pid"],
+        threads: kv["threads"],
+        functions: kv["functions"],
+    }
+}
+
+/// Starts `weft attach -p PID ARGS...` and waits until it is attached;
+/// checks the pid and function count of the attached line.
+#[track_caller]
+pub fn attach(ctx: &Ctx, pid: u32, args: &[&str], functions: u32) -> (Proc, Attached) {
+    let p = pid.to_string();
+    let mut all = vec!["attach", "-p", p.as_str()];
+    all.extend_from_slice(args);
+    let mut weft = ctx.weft(&all);
+    let a = wait_attached(&mut weft);
+    ctx.check(a.pid == pid, || {
+        format!("attached line says pid={}, expected {pid}", a.pid)
+    });
+    ctx.check(a.functions == functions, || {
+        format!(
+            "attached line says functions={}, expected {functions}",
+            a.functions
+        )
+    });
+    // Exactly one such line.
+    (weft, a)
+}
+
+/// Sends SIGINT to weft, waits for exit code 0 and returns its stdout.
+#[track_caller]
+pub fn detach_with_sigint(weft: &mut Proc) -> String {
+    weft.signal(nix::sys::signal::Signal::SIGINT);
+    weft.wait_code(0);
+    check_single_attached_line(weft);
+    weft.stdout_text()
+}
+
+/// After weft exited: its stderr has exactly one `weft: attached` line.
+#[track_caller]
+pub fn check_single_attached_line(weft: &Proc) {
+    let n = weft
+        .stderr_text()
+        .lines()
+        .filter(|l| l.starts_with(ATTACHED_PREFIX))
+        .count();
+    if n != 1 {
+        weft.ctx.fail(format!(
+            "weft printed {n} `weft: attached` lines, expected exactly one"
+        ));
+    }
+}
+
+/// Checks a failed weft run against the error contract: non-zero exit code
+/// (not a signal, not a Rust panic), the first stderr line starts with
+/// `weft: error:`, it is the only such line, and every stderr line starts
+/// with `weft:`. Returns (error line, whole stderr).
+#[track_caller]
+pub fn expect_weft_error(weft: &mut Proc) -> (String, String) {
+    let st = weft.wait_exit();
+    let err = weft.stderr_text();
+    let ctx = weft.ctx.clone();
+    match st.code() {
+        Some(0) => ctx.fail("weft succeeded, expected an error"),
+        Some(101) => ctx.fail("weft exited 101 (a Rust panic?), expected a clean error"),
+        Some(_) => {}
+        None => ctx.fail(format!(
+            "weft was killed by a signal ({st:?}), expected a clean error"
+        )),
+    }
+    ctx.check(!err.contains("panicked"), || "weft panicked".into());
+    let lines: Vec<&str> = err.lines().collect();
+    ctx.check(!lines.is_empty(), || {
+        "weft printed nothing on stderr".into()
+    });
+    ctx.check(lines[0].starts_with("weft: error:"), || {
+        format!(
+            "first stderr line {:?} must start with `weft: error:`",
+            lines[0]
+        )
+    });
+    let n = lines
+        .iter()
+        .filter(|l| l.starts_with("weft: error:"))
+        .count();
+    ctx.check(n == 1, || format!("{n} `weft: error:` lines, expected one"));
+    for l in &lines {
+        ctx.check(l.starts_with("weft:"), || {
+            format!("stderr line {l:?} does not start with `weft:`")
+        });
+    }
+    (lines[0].to_string(), err)
+}
+
+// ---------------------------------------------------------------------------
+// The workers targets' output
+// ---------------------------------------------------------------------------
+
+/// One per-thread line of the workers targets.
+#[derive(Deserialize, Debug, Clone)]
+pub struct WorkerLine {
+    pub phase: u64,
+    pub index: u64,
+    pub tid: i64,
+    pub name: String,
+    pub work_a: u64,
+    pub work_b: u64,
+    pub lib_work: u64,
+    pub ok: bool,
+}
+
+impl WorkerLine {
+    pub fn count(&self, func: &str) -> u64 {
+        match func {
+            "work_a" => self.work_a,
+            "work_b" => self.work_b,
+            "lib_work" => self.lib_work,
+            _ => panic!("unknown function {func}"),
+        }
+    }
+}
+
+/// Calls thread `index` makes in phase `p`: (work_a, work_b, lib_work).
+pub fn expected_counts(index: u64, p: u64) -> (u64, u64, u64) {
+    (
+        1000 * (index + 1) + 37 * p,
+        500 * (index + 1) + 11 * p,
+        250 * (index + 1) + 3 * p,
+    )
+}
+
+#[track_caller]
+pub fn worker_lines(ctx: &Ctx, text: &str) -> Vec<WorkerLine> {
+    text.lines()
+        .filter(|l| l.starts_with("{\"phase\""))
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| ctx.fail(format!("bad target line {l:?}: {e}")))
+        })
+        .collect()
+}
+
+/// Checks the target's own view of phase `phase`: `nthreads` threads, each
+/// with the exact expected counts, results ok, distinct TIDs; no FAIL lines.
+#[track_caller]
+pub fn check_worker_phase(ctx: &Ctx, text: &str, phase: u64, nthreads: u64) -> Vec<WorkerLine> {
+    ctx.check(!text.lines().any(|l| l.starts_with("FAIL")), || {
+        "the target reported FAIL".into()
+    });
+    let lines: Vec<WorkerLine> = worker_lines(ctx, text)
+        .into_iter()
+        .filter(|l| l.phase == phase)
+        .collect();
+    ctx.check(lines.len() as u64 == nthreads, || {
+        format!(
+            "phase {phase}: {} thread lines, expected {nthreads}",
+            lines.len()
+        )
+    });
+    let mut tids = std::collections::BTreeSet::new();
+    for (i, l) in lines.iter().enumerate() {
+        let (a, b, lw) = expected_counts(l.index, phase);
+        ctx.check(l.index == i as u64, || {
+            format!("phase {phase}: unexpected index order {l:?}")
+        });
+        ctx.check(l.ok, || {
+            format!(
+                "phase {phase}: thread {} computed wrong results: {l:?}",
+                l.index
+            )
+        });
+        ctx.check((l.work_a, l.work_b, l.lib_work) == (a, b, lw), || {
+            format!(
+                "phase {phase}: thread {} counted {l:?}, expected ({a},{b},{lw})",
+                l.index
+            )
+        });
+        ctx.check(l.tid > 0 && tids.insert(l.tid), || {
+            format!("bad or repeated tid in {l:?}")
+        });
+    }
+    lines
+}
+
+/// What a thread should show in weft's report.
+#[derive(Debug, Clone, Default)]
+pub struct ExpThread {
+    pub name: String,
+    pub calls: BTreeMap<String, u64>,
+}
+
+/// Expected per-TID counts from worker lines (summed over the given lines).
+pub fn expect_from_workers<'a>(
+    lines: impl IntoIterator<Item = &'a WorkerLine>,
+    funcs: &[&str],
+) -> BTreeMap<i64, ExpThread> {
+    let mut m: BTreeMap<i64, ExpThread> = BTreeMap::new();
+    for l in lines {
+        let e = m.entry(l.tid).or_default();
+        e.name = l.name.clone();
+        for f in funcs {
+            *e.calls.entry(f.to_string()).or_default() += l.count(f);
+        }
+    }
+    m
+}
+
+/// Checks weft's report against the target's own counts: every expected
+/// thread appears exactly once (matched by TID) with exactly the expected
+/// calls per function and the expected name; any other thread has zero calls;
+/// `functions[]` has each function once with the total over threads.
+#[track_caller]
+pub fn check_report_counts(
+    ctx: &Ctx,
+    report: &Report,
+    exp: &BTreeMap<i64, ExpThread>,
+    funcs: &[&str],
+) {
+    let show = || format!("report: {report:#?}\nexpected: {exp:#?}");
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &report.threads {
+        ctx.check(seen.insert(t.tid), || {
+            format!("tid {} appears twice in the report\n{}", t.tid, show())
+        });
+        let calls = |f: &str| t.functions.get(f).map(|c| c.calls).unwrap_or(0);
+        match exp.get(&t.tid) {
+            Some(e) => {
+                for f in funcs {
+                    let want = e.calls.get(*f).copied().unwrap_or(0);
+                    ctx.check(calls(f) == want, || {
+                        format!(
+                            "tid {} ({}): weft counted {} calls of {f}, the target made {want}\n{}",
+                            t.tid,
+                            e.name,
+                            calls(f),
+                            show()
+                        )
+                    });
+                }
+                ctx.check(t.name == e.name, || {
+                    format!(
+                        "tid {}: weft says thread name {:?}, the target named it {:?}",
+                        t.tid, t.name, e.name
+                    )
+                });
+            }
+            None => {
+                for f in funcs {
+                    ctx.check(calls(f) == 0, || {
+                        format!(
+                            "tid {} made no calls of {f} per the target, weft counted {}\n{}",
+                            t.tid,
+                            calls(f),
+                            show()
+                        )
+                    });
+                }
+            }
+        }
+    }
+    for (tid, e) in exp {
+        if e.calls.values().any(|&c| c > 0) {
+            ctx.check(seen.contains(tid), || {
+                format!(
+                    "tid {tid} ({}) is missing from the report\n{}",
+                    e.name,
+                    show()
+                )
+            });
+        }
+    }
+    for f in funcs {
+        let entries: Vec<&ReportFunction> =
+            report.functions.iter().filter(|x| x.name == *f).collect();
+        ctx.check(entries.len() == 1, || {
+            format!(
+                "function {f} appears {} times in functions[]\n{}",
+                entries.len(),
+                show()
+            )
+        });
+        let total: u64 = exp
+            .values()
+            .map(|e| e.calls.get(*f).copied().unwrap_or(0))
+            .sum();
+        ctx.check(entries[0].calls == total, || {
+            format!(
+                "functions[] says {f} was called {} times, expected total {total}\n{}",
+                entries[0].calls,
+                show()
+            )
+        });
+        parse_hex(ctx, &entries[0].address);
+    }
+}
+
+/// Checks `functions[]` modules: `(name, module basename)`.
+#[track_caller]
+pub fn check_report_modules(ctx: &Ctx, report: &Report, want: &[(&str, &str)]) {
+    for (name, module) in want {
+        let f = report.functions.iter().find(|f| f.name == *name);
+        ctx.check(f.map(|f| f.module.as_str()) == Some(*module), || {
+            format!("function {name}: expected module {module:?}, report has {f:?}")
+        });
+    }
+}
+
+/// Checks a report in which no instrumented function ran.
+#[track_caller]
+pub fn check_report_zero(ctx: &Ctx, report: &Report, funcs: &[&str]) {
+    check_report_counts(ctx, report, &BTreeMap::new(), funcs)
+}
+
+pub fn worker_modules(exe: &Path) -> Vec<(&'static str, String)> {
+    let base = exe.file_name().unwrap().to_string_lossy().into_owned();
+    vec![
+        ("work_a", base.clone()),
+        ("work_b", base),
+        ("lib_work", "libwork.so".to_string()),
+    ]
+}
+
+/// Parses `ready pid=P threads=T` (threads optional).
+#[track_caller]
+pub fn wait_ready(target: &mut Proc) -> (u32, Option<u32>) {
+    let line = target.expect_stdout("the `ready` line", |l| l.starts_with("ready pid="));
+    let mut pid = None;
+    let mut threads = None;
+    for f in line.split_whitespace().skip(1) {
+        match f.split_once('=') {
+            Some(("pid", v)) => pid = v.parse().ok(),
+            Some(("threads", v)) => threads = v.parse().ok(),
+            _ => {}
+        }
+    }
+    let pid = pid.unwrap_or_else(|| target.ctx.fail(format!("bad ready line {line:?}")));
+    target.ctx.check(pid == target.pid, || {
+        format!("ready line says pid {pid}, spawned pid {}", target.pid)
+    });
+    (pid, threads)
+}
+
+// ---------------------------------------------------------------------------
+// /proc helpers (only ever on processes the test started)
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub path: String,
+}
+
+pub fn maps_text(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default()
+}
+
+pub fn mappings(pid: u32) -> Vec<Mapping> {
+    maps_text(pid)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let perms = it.next()?.to_string();
+            let path = it.nth(3).unwrap_or("").to_string();
+            let (s, e) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                perms,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// True if `addr` lies in an executable mapping whose file name satisfies `file`.
+pub fn addr_in_exec_mapping(pid: u32, addr: u64, file: impl Fn(&str) -> bool) -> bool {
+    mappings(pid).iter().any(|m| {
+        m.perms.contains('x')
+            && addr >= m.start
+            && addr < m.end
+            && file(
+                Path::new(&m.path)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+                    .as_str(),
+            )
+    })
+}
+
+/// Every thread of `pid`: not traced by anyone and not stopped.
+#[track_caller]
+pub fn check_not_traced_nor_stopped(ctx: &Ctx, pid: u32) {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|e| ctx.fail(format!("cannot list /proc/{pid}/task: {e}")));
+    for t in tasks.flatten() {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in status.lines() {
+            if let Some(v) = l.strip_prefix("TracerPid:") {
+                ctx.check(v.trim() == "0", || {
+                    format!("task {:?} of {pid} is still traced: {l}", t.file_name())
+                });
+            }
+            if let Some(v) = l.strip_prefix("State:") {
+                let v = v.trim();
+                ctx.check(
+                    !v.starts_with('T') && !v.starts_with('t') && !v.starts_with('Z'),
+                    || format!("task {:?} of {pid} is in state {v}", t.file_name()),
+                );
+            }
+        }
+    }
+}
+
+pub fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
