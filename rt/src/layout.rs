@@ -9,6 +9,7 @@
 //! | row 1              |  every row is `row_stride` bytes, a multiple of 64,
 //! | ...                |  so no two threads ever write the same cache line
 //! | row max_rows       |  the overflow row, shared by threads past capacity
+//! | row max_rows + 1   |  the scratch row: calls made by the runtime itself
 //! +--------------------+
 //! ```
 //!
@@ -110,9 +111,21 @@ impl Geometry {
         raw.div_ceil(CACHE_LINE as u64) * CACHE_LINE as u64
     }
 
-    /// Total bytes of the region, overflow row included.
+    /// Total bytes of the region, overflow and scratch rows included.
     pub const fn region_size(&self) -> u64 {
-        ROWS_OFFSET as u64 + (self.max_rows as u64 + 1) * self.row_stride()
+        ROWS_OFFSET as u64 + (self.max_rows as u64 + 2) * self.row_stride()
+    }
+
+    /// Index of the overflow row.
+    pub const fn overflow_row(&self) -> u32 {
+        self.max_rows
+    }
+
+    /// Index of the scratch row, which counts calls the runtime makes itself
+    /// while it registers a thread (they are weft's, not the program's, and
+    /// must not recurse into registration).
+    pub const fn scratch_row(&self) -> u32 {
+        self.max_rows + 1
     }
 
     /// Byte offset of row `index` from the start of the region.

@@ -122,18 +122,12 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
             max_rows: header.max_rows,
             metric_words: header.metric_words,
         };
-        let rows = header
+        let used = header
             .rows_used
             .load(Ordering::Acquire)
-            .min(current.max_rows)
-            + 1;
+            .min(current.max_rows);
         let words = reset_words.min(current.metric_words) as usize;
-        for index in 0..rows {
-            let row_index = if index == rows - 1 {
-                current.max_rows
-            } else {
-                index
-            };
+        for row_index in (0..used).chain([current.overflow_row()]) {
             // SAFETY: row_index <= max_rows, so the row lies inside the
             // region; words <= metric_words, so the range lies in the row.
             unsafe {
@@ -263,7 +257,10 @@ impl Drop for ExitGuard {
         // SAFETY: the row lives in the region, which is never unmapped.
         let row = unsafe { &*self.0 };
         if row.state.load(Ordering::Acquire) == ROW_LIVE {
-            write_name(row);
+            // prctl and friends may be instrumented: their calls are ours.
+            let own = tls_row_get();
+            with_scratch_row(|| write_name(row));
+            tls_row_set(own);
             row.state.store(ROW_EXITED, Ordering::Release);
         }
         // The row pointer stays in TLS: destructors that run after this one
@@ -274,6 +271,25 @@ impl Drop for ExitGuard {
 
 std::thread_local! {
     static EXIT_GUARD: core::cell::Cell<Option<ExitGuard>> = const { core::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the thread's row pointer on the scratch row, so that any
+/// instrumented function the runtime itself calls (memcpy, malloc, prctl...)
+/// counts there instead of re-entering registration. Leaves the scratch row
+/// in place; callers set the final row afterwards.
+fn with_scratch_row<T>(f: impl FnOnce() -> T) -> T {
+    let base = REGION.load(Ordering::Acquire);
+    if !base.is_null() {
+        // SAFETY: base points at an initialised region header.
+        let header = unsafe { &*(base as *const RegionHeader) };
+        let geometry = Geometry {
+            max_rows: header.max_rows,
+            metric_words: header.metric_words,
+        };
+        // SAFETY: the scratch row is the last row of the region.
+        tls_row_set(unsafe { base.add(geometry.row_offset(geometry.scratch_row()) as usize) });
+    }
+    f()
 }
 
 /// Gives the calling thread its row (once) and returns the row's address.
@@ -301,11 +317,15 @@ pub extern "C" fn weft_rt_register_thread() -> *mut u8 {
         max_rows: header.max_rows,
         metric_words: header.metric_words,
     };
+    with_scratch_row(|| register_in(base, header, geometry))
+}
+
+fn register_in(base: *mut u8, header: &RegionHeader, geometry: Geometry) -> *mut u8 {
     let index = header.rows_used.fetch_add(1, Ordering::AcqRel);
     if index >= geometry.max_rows {
         header.overflow_threads.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the overflow row is the last row of the region.
-        let row = unsafe { base.add(geometry.row_offset(geometry.max_rows) as usize) };
+        let row = unsafe { base.add(geometry.row_offset(geometry.overflow_row()) as usize) };
         tls_row_set(row);
         return row;
     }
@@ -318,9 +338,9 @@ pub extern "C" fn weft_rt_register_thread() -> *mut u8 {
     row.tid.store(tid, Ordering::Relaxed);
     write_name(row);
     row.state.store(ROW_LIVE, Ordering::Release);
-    tls_row_set(row_ptr);
     // `try_with` fails only while this thread's TLS is being torn down;
     // then there is nothing left to mark and the row simply stays live.
     let _ = EXIT_GUARD.try_with(|guard| guard.set(Some(ExitGuard(row_ptr as *const RowHeader))));
+    tls_row_set(row_ptr);
     row_ptr
 }
