@@ -162,8 +162,8 @@ fn error_unpatchable_functions() {
     let mut t = ctx.target(unpatchable(), &[]);
     let (pid, _) = wait_ready(&mut t);
     let p = pid.to_string();
-    const RESULT: &str = "result tiny=0 loopy=5050 after_tiny=42 work_a=";
-    for f in ["tiny", "loopy"] {
+    const RESULT: &str = "result tiny=0 loopy=5050 after_tiny=42 shared=42 sibling=42 work_a=";
+    for f in ["tiny", "loopy", "shared_body"] {
         let mut w = ctx.weft(&["attach", "-p", &p, "-f", f]);
         let (line, _) = expect_weft_error(&mut w);
         ctx.check(line.contains(f), || {
@@ -185,14 +185,18 @@ fn error_unpatchable_functions() {
         .map(String::from)
         .collect();
     ctx.check(
-        got == [format!("{RESULT}1000"), format!("{RESULT}2000")],
+        got == [
+            format!("{RESULT}1000"),
+            format!("{RESULT}2000"),
+            format!("{RESULT}3000"),
+        ],
         || format!("wrong results {got:?}"),
     );
 
     // Control: a normal function in the same target is patchable.
     let (mut w, _) = attach(&ctx, pid, &["-f", "work_a", "--format", "json"], 1);
     t.send("go");
-    t.expect_stdout("the third result line", |l| l == format!("{RESULT}3000"));
+    t.expect_stdout("the fourth result line", |l| l == format!("{RESULT}4000"));
     let out = detach_with_sigint(&mut w);
     let report = parse_report(&ctx, &out);
     let mut exp = std::collections::BTreeMap::new();
@@ -252,4 +256,24 @@ fn error_zombie_pid() {
     t.close_stdin();
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
+}
+
+/// `weft run` that cannot instrument what it was asked to must not run the
+/// program at all: it never reaches `main`, and weft fails with the reason.
+#[test]
+fn error_run_refuses_and_does_not_run_the_program() {
+    let ctx = Ctx::new("error_run_refuses_and_does_not_run_the_program");
+    let exe = unpatchable().to_str().unwrap().to_string();
+    let mut w = ctx.weft(&["run", "-f", "shared_body", "--", &exe]);
+    let (line, _) = expect_weft_error(&mut w);
+    ctx.check(
+        line.contains("shared_body") && line.contains("elsewhere"),
+        || format!("the error does not explain the jump from elsewhere: {line:?}"),
+    );
+    ctx.check(!w.stdout_text().contains("ready"), || {
+        format!(
+            "the program ran although instrumenting it failed: {:?}",
+            w.stdout_text()
+        )
+    });
 }

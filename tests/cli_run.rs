@@ -327,3 +327,25 @@ fn run_table_format_smoke() {
         });
     }
 }
+
+/// Functions the runtime itself calls while it registers a thread (prctl,
+/// syscall, calloc via the TLS destructor list, malloc, free) can be
+/// instrumented too: the runtime's own calls must neither recurse into
+/// registration nor count as the program's, and every thread registers once.
+#[test]
+fn run_with_functions_the_runtime_uses() {
+    let ctx = Ctx::new("run_with_functions_the_runtime_uses");
+    let exe = workers_c();
+    let patterns =
+        format!("{WORKER_PATTERNS},prctl,syscall,calloc,malloc,free,__cxa_thread_atexit_impl");
+    let mut args: Vec<String> = ["run", "--format", "json", "-f", &patterns, "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(workers_args(exe));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    check_run(&ctx, exe, &target, &report);
+}

@@ -19,10 +19,12 @@
 mod analyze;
 mod encode;
 mod relocate;
+mod scan;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
+pub use scan::{direct_branches, Branch};
 pub use trampoline::{
     build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,
     ThreadRow, Trampoline, TrampolineSpec, VectorSave,

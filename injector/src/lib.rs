@@ -8,6 +8,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod branches;
 mod error;
 pub mod inspect;
 pub mod launch;

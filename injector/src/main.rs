@@ -109,12 +109,26 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let mut message = format!("{e:#}");
-            message = message.replace('\n', " ");
-            eprintln!("weft: error: {message}");
+            eprintln!("weft: error: {}", one_line(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line, leaving out a cause whose text
+/// the message before it already contains (library errors embed theirs).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+    }
+    message.replace('\n', " ")
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

@@ -88,10 +88,14 @@ pub struct Process {
     next_word: u32,
     options: RuntimeOptions,
     launched: bool,
+    /// Set once the process has run on its own (weft released it).
+    ever_released: bool,
     exit: Option<ProcessExit>,
     live_since: Option<Instant>,
     live_for: Duration,
     threads_at_attach: usize,
+    /// Direct branches of each module patched so far, by module path.
+    branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
 }
 
 /// Checks that make attach errors clear before ptrace is tried.
@@ -138,10 +142,12 @@ impl Process {
             next_word: 0,
             options,
             launched: false,
+            ever_released: true,
             exit: None,
             live_since: None,
             live_for: Duration::ZERO,
             threads_at_attach,
+            branch_indexes: Default::default(),
         })
     }
 
@@ -168,10 +174,12 @@ impl Process {
             next_word: 0,
             options: RuntimeOptions::default(),
             launched: true,
+            ever_released: false,
             exit: None,
             live_since: None,
             live_for: Duration::ZERO,
             threads_at_attach: 1,
+            branch_indexes: Default::default(),
         })
     }
 
@@ -454,12 +462,34 @@ impl Process {
         } else {
             Vec::new()
         };
-        analyze_entry(&FunctionCode {
+        let site = analyze_entry(&FunctionCode {
             address: f.address,
             bytes: &code,
             padding: &padding,
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        // Code elsewhere in the module may jump into the patch too.
+        if let Some(module) = self.image.module_of(f.address) {
+            let path = module.path().to_path_buf();
+            if !self.branch_indexes.contains_key(&path) {
+                let index =
+                    crate::branches::BranchIndex::build(module).map_err(|e| e.to_string())?;
+                self.branch_indexes.insert(path.clone(), index);
+            }
+            if let Some(branch) =
+                self.branch_indexes[&path].into_range(site.patch_address, site.end())
+            {
+                return Err(format!(
+                    "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at {:#x} would overwrite",
+                    branch.source,
+                    f.module,
+                    branch.target,
+                    site.original.len(),
+                    site.patch_address
+                ));
+            }
+        }
+        Ok(site)
     }
 
     /// Stops the world with no thread at a PC for which `inside` holds,
@@ -556,6 +586,7 @@ impl Process {
         if let Some(mut tracer) = self.tracer.take() {
             tracer.detach()?;
         }
+        self.ever_released = true;
         Ok(())
     }
 
@@ -646,6 +677,20 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        if self.launched && !self.ever_released {
+            // A program weft launched has not reached `main` yet: instrumenting
+            // it failed, so it must not run at all (the user asked for it to
+            // run instrumented). It is our child: kill and reap it.
+            // SAFETY: kill and waitpid on our own child, no memory arguments
+            // besides a valid out-pointer.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                self.tracer.take();
+                let mut status = 0;
+                libc::waitpid(self.pid, &mut status, libc::__WALL);
+            }
+            return;
+        }
         // If weft still holds the process, undo what it did, then let go.
         if self.tracer.is_some() && self.probes.iter().any(|p| p.active) {
             let _ = self.remove_all();

@@ -5,12 +5,15 @@
  *               so there is no room for a 5-byte patch.
  *   loopy       a loop whose head (offset 2) lies inside the first 5 bytes, so
  *               a jump lands in the middle of any entry patch.
+ *   shared_body another function (sibling_entry) jumps to offset 3 of it, as
+ *               glibc's __mempcpy_* variants jump into __memmove_*: a jump
+ *               from *elsewhere in the module* into the patch window.
  *   work_a      an ordinary C function (control: patchable).
  *
  * Protocol: prints "ready pid=<pid>"; for every "go" line on stdin prints
- *   result tiny=<r> loopy=<r> after_tiny=<r> work_a=<count>
- * with expected values tiny=0 loopy=5050 after_tiny=42 work_a=<1000 per go,
- * cumulative>; "quit" or EOF: prints "done" and exits 0.
+ *   result tiny=<r> loopy=<r> after_tiny=<r> shared=<r> sibling=<r> work_a=<count>
+ * with expected values tiny=0 loopy=5050 after_tiny=42 shared=42 sibling=42
+ * work_a=<1000 per go, cumulative>; "quit" or EOF: prints "done" and exits 0.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,11 +44,30 @@ asm(".text\n"
     "  decq %rdi\n"
     "  jnz 1b\n"
     "  ret\n"
-    ".size loopy, .-loopy\n");
+    ".size loopy, .-loopy\n"
+    ".p2align 4\n"
+    ".globl sibling_entry\n"
+    ".type sibling_entry, @function\n"
+    "sibling_entry:\n"         /* long sibling_entry(long a, long b): a+b+7 */
+    "  movq %rdi, %rax\n"
+    "  addq %rsi, %rax\n"
+    "  jmp 2f\n"
+    ".size sibling_entry, .-sibling_entry\n"
+    ".p2align 4\n"
+    ".globl shared_body\n"
+    ".type shared_body, @function\n"
+    "shared_body:\n"           /* long shared_body(long a): a+7 */
+    "  movq %rdi, %rax\n"      /* 3 bytes */
+    "2:\n"
+    "  addq $7, %rax\n"        /* 4 bytes, offset 3: sibling_entry lands here */
+    "  ret\n"
+    ".size shared_body, .-shared_body\n");
 
 void tiny(void);
 int after_tiny(int x);
 long loopy(long n);
+long sibling_entry(long a, long b);
+long shared_body(long a);
 
 __attribute__((noinline, noipa)) long work_a(long *counter, long x)
 {
@@ -90,9 +112,11 @@ int main(void)
         tiny();
         long l = loopy(100);
         int a = after_tiny(41);
+        long sh = shared_body(35), si = sibling_entry(30, 5);
         for (int i = 0; i < 1000; i++)
             acc += work_a(&count, acc);
-        printf("result tiny=0 loopy=%ld after_tiny=%d work_a=%ld\n", l, a, count);
+        printf("result tiny=0 loopy=%ld after_tiny=%d shared=%ld sibling=%ld work_a=%ld\n", l, a, sh,
+               si, count);
         fflush(stdout);
     }
     printf("done\n");

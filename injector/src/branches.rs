@@ -1,0 +1,160 @@
+//! Every direct branch of a module, indexed by target, so that a patch is
+//! refused when *any* code in the module jumps into the bytes it would
+//! overwrite — not only the patched function's own code. Hand-written
+//! assembly shares code between entry points (glibc's `__mempcpy_*` jumps
+//! three bytes into `__memmove_*`), and compilers emit `.cold` parts that
+//! jump back into their function's body.
+//!
+//! Built once per module and attach, from the module's file: each function
+//! (symbol or `.eh_frame` FDE) is swept from its own start, which keeps the
+//! linear sweep in step with the instruction stream.
+
+use crate::inspect::{InspectError, Module};
+use weft_codegen::{direct_branches, Branch};
+
+/// Direct branches of one module, sorted by target (runtime addresses).
+#[derive(Debug, Default)]
+pub struct BranchIndex {
+    by_target: Vec<Branch>,
+}
+
+impl BranchIndex {
+    /// Sweeps every executable `PT_LOAD` segment of `module`'s file.
+    pub fn build(module: &Module) -> Result<BranchIndex, InspectError> {
+        let image = module.image()?;
+        let data = image.data();
+        let mut starts: Vec<u64> = image.functions()?.iter().map(|f| f.vaddr).collect();
+        // FDEs also cover local functions of stripped libraries.
+        if let Ok(fdes) = image.fde_functions() {
+            starts.extend(fdes.iter().map(|f| f.vaddr));
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        let mut out = Vec::new();
+        for segment in image
+            .header()
+            .segments
+            .iter()
+            .filter(|s| s.is_load() && s.is_executable())
+        {
+            let (Some(file_end), true) = (
+                segment.offset.checked_add(segment.filesz),
+                segment.offset as usize <= data.len(),
+            ) else {
+                continue;
+            };
+            let file_end = (file_end as usize).min(data.len());
+            let seg_start = segment.vaddr;
+            let seg_end = segment.vaddr + (file_end - segment.offset as usize) as u64;
+            // Sweep from the segment start and from every function start
+            // inside it, each piece up to the next start.
+            let mut cuts: Vec<u64> = std::iter::once(seg_start)
+                .chain(
+                    starts
+                        .iter()
+                        .copied()
+                        .filter(|&s| s > seg_start && s < seg_end),
+                )
+                .collect();
+            cuts.push(seg_end);
+            for piece in cuts.windows(2) {
+                let lo = (segment.offset + (piece[0] - seg_start)) as usize;
+                let hi = (segment.offset + (piece[1] - seg_start)) as usize;
+                if let Some(bytes) = data.get(lo..hi) {
+                    direct_branches(module.runtime_address(piece[0]), bytes, &mut out);
+                }
+            }
+        }
+        out.sort_unstable_by_key(|b| (b.target, b.source));
+        Ok(BranchIndex { by_target: out })
+    }
+
+    /// A branch into `(start, end)` (exclusive at both ends) whose source is
+    /// not inside `[start, end)` itself.
+    pub fn into_range(&self, start: u64, end: u64) -> Option<Branch> {
+        let first = self.by_target.partition_point(|b| b.target <= start);
+        self.by_target[first..]
+            .iter()
+            .take_while(|b| b.target < end)
+            .find(|b| !(start..end).contains(&b.source))
+            .copied()
+    }
+
+    /// Number of branches indexed.
+    pub fn len(&self) -> usize {
+        self.by_target.len()
+    }
+
+    /// Whether no branch was found.
+    pub fn is_empty(&self) -> bool {
+        self.by_target.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_queries_exclude_the_range_itself() {
+        let index = BranchIndex {
+            by_target: vec![
+                Branch {
+                    source: 0x50,
+                    target: 0x100,
+                },
+                Branch {
+                    source: 0x101,
+                    target: 0x102,
+                },
+                Branch {
+                    source: 0x200,
+                    target: 0x103,
+                },
+                Branch {
+                    source: 0x300,
+                    target: 0x105,
+                },
+            ],
+        };
+        assert_eq!(
+            index.into_range(0x100, 0x105),
+            Some(Branch {
+                source: 0x200,
+                target: 0x103
+            })
+        );
+        assert_eq!(index.into_range(0x103, 0x105), None);
+        assert_eq!(index.into_range(0x0, 0x100), None);
+    }
+
+    #[test]
+    fn libc_has_the_mempcpy_into_memmove_jump() {
+        // This test process's own libc: some branch must land strictly inside
+        // the first bytes of the memmove implementation glibc's mempcpy
+        // variants share (their `jmp L(start_erms)`).
+        let modules = crate::inspect::modules(std::process::id() as i32).unwrap();
+        let libc = modules
+            .iter()
+            .find(|m| m.name().starts_with("libc.so"))
+            .unwrap();
+        let index = BranchIndex::build(libc).unwrap();
+        assert!(
+            index.len() > 10_000,
+            "only {} branches in libc",
+            index.len()
+        );
+        let functions = libc.image().unwrap().fde_functions().unwrap();
+        let shared_entries = functions
+            .iter()
+            .filter(|f| {
+                let start = libc.runtime_address(f.vaddr);
+                index.into_range(start, start + 5).is_some()
+            })
+            .count();
+        assert!(
+            shared_entries > 0,
+            "no function of libc is jumped into near its entry"
+        );
+    }
+}
