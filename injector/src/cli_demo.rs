@@ -70,7 +70,7 @@ pub fn target(threads: usize, requests: u64) -> Result<ExitCode> {
                         parsed += 1;
                         responded += if weft_demo_parse(r) % 3 == 0 { 2 } else { 1 };
                         if r % 512 == 511 {
-                            std::thread::sleep(Duration::from_millis(5));
+                            std::thread::sleep(Duration::from_millis(10));
                         }
                     }
                     // The check above calls parse once more per request.

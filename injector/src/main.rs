@@ -91,7 +91,7 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         threads: usize,
         /// Requests each worker serves (more takes longer).
-        #[arg(long, default_value_t = 30_000)]
+        #[arg(long, default_value_t = 150_000)]
         requests: u64,
     },
     /// The demo's target program (started by `weft demo`).
