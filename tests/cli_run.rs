@@ -349,3 +349,59 @@ fn run_with_functions_the_runtime_uses() {
     let (target, report) = split_at_done(&ctx, &weft.stdout_text());
     check_run(&ctx, exe, &target, &report);
 }
+
+/// 10,000 short-lived threads, 8 alive at a time, 10 calls each: every call
+/// is counted in its own thread's entry, and the runtime reuses the rows of
+/// exited threads instead of growing with the total.
+#[test]
+fn run_many_short_lived_threads_reuses_rows() {
+    let ctx = Ctx::new("run_many_short_lived_threads_reuses_rows");
+    let exe = churn().to_str().unwrap().to_string();
+    let mut weft = ctx.weft(&[
+        "run", "--format", "json", "-f", "work", "--", &exe, "10000", "8",
+    ]);
+    weft.wait_code(0);
+    let out = weft.stdout_text();
+    let mut lines = out.lines();
+    let own: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+    ctx.check(own["calls"] == 100_000, || {
+        format!("the target counted {}", own["calls"])
+    });
+    ctx.check(report["functions"][0]["calls"] == 100_000, || {
+        format!(
+            "weft counted {} calls, not 100000",
+            report["functions"][0]["calls"]
+        )
+    });
+    let threads = report["threads"].as_array().unwrap();
+    let tens = threads
+        .iter()
+        .filter(|t| t["functions"]["work"]["calls"] == 10)
+        .count();
+    ctx.check(threads.len() == 10_000 && tens == 10_000, || {
+        format!(
+            "{} threads reported, {tens} with exactly 10 calls",
+            threads.len()
+        )
+    });
+    let mut tids: Vec<u64> = threads.iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    ctx.check(tids.len() == 10_000, || {
+        format!("only {} distinct tids", tids.len())
+    });
+    ctx.check(threads.iter().all(|t| t["exited"] == true), || {
+        "a thread is not marked exited".into()
+    });
+    let used = report["runtime"]["rows_used"].as_u64().unwrap_or(u64::MAX);
+    let reused = report["runtime"]["rows_reused"].as_u64().unwrap_or(0);
+    // Bounded by the threads alive at once plus those created between two
+    // harvests (every 5 ms), not by the 10,000 ever created.
+    ctx.check(used < 2_000 && reused > 8_000, || {
+        format!("rows used {used}, reused {reused}: the table grows with the total")
+    });
+    ctx.check(report.get("overflow_threads").is_none(), || {
+        "threads overflowed".into()
+    });
+}

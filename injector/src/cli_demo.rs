@@ -175,6 +175,7 @@ pub fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
         if Instant::now() > deadline {
             bail!("the demo target did not finish within 2 minutes");
         }
+        process.harvest();
         if Instant::now() >= next_table {
             println!("\n--- live, {:.1} s ---", started.elapsed().as_secs_f64());
             print!("{}", process.report().to_table());

@@ -29,7 +29,8 @@ pub enum End {
 }
 
 /// Waits as described in the module docs.
-pub fn wait(pid: i32, duration: Option<Duration>) -> End {
+/// `tick` runs about every 10 ms meanwhile.
+pub fn wait(pid: i32, duration: Option<Duration>, tick: &mut dyn FnMut()) -> End {
     let deadline = duration.map(|d| Instant::now() + d);
     // SAFETY: pidfd_open has no memory arguments.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
@@ -38,7 +39,8 @@ pub fn wait(pid: i32, duration: Option<Duration>) -> End {
             close(pidfd);
             return End::Signal;
         }
-        let mut timeout = Duration::from_millis(100);
+        tick();
+        let mut timeout = Duration::from_millis(10);
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

@@ -186,8 +186,9 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 
 /// Waits for our child `pid` to exit, passing on SIGTERM and SIGHUP (and
 /// SIGINT, which a terminal sends to both anyway) so weft never outlives
-/// the program it runs by accident.
-pub fn wait_child(pid: i32) -> Result<ProcessExit, Error> {
+/// the program it runs by accident. `tick` runs every few milliseconds
+/// meanwhile.
+pub fn wait_child(pid: i32, tick: &mut dyn FnMut()) -> Result<ProcessExit, Error> {
     FORWARD_TO.store(pid, std::sync::atomic::Ordering::Relaxed);
     for sig in [libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installs a handler that only calls kill.
@@ -200,7 +201,7 @@ pub fn wait_child(pid: i32) -> Result<ProcessExit, Error> {
     loop {
         let mut status = 0;
         // SAFETY: valid out-pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
             if libc::WIFEXITED(status) {
                 return Ok(ProcessExit::Code(libc::WEXITSTATUS(status)));
@@ -210,9 +211,14 @@ pub fn wait_child(pid: i32) -> Result<ProcessExit, Error> {
             }
             continue;
         }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(Error::Internal(format!("waiting for process {pid}: {e}")));
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(Error::Internal(format!("waiting for process {pid}: {e}")));
+            }
+            continue;
         }
+        tick();
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

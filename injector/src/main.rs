@@ -216,7 +216,13 @@ fn attach(
         "weft: attached pid={pid} threads={threads} functions={}",
         found.len()
     );
-    let ended = cli_wait::wait(pid, duration.map(std::time::Duration::from_secs_f64));
+    let ended = cli_wait::wait(
+        pid,
+        duration.map(std::time::Duration::from_secs_f64),
+        &mut || {
+            process.harvest();
+        },
+    );
     let report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
         process.report()
     } else {

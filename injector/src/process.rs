@@ -94,6 +94,8 @@ pub struct Process {
     live_since: Option<Instant>,
     live_for: Duration,
     threads_at_attach: usize,
+    /// Final figures of exited threads whose rows were handed back.
+    harvested: Vec<RowSnapshot>,
     /// Direct branches of each module patched so far, by module path.
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
 }
@@ -148,6 +150,7 @@ impl Process {
             live_for: Duration::ZERO,
             threads_at_attach,
             branch_indexes: Default::default(),
+            harvested: Vec::new(),
         })
     }
 
@@ -180,6 +183,7 @@ impl Process {
             live_for: Duration::ZERO,
             threads_at_attach: 1,
             branch_indexes: Default::default(),
+            harvested: Vec::new(),
         })
     }
 
@@ -620,7 +624,14 @@ impl Process {
             return Err(Error::NotOurChild(self.pid));
         }
         self.release()?;
-        let exit = crate::launch::wait_child(self.pid)?;
+        // Harvest exited threads' rows while waiting, so that a program that
+        // creates many short-lived threads reuses rows instead of running
+        // out of them.
+        let exit = crate::launch::wait_child(self.pid, &mut || {
+            self.harvest();
+        })?;
+        // The last threads ended with the process.
+        self.harvest();
         self.exit = Some(exit);
         if let Some(since) = self.live_since.take() {
             self.live_for += since.elapsed();
@@ -628,12 +639,50 @@ impl Process {
         Ok(exit)
     }
 
-    /// Copies every thread's row out of the shared region (no stop).
+    /// Copies every thread's row out of the shared region (no stop):
+    /// the rows of threads already harvested, then the region's current
+    /// rows (except those harvested copies' own, now stale, generations).
     pub fn snapshot(&self) -> Vec<RowSnapshot> {
-        match &self.runtime {
-            Some(rt) => rt.region.snapshot(self.next_word),
-            None => Vec::new(),
-        }
+        let Some(rt) = &self.runtime else {
+            return Vec::new();
+        };
+        let mut rows = self.harvested.clone();
+        rows.extend(rt.region.snapshot(self.next_word).into_iter().filter(|r| {
+            !self
+                .harvested
+                .iter()
+                .any(|h| h.index == r.index && h.generation == r.generation)
+        }));
+        rows
+    }
+
+    /// Takes the final figures of threads that have exited and lets the
+    /// runtime give their rows to new threads. Call it periodically while a
+    /// program that creates many short-lived threads runs (the `weft`
+    /// command does, every few milliseconds); without it rows are not
+    /// reused. Returns how many rows were harvested.
+    pub fn harvest(&mut self) -> usize {
+        let Some(rt) = &self.runtime else { return 0 };
+        let pid = self.pid;
+        let exited = self.exit.is_some();
+        let rows = rt.region.harvest(self.next_word, |tid| {
+            exited || std::fs::metadata(format!("/proc/{pid}/task/{tid}")).is_err()
+        });
+        let n = rows.len();
+        self.harvested
+            .extend(rows.into_iter().filter(|r| r.words.iter().any(|&w| w != 0)));
+        n
+    }
+
+    /// Rows the runtime has handed out, and how many threads reused a row.
+    pub fn row_usage(&self) -> (u32, u64) {
+        self.runtime.as_ref().map_or((0, 0), |rt| {
+            let h = rt.region.header();
+            (
+                h.rows_used.load(std::sync::atomic::Ordering::Relaxed),
+                h.rows_reused.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        })
     }
 
     /// Time probes have been live.
@@ -660,7 +709,7 @@ impl Process {
                 .load(std::sync::atomic::Ordering::Relaxed)
         });
         let pid = self.pid;
-        Report::build(
+        let mut report = Report::build(
             pid,
             self.live_duration().as_nanos() as u64,
             &probes,
@@ -671,7 +720,13 @@ impl Process {
                     .ok()
                     .map(|s| s.trim_end().to_string())
             },
-        )
+        );
+        let (rows_used, rows_reused) = self.row_usage();
+        report.runtime = Some(crate::report::RuntimeStats {
+            rows_used,
+            rows_reused,
+        });
+        report
     }
 }
 

@@ -6,10 +6,10 @@
 //! outlives the target, so the final counts of a process that exited are
 //! still there to report.
 
-use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering;
-use weft_rt::layout::{self, Geometry, RegionHeader, RowHeader, MAGIC, VERSION};
+use weft_rt::layout::{self, Geometry, RegionHeader, RowHeader, ACKS_OFFSET, MAGIC, VERSION};
 
 /// Failure to map the region.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,9 @@ pub struct Region {
     base: *const u8,
     len: usize,
     geometry: Geometry,
+    /// The ack pages, mapped writable (the only part weft writes).
+    acks: *const AtomicU32,
+    acks_len: usize,
 }
 
 // SAFETY: the mapping is read-only for us and lives until Drop; readers only
@@ -57,6 +60,8 @@ pub struct RowSnapshot {
     pub state: u32,
     /// Kernel thread id.
     pub tid: u32,
+    /// How many threads owned the row before this one.
+    pub generation: u32,
     /// Thread name as the runtime recorded it.
     pub name: String,
     /// The first `words` metric words.
@@ -67,9 +72,13 @@ impl Region {
     /// Maps the runtime's memfd `fd` of process `pid`.
     pub fn open(pid: i32, fd: i32) -> Result<Region, RegionError> {
         let map_err = |source| RegionError::Map { pid, fd, source };
-        let file = File::open(format!("/proc/{pid}/fd/{fd}")).map_err(map_err)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/fd/{fd}"))
+            .map_err(map_err)?;
         let len = file.metadata().map_err(map_err)?.len() as usize;
-        if len < layout::ROWS_OFFSET {
+        if len < ACKS_OFFSET + layout::PAGE as usize {
             return Err(RegionError::Incompatible { pid, found: 0 });
         }
         // SAFETY: a fresh read-only shared mapping of a file we opened; the
@@ -94,6 +103,8 @@ impl Region {
                 max_rows: 0,
                 metric_words: 0,
             },
+            acks: std::ptr::null(),
+            acks_len: 0,
         };
         let header = region.header();
         // SAFETY: `magic` and `version` are plain integers inside the mapping.
@@ -120,13 +131,31 @@ impl Region {
             });
         }
         region.geometry = geometry;
+        let acks_len = geometry.acks_len() as usize;
+        // SAFETY: a shared read-write mapping of the ack pages of the same
+        // file, inside its length (checked above).
+        let acks = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                acks_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                ACKS_OFFSET as libc::off_t,
+            )
+        };
+        if acks == libc::MAP_FAILED {
+            return Err(map_err(std::io::Error::last_os_error()));
+        }
+        region.acks = acks as *const AtomicU32;
+        region.acks_len = acks_len;
         Ok(region)
     }
 
     /// The region's header.
     pub fn header(&self) -> &RegionHeader {
-        // SAFETY: the mapping is at least ROWS_OFFSET bytes, page aligned,
-        // and RegionHeader fits before ROWS_OFFSET.
+        // SAFETY: the mapping is at least ACKS_OFFSET bytes, page aligned,
+        // and RegionHeader fits before ACKS_OFFSET.
         unsafe { &*(self.base as *const RegionHeader) }
     }
 
@@ -170,11 +199,41 @@ impl Region {
                 index,
                 state: header.state.load(Ordering::Acquire),
                 tid: header.tid.load(Ordering::Acquire),
+                generation: header.generation.load(Ordering::Acquire),
                 name: read_name(header),
                 words: values,
             });
         }
         rows
+    }
+}
+
+impl Region {
+    /// Copies out the rows of threads that are gone (their row says exited
+    /// and `is_gone(tid)` confirms the kernel no longer has the thread, so
+    /// nothing can write the row any more) and acks them, which lets the
+    /// runtime give the rows to new threads. Returns the copies; the caller
+    /// keeps them for its reports.
+    pub fn harvest(&self, words: u32, is_gone: impl Fn(u32) -> bool) -> Vec<RowSnapshot> {
+        let mut harvested = Vec::new();
+        for row in self.snapshot(words) {
+            if row.state != layout::ROW_EXITED
+                || row.index >= self.geometry.max_rows
+                || !is_gone(row.tid)
+            {
+                continue;
+            }
+            // SAFETY: index < max_rows: the ack lies inside the ack mapping.
+            let ack = unsafe { &*self.acks.add(row.index as usize) };
+            let wanted = row.generation.wrapping_add(1);
+            if ack.load(Ordering::Acquire) == wanted {
+                continue;
+            }
+            // The snapshot was taken after the thread was gone: final.
+            ack.store(wanted, Ordering::Release);
+            harvested.push(row);
+        }
+        harvested
     }
 }
 
@@ -201,9 +260,12 @@ fn read_name(row: &RowHeader) -> String {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `open`.
+        // SAFETY: unmaps exactly the mappings created in `open`.
         unsafe {
             libc::munmap(self.base as *mut libc::c_void, self.len);
+            if !self.acks.is_null() {
+                libc::munmap(self.acks as *mut libc::c_void, self.acks_len);
+            }
         }
     }
 }

@@ -55,6 +55,18 @@ pub struct Report {
     /// their calls are in the overflow pseudo-thread (tid 0).
     #[serde(skip_serializing_if = "is_zero")]
     pub overflow_threads: u64,
+    /// How the runtime's thread table was used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+}
+
+/// The runtime's thread-table usage, for people sizing it.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Rows handed out (the table's high-water mark).
+    pub rows_used: u32,
+    /// Threads that took over the row of a thread that had exited.
+    pub rows_reused: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -135,6 +147,7 @@ impl Report {
             functions,
             threads,
             overflow_threads,
+            runtime: None,
         }
     }
 
@@ -252,6 +265,7 @@ mod tests {
             index,
             state,
             tid,
+            generation: 0,
             name: format!("t{index}"),
             words,
         }

@@ -4,7 +4,10 @@
 //! ```text
 //! +--------------------+ 0
 //! | RegionHeader       |
-//! +--------------------+ ROWS_OFFSET
+//! +--------------------+ ACKS_OFFSET (4096)
+//! | acks[max_rows]     |  u32 per row, written by the injector: "I have the
+//! |                    |  figures of generation g of this row" (g + 1)
+//! +--------------------+ Geometry::rows_offset() (page aligned)
 //! | row 0              |  RowHeader (64 bytes) + metric words
 //! | row 1              |  every row is `row_stride` bytes, a multiple of 64,
 //! | ...                |  so no two threads ever write the same cache line
@@ -15,17 +18,29 @@
 //!
 //! Only the thread that owns a row writes its metric words, each with a
 //! single instruction, so the injector's aligned 8-byte reads are never torn.
+//! The injector maps the region read-only, except the ack pages.
+//!
+//! ## Row life cycle
+//!
+//! `FREE` → `LIVE` (a thread's first hit) → `EXITED` (its TLS destructors
+//! ran; it may still run a little) → the injector sees the thread gone from
+//! `/proc`, copies the row's figures and acks the row's generation → a new
+//! thread may claim it (`CLAIMED`, words zeroed, generation + 1, `LIVE`).
+//! Rows are therefore bounded by the threads alive at once plus those the
+//! injector has not harvested yet, never by the threads ever created.
 
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The cache-line size every row is aligned and padded to.
 pub const CACHE_LINE: usize = 64;
-/// Byte offset of row 0 from the start of the region.
-pub const ROWS_OFFSET: usize = 4096;
+/// Byte offset of the ack array from the start of the region.
+pub const ACKS_OFFSET: usize = 4096;
+/// Page size the layout is aligned to.
+pub const PAGE: u64 = 4096;
 /// Bytes of [`RowHeader`] before a row's first metric word.
 pub const ROW_HEADER_SIZE: usize = 64;
 /// Length of a thread name as the kernel keeps it (`comm`), NUL included.
@@ -39,6 +54,8 @@ pub const ROW_LIVE: u32 = 1;
 pub const ROW_EXITED: u32 = 2;
 /// The shared overflow row of threads that found the table full.
 pub const ROW_OVERFLOW: u32 = 3;
+/// A harvested row being taken over by a new thread.
+pub const ROW_CLAIMED: u32 = 4;
 
 /// The first bytes of the region.
 #[repr(C)]
@@ -71,6 +88,8 @@ pub struct RegionHeader {
     pub session: AtomicU64,
     /// Threads that registered after the table was full.
     pub overflow_threads: AtomicU64,
+    /// Threads that took over a harvested row instead of a new one.
+    pub rows_reused: AtomicU64,
     /// Non-zero when the runtime disabled itself (e.g. in a forked child).
     pub disabled: AtomicI64,
 }
@@ -84,6 +103,8 @@ pub struct RowHeader {
     pub tid: AtomicU32,
     /// Seqlock-style counter: odd while `name` is being written.
     pub name_seq: AtomicU32,
+    /// Times the row was handed to a new thread (0 for its first thread).
+    pub generation: AtomicU32,
     /// Thread name (`comm`) when registered and again when it exits.
     pub name: [AtomicU8x4; NAME_LEN / 4],
 }
@@ -93,7 +114,7 @@ pub struct RowHeader {
 pub struct AtomicU8x4(pub AtomicU32);
 
 const _: () = assert!(core::mem::size_of::<RowHeader>() == ROW_HEADER_SIZE);
-const _: () = assert!(core::mem::size_of::<RegionHeader>() <= ROWS_OFFSET);
+const _: () = assert!(core::mem::size_of::<RegionHeader>() <= ACKS_OFFSET);
 
 /// Geometry of a region, derived from its two parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,9 +132,19 @@ impl Geometry {
         raw.div_ceil(CACHE_LINE as u64) * CACHE_LINE as u64
     }
 
+    /// Bytes of the ack array, rounded up to whole pages.
+    pub const fn acks_len(&self) -> u64 {
+        (4 * self.max_rows as u64).div_ceil(PAGE) * PAGE
+    }
+
+    /// Byte offset of row 0 from the start of the region.
+    pub const fn rows_offset(&self) -> u64 {
+        ACKS_OFFSET as u64 + self.acks_len()
+    }
+
     /// Total bytes of the region, overflow and scratch rows included.
     pub const fn region_size(&self) -> u64 {
-        ROWS_OFFSET as u64 + (self.max_rows as u64 + 2) * self.row_stride()
+        self.rows_offset() + (self.max_rows as u64 + 2) * self.row_stride()
     }
 
     /// Index of the overflow row.
@@ -130,7 +161,7 @@ impl Geometry {
 
     /// Byte offset of row `index` from the start of the region.
     pub const fn row_offset(&self, index: u32) -> u64 {
-        ROWS_OFFSET as u64 + index as u64 * self.row_stride()
+        self.rows_offset() + index as u64 * self.row_stride()
     }
 
     /// Byte offset of metric word `word` from the start of a row: what a

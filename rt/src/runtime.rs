@@ -1,7 +1,8 @@
 //! The exported entry points and the per-thread registration.
 
 use crate::layout::{
-    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_EXITED, ROW_LIVE, ROW_OVERFLOW, VERSION,
+    Geometry, RegionHeader, RowHeader, ACKS_OFFSET, MAGIC, NAME_LEN, ROW_CLAIMED, ROW_EXITED,
+    ROW_LIVE, ROW_OVERFLOW, VERSION,
 };
 use core::arch::{asm, global_asm};
 use core::ptr;
@@ -273,6 +274,61 @@ std::thread_local! {
     static EXIT_GUARD: core::cell::Cell<Option<ExitGuard>> = const { core::cell::Cell::new(None) };
 }
 
+/// Takes over a row whose thread is gone and whose figures the injector has
+/// copied (its ack equals generation + 1): zeroes it, bumps its generation.
+/// A linear scan, but only on a thread's first hit.
+fn reuse_harvested_row(
+    base: *mut u8,
+    header: &RegionHeader,
+    geometry: Geometry,
+) -> Option<*mut u8> {
+    let used = header
+        .rows_used
+        .load(Ordering::Acquire)
+        .min(geometry.max_rows);
+    // SAFETY: the ack array holds max_rows u32s at ACKS_OFFSET.
+    let acks = unsafe {
+        core::slice::from_raw_parts(
+            base.add(ACKS_OFFSET) as *const AtomicU32,
+            geometry.max_rows as usize,
+        )
+    };
+    for (index, ack) in acks.iter().enumerate().take(used as usize) {
+        // SAFETY: index < used <= max_rows: the row lies inside the region.
+        let row_ptr = unsafe { base.add(geometry.row_offset(index as u32) as usize) };
+        // SAFETY: rows start with a RowHeader.
+        let row = unsafe { &*(row_ptr as *const RowHeader) };
+        if row.state.load(Ordering::Acquire) != ROW_EXITED {
+            continue;
+        }
+        let generation = row.generation.load(Ordering::Acquire);
+        if ack.load(Ordering::Acquire) != generation.wrapping_add(1) {
+            continue;
+        }
+        if row
+            .state
+            .compare_exchange(ROW_EXITED, ROW_CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            continue;
+        }
+        // SAFETY: the metric words follow the header inside this row, which
+        // the CAS made ours.
+        unsafe {
+            ptr::write_bytes(
+                row_ptr.add(Geometry::metric_offset(0) as usize),
+                0,
+                geometry.metric_words as usize * 8,
+            );
+        }
+        row.generation
+            .store(generation.wrapping_add(1), Ordering::Release);
+        header.rows_reused.fetch_add(1, Ordering::Relaxed);
+        return Some(row_ptr);
+    }
+    None
+}
+
 /// Runs `f` with the thread's row pointer on the scratch row, so that any
 /// instrumented function the runtime itself calls (memcpy, malloc, prctl...)
 /// counts there instead of re-entering registration. Leaves the scratch row
@@ -321,17 +377,23 @@ pub extern "C" fn weft_rt_register_thread() -> *mut u8 {
 }
 
 fn register_in(base: *mut u8, header: &RegionHeader, geometry: Geometry) -> *mut u8 {
-    let index = header.rows_used.fetch_add(1, Ordering::AcqRel);
-    if index >= geometry.max_rows {
-        header.overflow_threads.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the overflow row is the last row of the region.
-        let row = unsafe { base.add(geometry.row_offset(geometry.overflow_row()) as usize) };
-        tls_row_set(row);
-        return row;
-    }
-    // SAFETY: index < max_rows, so the row lies inside the region.
-    let row_ptr = unsafe { base.add(geometry.row_offset(index) as usize) };
-    // SAFETY: the row is ours alone: rows are handed out once.
+    let row_ptr = match reuse_harvested_row(base, header, geometry) {
+        Some(row) => row,
+        None => {
+            let index = header.rows_used.fetch_add(1, Ordering::AcqRel);
+            if index >= geometry.max_rows {
+                header.overflow_threads.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the overflow row is the last row of the region.
+                let row =
+                    unsafe { base.add(geometry.row_offset(geometry.overflow_row()) as usize) };
+                tls_row_set(row);
+                return row;
+            }
+            // SAFETY: index < max_rows, so the row lies inside the region.
+            unsafe { base.add(geometry.row_offset(index) as usize) }
+        }
+    };
+    // SAFETY: the row is ours alone: handed out once, or claimed by CAS.
     let row = unsafe { &*(row_ptr as *const RowHeader) };
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;

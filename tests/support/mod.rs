@@ -206,6 +206,13 @@ pub fn blocking() -> &'static Path {
     P.get_or_init(|| build_simple_c("blocking", "blocking.c", &[]))
 }
 
+/// Many short-lived threads, few alive at once (`churn TOTAL ALIVE`).
+#[allow(dead_code)]
+pub fn churn() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("churn", "churn.c", &[]))
+}
+
 pub fn unpatchable() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("unpatchable", "unpatchable.c", &[]))
