@@ -288,3 +288,54 @@ fn list_functions_globs_modules_and_ifunc() {
     t.wait_code(0);
     check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
 }
+
+/// `--interval --format jsonl` writes reports read live, without stopping the
+/// target: while it works, counts grow from line to line and never go back;
+/// the last line is the final, exact report.
+#[test]
+fn attach_interval_jsonl_reports_live() {
+    let ctx = Ctx::new("attach_interval_jsonl_reports_live");
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "3"]);
+    let (pid, _) = wait_ready(&mut t);
+    let flags = ["-f", "work_a", "--format", "jsonl", "--interval", "0.05"];
+    let (mut weft, _) = attach(&ctx, pid, &flags, 1);
+    let mut done = Vec::new();
+    for phase in 1..=3 {
+        t.send("go");
+        let line = format!("phase {phase} done");
+        t.expect_stdout(&format!("`{line}`"), |l| l == line);
+        done.push(check_worker_phase(&ctx, &t.stdout_text(), phase, 3));
+        // Let a few interval reports see this phase's counts.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = detach_with_sigint(&mut weft);
+    let reports: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON report"))
+        .collect();
+    ctx.check(reports.len() >= 4, || {
+        format!("only {} report lines:\n{out}", reports.len())
+    });
+    let totals: Vec<u64> = reports
+        .iter()
+        .map(|r| r["functions"][0]["calls"].as_u64().unwrap_or(0))
+        .collect();
+    ctx.check(totals.windows(2).all(|w| w[0] <= w[1]), || {
+        format!("totals went back: {totals:?}")
+    });
+    // Intermediate reports saw the phases one after the other.
+    let per_phase: Vec<u64> = done
+        .iter()
+        .map(|lines| lines.iter().map(|l| l.work_a).sum())
+        .collect();
+    let after_one = per_phase[0];
+    let after_two = per_phase[0] + per_phase[1];
+    ctx.check(totals.contains(&after_one) && totals.contains(&after_two), || {
+        format!("no live report showed the totals after phase 1 ({after_one}) and 2 ({after_two}): {totals:?}")
+    });
+    let all: u64 = per_phase.iter().sum();
+    ctx.check(totals.last() == Some(&all), || {
+        format!("final total {:?}, the target made {all}", totals.last())
+    });
+    t.close_stdin();
+}

@@ -25,6 +25,9 @@ enum Format {
     Table,
     /// One JSON object (see docs/report-format.md).
     Json,
+    /// JSON Lines: one report per line (with --interval, one per interval
+    /// while live, then the final one).
+    Jsonl,
 }
 
 #[derive(clap::Args, Debug)]
@@ -73,6 +76,10 @@ enum Command {
         /// Stop after this many seconds.
         #[arg(long, value_name = "SECS")]
         duration: Option<f64>,
+        /// Also write a report every SECS seconds while live (read without
+        /// stopping the target); best with --format jsonl.
+        #[arg(long, value_name = "SECS")]
+        interval: Option<f64>,
         #[command(flatten)]
         output: Output,
     },
@@ -142,8 +149,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             pid,
             functions,
             duration,
+            interval,
             output,
-        } => attach(pid, &functions, duration, &output),
+        } => attach(pid, &functions, duration, interval, &output),
         Command::List { pid, pattern } => list(pid, pattern.as_deref()),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
@@ -166,20 +174,58 @@ fn patterns(specs: &[String]) -> Result<Vec<Pattern>> {
     Ok(out)
 }
 
-fn write_report(report: &Report, output: &Output) -> Result<()> {
-    let text = match output.format {
-        Format::Json => report.to_json() + "\n",
-        Format::Table => report.to_table(),
-    };
-    match &output.output {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("writing the report to {}", path.display())),
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(text.as_bytes())?;
-            stdout.flush()?;
-            Ok(())
+/// Where reports go: standard output or a file created once, one report
+/// after the other.
+struct Sink {
+    format: Format,
+    file: Option<(PathBuf, std::fs::File)>,
+}
+
+impl Sink {
+    fn new(output: &Output) -> Result<Sink> {
+        let file = match &output.output {
+            Some(path) => Some((
+                path.clone(),
+                std::fs::File::create(path)
+                    .with_context(|| format!("creating the report file {}", path.display()))?,
+            )),
+            None => None,
+        };
+        Ok(Sink {
+            format: output.format,
+            file,
+        })
+    }
+
+    fn write(&mut self, report: &Report) -> Result<()> {
+        let text = match self.format {
+            Format::Json | Format::Jsonl => report.to_json() + "\n",
+            Format::Table => report.to_table(),
+        };
+        match &mut self.file {
+            Some((path, file)) => file
+                .write_all(text.as_bytes())
+                .with_context(|| format!("writing the report to {}", path.display())),
+            None => {
+                let mut stdout = std::io::stdout().lock();
+                stdout.write_all(text.as_bytes())?;
+                stdout.flush()?;
+                Ok(())
+            }
         }
+    }
+}
+
+fn write_report(report: &Report, output: &Output) -> Result<()> {
+    Sink::new(output)?.write(report)
+}
+
+/// A non-negative, finite number of seconds.
+fn seconds(name: &str, value: Option<f64>) -> Result<Option<std::time::Duration>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(std::time::Duration::from_secs_f64(v))),
+        Some(v) => bail!("--{name} must be a non-negative number of seconds, not {v}"),
     }
 }
 
@@ -198,14 +244,16 @@ fn attach(
     pid: i32,
     functions: &[String],
     duration: Option<f64>,
+    interval: Option<f64>,
     output: &Output,
 ) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
-    if let Some(d) = duration {
-        if !(d.is_finite() && d >= 0.0) {
-            bail!("--duration must be a non-negative number of seconds, not {d}");
-        }
-    }
+    let duration = seconds("duration", duration)?;
+    let interval = match seconds("interval", interval)? {
+        Some(i) if i.is_zero() => bail!("--interval must be more than 0 seconds"),
+        i => i,
+    };
+    let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
     let mut process = Process::attach(pid)?;
     let found = process.find_functions(&patterns)?;
@@ -216,23 +264,33 @@ fn attach(
         "weft: attached pid={pid} threads={threads} functions={}",
         found.len()
     );
-    let ended = cli_wait::wait(
-        pid,
-        duration.map(std::time::Duration::from_secs_f64),
-        &mut || {
-            process.harvest();
-        },
-    );
+    let mut next_report = interval.map(|i| std::time::Instant::now() + i);
+    let mut failed = None;
+    let ended = cli_wait::wait(pid, duration, &mut || {
+        process.harvest();
+        if let (Some(at), Some(every)) = (next_report, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                // Read live: the target is not stopped.
+                failed = sink.write(&process.report()).err();
+                next_report = Some(at + every);
+            }
+        }
+    });
     let report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
+        process.harvest();
         process.report()
     } else {
         process.hold()?;
         process.remove_all()?;
+        process.harvest();
         let report = process.report();
         process.release()?;
         report
     };
-    write_report(&report, output)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    sink.write(&report)?;
     Ok(ExitCode::SUCCESS)
 }
 
