@@ -17,6 +17,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod clock;
 pub mod layout;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

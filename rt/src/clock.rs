@@ -1,0 +1,1207 @@
+//! Clock sources for per-thread wall and CPU timers.
+//!
+//! Two clocks, each with a Rust reader and a hand-written assembly reader
+//! that generated code (trampolines) can call or inline:
+//!
+//! * [`WallClock`]: `rdtsc` converted to CLOCK_MONOTONIC nanoseconds with an
+//!   integer mult/shift ([`TscCalibration`]), or CLOCK_MONOTONIC itself when
+//!   the TSC is not invariant.
+//! * [`ThreadCpuClock`]: the calling thread's CPU time in nanoseconds, on the
+//!   same timeline as `CLOCK_THREAD_CPUTIME_ID`, read without a syscall in the
+//!   common case through the mmap page of a `PERF_COUNT_SW_TASK_CLOCK` event
+//!   (see [`CpuSource`] for the three strategies).
+//!
+//! Both state structs are `repr(C)` with their field offsets published as
+//! constants (checked at compile time), because generated code reads them.
+//! Nothing here takes a lock or panics; set-up (`new`) may make syscalls,
+//! reads make none except where documented (a re-anchor or a fallback).
+//!
+//! [`thread_cpu_ns_from_outside`] reads another thread's CPU time from
+//! `/proc`, for the injector sampling running timers.
+
+// rdtsc, CPUID and the perf page are x86-64 Linux matters.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use core::arch::{asm, global_asm};
+use core::mem::{offset_of, size_of};
+use core::ptr;
+use core::sync::atomic::{compiler_fence, Ordering};
+use std::fmt;
+use std::io;
+
+// ---------------------------------------------------------------------------
+// Primitives
+// ---------------------------------------------------------------------------
+
+/// Reads the time-stamp counter.
+///
+/// Not serialising: it may execute a few instructions early or late, which
+/// is far below the resolution timers need, and a context switch or
+/// interrupt (both serialising) never moves it across.
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    let lo: u32;
+    let hi: u32;
+    // SAFETY: rdtsc only writes edx:eax; CR4.TSD is clear on Linux (the
+    // kernel only sets it for a process that asked with prctl(PR_SET_TSC),
+    // which the runtime's host would have to do deliberately).
+    unsafe {
+        asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags));
+    }
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// `(a * mul) >> shift` without 128-bit arithmetic, like the kernel's
+/// `mul_u64_u32_shr`: the high part `a >> shift` is multiplied exactly and
+/// the low `shift` bits separately, so the result is exact (no rounding
+/// difference) as long as `shift <= 32` (then `rem * mul < 2^64`).
+/// Generated code uses the same five instructions (see the assembly below).
+#[inline(always)]
+pub const fn mul_u64_u32_shr(a: u64, mul: u32, shift: u32) -> u64 {
+    let quot = a >> shift;
+    let rem = a - (quot << shift);
+    // Wrapping: callers keep shift <= 32 so nothing wraps, and a bad shift
+    // from a kernel page must not panic in debug builds.
+    quot.wrapping_mul(mul as u64)
+        .wrapping_add(rem.wrapping_mul(mul as u64) >> shift)
+}
+
+const NSEC_PER_SEC: u64 = 1_000_000_000;
+
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call to write.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    Some((ts.tv_sec as u64).wrapping_mul(NSEC_PER_SEC) + ts.tv_nsec as u64)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall on most machines).
+pub fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux; 0 keeps this panic-free anyway.
+    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+}
+
+/// CLOCK_THREAD_CPUTIME_ID in nanoseconds: a real syscall (no vDSO path).
+pub fn thread_cputime_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+}
+
+/// True when CPUID reports an invariant TSC (leaf 0x8000_0007, EDX bit 8):
+/// constant rate across P-states and running through C-states, which is
+/// what makes TSC deltas usable as wall time (Linux's `nonstop_tsc` +
+/// `constant_tsc`). Hypervisors hide the bit when they cannot promise it.
+pub fn tsc_is_invariant() -> bool {
+    // SAFETY: CPUID exists on every x86-64 processor; leaf 0x8000_0000
+    // returns the highest extended leaf, checked before reading 0x8000_0007.
+    // (`__cpuid` became a safe fn after the workspace's MSRV.)
+    #[allow(unused_unsafe)]
+    unsafe {
+        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+        if max < 0x8000_0007 {
+            return false;
+        }
+        core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Wall clock
+// ---------------------------------------------------------------------------
+
+/// TSC to CLOCK_MONOTONIC conversion: `ns = ns_base + ((tsc - tsc_base) *
+/// mult) >> shift`, with `shift <= 32` so [`mul_u64_u32_shr`] is exact.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TscCalibration {
+    /// Nanoseconds per TSC tick, scaled by `2^shift`.
+    pub mult: u32,
+    /// See `mult`; at most 32.
+    pub shift: u32,
+    /// TSC value at which CLOCK_MONOTONIC read `ns_base`.
+    pub tsc_base: u64,
+    /// CLOCK_MONOTONIC at `tsc_base`.
+    pub ns_base: u64,
+}
+
+impl TscCalibration {
+    /// Nanoseconds on the CLOCK_MONOTONIC timeline for a TSC value. A TSC
+    /// older than the base (impossible with a synchronised invariant TSC)
+    /// clamps to `ns_base` rather than wrapping.
+    #[inline(always)]
+    pub fn wall_ns(&self, tsc: u64) -> u64 {
+        let delta = tsc.saturating_sub(self.tsc_base);
+        self.ns_base + mul_u64_u32_shr(delta, self.mult, self.shift)
+    }
+
+    /// The (mult, shift) with the largest shift <= 32 whose mult fits in
+    /// 32 bits for `ns` nanoseconds per `cycles` ticks. `None` for a
+    /// degenerate measurement or a clock slower than 1 tick per 4 s.
+    pub fn mult_shift(ns: u64, cycles: u64) -> Option<(u32, u32)> {
+        if ns == 0 || cycles == 0 {
+            return None;
+        }
+        // 128-bit arithmetic is fine here: calibration is not a hot path.
+        for shift in (0..=32u32).rev() {
+            let mult = ((u128::from(ns) << shift) + u128::from(cycles) / 2) / u128::from(cycles);
+            if mult > 0 && mult <= u128::from(u32::MAX) {
+                return Some((mult as u32, shift));
+            }
+        }
+        None
+    }
+
+    /// One (TSC, CLOCK_MONOTONIC) pair read as close together as possible:
+    /// of a few tries, the one whose two bracketing TSC reads are nearest,
+    /// taking the midpoint (vDSO clock_gettime takes ~25 ns; an interrupt
+    /// in between would otherwise skew the pair by microseconds).
+    fn paired_sample() -> (u64, u64) {
+        let mut best = (u64::MAX, 0u64, 0u64);
+        for _ in 0..16 {
+            let t0 = rdtsc();
+            let ns = monotonic_ns();
+            let t1 = rdtsc();
+            let width = t1.wrapping_sub(t0);
+            if width < best.0 {
+                best = (width, t0 + width / 2, ns);
+            }
+        }
+        (best.1, best.2)
+    }
+
+    /// Measures the TSC rate against CLOCK_MONOTONIC over `interval_ns`
+    /// (sleeping). 10 ms with ~50 ns pairing error gives ~10 ppm.
+    pub fn calibrate(interval_ns: u64) -> Option<Self> {
+        let (tsc0, ns0) = Self::paired_sample();
+        let ts = libc::timespec {
+            tv_sec: (interval_ns / NSEC_PER_SEC) as libc::time_t,
+            tv_nsec: (interval_ns % NSEC_PER_SEC) as libc::c_long,
+        };
+        // SAFETY: plain nanosleep; an early return (EINTR) only shortens the
+        // interval, which the measured ns below accounts for.
+        unsafe { libc::nanosleep(&ts, ptr::null_mut()) };
+        let (tsc1, ns1) = Self::paired_sample();
+        let (mult, shift) = Self::mult_shift(ns1.checked_sub(ns0)?, tsc1.checked_sub(tsc0)?)?;
+        Some(Self {
+            mult,
+            shift,
+            tsc_base: tsc1,
+            ns_base: ns1,
+        })
+    }
+
+    /// Takes the rate from a perf mmap page that has `cap_user_time` (the
+    /// kernel's own cyc2ns for sched_clock, free and more precise than a
+    /// 10 ms measurement) and only pairs one base sample.
+    pub fn from_perf_page(page: &PerfEventMmapPage) -> Option<Self> {
+        let (caps, mult, shift) = (
+            page.capabilities,
+            page.time_mult,
+            u32::from(page.time_shift),
+        );
+        if caps & CAP_USER_TIME == 0 || mult == 0 || shift > 32 {
+            return None;
+        }
+        let (tsc_base, ns_base) = Self::paired_sample();
+        Some(Self {
+            mult,
+            shift,
+            tsc_base,
+            ns_base,
+        })
+    }
+}
+
+/// [`WallClock::kind`]: rdtsc through the calibration.
+pub const WALL_TSC: u32 = 0;
+/// [`WallClock::kind`]: CLOCK_MONOTONIC (vDSO from Rust, raw syscall from
+/// the assembly reader).
+pub const WALL_MONOTONIC: u32 = 1;
+
+/// Why the wall clock uses what it uses ([`WallClock::why`]).
+const WHY_CALIBRATED: u32 = 0;
+const WHY_PERF_PAGE: u32 = 1;
+const WHY_NOT_INVARIANT: u32 = 2;
+const WHY_FORCED: u32 = 3;
+const WHY_CALIBRATION_FAILED: u32 = 4;
+
+/// Which wall source a [`WallClock`] should use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WallPreference {
+    /// The TSC when invariant, else CLOCK_MONOTONIC.
+    Auto,
+    /// CLOCK_MONOTONIC even when the TSC is usable (tests, comparisons).
+    Monotonic,
+}
+
+/// The source a [`WallClock`] uses, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WallSource {
+    /// Invariant TSC, rate measured against CLOCK_MONOTONIC.
+    TscCalibrated,
+    /// Invariant TSC, rate from the perf mmap page (`cap_user_time`).
+    TscPerfPage,
+    /// CLOCK_MONOTONIC: the TSC is not invariant.
+    MonotonicTscNotInvariant,
+    /// CLOCK_MONOTONIC: asked for.
+    MonotonicForced,
+    /// CLOCK_MONOTONIC: TSC calibration gave nonsense.
+    MonotonicCalibrationFailed,
+}
+
+impl fmt::Display for WallSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TscCalibrated => "tsc (invariant, calibrated against CLOCK_MONOTONIC)",
+            Self::TscPerfPage => "tsc (invariant, rate from the perf mmap page)",
+            Self::MonotonicTscNotInvariant => "CLOCK_MONOTONIC (tsc not invariant)",
+            Self::MonotonicForced => "CLOCK_MONOTONIC (forced)",
+            Self::MonotonicCalibrationFailed => "CLOCK_MONOTONIC (tsc calibration failed)",
+        })
+    }
+}
+
+/// Process-wide wall clock state, read-only after construction (share it
+/// between threads freely). Layout read by `weft_rt_wall_now`:
+///
+/// | offset | field | |
+/// |---|---|---|
+/// | 0 | `kind: u32` | [`WALL_TSC`] or [`WALL_MONOTONIC`] |
+/// | 4 | `why: u32` | reason code behind [`WallClock::source`] |
+/// | 8 | `cal.mult: u32` | |
+/// | 12 | `cal.shift: u32` | |
+/// | 16 | `cal.tsc_base: u64` | |
+/// | 24 | `cal.ns_base: u64` | |
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    /// [`WALL_TSC`] or [`WALL_MONOTONIC`].
+    pub kind: u32,
+    why: u32,
+    /// Valid when `kind == WALL_TSC`.
+    pub cal: TscCalibration,
+}
+
+/// Offsets of [`WallClock`] fields, for generated code.
+pub const WALL_OFF_KIND: usize = 0;
+/// See [`WALL_OFF_KIND`].
+pub const WALL_OFF_MULT: usize = 8;
+/// See [`WALL_OFF_KIND`].
+pub const WALL_OFF_SHIFT: usize = 12;
+/// See [`WALL_OFF_KIND`].
+pub const WALL_OFF_TSC_BASE: usize = 16;
+/// See [`WALL_OFF_KIND`].
+pub const WALL_OFF_NS_BASE: usize = 24;
+const _: () = {
+    assert!(offset_of!(WallClock, kind) == WALL_OFF_KIND);
+    assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, mult) == WALL_OFF_MULT);
+    assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, shift) == WALL_OFF_SHIFT);
+    assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, tsc_base) == WALL_OFF_TSC_BASE);
+    assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, ns_base) == WALL_OFF_NS_BASE);
+    assert!(size_of::<WallClock>() == 32);
+};
+
+impl WallClock {
+    /// Picks and calibrates the wall source. With [`WallPreference::Auto`]
+    /// and an invariant TSC this takes ~10 ms (one calibration sleep)
+    /// unless a perf page with `cap_user_time` supplies the rate.
+    pub fn new(preference: WallPreference) -> Self {
+        let monotonic = |why| Self {
+            kind: WALL_MONOTONIC,
+            why,
+            cal: TscCalibration {
+                mult: 0,
+                shift: 0,
+                tsc_base: 0,
+                ns_base: 0,
+            },
+        };
+        if preference == WallPreference::Monotonic {
+            return monotonic(WHY_FORCED);
+        }
+        if !tsc_is_invariant() {
+            return monotonic(WHY_NOT_INVARIANT);
+        }
+        if let Ok(event) = PerfTaskClock::open() {
+            // SAFETY: the page stays mapped while `event` lives.
+            if let Some(cal) = TscCalibration::from_perf_page(unsafe { &*event.page }) {
+                return Self {
+                    kind: WALL_TSC,
+                    why: WHY_PERF_PAGE,
+                    cal,
+                };
+            }
+        }
+        match TscCalibration::calibrate(10_000_000) {
+            Some(cal) => Self {
+                kind: WALL_TSC,
+                why: WHY_CALIBRATED,
+                cal,
+            },
+            None => monotonic(WHY_CALIBRATION_FAILED),
+        }
+    }
+
+    /// Which source this clock reads.
+    pub fn source(&self) -> WallSource {
+        match self.why {
+            WHY_CALIBRATED => WallSource::TscCalibrated,
+            WHY_PERF_PAGE => WallSource::TscPerfPage,
+            WHY_NOT_INVARIANT => WallSource::MonotonicTscNotInvariant,
+            WHY_FORCED => WallSource::MonotonicForced,
+            _ => WallSource::MonotonicCalibrationFailed,
+        }
+    }
+
+    /// Nanoseconds on the CLOCK_MONOTONIC timeline (Rust reader).
+    #[inline]
+    pub fn now(&self) -> u64 {
+        if self.kind == WALL_TSC {
+            self.cal.wall_ns(rdtsc())
+        } else {
+            monotonic_ns()
+        }
+    }
+
+    /// Same as [`WallClock::now`], through the assembly reader.
+    #[inline]
+    pub fn now_asm(&self) -> u64 {
+        // SAFETY: self is a valid WallClock for the duration of the call.
+        unsafe { weft_rt_wall_now(self) }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// perf_event plumbing
+// ---------------------------------------------------------------------------
+
+/// The first page of a perf event mapping, as `linux/perf_event.h` lays it
+/// out (only the fields up to `time_mask` are used; the rest of the page is
+/// reserved space and the ring-buffer control fields).
+#[repr(C)]
+#[derive(Debug)]
+pub struct PerfEventMmapPage {
+    /// Version of this structure.
+    pub version: u32,
+    /// Lowest version this is compatible with.
+    pub compat_version: u32,
+    /// Seqlock: incremented twice around every kernel update of the page.
+    pub lock: u32,
+    /// Hardware counter index + 1 (0 for software events).
+    pub index: u32,
+    /// Added to the hardware counter value.
+    pub offset: i64,
+    /// Time the event was enabled, as of the last update.
+    pub time_enabled: u64,
+    /// Time the event was running, as of the last update.
+    pub time_running: u64,
+    /// Bitfield: bit 0 cap_bit0 (always 0), 1 cap_bit0_is_deprecated,
+    /// 2 cap_user_rdpmc, 3 cap_user_time, 4 cap_user_time_zero,
+    /// 5 cap_user_time_short.
+    pub capabilities: u64,
+    /// Counter width in bits (rdpmc).
+    pub pmc_width: u16,
+    /// Shift of the TSC-to-ns conversion.
+    pub time_shift: u16,
+    /// Multiplier of the TSC-to-ns conversion.
+    pub time_mult: u32,
+    /// Added to the converted TSC to get time since the last update.
+    pub time_offset: u64,
+    /// Converted TSC + time_zero = perf clock (when cap_user_time_zero).
+    pub time_zero: u64,
+    /// Size of the header up to the reserved space.
+    pub size: u32,
+    /// Reserved.
+    pub reserved_1: u32,
+    /// With cap_user_time_short: the TSC is only `time_mask` wide.
+    pub time_cycles: u64,
+    /// See `time_cycles`.
+    pub time_mask: u64,
+}
+
+/// `capabilities` bit: the time_* fields are valid.
+pub const CAP_USER_TIME: u64 = 1 << 3;
+/// `capabilities` bit: the TSC must be widened with time_cycles/time_mask.
+pub const CAP_USER_TIME_SHORT: u64 = 1 << 5;
+
+/// Offsets in [`PerfEventMmapPage`], for generated code.
+pub const PAGE_OFF_LOCK: usize = 8;
+/// See [`PAGE_OFF_LOCK`].
+pub const PAGE_OFF_TIME_RUNNING: usize = 32;
+/// See [`PAGE_OFF_LOCK`].
+pub const PAGE_OFF_CAPABILITIES: usize = 40;
+/// See [`PAGE_OFF_LOCK`].
+pub const PAGE_OFF_TIME_SHIFT: usize = 50;
+/// See [`PAGE_OFF_LOCK`].
+pub const PAGE_OFF_TIME_MULT: usize = 52;
+/// See [`PAGE_OFF_LOCK`].
+pub const PAGE_OFF_TIME_OFFSET: usize = 56;
+const _: () = {
+    assert!(offset_of!(PerfEventMmapPage, lock) == PAGE_OFF_LOCK);
+    assert!(offset_of!(PerfEventMmapPage, time_running) == PAGE_OFF_TIME_RUNNING);
+    assert!(offset_of!(PerfEventMmapPage, capabilities) == PAGE_OFF_CAPABILITIES);
+    assert!(offset_of!(PerfEventMmapPage, time_shift) == PAGE_OFF_TIME_SHIFT);
+    assert!(offset_of!(PerfEventMmapPage, time_mult) == PAGE_OFF_TIME_MULT);
+    assert!(offset_of!(PerfEventMmapPage, time_offset) == PAGE_OFF_TIME_OFFSET);
+    assert!(offset_of!(PerfEventMmapPage, time_zero) == 64);
+    assert!(offset_of!(PerfEventMmapPage, time_mask) == 88);
+};
+
+/// `struct perf_event_attr` up to `config1` (PERF_ATTR_SIZE_VER0, 64 bytes,
+/// which every kernel since 2.6.31 accepts).
+#[repr(C)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+const _: () = assert!(size_of::<PerfEventAttr>() == 64);
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+// exclude_kernel (bit 5) and exclude_hv (bit 6): they do not change what
+// task-clock counts or the page's times, but they let the event open under
+// perf_event_paranoid=2 without privileges. `inherit` stays clear: inherited
+// contexts can be swapped between tasks without a sched-out/in, which would
+// break the "lock changes on every switch" premise.
+const ATTR_FLAGS: u64 = (1 << 5) | (1 << 6);
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+
+/// A task-clock event on the calling thread with its user page mapped.
+struct PerfTaskClock {
+    fd: i32,
+    page: *const PerfEventMmapPage,
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+impl PerfTaskClock {
+    /// Returns the raw errno on failure (EACCES, ENOSYS, EPERM from
+    /// seccomp, ENOENT...).
+    fn open() -> Result<Self, i32> {
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: size_of::<PerfEventAttr>() as u32,
+            config: PERF_COUNT_SW_TASK_CLOCK,
+            sample_period: 0,
+            sample_type: 0,
+            read_format: 0,
+            flags: ATTR_FLAGS,
+            wakeup_events: 0,
+            bp_type: 0,
+            config1: 0,
+        };
+        // SAFETY: attr is a valid, fully initialised perf_event_attr of the
+        // size it declares; pid 0 / cpu -1 = this thread on any CPU.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                0 as libc::pid_t,
+                -1 as libc::c_int,
+                -1 as libc::c_int,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(errno());
+        }
+        let fd = fd as i32;
+        // SAFETY: maps only the user page of our own event (no data pages),
+        // read-only: we never write to it.
+        let page = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                page_size(),
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            let e = errno();
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        Ok(Self {
+            fd,
+            page: page as *const PerfEventMmapPage,
+        })
+    }
+}
+
+impl Drop for PerfTaskClock {
+    fn drop(&mut self) {
+        // SAFETY: page and fd came from open() and are released once.
+        unsafe {
+            libc::munmap(self.page as *mut libc::c_void, page_size());
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location always returns this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+// ---------------------------------------------------------------------------
+// Per-thread CPU clock
+// ---------------------------------------------------------------------------
+
+/// [`ThreadCpuClock::mode`]: lock/anchor algorithm (works with
+/// `cap_user_time = 0`).
+pub const CPU_ANCHOR: u32 = 0;
+/// [`ThreadCpuClock::mode`]: the kernel's self-monitoring formula
+/// (`cap_user_time = 1`).
+pub const CPU_PERF_TIME: u32 = 1;
+/// [`ThreadCpuClock::mode`]: `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` on
+/// every read.
+pub const CPU_SYSCALL: u32 = 2;
+
+/// Which CPU source a [`ThreadCpuClock`] should try first; it falls back
+/// along PerfTime -> Anchor -> Syscall when the request is not available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuPreference {
+    /// The best available: PerfTime, else Anchor, else Syscall.
+    Auto,
+    /// The `cap_user_time` formula (needs `cap_user_time = 1`).
+    PerfTime,
+    /// The lock/anchor algorithm even when `cap_user_time = 1`.
+    Anchor,
+    /// A syscall on every read.
+    Syscall,
+}
+
+/// The source a [`ThreadCpuClock`] uses, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuSource {
+    /// perf task-clock page with `cap_user_time`: no syscall ever.
+    PerfTime,
+    /// perf task-clock page `lock` + TSC anchor: one syscall per context
+    /// switch of the thread.
+    Anchor,
+    /// `CLOCK_THREAD_CPUTIME_ID` on every read: asked for.
+    SyscallForced,
+    /// `CLOCK_THREAD_CPUTIME_ID` on every read: perf_event_open or mmap
+    /// failed with this errno.
+    SyscallNoPerf(i32),
+    /// `CLOCK_THREAD_CPUTIME_ID` on every read: the page lacks
+    /// `cap_user_time` and the TSC is not usable for anchoring.
+    SyscallNoTsc,
+}
+
+impl fmt::Display for CpuSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PerfTime => f.write_str(
+                "perf task-clock mmap page, cap_user_time formula (no syscall)",
+            ),
+            Self::Anchor => f.write_str(
+                "perf task-clock page lock + tsc anchor (one syscall per context switch)",
+            ),
+            Self::SyscallForced => {
+                f.write_str("clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (forced)")
+            }
+            Self::SyscallNoPerf(e) => write!(
+                f,
+                "clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (perf_event_open failed: {})",
+                io::Error::from_raw_os_error(*e)
+            ),
+            Self::SyscallNoTsc => f.write_str(
+                "clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (no cap_user_time, tsc unusable)",
+            ),
+        }
+    }
+}
+
+/// Per-thread CPU clock state. Only the thread that created it may read it
+/// (the event and CLOCK_THREAD_CPUTIME_ID are both about the calling
+/// thread), so it is neither `Send` nor `Sync`. Layout read and written by
+/// `weft_rt_cpu_now` (all offsets also exported as `CPU_OFF_*`):
+///
+/// | offset | field | |
+/// |---|---|---|
+/// | 0 | `page: *const PerfEventMmapPage` | null in syscall mode |
+/// | 8 | `mode: u32` | [`CPU_ANCHOR`], [`CPU_PERF_TIME`], [`CPU_SYSCALL`] |
+/// | 12 | `anchor_lock: u32` | page `lock` when the anchor was taken |
+/// | 16 | `anchor_cpu_ns: u64` | thread CPU time at the anchor |
+/// | 24 | `anchor_tsc: u64` | TSC right after `anchor_cpu_ns` was read |
+/// | 32 | `mult: u32` | TSC-to-ns (copy of the wall calibration) |
+/// | 36 | `shift: u32` | |
+/// | 40 | `base_ns: u64` | perf-time mode: CPU time before the event |
+/// | 48 | `last_ns: u64` | last value returned (reads never go back) |
+/// | 56 | `reads: u64` | reads so far |
+/// | 64 | `syscalls: u64` | re-anchors / fallback syscalls so far |
+/// | 72 | `scratch: [u64; 2]` | timespec written by the raw syscall |
+/// | 88 | `fd: i32` | the perf event, -1 if none owned |
+/// | 92 | `why: i32` | errno / reason behind [`ThreadCpuClock::source`] |
+#[repr(C, align(64))]
+pub struct ThreadCpuClock {
+    page: *const PerfEventMmapPage,
+    mode: u32,
+    anchor_lock: u32,
+    anchor_cpu_ns: u64,
+    anchor_tsc: u64,
+    mult: u32,
+    shift: u32,
+    base_ns: u64,
+    last_ns: u64,
+    reads: u64,
+    syscalls: u64,
+    scratch: [u64; 2],
+    fd: i32,
+    why: i32,
+}
+
+/// Offsets in [`ThreadCpuClock`], for generated code.
+pub const CPU_OFF_PAGE: usize = 0;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_MODE: usize = 8;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_ANCHOR_LOCK: usize = 12;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_ANCHOR_CPU: usize = 16;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_ANCHOR_TSC: usize = 24;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_MULT: usize = 32;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_SHIFT: usize = 36;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_BASE: usize = 40;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_LAST: usize = 48;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_READS: usize = 56;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_SYSCALLS: usize = 64;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_SCRATCH: usize = 72;
+const _: () = {
+    assert!(offset_of!(ThreadCpuClock, page) == CPU_OFF_PAGE);
+    assert!(offset_of!(ThreadCpuClock, mode) == CPU_OFF_MODE);
+    assert!(offset_of!(ThreadCpuClock, anchor_lock) == CPU_OFF_ANCHOR_LOCK);
+    assert!(offset_of!(ThreadCpuClock, anchor_cpu_ns) == CPU_OFF_ANCHOR_CPU);
+    assert!(offset_of!(ThreadCpuClock, anchor_tsc) == CPU_OFF_ANCHOR_TSC);
+    assert!(offset_of!(ThreadCpuClock, mult) == CPU_OFF_MULT);
+    assert!(offset_of!(ThreadCpuClock, shift) == CPU_OFF_SHIFT);
+    assert!(offset_of!(ThreadCpuClock, base_ns) == CPU_OFF_BASE);
+    assert!(offset_of!(ThreadCpuClock, last_ns) == CPU_OFF_LAST);
+    assert!(offset_of!(ThreadCpuClock, reads) == CPU_OFF_READS);
+    assert!(offset_of!(ThreadCpuClock, syscalls) == CPU_OFF_SYSCALLS);
+    assert!(offset_of!(ThreadCpuClock, scratch) == CPU_OFF_SCRATCH);
+    assert!(offset_of!(ThreadCpuClock, fd) == 88);
+    assert!(offset_of!(ThreadCpuClock, why) == 92);
+    assert!(size_of::<ThreadCpuClock>() == 128);
+};
+
+/// [`ThreadCpuClock::why`] for a forced syscall mode / an unusable TSC;
+/// other values are an errno from perf_event_open (0 = no fallback).
+const WHY_CPU_FORCED: i32 = -1;
+const WHY_CPU_NO_TSC: i32 = -2;
+
+impl ThreadCpuClock {
+    /// Sets up the calling thread's CPU clock (syscalls: perf_event_open,
+    /// mmap, clock_gettime). `wall` supplies the TSC calibration the anchor
+    /// mode converts deltas with; a non-TSC wall clock rules that mode out.
+    /// Never fails: the worst case is [`CPU_SYSCALL`].
+    pub fn new(wall: &WallClock, preference: CpuPreference) -> Self {
+        let mut clock = Self {
+            page: ptr::null(),
+            mode: CPU_SYSCALL,
+            anchor_lock: 0,
+            anchor_cpu_ns: 0,
+            anchor_tsc: 0,
+            mult: wall.cal.mult,
+            shift: wall.cal.shift,
+            base_ns: 0,
+            last_ns: 0,
+            reads: 0,
+            syscalls: 0,
+            scratch: [0; 2],
+            fd: -1,
+            why: WHY_CPU_FORCED,
+        };
+        if preference == CpuPreference::Syscall {
+            return clock;
+        }
+        let event = match PerfTaskClock::open() {
+            Ok(event) => event,
+            Err(e) => {
+                clock.why = e;
+                return clock;
+            }
+        };
+        // SAFETY: the page is mapped for as long as the event lives.
+        let caps = unsafe { ptr::addr_of!((*event.page).capabilities).read_volatile() };
+        // SAFETY: as above.
+        let shift = unsafe { ptr::addr_of!((*event.page).time_shift).read_volatile() };
+        let user_time = caps & CAP_USER_TIME != 0 && caps & CAP_USER_TIME_SHORT == 0 && shift <= 32;
+        let mode = if user_time && preference != CpuPreference::Anchor {
+            CPU_PERF_TIME
+        } else if wall.kind == WALL_TSC {
+            CPU_ANCHOR
+        } else {
+            clock.why = WHY_CPU_NO_TSC;
+            return clock; // dropping `event` closes it
+        };
+        // Hand the event over to the clock (Drop of ThreadCpuClock releases it).
+        clock.page = event.page;
+        clock.fd = event.fd;
+        core::mem::forget(event);
+        clock.why = 0;
+        clock.mode = mode;
+        if mode == CPU_PERF_TIME {
+            // The event counts only from now: the thread's CPU time before
+            // it is the difference between the two clocks read back to back.
+            let cpu = thread_cputime_ns();
+            let perf = clock.perf_time_ns().unwrap_or(0);
+            clock.base_ns = cpu.wrapping_sub(perf);
+        } else {
+            clock.reanchor();
+        }
+        clock
+    }
+
+    /// A clock on a caller-provided page in [`CPU_PERF_TIME`] mode, to
+    /// exercise the `cap_user_time` formula on machines whose kernel does
+    /// not offer it.
+    ///
+    /// # Safety
+    /// `page` must stay valid and readable for the life of the clock; it is
+    /// not unmapped on drop.
+    #[doc(hidden)]
+    pub unsafe fn with_page(
+        page: *const PerfEventMmapPage,
+        wall: &WallClock,
+        base_ns: u64,
+    ) -> Self {
+        Self {
+            page,
+            mode: CPU_PERF_TIME,
+            anchor_lock: 0,
+            anchor_cpu_ns: 0,
+            anchor_tsc: 0,
+            mult: wall.cal.mult,
+            shift: wall.cal.shift,
+            base_ns,
+            last_ns: 0,
+            reads: 0,
+            syscalls: 0,
+            scratch: [0; 2],
+            fd: -1,
+            why: 0,
+        }
+    }
+
+    /// Which source this clock reads.
+    pub fn source(&self) -> CpuSource {
+        match self.mode {
+            CPU_PERF_TIME => CpuSource::PerfTime,
+            CPU_ANCHOR => CpuSource::Anchor,
+            _ => match self.why {
+                WHY_CPU_FORCED => CpuSource::SyscallForced,
+                WHY_CPU_NO_TSC => CpuSource::SyscallNoTsc,
+                e => CpuSource::SyscallNoPerf(e),
+            },
+        }
+    }
+
+    /// [`CPU_ANCHOR`], [`CPU_PERF_TIME`] or [`CPU_SYSCALL`].
+    pub fn mode(&self) -> u32 {
+        self.mode
+    }
+
+    /// Reads so far (Rust and assembly readers alike).
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// Syscalls made by reads so far: re-anchors, or every read in syscall
+    /// mode.
+    pub fn syscalls(&self) -> u64 {
+        self.syscalls
+    }
+
+    /// The page's `lock` field now (None without a page): for checking the
+    /// premise of the anchor mode.
+    pub fn page_lock(&self) -> Option<u32> {
+        if self.page.is_null() {
+            return None;
+        }
+        // SAFETY: the page is mapped while self lives.
+        Some(unsafe { ptr::addr_of!((*self.page).lock).read_volatile() })
+    }
+
+    fn page_lock_raw(&self) -> u32 {
+        // SAFETY: only called in page modes, where page is mapped.
+        unsafe { ptr::addr_of!((*self.page).lock).read_volatile() }
+    }
+
+    /// The perf self-monitoring formula from linux/perf_event.h, for a
+    /// software event whose thread is running (it is: we are it). None when
+    /// the page no longer offers `cap_user_time` (the kernel can drop it if
+    /// sched_clock becomes unstable).
+    fn perf_time_ns(&self) -> Option<u64> {
+        let page = self.page;
+        loop {
+            // SAFETY: page is mapped while self lives; volatile reads because
+            // the kernel rewrites it, bracketed by the seqlock `lock`.
+            unsafe {
+                let seq = ptr::addr_of!((*page).lock).read_volatile();
+                compiler_fence(Ordering::SeqCst);
+                let caps = ptr::addr_of!((*page).capabilities).read_volatile();
+                let running = ptr::addr_of!((*page).time_running).read_volatile();
+                let offset = ptr::addr_of!((*page).time_offset).read_volatile();
+                let mult = ptr::addr_of!((*page).time_mult).read_volatile();
+                let shift = u32::from(ptr::addr_of!((*page).time_shift).read_volatile());
+                let tsc = rdtsc();
+                compiler_fence(Ordering::SeqCst);
+                if ptr::addr_of!((*page).lock).read_volatile() != seq {
+                    continue;
+                }
+                if caps & CAP_USER_TIME == 0 || caps & CAP_USER_TIME_SHORT != 0 || shift > 32 {
+                    return None;
+                }
+                let delta = offset.wrapping_add(mul_u64_u32_shr(tsc, mult, shift));
+                return Some(running.wrapping_add(delta));
+            }
+        }
+    }
+
+    /// Takes a new anchor: one CLOCK_THREAD_CPUTIME_ID read paired with the
+    /// TSC, valid only if no switch happened in between (same `lock` before
+    /// and after). Returns the CPU time read.
+    fn reanchor(&mut self) -> u64 {
+        self.syscalls += 1;
+        let before = self.page_lock_raw();
+        let cpu = thread_cputime_ns();
+        let tsc = rdtsc();
+        let after = self.page_lock_raw();
+        if before == after {
+            self.anchor_lock = after;
+            self.anchor_cpu_ns = cpu;
+            self.anchor_tsc = tsc;
+        }
+        // Otherwise the thread was switched out around the syscall and the
+        // TSC may include off-CPU time: keep the stale anchor so the next
+        // read tries again. The value read is right either way.
+        cpu
+    }
+
+    /// The thread's CPU time in ns (Rust reader). Must be called on the
+    /// thread that created the clock.
+    #[inline]
+    pub fn now(&mut self) -> u64 {
+        self.reads += 1;
+        let value = match self.mode {
+            CPU_ANCHOR => {
+                // rdtsc BEFORE the lock read: if the lock still matches, no
+                // sched-in happened between the anchor and the TSC read.
+                let tsc = rdtsc();
+                if self.page_lock_raw() == self.anchor_lock {
+                    let delta = tsc.saturating_sub(self.anchor_tsc);
+                    self.anchor_cpu_ns + mul_u64_u32_shr(delta, self.mult, self.shift)
+                } else {
+                    self.reanchor()
+                }
+            }
+            CPU_PERF_TIME => match self.perf_time_ns() {
+                Some(t) => t.wrapping_add(self.base_ns),
+                None => {
+                    self.syscalls += 1;
+                    thread_cputime_ns()
+                }
+            },
+            _ => {
+                self.syscalls += 1;
+                thread_cputime_ns()
+            }
+        };
+        // Never go back: an anchor extrapolation can run slightly ahead of
+        // the kernel's accounting (it counts IRQ and steal time the kernel
+        // may exclude), and timers subtract readings.
+        let value = value.max(self.last_ns);
+        self.last_ns = value;
+        value
+    }
+
+    /// Same as [`ThreadCpuClock::now`], through the assembly reader.
+    #[inline]
+    pub fn now_asm(&mut self) -> u64 {
+        // SAFETY: self is this thread's valid clock state.
+        unsafe { weft_rt_cpu_now(self) }
+    }
+}
+
+impl Drop for ThreadCpuClock {
+    fn drop(&mut self) {
+        if self.fd >= 0 {
+            // SAFETY: we own the page mapping and the fd (set in new()).
+            unsafe {
+                libc::munmap(self.page as *mut libc::c_void, page_size());
+                libc::close(self.fd);
+            }
+        }
+    }
+}
+
+/// Another thread's CPU time in ns, read from outside (any process that may
+/// read `/proc/PID/task/TID/schedstat`, whose first field is the kernel's
+/// `sum_exec_runtime`). Lags CLOCK_THREAD_CPUTIME_ID by the part of the
+/// current run not yet accounted (at most a tick, typically less) for a
+/// thread that is on a CPU right now; exact for one that is not.
+pub fn thread_cpu_ns_from_outside(pid: u32, tid: u32) -> io::Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))?;
+    text.split_ascii_whitespace()
+        .next()
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed schedstat"))
+}
+
+// ---------------------------------------------------------------------------
+// GPR-only readers for generated code
+// ---------------------------------------------------------------------------
+
+extern "C" {
+    /// Wall clock reader for generated code.
+    ///
+    /// Contract: `rdi` = `*const WallClock`; result (ns, CLOCK_MONOTONIC
+    /// timeline) in `rax`; clobbers `rax, rcx, rdx, rsi, r8, r9, r10, r11`
+    /// and flags; preserves `rdi` and every other register; no vector or
+    /// x87 instruction; needs no stack alignment. TSC mode touches no stack
+    /// beyond the return address; the CLOCK_MONOTONIC fallback uses 16
+    /// bytes of stack and a raw `syscall`.
+    pub fn weft_rt_wall_now(clock: *const WallClock) -> u64;
+
+    /// CPU clock reader for generated code.
+    ///
+    /// Contract: `rdi` = `*mut ThreadCpuClock` of the calling thread; result
+    /// (ns, CLOCK_THREAD_CPUTIME_ID timeline) in `rax`; clobbers `rax, rcx,
+    /// rdx, rsi, r8, r9, r10, r11` and flags; preserves `rdi` and every
+    /// other register; no vector or x87 instruction; no stack use beyond the
+    /// return address, no stack alignment needed. Writes `reads`, `last_ns`
+    /// and, on the slow path (a context switch since the anchor, or syscall
+    /// mode), `syscalls`, the anchor fields and `scratch` through a raw
+    /// `syscall` of clock_gettime(CLOCK_THREAD_CPUTIME_ID).
+    pub fn weft_rt_cpu_now(clock: *mut ThreadCpuClock) -> u64;
+}
+
+// The mul/shift sequence used by both readers, on rax (value), with the
+// multiplier in r9 (zero-extended u32) and the shift in cl; clobbers r10,
+// r11. Exactly `mul_u64_u32_shr`.
+macro_rules! mul_shift_rax {
+    () => {
+        concat!(
+            "mov r10, rax\n",
+            "shr r10, cl\n", // quot = a >> shift
+            "mov r11, r10\n",
+            "shl r11, cl\n",
+            "sub rax, r11\n", // rem = a - (quot << shift)
+            "imul r10, r9\n", // quot * mult
+            "imul rax, r9\n", // rem * mult < 2^64 since shift <= 32
+            "shr rax, cl\n",
+            "add rax, r10\n",
+        )
+    };
+}
+
+global_asm!(
+    ".pushsection .text.weft_rt_clock,\"ax\",@progbits",
+    // ---- weft_rt_wall_now -------------------------------------------------
+    ".globl weft_rt_wall_now",
+    ".type weft_rt_wall_now,@function",
+    ".p2align 4",
+    "weft_rt_wall_now:",
+    "mov r8, rdi",
+    "cmp dword ptr [r8 + {W_KIND}], 0",
+    "jne 3f",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "sub rax, qword ptr [r8 + {W_TSC_BASE}]",
+    "jae 2f",
+    "xor eax, eax", // TSC before the base: clamp, as wall_ns does
+    "2:",
+    "mov r9d, dword ptr [r8 + {W_MULT}]",
+    "mov ecx, dword ptr [r8 + {W_SHIFT}]",
+    mul_shift_rax!(),
+    "add rax, qword ptr [r8 + {W_NS_BASE}]",
+    "ret",
+    // Fallback: clock_gettime(CLOCK_MONOTONIC) by raw syscall (no libc, no
+    // vDSO call: both would need the C ABI's clobbers and alignment).
+    "3:",
+    "sub rsp, 16",
+    "mov rsi, rsp",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "syscall",
+    "mov rdi, r8",
+    "mov rax, qword ptr [rsp]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [rsp + 8]",
+    "add rsp, 16",
+    "ret",
+    ".size weft_rt_wall_now, . - weft_rt_wall_now",
+    // ---- weft_rt_cpu_now --------------------------------------------------
+    ".globl weft_rt_cpu_now",
+    ".type weft_rt_cpu_now,@function",
+    ".p2align 4",
+    "weft_rt_cpu_now:",
+    "mov r8, rdi",
+    "inc qword ptr [r8 + {C_READS}]",
+    "mov eax, dword ptr [r8 + {C_MODE}]",
+    "cmp eax, {CPU_PERF_TIME}",
+    "je 20f",
+    "ja 30f",
+    // Anchor mode: rdtsc first, then the lock (see ThreadCpuClock::now).
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "mov ecx, dword ptr [r9 + {P_LOCK}]",
+    "cmp ecx, dword ptr [r8 + {C_ANCHOR_LOCK}]",
+    "jne 40f",
+    "sub rax, qword ptr [r8 + {C_ANCHOR_TSC}]",
+    "jae 12f",
+    "xor eax, eax",
+    "12:",
+    "mov r9d, dword ptr [r8 + {C_MULT}]",
+    "mov ecx, dword ptr [r8 + {C_SHIFT}]",
+    mul_shift_rax!(),
+    "add rax, qword ptr [r8 + {C_ANCHOR_CPU}]",
+    // Common exit: never return less than last time.
+    "50:",
+    "cmp rax, qword ptr [r8 + {C_LAST}]",
+    "jae 51f",
+    "mov rax, qword ptr [r8 + {C_LAST}]",
+    "51:",
+    "mov qword ptr [r8 + {C_LAST}], rax",
+    "ret",
+    // Perf-time mode: the seqlock loop of linux/perf_event.h. x86 does not
+    // reorder loads with loads, so program order is enough between the
+    // two reads of `lock`.
+    "20:",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "21:",
+    "mov esi, dword ptr [r9 + {P_LOCK}]",
+    "mov rax, qword ptr [r9 + {P_CAPS}]",
+    "and eax, {CAPS_MASK}",
+    "cmp eax, {CAP_USER_TIME}",
+    "jne 30f", // no cap_user_time (or the short variant): syscall
+    "mov r10, qword ptr [r9 + {P_RUNNING}]",
+    "add r10, qword ptr [r9 + {P_OFFSET}]", // r10 = running + time_offset
+    "movzx ecx, word ptr [r9 + {P_SHIFT}]",
+    "mov r11d, dword ptr [r9 + {P_MULT}]",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "cmp esi, dword ptr [r9 + {P_LOCK}]",
+    "jne 21b",
+    "cmp ecx, 32",
+    "ja 30f", // a shift the split cannot do exactly: syscall
+    "mov rsi, r10", // mul_shift clobbers r10/r11
+    "mov r9, r11",
+    mul_shift_rax!(),
+    "add rax, rsi",
+    "add rax, qword ptr [r8 + {C_BASE}]",
+    "jmp 50b",
+    // Syscall mode: clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read.
+    "30:",
+    "inc qword ptr [r8 + {C_SYSCALLS}]",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "syscall",
+    "mov rdi, r8",
+    "test rax, rax",
+    "jnz 31f",
+    "mov rax, qword ptr [r8 + {C_SCRATCH}]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [r8 + {C_SCRATCH} + 8]",
+    "jmp 50b",
+    "31:",
+    "xor eax, eax", // cannot happen; the clamp returns the last value
+    "jmp 50b",
+    // Re-anchor (anchor mode, lock changed): lock, syscall, rdtsc, lock.
+    "40:",
+    "inc qword ptr [r8 + {C_SYSCALLS}]",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "mov r10d, dword ptr [r9 + {P_LOCK}]", // syscall preserves r9, r10
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "syscall",
+    "mov rdi, r8",
+    "test rax, rax",
+    "jnz 31b",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov ecx, dword ptr [r9 + {P_LOCK}]",
+    "mov rdx, qword ptr [r8 + {C_SCRATCH}]",
+    "imul rdx, rdx, 1000000000",
+    "add rdx, qword ptr [r8 + {C_SCRATCH} + 8]",
+    "cmp ecx, r10d",
+    "jne 41f", // switched around the syscall: value good, anchor not
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], ecx",
+    "mov qword ptr [r8 + {C_ANCHOR_TSC}], rax",
+    "mov qword ptr [r8 + {C_ANCHOR_CPU}], rdx",
+    "41:",
+    "mov rax, rdx",
+    "jmp 50b",
+    ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
+    ".popsection",
+    W_KIND = const WALL_OFF_KIND,
+    W_MULT = const WALL_OFF_MULT,
+    W_SHIFT = const WALL_OFF_SHIFT,
+    W_TSC_BASE = const WALL_OFF_TSC_BASE,
+    W_NS_BASE = const WALL_OFF_NS_BASE,
+    C_PAGE = const CPU_OFF_PAGE,
+    C_MODE = const CPU_OFF_MODE,
+    C_ANCHOR_LOCK = const CPU_OFF_ANCHOR_LOCK,
+    C_ANCHOR_CPU = const CPU_OFF_ANCHOR_CPU,
+    C_ANCHOR_TSC = const CPU_OFF_ANCHOR_TSC,
+    C_MULT = const CPU_OFF_MULT,
+    C_SHIFT = const CPU_OFF_SHIFT,
+    C_BASE = const CPU_OFF_BASE,
+    C_LAST = const CPU_OFF_LAST,
+    C_READS = const CPU_OFF_READS,
+    C_SYSCALLS = const CPU_OFF_SYSCALLS,
+    C_SCRATCH = const CPU_OFF_SCRATCH,
+    P_LOCK = const PAGE_OFF_LOCK,
+    P_CAPS = const PAGE_OFF_CAPABILITIES,
+    P_RUNNING = const PAGE_OFF_TIME_RUNNING,
+    P_OFFSET = const PAGE_OFF_TIME_OFFSET,
+    P_SHIFT = const PAGE_OFF_TIME_SHIFT,
+    P_MULT = const PAGE_OFF_TIME_MULT,
+    CAPS_MASK = const (CAP_USER_TIME | CAP_USER_TIME_SHORT),
+    CAP_USER_TIME = const CAP_USER_TIME,
+    CPU_PERF_TIME = const CPU_PERF_TIME,
+    SYS_CLOCK_GETTIME = const libc::SYS_clock_gettime,
+    CLOCK_MONOTONIC = const libc::CLOCK_MONOTONIC,
+    CLOCK_THREAD_CPUTIME_ID = const libc::CLOCK_THREAD_CPUTIME_ID,
+);
