@@ -17,12 +17,21 @@
 #![deny(missing_docs)]
 
 mod analyze;
+mod cfi;
 mod encode;
+mod exit;
 mod relocate;
 mod scan;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
+pub use cfi::{block_eh_frame, return_address_expression};
+pub use exit::{
+    exit_handler, exit_handler_len, return_block_code, LayoutError, ReturnSlots, CELL_ENTRY_RSP,
+    CELL_METRIC, CELL_RETURN_ADDRESS, CELL_SCRATCH, CELL_SIZE, MAX_CAPACITY, METRIC_ENTRIES,
+    METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED, METRIC_UNWOUND, SLOT_CALL_END, SLOT_ENTRY,
+    SLOT_SIZE,
+};
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use scan::{direct_branches, Branch};
 pub use trampoline::{

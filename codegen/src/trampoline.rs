@@ -32,6 +32,35 @@ pub enum Snippet {
         /// Byte offset of the counter word inside the row.
         offset: i32,
     },
+    /// Counts the call and hooks the function's exit by return-address
+    /// redirection into the thread's return-slot block (see
+    /// [`ReturnSlots`](crate::ReturnSlots) and `exit.rs`): `inc qword
+    /// [row + metric + METRIC_ENTRIES]`, closes activations whose frames are
+    /// gone, then pushes an activation and redirects the return address to
+    /// its code slot, or counts `METRIC_UNHOOKED` when the thread has no
+    /// block or it is full. The exit is counted by the
+    /// [`exit_handler`](crate::exit_handler) in `METRIC_EXITS`. Must run
+    /// while `rsp` is the function's entry `rsp` minus the trampoline's two
+    /// pushes, i.e. as a trampoline snippet.
+    CountCallHookExit {
+        /// Row byte offset of the function's [`METRIC_LEN`](crate::METRIC_LEN)
+        /// bytes of counters (at most `i32::MAX - 32`).
+        metric: i32,
+        /// The return-slot layout.
+        slots: crate::ReturnSlots,
+    },
+}
+
+impl Snippet {
+    /// Upper bound of the snippet's code length.
+    fn max_len(&self) -> usize {
+        match self {
+            Snippet::CountCall { .. } => SNIPPET_MAX_LEN,
+            Snippet::CountCallHookExit { metric, slots } => {
+                crate::exit::enter_snippet_len(slots, *metric)
+            }
+        }
+    }
 }
 
 /// Everything needed to build one function's trampoline.
@@ -117,7 +146,11 @@ const SNIPPET_MAX_LEN: usize = 8;
 /// An upper bound on `build_trampoline(spec).bytes.len()` for any address, so
 /// the injector can reserve room before choosing addresses.
 pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
-    HEAD_LEN + snippets.len() * SNIPPET_MAX_LEN + EPILOGUE_LEN + max_relocated_len(site) + SLOW_LEN
+    HEAD_LEN
+        + snippets.iter().map(Snippet::max_len).sum::<usize>()
+        + EPILOGUE_LEN
+        + max_relocated_len(site)
+        + SLOW_LEN
 }
 
 /// Builds the trampoline for `spec`:
@@ -181,6 +214,10 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
                 Code::Inc_rm64,
                 MemoryOperand::with_base_displ(Register::RCX, i64::from(offset)),
             ))?,
+            Snippet::CountCallHookExit { metric, ref slots } => {
+                let code = crate::exit::enter_snippet(slots, metric, e.ip())?;
+                e.raw(&code);
+            }
         }
     }
     let done = e.ip();
