@@ -220,6 +220,35 @@ fn write_report(report: &Report, output: &Output) -> Result<()> {
     Sink::new(output)?.write(report)
 }
 
+/// Phase timings on stderr when `WEFT_TIMING` is set (for people sizing
+/// weft's pauses; the brief asks for progress on long work).
+struct Timing(
+    Option<std::cell::Cell<std::time::Instant>>,
+    std::time::Instant,
+);
+
+impl Timing {
+    fn from_env() -> Timing {
+        let now = std::time::Instant::now();
+        Timing(
+            std::env::var_os("WEFT_TIMING").map(|_| std::cell::Cell::new(now)),
+            now,
+        )
+    }
+
+    fn mark(&self, what: &str) {
+        if let Some(last) = &self.0 {
+            let now = std::time::Instant::now();
+            eprintln!(
+                "weft: timing: {what}: {:.2} ms (total {:.2} ms)",
+                (now - last.get()).as_secs_f64() * 1e3,
+                (now - self.1).as_secs_f64() * 1e3
+            );
+            last.set(now);
+        }
+    }
+}
+
 /// A non-negative, finite number of seconds.
 fn seconds(name: &str, value: Option<f64>) -> Result<Option<std::time::Duration>> {
     match value {
@@ -255,11 +284,16 @@ fn attach(
     };
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
+    let timing = Timing::from_env();
     let mut process = Process::attach(pid)?;
+    timing.mark("seized and stopped every thread");
     let found = process.find_functions(&patterns)?;
+    timing.mark("found functions");
     process.insert_counters(&found)?;
+    timing.mark("loaded the runtime and spliced");
     let threads = process.threads_at_attach();
     process.release()?;
+    timing.mark("detached");
     eprintln!(
         "weft: attached pid={pid} threads={threads} functions={}",
         found.len()

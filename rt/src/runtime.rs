@@ -191,12 +191,25 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
         // Publish the magic last: a reader that sees it sees the rest.
         core::sync::atomic::fence(Ordering::Release);
         ptr::addr_of_mut!((*header).magic).write_volatile(MAGIC);
-        libc::pthread_atfork(None, None, Some(after_fork_in_child));
         REGION_FD.store(fd, Ordering::Release);
         REGION.store(base, Ordering::Release);
         i64::from(fd)
     }
 }
+
+/// Registers the fork handler when the library is loaded (by `dlopen`, which
+/// weft runs while the target's other threads run): `pthread_atfork` takes
+/// a lock, and `weft_rt_init` runs with every other thread stopped.
+extern "C" fn on_load() {
+    // SAFETY: registering a handler that only uses async-signal-safe calls.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
 
 /// In a forked child the shared mapping would let the child's copy of the
 /// forking thread keep counting into its parent's row. Replace it with a
