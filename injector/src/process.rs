@@ -133,9 +133,19 @@ impl Process {
             return Err(Error::StaticallyLinked(pid));
         }
         let tracer = Tracer::attach(pid)?;
-        let threads_at_attach = tracer.thread_count();
-        Ok(Process {
+        Ok(Process::new(pid, tracer, image, options, false))
+    }
+
+    fn new(
+        pid: i32,
+        tracer: Tracer,
+        image: ProcessImage,
+        options: RuntimeOptions,
+        launched: bool,
+    ) -> Process {
+        Process {
             pid,
+            threads_at_attach: tracer.thread_count(),
             tracer: Some(tracer),
             image,
             runtime: None,
@@ -143,15 +153,15 @@ impl Process {
             probes: Vec::new(),
             next_word: 0,
             options,
-            launched: false,
-            ever_released: true,
+            launched,
+            // A launched program has not run yet; an attached one has.
+            ever_released: !launched,
             exit: None,
             live_since: None,
             live_for: Duration::ZERO,
-            threads_at_attach,
             branch_indexes: Default::default(),
             harvested: Vec::new(),
-        })
+        }
     }
 
     /// Starts `program` with `args` and stops it at its entry point, after
@@ -167,24 +177,13 @@ impl Process {
             let _ = tracer.detach();
             return Err(Error::StaticallyLinked(pid));
         }
-        Ok(Process {
+        Ok(Process::new(
             pid,
-            tracer: Some(tracer),
+            tracer,
             image,
-            runtime: None,
-            pool: Pool::default(),
-            probes: Vec::new(),
-            next_word: 0,
-            options: RuntimeOptions::default(),
-            launched: true,
-            ever_released: false,
-            exit: None,
-            live_since: None,
-            live_for: Duration::ZERO,
-            threads_at_attach: 1,
-            branch_indexes: Default::default(),
-            harvested: Vec::new(),
-        })
+            RuntimeOptions::default(),
+            true,
+        ))
     }
 
     /// The process id.
