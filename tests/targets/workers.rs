@@ -13,6 +13,7 @@ extern "C" {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn work_a(counter: *mut i64, x: i64) -> i64 {
+    // SAFETY: callers pass a pointer to their own live counter.
     unsafe { *counter += 1 };
     let mut r = x.wrapping_mul(3).wrapping_add(1);
     if r & 4 != 0 {
@@ -24,6 +25,7 @@ pub extern "C" fn work_a(counter: *mut i64, x: i64) -> i64 {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn work_b(counter: *mut i64, x: i64) -> i64 {
+    // SAFETY: callers pass a pointer to their own live counter.
     unsafe { *counter += 1 };
     (x << 1).wrapping_sub(x >> 2).wrapping_add(7)
 }
@@ -82,6 +84,7 @@ fn do_phase(index: usize, p: i64) -> (i64, i64, i64, bool) {
             acc = acc.wrapping_mul(17).wrapping_add(work_b(&mut b, acc ^ k));
         }
         if k < nl {
+            // SAFETY: lib_work (libwork.so) only increments the counter passed.
             acc = acc.wrapping_mul(13).wrapping_add(unsafe { lib_work(&mut l, acc.wrapping_sub(k)) });
         }
     }
@@ -101,6 +104,7 @@ fn do_phase(index: usize, p: i64) -> (i64, i64, i64, bool) {
 }
 
 fn worker(sync: Sync, index: usize) {
+    // SAFETY: gettid has no preconditions.
     let tid = unsafe { gettid() };
     let (m, start, done) = &*sync;
     let mut g = m.lock().unwrap();
