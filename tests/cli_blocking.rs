@@ -151,3 +151,56 @@ fn repeated_attach_detach_while_blocked() {
         &["tick"],
     );
 }
+
+/// weft SIGKILLed at many points of an attach (seizing, inside the remote
+/// calls that load the runtime, while splicing, while live) never hurts the
+/// target: its threads blocked in read/nanosleep/futex see no EINTR and no
+/// short sleep, nothing stays stopped or traced, and its output is right.
+///
+/// The first attach runs to completion: it installs the return stub that
+/// lets a thread in the middle of a remote call put itself back when weft
+/// dies. (The one remote call made before that stub exists, its own `mmap`,
+/// is the remaining window; see docs/design.md.)
+#[test]
+fn weft_killed_mid_attach_leaves_target_healthy() {
+    let ctx = Ctx::new("weft_killed_mid_attach_leaves_target_healthy");
+    let mut t = ctx.target(blocking(), &["--rounds", "2", "--sleep-ms", "3000"]);
+    let (pid, _) = wait_ready(&mut t);
+    let (mut first, _) = attach(&ctx, pid, &FLAGS, 1);
+    detach_with_sigint(&mut first);
+    let p = pid.to_string();
+    for i in 0..25u64 {
+        let mut weft = ctx.weft(&["attach", "-p", &p, "-f", "tick"]);
+        // Spread the kills over the attach (a few ms to tens of ms).
+        std::thread::sleep(Duration::from_micros((i * 7919) % 30_000));
+        weft.signal(nix::sys::signal::Signal::SIGKILL);
+        weft.wait_exit();
+        ctx.check(t.is_running(), || {
+            format!("the target died when weft was killed (run {i})")
+        });
+        std::thread::sleep(Duration::from_millis(10));
+        check_not_traced_nor_stopped(&ctx, pid);
+    }
+    // Deterministically inside a remote call: weft holds still after
+    // starting each call (a test-only delay), and is killed meanwhile.
+    for i in 0..5u64 {
+        let mut cmd = std::process::Command::new(weft_bin());
+        cmd.args(["attach", "-p", &p, "-f", "tick"])
+            .env("WEFT_TEST_REMOTE_CALL_DELAY_MS", "400");
+        let mut weft = ctx.spawn("weft attach (delayed remote calls)", cmd, false);
+        std::thread::sleep(Duration::from_millis(150 + 60 * i));
+        weft.signal(nix::sys::signal::Signal::SIGKILL);
+        weft.wait_exit();
+        std::thread::sleep(Duration::from_millis(20));
+        ctx.check(t.is_running(), || {
+            format!("the target died when weft was killed inside a remote call (run {i})")
+        });
+        check_not_traced_nor_stopped(&ctx, pid);
+    }
+    settle();
+    t.send("release");
+    t.expect_stdout("`blocked 2`", |l| l == "blocked 2");
+    settle();
+    t.send("release");
+    check_target(&ctx, &mut t, 2);
+}

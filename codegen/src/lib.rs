@@ -21,6 +21,7 @@ mod cfi;
 mod encode;
 mod exit;
 mod relocate;
+mod remote_stub;
 mod scan;
 mod trampoline;
 
@@ -33,6 +34,10 @@ pub use exit::{
     SLOT_SIZE,
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
+pub use remote_stub::{
+    remote_stub, RemoteStub, SAVED_REGISTERS, SAVED_RFLAGS, SAVED_RIP, SAVED_RSP, STUB_CODE,
+    STUB_MAGIC, STUB_REGS, STUB_SIZE, STUB_SYSCALL, STUB_XSAVE,
+};
 pub use scan::{direct_branches, Branch};
 pub use trampoline::{
     build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,

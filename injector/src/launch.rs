@@ -70,8 +70,7 @@ pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tr
         libc::close(go[0]);
         libc::close(report[1]);
     }
-    let options =
-        (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL) as usize;
+    let options = (crate::ptrace::OPTIONS | libc::PTRACE_O_EXITKILL as i64) as usize;
     // SAFETY: PTRACE_SEIZE takes the options as `data`, no pointers.
     let seized = unsafe {
         libc::ptrace(

@@ -241,6 +241,18 @@ impl Process {
     /// system call (it holds no libc lock a remote `dlopen` could need), else
     /// one outside libc and the dynamic loader, else any.
     fn call_thread(&mut self) -> Result<Tid, Error> {
+        let tid = self.pick_call_thread()?;
+        // Every remote call after the first returns through a stub that puts
+        // the thread back by itself should weft die meanwhile.
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        self.tracer()?.install_return_stub(tid, mmap_fn)?;
+        Ok(tid)
+    }
+
+    fn pick_call_thread(&mut self) -> Result<Tid, Error> {
         let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
         let mut outside_libc = None;
         let mut any = None;

@@ -44,6 +44,9 @@ pub enum Stop {
     /// The whole process is stopped by this job-control signal; resuming
     /// the thread with `PTRACE_LISTEN` keeps it that way.
     Group(i32),
+    /// A system-call entry or exit stop (only while weft follows a remote
+    /// call with `PTRACE_SYSCALL`).
+    Syscall,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,9 +185,15 @@ pub struct Tracer {
     memory: ProcessMemory,
     exit: Option<ProcessExit>,
     stop_events: u64,
+    /// Where remote calls return (see `weft_codegen::remote_stub`), once
+    /// installed.
+    return_stub: Option<remote::StubInfo>,
 }
 
-const OPTIONS: i64 = (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC) as i64;
+/// `TRACESYSGOOD` marks system-call stops (`SIGTRAP | 0x80`); weft only
+/// asks for them on the thread running a remote call.
+pub(crate) const OPTIONS: i64 =
+    (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD) as i64;
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Kernel thread ids of `pid`, from `/proc/PID/task`.
@@ -235,6 +244,7 @@ impl Tracer {
             memory,
             exit: None,
             stop_events: 0,
+            return_stub: None,
         };
         let result = tracer.seize_all().and_then(|_| tracer.stop_all());
         if let Err(e) = result {
@@ -264,6 +274,7 @@ impl Tracer {
             memory,
             exit: None,
             stop_events: 0,
+            return_stub: None,
         })
     }
 
@@ -424,7 +435,7 @@ impl Tracer {
         let result = match stop {
             Stop::Group(_) => sys::listen(tid).map_err(|e| ("LISTEN", e)),
             Stop::Signal(sig) => sys::cont(tid, sig).map_err(|e| ("CONT", e)),
-            Stop::Trap => {
+            Stop::Trap | Stop::Syscall => {
                 let first = if withheld.is_empty() {
                     0
                 } else {
@@ -520,6 +531,7 @@ impl Tracer {
             withheld: Vec::new(),
         });
         let stop = match event {
+            0 if sig == libc::SIGTRAP | 0x80 => Stop::Syscall,
             0 => Stop::Signal(sig),
             libc::PTRACE_EVENT_CLONE => {
                 if let Ok(child) = sys::get_event_msg(tid) {

@@ -80,9 +80,124 @@ pub enum RemoteError {
     /// More than six arguments.
     #[error("remote call of {0} has more than six arguments")]
     TooManyArgs(String),
+    /// The return stub could not be installed.
+    #[error("cannot install weft's remote-call return stub in the target: {0}")]
+    Stub(String),
+}
+
+/// An installed return stub (see `weft_codegen::remote_stub`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StubInfo {
+    address: u64,
+    entry: u64,
+    after_syscall: u64,
+    /// Largest XSAVE image the stub's area holds.
+    xsave_room: usize,
+}
+
+/// The registers a thread must resume with when it is put back by user
+/// code rather than by the kernel's return from a ptrace-stop: a system call
+/// it was interrupted in becomes its restart, as the kernel would have done
+/// (`rip` back over the 2-byte `syscall`, `rax` = the call again, or
+/// `restart_syscall` for the calls that resume with their remaining time).
+pub(crate) fn restart_registers(saved: &sys::Registers) -> sys::Registers {
+    const ERESTARTSYS: i64 = 512;
+    const ERESTARTNOINTR: i64 = 513;
+    const ERESTARTNOHAND: i64 = 514;
+    const ERESTART_RESTARTBLOCK: i64 = 516;
+    let mut regs = *saved;
+    if (saved.orig_rax as i64) >= 0 {
+        match -(saved.rax as i64) {
+            ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => {
+                regs.rax = saved.orig_rax;
+                regs.rip = saved.rip.wrapping_sub(2);
+            }
+            ERESTART_RESTARTBLOCK => {
+                regs.rax = libc::SYS_restart_syscall as u64;
+                regs.rip = saved.rip.wrapping_sub(2);
+            }
+            _ => {}
+        }
+    }
+    regs.orig_rax = u64::MAX;
+    regs
 }
 
 impl Tracer {
+    /// Installs the return stub remote calls come back through (or finds the
+    /// one an earlier attach left), using `mmap` at `mmap_fn` in the
+    /// target, called on `tid` the classic way (return to a faulting
+    /// address) — the only call made that way. From then on, a weft killed
+    /// in the middle of a remote call leaves the thread to put itself back.
+    pub fn install_return_stub(&mut self, tid: Tid, mmap_fn: u64) -> Result<(), RemoteError> {
+        if self.return_stub.is_some() {
+            return Ok(());
+        }
+        let save = crate::trampolines::vector_save();
+        let existing = crate::inspect::read_maps(self.pid)
+            .map_err(|e| RemoteError::Stub(e.to_string()))?
+            .into_iter()
+            .filter(|m| {
+                m.perms.exec && !m.perms.write && m.len() == weft_codegen::STUB_SIZE && m.inode == 0
+            })
+            .find(|m| self.memory.read_u64(m.start).ok() == Some(weft_codegen::STUB_MAGIC))
+            .map(|m| m.start);
+        let address = match existing {
+            Some(address) => address,
+            None => {
+                let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+                let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+                let args = [0, weft_codegen::STUB_SIZE, prot, flags, u64::MAX, 0];
+                let call = RemoteCall::new(
+                    "mmap",
+                    mmap_fn,
+                    args.into_iter().map(RemoteArg::Value).collect(),
+                );
+                let got = self.call(tid, &call, false)?;
+                if (got as i64) <= 0 || got % 4096 != 0 {
+                    return Err(RemoteError::Stub(format!("mmap returned {got:#x}")));
+                }
+                got
+            }
+        };
+        let stub = weft_codegen::remote_stub(address, save)
+            .map_err(|e| RemoteError::Stub(e.to_string()))?;
+        self.memory
+            .write(address, &stub.bytes)
+            .map_err(TraceError::from)?;
+        self.return_stub = Some(StubInfo {
+            address,
+            entry: stub.entry,
+            after_syscall: stub.after_syscall,
+            xsave_room: (weft_codegen::STUB_SIZE - weft_codegen::STUB_XSAVE) as usize,
+        });
+        Ok(())
+    }
+
+    /// Fills the stub's data area so that, run without weft, it puts `tid`
+    /// back exactly as it was.
+    fn fill_stub(
+        &self,
+        stub: &StubInfo,
+        saved: &sys::Registers,
+        saved_x: &sys::XState,
+    ) -> Result<(), TraceError> {
+        let r = restart_registers(saved);
+        let gprs = [
+            r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.r8, r.r9, r.r10, r.r11, r.r12,
+            r.r13, r.r14, r.r15,
+        ];
+        let mut data: Vec<u8> = gprs.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for v in [r.rsp, r.rip, r.eflags] {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        self.memory
+            .write(stub.address + weft_codegen::STUB_REGS, &data)?;
+        self.memory
+            .write(stub.address + weft_codegen::STUB_XSAVE, &saved_x.0)?;
+        Ok(())
+    }
+
     /// Calls `call` on thread `tid`, which must be stopped, and returns its
     /// `rax`. When `others_run`, every other thread runs meanwhile (so a
     /// lock one of them holds cannot deadlock the call); either way every
@@ -108,7 +223,17 @@ impl Tracer {
             source,
         })?;
 
-        let result = self.run_call(tid, call, &saved, others_run);
+        // The stub needs the XSAVE image to fit its area; a thread in a
+        // group-stop is put back with PTRACE_LISTEN, which only works from
+        // the stop the classic way ends in.
+        let stub = self.return_stub.filter(|s| {
+            saved_x.0.len() <= s.xsave_room
+                && !matches!(original_state, ThreadState::Stopped(Stop::Group(_)))
+        });
+        if let Some(stub) = &stub {
+            self.fill_stub(stub, &saved, &saved_x)?;
+        }
+        let result = self.run_call(tid, call, &saved, others_run, stub.as_ref());
 
         // Whatever happened, put the world and the thread back as they were.
         let stopped = if others_run { self.stop_all() } else { Ok(()) };
@@ -128,7 +253,17 @@ impl Tracer {
                     }
                 }
             }
-            self.set_registers(tid, &saved)?;
+            // From a signal or interrupt stop the kernel's own restart logic
+            // runs when the thread resumes; from a system-call stop (the
+            // stub's `getpid`, or one inside an abandoned call) it does not,
+            // so the restart is done here and that system call skipped.
+            let at_syscall = matches!(self.stop_of(tid), Some(Stop::Syscall));
+            let regs = if at_syscall {
+                restart_registers(&saved)
+            } else {
+                saved
+            };
+            self.set_registers(tid, &regs)?;
             sys::set_xstate(tid, &saved_x).map_err(|source| TraceError::Ptrace {
                 op: "SETREGSET",
                 tid,
@@ -148,7 +283,9 @@ impl Tracer {
         call: &RemoteCall,
         saved: &sys::Registers,
         others_run: bool,
+        stub: Option<&StubInfo>,
     ) -> Result<u64, RemoteError> {
+        let return_address = stub.map_or(RETURN_ADDRESS, |s| s.entry);
         let mut sp = (saved.rsp - STACK_GAP) & !15;
         let mut values = Vec::with_capacity(call.args.len());
         for arg in &call.args {
@@ -164,7 +301,7 @@ impl Tracer {
         // At a function's first instruction (rsp + 8) is 16-byte aligned.
         sp -= 8;
         self.memory
-            .write(sp, &RETURN_ADDRESS.to_le_bytes())
+            .write(sp, &return_address.to_le_bytes())
             .map_err(TraceError::from)?;
 
         let mut regs = *saved;
@@ -199,7 +336,14 @@ impl Tracer {
                 self.resume(other)?;
             }
         }
-        self.cont_held(tid)?;
+        let follow_syscalls = stub.is_some();
+        self.cont_held(tid, follow_syscalls)?;
+        // Fault injection for tests: hold weft here while the call runs, so
+        // a test can kill weft in the middle of a remote call.
+        if let Some(ms) = std::env::var_os("WEFT_TEST_REMOTE_CALL_DELAY_MS") {
+            let ms = ms.to_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(ms));
+        }
 
         let deadline = Instant::now() + call.timeout;
         loop {
@@ -211,9 +355,22 @@ impl Tracer {
                 Some((t, stop)) if t == tid => {
                     let regs = self.registers(tid)?;
                     match stop {
-                        Stop::Signal(libc::SIGSEGV) if regs.rip == RETURN_ADDRESS => {
+                        Stop::Signal(libc::SIGSEGV)
+                            if stub.is_none() && regs.rip == RETURN_ADDRESS =>
+                        {
                             return Ok(regs.rax)
                         }
+                        Stop::Syscall => match stub {
+                            // The stub's `getpid` entry: the call's result is
+                            // in rdi; weft puts the thread back itself.
+                            Some(s)
+                                if regs.rip == s.after_syscall
+                                    && regs.orig_rax == weft_codegen::STUB_SYSCALL =>
+                            {
+                                return Ok(regs.rdi)
+                            }
+                            _ => self.cont_held(tid, follow_syscalls)?,
+                        },
                         Stop::Signal(
                             sig @ (libc::SIGSEGV
                             | libc::SIGBUS
@@ -233,15 +390,15 @@ impl Tracer {
                                 thread.withheld.push(sig);
                                 thread.state = ThreadState::Stopped(Stop::Trap);
                             }
-                            self.cont_held(tid)?;
+                            self.cont_held(tid, follow_syscalls)?;
                         }
-                        Stop::Trap => self.cont_held(tid)?,
+                        Stop::Trap => self.cont_held(tid, follow_syscalls)?,
                         Stop::Group(_) => {
                             // The process was stopped by job control in the
                             // middle of our call: let the call finish anyway;
                             // the group-stop is re-established by LISTEN
                             // when the original state is restored.
-                            self.cont_held(tid)?;
+                            self.cont_held(tid, follow_syscalls)?;
                         }
                     }
                 }
@@ -257,10 +414,16 @@ impl Tracer {
         }
     }
 
-    /// Continues the held thread without delivering anything.
-    fn cont_held(&mut self, tid: Tid) -> Result<(), TraceError> {
-        sys::cont(tid, 0).map_err(|source| TraceError::Ptrace {
-            op: "CONT",
+    /// Continues the held thread without delivering anything, stopping at
+    /// its system calls when `follow_syscalls`.
+    fn cont_held(&mut self, tid: Tid, follow_syscalls: bool) -> Result<(), TraceError> {
+        let resumed = if follow_syscalls {
+            sys::cont_syscall(tid, 0)
+        } else {
+            sys::cont(tid, 0)
+        };
+        resumed.map_err(|source| TraceError::Ptrace {
+            op: if follow_syscalls { "SYSCALL" } else { "CONT" },
             tid,
             source,
         })?;

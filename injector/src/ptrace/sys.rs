@@ -55,6 +55,10 @@ pub(super) fn cont(tid: i32, sig: i32) -> io::Result<()> {
     request(libc::PTRACE_CONT, tid, 0, sig as usize).map(drop)
 }
 
+pub(super) fn cont_syscall(tid: i32, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_SYSCALL, tid, 0, sig as usize).map(drop)
+}
+
 pub(super) fn listen(tid: i32) -> io::Result<()> {
     request(libc::PTRACE_LISTEN, tid, 0, 0).map(drop)
 }

@@ -1,0 +1,203 @@
+//! The return stub of remote calls: where a function weft calls inside the
+//! target returns to, and what puts the interrupted thread back if weft is
+//! no longer there to do it.
+//!
+//! weft calls `dlopen`, `mmap` and the runtime's functions on one of the
+//! target's threads. If weft is killed while such a call runs, nobody would
+//! restore the thread's registers: returning to a faulting address (the
+//! classic trick) would then crash the target. With this stub the call
+//! returns into code that
+//!
+//! 1. makes one harmless system call (`getpid`, with the call's result in
+//!    `rdi`). weft follows the calling thread with `PTRACE_SYSCALL`, sees the
+//!    system-call entry at [`RemoteStub::after_syscall`], takes the result and
+//!    restores the thread itself — the rest of the stub never runs;
+//! 2. otherwise (weft is gone) restores, from the stub's data area, the
+//!    extended state (XSAVE), the flags and every general register, switches
+//!    back to the thread's own stack pointer and jumps to where the thread was
+//!    interrupted. weft fills the data area before each call, with a system
+//!    call that was interrupted already turned into its restart (instruction
+//!    pointer back over `syscall`, `rax` = its number or `restart_syscall`),
+//!    exactly as the kernel would have done.
+//!
+//! Nothing is written below the thread's own stack pointer: its red zone
+//! survives.
+
+use crate::encode::Emitter;
+use crate::trampoline::{BuildError, VectorSave};
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+/// `b"WEFTSTB1"`: marks a stub page so a later attach can find and reuse it.
+pub const STUB_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSTB1");
+/// Size of a stub page pair: code and registers in the first page, the
+/// XSAVE area in the second.
+pub const STUB_SIZE: u64 = 8192;
+/// Offset of the code.
+pub const STUB_CODE: u64 = 64;
+/// Offset of the saved registers, in [`SAVED_REGISTERS`] order, then `rsp`,
+/// `rip`, `rflags`.
+pub const STUB_REGS: u64 = 1024;
+/// Offset of the 64-byte-aligned XSAVE (or FXSAVE) image.
+pub const STUB_XSAVE: u64 = 4096;
+/// The `getpid` system call number weft watches for.
+pub const STUB_SYSCALL: u64 = 39;
+
+/// The general registers restored by the stub, in data-area order (each a
+/// `u64` at `STUB_REGS + 8 * index`); `rsp`, `rip` and `rflags` follow.
+pub const SAVED_REGISTERS: [Register; 15] = [
+    Register::RAX,
+    Register::RBX,
+    Register::RCX,
+    Register::RDX,
+    Register::RSI,
+    Register::RDI,
+    Register::RBP,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+/// Data-area index of the saved `rsp`.
+pub const SAVED_RSP: u64 = 15;
+/// Data-area index of the saved `rip`.
+pub const SAVED_RIP: u64 = 16;
+/// Data-area index of the saved `rflags`.
+pub const SAVED_RFLAGS: u64 = 17;
+
+/// A built stub page.
+#[derive(Clone, Debug)]
+pub struct RemoteStub {
+    /// The page pair's bytes ([`STUB_SIZE`]), magic and code included.
+    pub bytes: Vec<u8>,
+    /// Where remote calls return to.
+    pub entry: u64,
+    /// The instruction pointer at the `getpid` system-call entry stop.
+    pub after_syscall: u64,
+}
+
+fn rip_rel(target: u64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RIP, target as i64)
+}
+
+/// Builds the stub page pair for `address` (page aligned).
+pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildError> {
+    let enc = |e: iced_x86::IcedError| BuildError::Encode(e.to_string());
+    let reg = |i: u64| address + STUB_REGS + 8 * i;
+    let mut e = Emitter::new(address + STUB_CODE);
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RDI,
+        Register::RAX,
+    ))
+    .map_err(enc)?;
+    e.emit(Instruction::with2(
+        Code::Mov_r32_imm32,
+        Register::EAX,
+        STUB_SYSCALL as u32,
+    ))
+    .map_err(enc)?;
+    e.emit(Ok(Instruction::with(Code::Syscall))).map_err(enc)?;
+    let after_syscall = e.ip();
+    match save {
+        VectorSave::Xsave { .. } => {
+            e.emit(Instruction::with2(
+                Code::Mov_r32_imm32,
+                Register::EAX,
+                u32::MAX,
+            ))
+            .map_err(enc)?;
+            e.emit(Instruction::with2(
+                Code::Mov_r32_imm32,
+                Register::EDX,
+                u32::MAX,
+            ))
+            .map_err(enc)?;
+            e.emit(Instruction::with1(
+                Code::Xrstor64_mem,
+                rip_rel(address + STUB_XSAVE),
+            ))
+            .map_err(enc)?;
+        }
+        VectorSave::Fxsave64 => {
+            e.emit(Instruction::with1(
+                Code::Fxrstor64_m512byte,
+                rip_rel(address + STUB_XSAVE),
+            ))
+            .map_err(enc)?;
+        }
+    }
+    // Flags first, while the stack is still the call's own frame.
+    e.emit(Instruction::with1(
+        Code::Push_rm64,
+        rip_rel(reg(SAVED_RFLAGS)),
+    ))
+    .map_err(enc)?;
+    e.emit(Ok(Instruction::with(Code::Popfq))).map_err(enc)?;
+    for (i, r) in SAVED_REGISTERS.iter().enumerate() {
+        e.emit(Instruction::with2(
+            Code::Mov_r64_rm64,
+            *r,
+            rip_rel(reg(i as u64)),
+        ))
+        .map_err(enc)?;
+    }
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        rip_rel(reg(SAVED_RSP)),
+    ))
+    .map_err(enc)?;
+    e.emit(Instruction::with1(Code::Jmp_rm64, rip_rel(reg(SAVED_RIP))))
+        .map_err(enc)?;
+    let code = e.finish();
+    let mut bytes = vec![0u8; STUB_SIZE as usize];
+    bytes[..8].copy_from_slice(&STUB_MAGIC.to_le_bytes());
+    let end = STUB_CODE as usize + code.len();
+    if end > STUB_REGS as usize {
+        return Err(BuildError::Encode("remote stub code too long".into()));
+    }
+    bytes[STUB_CODE as usize..end].copy_from_slice(&code);
+    Ok(RemoteStub {
+        bytes,
+        entry: address + STUB_CODE,
+        after_syscall,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+
+    #[test]
+    fn stub_decodes_to_the_documented_sequence() {
+        let at = 0x7f00_0000_0000;
+        let stub = remote_stub(at, VectorSave::Xsave { area_size: 832 }).unwrap();
+        assert_eq!(&stub.bytes[..8], b"WEFTSTB1");
+        let code = &stub.bytes[STUB_CODE as usize..STUB_REGS as usize];
+        let mut decoder = Decoder::with_ip(64, code, stub.entry, DecoderOptions::NONE);
+        let mnemonics: Vec<Mnemonic> = decoder.iter().take(25).map(|i| i.mnemonic()).collect();
+        assert_eq!(
+            &mnemonics[..3],
+            &[Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Syscall]
+        );
+        assert!(mnemonics.contains(&Mnemonic::Xrstor64));
+        assert_eq!(mnemonics[24], Mnemonic::Jmp);
+        assert_eq!(stub.after_syscall, stub.entry + 3 + 5 + 2);
+        let fx = remote_stub(at, VectorSave::Fxsave64).unwrap();
+        let mut decoder = Decoder::with_ip(
+            64,
+            &fx.bytes[STUB_CODE as usize..],
+            fx.entry,
+            DecoderOptions::NONE,
+        );
+        assert!(decoder
+            .iter()
+            .take(8)
+            .any(|i| i.mnemonic() == Mnemonic::Fxrstor64));
+    }
+}
