@@ -7,7 +7,7 @@
 //! `cargo bench --bench overhead` (set `WEFT_BENCH_QUICK=1` for a short run).
 //! The target is `benches/overhead_target.c`, built with gcc -O2.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn build_target() -> PathBuf {
@@ -26,7 +26,7 @@ fn build_target() -> PathBuf {
 }
 
 /// ns per call as the target measured it.
-fn measure(exe: &PathBuf, weft: Option<&str>, threads: usize, calls: u64) -> f64 {
+fn measure(exe: &Path, weft: Option<&str>, threads: usize, calls: u64) -> f64 {
     let (program, args): (String, Vec<String>) = match weft {
         None => (
             exe.display().to_string(),
