@@ -347,6 +347,7 @@ impl Process {
                 _ => targets.push(f.clone()),
             }
         }
+        self.remove_leftover_probes(&targets)?;
         // Plan every site before touching anything.
         let mut plans = Vec::new();
         let mut refused = Vec::new();
@@ -418,9 +419,19 @@ impl Process {
             })?;
             let patch =
                 jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
-            tracer.memory().write(at, &trampoline.bytes)?;
             let mut original = [0u8; 5];
             original.copy_from_slice(&site.original[..5]);
+            // The record lets a later weft take this probe out if this
+            // weft dies while it is live.
+            let record = crate::trampolines::record(
+                site.patch_address,
+                original,
+                trampoline.bytes.len() as u64,
+            );
+            tracer
+                .memory()
+                .write(at - crate::trampolines::RECORD_LEN, &record)?;
+            tracer.memory().write(at, &trampoline.bytes)?;
             self.next_word += 1;
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
@@ -455,6 +466,35 @@ impl Process {
             self.live_since = Some(Instant::now());
         }
         Ok(ids)
+    }
+
+    /// Takes out probes an earlier weft left in these functions (it was
+    /// killed while they were live): their trampolines count into words
+    /// this session reuses, and a new probe would stack on top of them.
+    /// The original bytes come from the record in front of each trampoline.
+    fn remove_leftover_probes(&mut self, functions: &[Function]) -> Result<(), Error> {
+        let maps = crate::inspect::read_maps(self.pid)?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mut leftovers = Vec::new();
+        for f in functions {
+            // After an endbr64, where weft patches, or at the entry.
+            for at in [f.address, f.address + 4] {
+                if let Some(probe) = crate::trampolines::leftover_probe(tracer.memory(), &maps, at)
+                {
+                    tracer
+                        .memory()
+                        .write(probe.patch_address, &probe.original)?;
+                    leftovers.push(probe.trampoline);
+                }
+            }
+        }
+        if !leftovers.is_empty() {
+            self.wait_until_outside(
+                |pc| leftovers.iter().any(|r| r.contains(&pc)),
+                "a leftover trampoline",
+            )?;
+        }
+        Ok(())
     }
 
     /// Decides how to patch `f`, or says why it cannot be done safely.

@@ -21,6 +21,79 @@ use weft_codegen::{register_stub, register_stub_len, VectorSave};
 pub const MAX_DISTANCE: u64 = 1 << 30;
 /// Smallest area mapped at a time.
 const AREA_SIZE: u64 = 256 * 1024;
+/// First 8 bytes of every trampoline area, so that a later weft can tell its
+/// areas (and the probes a killed weft left behind) from other memory.
+pub const AREA_MAGIC: u64 = u64::from_le_bytes(*b"WEFTAREA");
+/// Bytes at the start of an area before its registration stub.
+const AREA_HEADER: u64 = 64;
+/// Marks the record in front of every trampoline.
+pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"WEFTPRB1");
+/// Bytes of the record in front of every trampoline: magic, patched
+/// address, the 5 original bytes (padded to 8), trampoline length.
+pub const RECORD_LEN: u64 = 32;
+
+/// The record weft writes in front of a trampoline: what a later weft needs
+/// to take the probe out if this one dies first.
+pub fn record(
+    patch_address: u64,
+    original: [u8; 5],
+    trampoline_len: u64,
+) -> [u8; RECORD_LEN as usize] {
+    let mut r = [0u8; RECORD_LEN as usize];
+    r[..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    r[8..16].copy_from_slice(&patch_address.to_le_bytes());
+    r[16..21].copy_from_slice(&original);
+    r[24..32].copy_from_slice(&trampoline_len.to_le_bytes());
+    r
+}
+
+/// A probe an earlier weft left in place (it was killed while live).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftoverProbe {
+    /// The patched address.
+    pub patch_address: u64,
+    /// The bytes the `jmp` replaced.
+    pub original: [u8; 5],
+    /// The leftover trampoline.
+    pub trampoline: std::ops::Range<u64>,
+}
+
+/// If `patch_address` holds a `jmp rel32` into a weft trampoline area whose
+/// record names this address, the probe an earlier weft left there.
+pub fn leftover_probe(
+    memory: &crate::memory::ProcessMemory,
+    maps: &[Mapping],
+    patch_address: u64,
+) -> Option<LeftoverProbe> {
+    let mut jmp = [0u8; 5];
+    memory.read(patch_address, &mut jmp).ok()?;
+    if jmp[0] != 0xe9 {
+        return None;
+    }
+    let rel = i32::from_le_bytes([jmp[1], jmp[2], jmp[3], jmp[4]]);
+    let target = patch_address
+        .wrapping_add(5)
+        .wrapping_add(rel as i64 as u64);
+    let area = maps
+        .iter()
+        .find(|m| m.contains(target) && m.inode == 0 && m.perms.exec)?;
+    if memory.read_u64(area.start).ok()? != AREA_MAGIC || target < area.start + RECORD_LEN {
+        return None;
+    }
+    let mut rec = [0u8; RECORD_LEN as usize];
+    memory.read(target - RECORD_LEN, &mut rec).ok()?;
+    let word = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().unwrap_or_default());
+    if word(0) != RECORD_MAGIC || word(8) != patch_address {
+        return None;
+    }
+    let mut original = [0u8; 5];
+    original.copy_from_slice(&rec[16..21]);
+    Some(LeftoverProbe {
+        patch_address,
+        original,
+        trampoline: target..target + word(24),
+    })
+}
 
 /// Failure to get trampoline memory.
 #[derive(Debug, thiserror::Error)]
@@ -103,8 +176,9 @@ impl Pool {
     }
 
     /// Reserves `len` bytes (16-aligned) within [`MAX_DISTANCE`] of `near`,
-    /// mapping a new area when needed. Returns the address and the area's
-    /// registration stub.
+    /// mapping a new area when needed, with [`RECORD_LEN`] bytes in front for
+    /// the probe's [`record`]. Returns the trampoline's address and the
+    /// area's registration stub.
     pub fn reserve(
         &mut self,
         tracer: &mut Tracer,
@@ -114,7 +188,7 @@ impl Pool {
         near: u64,
         len: u64,
     ) -> Result<(u64, u64), PoolError> {
-        let len = len.div_ceil(16) * 16;
+        let len = len.div_ceil(16) * 16 + RECORD_LEN;
         let fits = |a: &Area| {
             a.used + len <= a.size
                 && a.start.abs_diff(near) < MAX_DISTANCE
@@ -123,11 +197,11 @@ impl Pool {
         if let Some(area) = self.areas.iter_mut().find(|a| fits(a)) {
             let at = area.start + area.used;
             area.used += len;
-            return Ok((at, area.stub));
+            return Ok((at + RECORD_LEN, area.stub));
         }
         let save = vector_save();
         let stub_len = (register_stub_len(save) as u64).div_ceil(64) * 64;
-        let size = (stub_len + len).max(AREA_SIZE).div_ceil(4096) * 4096;
+        let size = (AREA_HEADER + stub_len + len).max(AREA_SIZE).div_ceil(4096) * 4096;
         let maps: Vec<Mapping> = read_maps(tracer.pid())?;
         let at = crate::inspect::maps::free_gap_near(&maps, near, size, MAX_DISTANCE - size)
             .ok_or(PoolError::NoGap { near })?;
@@ -152,15 +226,17 @@ impl Pool {
         if got != at {
             return Err(PoolError::Mmap { at, got });
         }
-        let stub = register_stub(at, register_fn, save)?;
-        tracer.memory().write(at, &stub)?;
+        let stub_at = at + AREA_HEADER;
+        let stub = register_stub(stub_at, register_fn, save)?;
+        tracer.memory().write(stub_at, &stub)?;
+        tracer.memory().write(at, &AREA_MAGIC.to_le_bytes())?;
         let area = Area {
             start: at,
             size,
-            used: stub_len + len,
-            stub: at,
+            used: AREA_HEADER + stub_len + len,
+            stub: stub_at,
         };
         self.areas.push(area);
-        Ok((at + stub_len, at))
+        Ok((stub_at + stub_len + RECORD_LEN, stub_at))
     }
 }
