@@ -40,8 +40,8 @@
 //! A data cell ([`CELL_SIZE`] bytes): original RA at [`CELL_RETURN_ADDRESS`],
 //! entry `rsp` (the address of the RA slot on the stack) at
 //! [`CELL_ENTRY_RSP`], the metric base (i32 byte offset into the row) at
-//! [`CELL_METRIC`], and 8 bytes at [`CELL_SCRATCH`] reserved for the timer
-//! start time.
+//! [`CELL_METRIC`], and 8 bytes at [`CELL_SCRATCH`] reserved (unused: the
+//! timers keep their start times in the row, where readers can see them).
 //!
 //! # Thread row fields (offsets chosen by the runtime)
 //!
@@ -59,6 +59,17 @@
 //! exceptions) `m +` [`METRIC_UNWOUND`], entries whose exit could not be
 //! hooked (no block, or depth = capacity) `m +` [`METRIC_UNHOOKED`]. For a
 //! quiescent thread, `entries = exits + unwound + unhooked + open`.
+//!
+//! # Timers
+//!
+//! A layout built with [`ReturnSlots::with_timers`] adds per-function
+//! inclusive wall/CPU timers (words `m + 32 .. m + 80`, see the `timer`
+//! module and [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN)): the entry
+//! starts the function's timer once its return is redirected, and every
+//! close of an activation (hooked exit, or closed as unwound at an entry or
+//! exit) stops it, at that moment. Only the outermost activation of a
+//! function on a thread is timed. Without timers the generated code is
+//! byte-for-byte what it was.
 //!
 //! # Closing activations whose frames are gone
 //!
@@ -100,6 +111,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
+use crate::timer::{emit_close, emit_open, TimerSpec};
 use crate::BuildError;
 
 /// Bytes per code slot.
@@ -151,6 +163,7 @@ pub struct ReturnSlots {
     block_offset: i32,
     depth_offset: i32,
     stack_bounds_offset: Option<i32>,
+    timers: Option<TimerSpec>,
 }
 
 /// An invalid [`ReturnSlots`] layout.
@@ -162,6 +175,9 @@ pub enum LayoutError {
     /// A row offset is negative or not 8-byte aligned.
     #[error("row field offset {0} must be non-negative and 8-byte aligned")]
     RowOffset(i32),
+    /// A selected clock's function or state address is 0.
+    #[error("the timer's {0} address is 0")]
+    NullTimerAddress(&'static str),
 }
 
 impl ReturnSlots {
@@ -197,7 +213,66 @@ impl ReturnSlots {
             block_offset,
             depth_offset,
             stack_bounds_offset,
+            timers: None,
         })
+    }
+
+    /// The same layout with inclusive timers (see the `timer` module): the
+    /// entry snippets start the function's timer, the exit handler and the
+    /// closing of unwound activations stop it, and every function hooked
+    /// with this layout uses [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN)
+    /// bytes at its metric base. With [`Timers::NONE`](crate::Timers::NONE)
+    /// the layout stays timer-less and the code is exactly that of
+    /// [`ReturnSlots::new`]. The entry snippets and the exit handler of one
+    /// process must all be built from the same layout.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::RowOffset`] for a misaligned or negative
+    /// `cpu_state_row_offset` (when the CPU clock is selected),
+    /// [`LayoutError::NullTimerAddress`] for a selected clock whose function
+    /// or (wall) state address is 0.
+    pub fn with_timers(self, spec: TimerSpec) -> Result<Self, LayoutError> {
+        let t = spec.timers;
+        if !t.any() {
+            return Ok(Self {
+                timers: None,
+                ..self
+            });
+        }
+        if t.wall && spec.wall_fn == 0 {
+            return Err(LayoutError::NullTimerAddress("wall clock function"));
+        }
+        if t.wall && spec.wall_state == 0 {
+            return Err(LayoutError::NullTimerAddress("wall clock state"));
+        }
+        if t.cpu && spec.cpu_fn == 0 {
+            return Err(LayoutError::NullTimerAddress("cpu clock function"));
+        }
+        let off = spec.cpu_state_row_offset;
+        if t.cpu && (off < 0 || off % 8 != 0) {
+            return Err(LayoutError::RowOffset(off));
+        }
+        Ok(Self {
+            timers: Some(spec),
+            ..self
+        })
+    }
+
+    /// The timer parameters, if timers are on.
+    pub fn timers(&self) -> Option<&TimerSpec> {
+        self.timers.as_ref()
+    }
+
+    /// Bytes of row used per hooked function at its metric base:
+    /// [`METRIC_LEN`], or [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) with
+    /// timers.
+    pub fn metric_len(&self) -> i32 {
+        if self.timers.is_some() {
+            crate::timer::TIMER_METRIC_LEN
+        } else {
+            METRIC_LEN
+        }
     }
 
     /// Activations per block.
@@ -302,6 +377,14 @@ fn fs_absolute(offset: i32) -> MemoryOperand {
 /// `rdx`, `rsi`, `rdi`, `r8` on the stack (below the entry `rsp`, where
 /// nothing lives at a function entry).
 ///
+/// With timers, it also saves `r9`-`r11` (so every argument register, `r10`
+/// and `r11` reach the function intact), calls the timer-stop subroutine
+/// after each stale activation it closes and the timer-start subroutine
+/// after redirecting the RA (both emitted inside the snippet, after its
+/// `jmp .out`; contracts in the `timer` module). Stack below the entry
+/// `rsp`: 16 (trampoline) + 56 (saves) + 8 + 48 (subroutine) + 8 + 16
+/// (clock reader) = 152 bytes at most.
+///
 /// ```text
 ///     inc qword [rcx + metric + ENTRIES]
 ///     push rdx ; push rsi ; push rdi ; push r8
@@ -357,16 +440,19 @@ fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), 
     let mut push = a.create_label();
     let mut unhooked = a.create_label();
     let mut out = a.create_label();
+    let mut open = a.create_label();
+    let mut close = a.create_label();
+    let saved = saved_regs(s, &[rdx, rsi, rdi, r8]);
 
     a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
-    a.push(rdx)?;
-    a.push(rsi)?;
-    a.push(rdi)?;
-    a.push(r8)?;
+    for r in &saved {
+        a.push(*r)?;
+    }
     a.mov(rsi, qword_ptr(rcx + block))?;
     a.test(rsi, rsi)?;
     a.jz(unhooked)?;
-    a.lea(r8, qword_ptr(rsp + 48))?;
+    // E: above the saves and the trampoline's rax, rcx.
+    a.lea(r8, qword_ptr(rsp + (8 * saved.len() as i64 + 16)))?;
     a.mov(rdx, qword_ptr(rcx + depth))?;
     a.cmp(rdx, cap)?;
     a.ja(unhooked)?;
@@ -397,6 +483,9 @@ fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), 
     a.dec(rdx)?;
     a.mov(qword_ptr(rcx + depth), rdx)?;
     a.inc(qword_ptr(rcx + rdi + i64::from(METRIC_UNWOUND)))?;
+    if s.timers.is_some() {
+        a.call(close)?; // rdi = its metric; keeps rax, rcx, rdx, rsi, r8
+    }
     a.jmp(top)?;
 
     a.set_label(&mut push)?;
@@ -417,16 +506,38 @@ fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), 
     a.mov(dword_ptr(rdi + (delta + i64::from(CELL_METRIC))), metric)?;
     a.inc(rdi)?;
     a.mov(qword_ptr(r8), rdi)?;
-    a.jmp(out)?;
+    if let Some(spec) = &s.timers {
+        // mov rdi, imm32 (sign-extended, like the cells' movsxd)
+        a.add_instruction(Instruction::with2(
+            Code::Mov_rm64_imm32,
+            Register::RDI,
+            metric,
+        )?)?;
+        a.call(open)?;
+        a.jmp(out)?;
+        emit_open(a, spec, &mut open)?;
+        emit_close(a, spec, &mut close)?;
+    } else {
+        a.jmp(out)?;
+    }
 
     a.set_label(&mut unhooked)?;
     a.inc(qword_ptr(rcx + (m + i64::from(METRIC_UNHOOKED))))?;
     a.set_label(&mut out)?;
-    a.pop(r8)?;
-    a.pop(rdi)?;
-    a.pop(rsi)?;
-    a.pop(rdx)?;
+    for r in saved.iter().rev() {
+        a.pop(*r)?;
+    }
     Ok(())
+}
+
+/// `base`, plus `r9`-`r11` when timers are on (the clock readers clobber
+/// them).
+fn saved_regs(s: &ReturnSlots, base: &[AsmRegister64]) -> Vec<AsmRegister64> {
+    let mut regs = base.to_vec();
+    if s.timers.is_some() {
+        regs.extend([r9, r10, r11]);
+    }
+    regs
 }
 
 /// Builds the exit handler, to be written at `address` (anywhere: slots
@@ -442,6 +553,13 @@ fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), 
 /// no x87/SSE/AVX instruction, so `xmm0`/`xmm1`/`st0` return values are
 /// untouched), all arithmetic flags and DF unchanged. It uses 48 bytes of
 /// stack below the caller's `rsp`, where nothing lives once a call returned.
+///
+/// With timers (see [`ReturnSlots::with_timers`]) it also saves `r9`-`r11`
+/// (72 bytes of saves) and calls its timer-stop subroutine (emitted after
+/// its `ret`) for the exiting activation and for every stale activation it
+/// closes; those calls reach the runtime's clock readers, which touch no
+/// vector register. Stack: at most 72 + 8 + 48 + 8 + 16 = 152 bytes below
+/// the caller's `rsp`.
 ///
 /// ```text
 ///     endbr64
@@ -467,6 +585,10 @@ fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), 
 ///     pop r8 ; pop rdi ; pop rsi ; pop rdx ; pop rcx ; pop rax
 ///     ret
 /// ```
+///
+/// (with timers: `push r9 ; push r10 ; push r11` after the pushes, so the
+/// slot's return address is at `[rsp + 72]`; `mov rdi, r8 ; call .close`
+/// after each `inc` of UNWOUND or EXITS; the matching pops.)
 ///
 /// # Errors
 ///
@@ -495,19 +617,22 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, s: &ReturnSlots) -> Result<(
     let mut top = a.create_label();
     let mut last = a.create_label();
     let mut done = a.create_label();
+    let mut close = a.create_label();
+    let saved = saved_regs(s, &[rax, rcx, rdx, rsi, rdi, r8]);
+    let ret_slot = 8 * saved.len() as i64;
 
     a.endbr64()?;
-    for r in [rax, rcx, rdx, rsi, rdi, r8] {
-        a.push(r)?;
+    for r in &saved {
+        a.push(*r)?;
     }
     a.seto(al)?;
     a.lahf()?;
-    a.mov(rsi, qword_ptr(rsp + 48))?;
+    a.mov(rsi, qword_ptr(rsp + ret_slot))?;
     a.mov(
         rdx,
         qword_ptr(rsi + (delta - call_end + i64::from(CELL_RETURN_ADDRESS))),
     )?;
-    a.mov(qword_ptr(rsp + 48), rdx)?;
+    a.mov(qword_ptr(rsp + ret_slot), rdx)?;
     a.sub(rsi, call_end as i32)?;
     a.add_instruction(Instruction::with2(
         Code::Mov_r64_rm64,
@@ -536,6 +661,10 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, s: &ReturnSlots) -> Result<(
     a.movsxd(r8, dword_ptr(rsi + r8 + (delta + i64::from(CELL_METRIC))))?;
     a.mov(qword_ptr(rcx + depth), rdi)?;
     a.inc(qword_ptr(rcx + r8 + i64::from(METRIC_UNWOUND)))?;
+    if s.timers.is_some() {
+        a.mov(rdi, r8)?;
+        a.call(close)?; // keeps rax, rcx, rdx, rsi
+    }
     a.jmp(top)?;
 
     a.set_label(&mut last)?;
@@ -543,14 +672,21 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, s: &ReturnSlots) -> Result<(
     a.movsxd(r8, dword_ptr(rsi + (delta + i64::from(CELL_METRIC))))?;
     a.mov(qword_ptr(rcx + depth), rdx)?;
     a.inc(qword_ptr(rcx + r8 + i64::from(METRIC_EXITS)))?;
+    if s.timers.is_some() {
+        a.mov(rdi, r8)?;
+        a.call(close)?;
+    }
 
     a.set_label(&mut done)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
-    for r in [r8, rdi, rsi, rdx, rcx, rax] {
-        a.pop(r)?;
+    for r in saved.iter().rev() {
+        a.pop(*r)?;
     }
     a.ret()?;
+    if let Some(spec) = &s.timers {
+        emit_close(a, spec, &mut close)?;
+    }
     Ok(())
 }
 
@@ -595,5 +731,73 @@ mod tests {
             assert_eq!(ins.len(), 6);
             assert_eq!(ins.ip_rel_memory_address(), 0x1000 + p as u64);
         }
+    }
+
+    #[test]
+    fn timers_none_is_the_plain_layout_and_timers_change_the_code() {
+        use crate::{TimerSpec, Timers, TIMER_METRIC_LEN};
+        let plain = ReturnSlots::new(8, 0, 8, Some(16)).unwrap();
+        let spec = |timers| TimerSpec {
+            timers,
+            wall_fn: 0x1111,
+            wall_state: 0x2222,
+            cpu_fn: 0x3333,
+            cpu_state_row_offset: 40,
+        };
+        let none = plain.with_timers(spec(Timers::NONE)).unwrap();
+        assert_eq!(none, plain);
+        assert_eq!(none.metric_len(), METRIC_LEN);
+        assert_eq!(
+            exit_handler(0x1000, -8, &none).unwrap(),
+            exit_handler(0x1000, -8, &plain).unwrap()
+        );
+        let both = Timers {
+            wall: true,
+            cpu: true,
+        };
+        let timed = plain.with_timers(spec(both)).unwrap();
+        assert_eq!(timed.metric_len(), TIMER_METRIC_LEN);
+        assert_eq!(timed.timers().unwrap().timers, both);
+        assert_ne!(
+            exit_handler(0x1000, -8, &timed).unwrap(),
+            exit_handler(0x1000, -8, &plain).unwrap()
+        );
+        assert_eq!(
+            enter_snippet(&timed, 64, 0x5000).unwrap().len(),
+            enter_snippet_len(&timed, 64)
+        );
+        // Validation.
+        let bad = |f: fn(&mut TimerSpec)| {
+            let mut s = spec(both);
+            f(&mut s);
+            plain.with_timers(s)
+        };
+        assert!(matches!(
+            bad(|s| s.wall_fn = 0),
+            Err(LayoutError::NullTimerAddress(_))
+        ));
+        assert!(matches!(
+            bad(|s| s.wall_state = 0),
+            Err(LayoutError::NullTimerAddress(_))
+        ));
+        assert!(matches!(
+            bad(|s| s.cpu_fn = 0),
+            Err(LayoutError::NullTimerAddress(_))
+        ));
+        assert_eq!(
+            bad(|s| s.cpu_state_row_offset = 12),
+            Err(LayoutError::RowOffset(12))
+        );
+        // Wall only: the CPU parameters are not used.
+        let wall_only = TimerSpec {
+            timers: Timers {
+                wall: true,
+                cpu: false,
+            },
+            cpu_fn: 0,
+            cpu_state_row_offset: -1,
+            ..spec(both)
+        };
+        assert!(plain.with_timers(wall_only).is_ok());
     }
 }

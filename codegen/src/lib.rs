@@ -23,6 +23,7 @@ mod exit;
 mod relocate;
 mod remote_stub;
 mod scan;
+mod timer;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
@@ -39,6 +40,11 @@ pub use remote_stub::{
     STUB_MAGIC, STUB_REGS, STUB_SIZE, STUB_SYSCALL, STUB_XSAVE,
 };
 pub use scan::{direct_branches, Branch};
+pub use timer::{
+    read_timer_words, timer_value, TimerSpec, TimerValue, TimerWords, Timers, METRIC_CPU_START,
+    METRIC_CPU_TOTAL, METRIC_NESTING, METRIC_SEQ, METRIC_WALL_START, METRIC_WALL_TOTAL,
+    TIMER_METRIC_LEN,
+};
 pub use trampoline::{
     build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,
     ThreadRow, Trampoline, TrampolineSpec, VectorSave,

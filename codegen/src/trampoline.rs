@@ -42,11 +42,19 @@ pub enum Snippet {
     /// [`exit_handler`](crate::exit_handler) in `METRIC_EXITS`. Must run
     /// while `rsp` is the function's entry `rsp` minus the trampoline's two
     /// pushes, i.e. as a trampoline snippet.
+    ///
+    /// When `slots` carries timers
+    /// ([`ReturnSlots::with_timers`](crate::ReturnSlots::with_timers)), a
+    /// hooked entry also starts the function's inclusive wall/CPU timer
+    /// (outermost activation only) and every close of an activation stops
+    /// it; the exit handler must be built from the same `slots`.
     CountCallHookExit {
-        /// Row byte offset of the function's [`METRIC_LEN`](crate::METRIC_LEN)
-        /// bytes of counters (at most `i32::MAX - 32`).
+        /// Row byte offset of the function's
+        /// [`slots.metric_len()`](crate::ReturnSlots::metric_len) bytes of
+        /// counters and timer words (32, or 80 with timers), non-negative
+        /// and 8-byte aligned.
         metric: i32,
-        /// The return-slot layout.
+        /// The return-slot layout (and timers).
         slots: crate::ReturnSlots,
     },
 }

@@ -1,0 +1,1043 @@
+//! Inclusive timers, executed: functions patched with
+//! `Snippet::CountCallHookExit` on a timed `ReturnSlots` layout call the
+//! runtime's real clock readers (`weft_rt_wall_now`, `weft_rt_cpu_now`) on
+//! real `WallClock` / `ThreadCpuClock` states. Checks the times against
+//! CLOCK_MONOTONIC and CLOCK_THREAD_CPUTIME_ID, recursion (outermost
+//! activation only), longjmp-style unwinding, preserved return values and
+//! flags, several threads on fewer CPUs, and a concurrent seqlock reader.
+//! Bounds are correctness bounds only (the machine is a noisy 2-vCPU guest).
+#![cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+
+use std::arch::asm;
+use std::cell::Cell;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
+use weft_codegen::*;
+use weft_rt::clock::{
+    monotonic_ns, thread_cputime_ns, weft_rt_cpu_now, weft_rt_wall_now, CpuPreference,
+    ThreadCpuClock, WallClock, WallPreference,
+};
+
+/// Row layout used by these tests (byte offsets).
+const BLOCK: i32 = 0;
+const DEPTH: i32 = 8;
+const BOUNDS: i32 = 16; // [lo, hi)
+const CPU_STATE: i32 = 32;
+const METRICS: i32 = 64;
+const ROW_WORDS: usize = 1024;
+const CAPACITY: u32 = 1024;
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+thread_local! {
+    /// This thread's row, read by generated code with `mov rcx, fs:[off]`.
+    static ROW: Cell<*mut u64> = const { Cell::new(ptr::null_mut()) };
+}
+
+fn thread_pointer() -> u64 {
+    let tp: u64;
+    // SAFETY: reads the TCB self-pointer, always mapped on x86-64 Linux.
+    unsafe { asm!("mov {}, fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    tp
+}
+
+fn tls_offset() -> i32 {
+    let var = ROW.with(|r| r as *const Cell<*mut u64> as u64);
+    i32::try_from(var.wrapping_sub(thread_pointer()) as i64).unwrap()
+}
+
+extern "C" fn register_thread() -> *mut u8 {
+    ptr::null_mut()
+}
+
+/// The process's wall clocks, calibrated once (leaked: generated code keeps
+/// their addresses).
+fn wall(pref: WallPreference) -> &'static WallClock {
+    static AUTO: OnceLock<&'static WallClock> = OnceLock::new();
+    static MONO: OnceLock<&'static WallClock> = OnceLock::new();
+    let cell = match pref {
+        WallPreference::Auto => &AUTO,
+        WallPreference::Monotonic => &MONO,
+    };
+    cell.get_or_init(|| Box::leak(Box::new(WallClock::new(pref))))
+}
+
+fn spec(timers: Timers, wall: &'static WallClock) -> TimerSpec {
+    TimerSpec {
+        timers,
+        wall_fn: weft_rt_wall_now as *const () as u64,
+        wall_state: wall as *const WallClock as u64,
+        cpu_fn: weft_rt_cpu_now as *const () as u64,
+        cpu_state_row_offset: CPU_STATE,
+    }
+}
+
+const BOTH: Timers = Timers {
+    wall: true,
+    cpu: true,
+};
+
+fn timed_slots(timers: Timers, wall: &'static WallClock) -> ReturnSlots {
+    ReturnSlots::new(CAPACITY, BLOCK, DEPTH, Some(BOUNDS))
+        .unwrap()
+        .with_timers(spec(timers, wall))
+        .unwrap()
+}
+
+/// This thread's row and CPU clock; the row is leaked (a reader thread may
+/// look at it), the clock lives as long as this value and is cleared from
+/// the row when it is dropped.
+struct ThreadSetup {
+    row: &'static mut [u64],
+    _cpu: Option<Box<ThreadCpuClock>>,
+}
+
+impl Drop for ThreadSetup {
+    fn drop(&mut self) {
+        self.row[(CPU_STATE / 8) as usize] = 0;
+    }
+}
+
+/// Installs a fresh row for this thread using `block`, with stack bounds
+/// covering everything and (unless `cpu` is None) a CPU clock of its own.
+fn install_row(block: u64, cpu: Option<CpuPreference>) -> ThreadSetup {
+    let row = Box::leak(vec![0u64; ROW_WORDS].into_boxed_slice());
+    row[(BLOCK / 8) as usize] = block;
+    row[(BOUNDS / 8) as usize + 1] = u64::MAX;
+    let cpu = cpu.map(|p| Box::new(ThreadCpuClock::new(wall(WallPreference::Auto), p)));
+    if let Some(c) = &cpu {
+        row[(CPU_STATE / 8) as usize] = &**c as *const ThreadCpuClock as u64;
+    }
+    ROW.with(|r| r.set(row.as_mut_ptr()));
+    ThreadSetup { row, _cpu: cpu }
+}
+
+/// Word `off` of the row at `row`, read as another thread would.
+fn load(row: *const u64, off: i32) -> u64 {
+    // SAFETY: rows are leaked ROW_WORDS-word, 8-aligned allocations; the
+    // owning thread writes them with plain aligned stores, so an atomic
+    // 8-byte load is never torn.
+    unsafe { AtomicU64::from_ptr(row.add((off / 8) as usize).cast_mut()).load(Ordering::Relaxed) }
+}
+
+fn my_row() -> *const u64 {
+    ROW.with(|r| r.get())
+}
+
+fn word(off: i32) -> u64 {
+    load(my_row(), off)
+}
+
+fn depth() -> u64 {
+    word(DEPTH)
+}
+
+/// (entries, exits, unwound, unhooked) of metric `m` on this thread.
+fn counts(m: i32) -> [u64; 4] {
+    [
+        word(m + METRIC_ENTRIES),
+        word(m + METRIC_EXITS),
+        word(m + METRIC_UNWOUND),
+        word(m + METRIC_UNHOOKED),
+    ]
+}
+
+/// This thread's (wall_total, cpu_total, nesting) of metric `m`.
+fn totals(m: i32) -> (u64, u64, u64) {
+    (
+        word(m + METRIC_WALL_TOTAL),
+        word(m + METRIC_CPU_TOTAL),
+        word(m + METRIC_NESTING),
+    )
+}
+
+/// An RWX mapping holding blocks, the exit handler, functions and
+/// trampolines, all within rel32 reach of each other.
+struct Lab {
+    base: *mut u8,
+    len: usize,
+    used: usize,
+    stub: u64,
+    handler: u64,
+    slots: ReturnSlots,
+    next_metric: i32,
+}
+
+// SAFETY: the mapping is only written before threads run the code in it.
+unsafe impl Sync for Lab {}
+
+impl Lab {
+    fn new(slots: ReturnSlots) -> Lab {
+        let len = 16 << 20;
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let mut lab = Lab {
+            base: base.cast(),
+            len,
+            used: 0,
+            stub: 0,
+            handler: 0,
+            slots,
+            next_metric: METRICS,
+        };
+        let save = VectorSave::Fxsave64;
+        lab.stub = lab.alloc(register_stub_len(save), 64);
+        let stub = register_stub(lab.stub, register_thread as *const () as u64, save).unwrap();
+        lab.write(lab.stub, &stub);
+        lab.handler = lab.alloc(exit_handler_len(tls_offset(), &slots), 64);
+        let handler = exit_handler(lab.handler, tls_offset(), &slots).unwrap();
+        lab.write(lab.handler, &handler);
+        lab
+    }
+
+    fn alloc(&mut self, n: usize, align: usize) -> u64 {
+        let at = self.used.next_multiple_of(align);
+        assert!(at + n <= self.len);
+        self.used = at + n;
+        self.base as u64 + at as u64
+    }
+
+    fn write(&self, addr: u64, bytes: &[u8]) {
+        let off = (addr - self.base as u64) as usize;
+        assert!(off + bytes.len() <= self.len);
+        // SAFETY: in bounds of our mapping (checked above); nothing executes
+        // these bytes while we write them.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(off), bytes.len()) };
+    }
+
+    fn bytes(&self, addr: u64, len: usize) -> Vec<u8> {
+        let off = (addr - self.base as u64) as usize;
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of our mapping, which lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.add(off), len) }.to_vec()
+    }
+
+    /// A new return-slot block (its data part is zero: fresh mapping).
+    fn block(&mut self) -> u64 {
+        let block = self.alloc(self.slots.block_len() as usize, 4096);
+        self.write(block, &return_block_code(&self.slots, self.handler));
+        block
+    }
+
+    fn assemble(&mut self, build: impl FnOnce(&mut CodeAssembler, &mut CodeLabel)) -> (u64, usize) {
+        let addr = self.alloc(512, 64);
+        let mut a = CodeAssembler::new(64).unwrap();
+        let mut end = a.create_label();
+        build(&mut a, &mut end);
+        a.int3().unwrap(); // `end` labels this padding byte
+        let res = a
+            .assemble_options(addr, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+            .unwrap();
+        let code_len = (res.label_ip(&end).unwrap() - addr) as usize;
+        let bytes = res.inner.code_buffer;
+        assert!(bytes.len() <= 480);
+        self.write(addr, &[0xcc; 512]);
+        self.write(addr, &bytes);
+        (addr, code_len)
+    }
+
+    /// Patches the function at `addr` with an exit-hooking (timed, per the
+    /// lab's layout) trampoline; returns its metric base.
+    fn hook(&mut self, (addr, len): (u64, usize)) -> i32 {
+        let metric = self.next_metric;
+        self.next_metric += self.slots.metric_len();
+        assert!(metric + self.slots.metric_len() <= (ROW_WORDS * 8) as i32);
+        let code = self.bytes(addr, len);
+        let padding = self.bytes(addr + len as u64, 16);
+        let site = analyze_entry(&FunctionCode {
+            address: addr,
+            bytes: &code,
+            padding: &padding,
+        })
+        .unwrap();
+        let snippets = [Snippet::CountCallHookExit {
+            metric,
+            slots: self.slots,
+        }];
+        let t_addr = self.alloc(max_trampoline_len(&site, &snippets), 64);
+        let t = build_trampoline(&TrampolineSpec {
+            address: t_addr,
+            site: &site,
+            row: ThreadRow {
+                tls_offset: tls_offset(),
+                register_stub: self.stub,
+            },
+            snippets: &snippets,
+        })
+        .unwrap();
+        assert!(t.bytes.len() <= max_trampoline_len(&site, &snippets));
+        self.write(t_addr, &t.bytes);
+        self.write(
+            site.patch_address,
+            &jmp_rel32(site.patch_address, t_addr).unwrap(),
+        );
+        metric
+    }
+
+    /// `f(x) = callback(x)`: `push rbx; mov rax, callback; call rax; pop rbx;
+    /// ret` (the push keeps the callee's stack ABI-aligned).
+    fn wrapper(&mut self, callback: extern "C" fn(i64) -> i64) -> (u64, usize) {
+        self.assemble(|a, end| {
+            a.push(rbx).unwrap();
+            a.mov(rax, callback as *const () as u64).unwrap();
+            a.call(rax).unwrap();
+            a.pop(rbx).unwrap();
+            a.ret().unwrap();
+            a.set_label(end).unwrap();
+        })
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; every thread using it has been joined.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn fn1(addr: u64) -> extern "C" fn(i64) -> i64 {
+    // SAFETY: `addr` holds a C-ABI function with this signature.
+    unsafe { std::mem::transmute::<usize, extern "C" fn(i64) -> i64>(addr as usize) }
+}
+
+/// Spins until this thread has used `ns` more CPU time.
+extern "C" fn spin_cpu(ns: i64) -> i64 {
+    let end = thread_cputime_ns() + ns as u64;
+    while thread_cputime_ns() < end {
+        std::hint::spin_loop();
+    }
+    ns
+}
+
+extern "C" fn sleep_ns(ns: i64) -> i64 {
+    std::thread::sleep(Duration::from_nanos(ns as u64));
+    ns
+}
+
+/// `|measured - timed| <= 3% of measured + 200 µs`.
+fn close_enough(timed: u64, measured: u64) -> bool {
+    timed.abs_diff(measured) <= measured * 3 / 100 + 200 * US
+}
+
+/// Involuntary context switches of this thread so far.
+fn preemptions() -> i64 {
+    // SAFETY: all-zero is a valid `rusage`.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    ru.ru_nivcsw
+}
+
+/// How a checked call is made and what disturbs its measurement.
+struct Call<'a> {
+    what: &'a str,
+    f: extern "C" fn(i64) -> i64,
+    arg: i64,
+    result: i64,
+    /// Metric of the function and hooked activations per call.
+    m: i32,
+    activations: u64,
+    /// Whether the system clocks measured around the call show that the
+    /// machine, not the timer, made them differ: (wall, cpu) -> bool.
+    disturbed: fn(u64, u64) -> bool,
+}
+
+/// A spinning call should be on the CPU all along: off it (preempted, or
+/// the vCPU stolen by the hypervisor, which the thread's own CPU clock in
+/// anchor mode counts and the kernel does not) beyond the tolerance is a
+/// disturbance.
+fn spin_disturbed(wall: u64, cpu: u64) -> bool {
+    !close_enough(cpu, wall)
+}
+
+/// A sleeping call charged more than 10% CPU: the machine's doing.
+fn sleep_disturbed(wall: u64, cpu: u64) -> bool {
+    cpu > wall / 10
+}
+
+/// Calls `c.f(c.arg)` and checks the timed wall and CPU time against
+/// CLOCK_MONOTONIC and CLOCK_THREAD_CPUTIME_ID read around the call (wall
+/// inside, so the syscall reading the CPU time is not in the wall window),
+/// and the counters; returns (wall, cpu) as timed. The few hundred
+/// nanoseconds around the timed interval are not timed, and the thread may
+/// be preempted there for milliseconds on a loaded 2-vCPU machine: a call
+/// that disagrees while the thread was preempted or otherwise disturbed is
+/// retried, up to 20 times.
+fn timed_call(c: &Call<'_>) -> (u64, u64) {
+    let n = c.activations;
+    for _ in 0..20 {
+        let (w0, c0, _) = totals(c.m);
+        let before = counts(c.m);
+        let p0 = preemptions();
+        let u0 = thread_cputime_ns();
+        let t0 = monotonic_ns();
+        assert_eq!((c.f)(c.arg), c.result);
+        let t1 = monotonic_ns();
+        let u1 = thread_cputime_ns();
+        let preempted = preemptions() != p0;
+        let (w1, c1, nesting) = totals(c.m);
+        assert_eq!(nesting, 0);
+        assert_eq!(
+            counts(c.m),
+            [before[0] + n, before[1] + n, 0, 0],
+            "{}",
+            c.what
+        );
+        let (dw, dc) = (w1 - w0, c1 - c0);
+        let (mw, mc) = (t1 - t0, u1 - u0);
+        if close_enough(dw, mw) && close_enough(dc, mc) {
+            return (dw, dc);
+        }
+        assert!(
+            preempted || (c.disturbed)(mw, mc),
+            "{}: timed wall {dw} ns, cpu {dc} ns; measured wall {mw} ns, cpu {mc} ns",
+            c.what
+        );
+        eprintln!(
+            "{}: disturbed, retried (timed wall {dw} ns, cpu {dc} ns; measured wall {mw} ns, \
+             cpu {mc} ns; preempted: {preempted})",
+            c.what
+        );
+    }
+    panic!("{}: disturbed 20 times in a row", c.what);
+}
+
+/// Spin and sleep functions, each call's times compared with the clocks
+/// read around it.
+fn spin_and_sleep(wall_pref: WallPreference, cpu_pref: CpuPreference) {
+    let mut lab = Lab::new(timed_slots(BOTH, wall(wall_pref)));
+    let spin = lab.wrapper(spin_cpu);
+    let m_spin = lab.hook(spin);
+    let sleep = lab.wrapper(sleep_ns);
+    let m_sleep = lab.hook(sleep);
+    let _setup = install_row(lab.block(), Some(cpu_pref));
+
+    for (f, m, arg, sleeps) in [
+        (spin.0, m_spin, 2 * MS, false),
+        (sleep.0, m_sleep, 5 * MS, true),
+    ] {
+        // Warm-up: the first call's first touches (the block's data page,
+        // the clock readers' code) fault outside the timed interval, and
+        // page faults can wait for other tests' mmap/munmap.
+        fn1(f)(arg as i64);
+        for i in 0..8 {
+            let what = format!("{wall_pref:?}/{cpu_pref:?} call {i}");
+            let (dw, dc) = timed_call(&Call {
+                what: &what,
+                f: fn1(f),
+                arg: arg as i64,
+                result: arg as i64,
+                m,
+                activations: 1,
+                disturbed: if sleeps {
+                    sleep_disturbed
+                } else {
+                    spin_disturbed
+                },
+            });
+            assert!(dc <= dw, "cpu {dc} > wall {dw}");
+            if sleeps {
+                assert!(dw >= arg, "slept {arg} ns, timed {dw}");
+                assert!(dc <= dw / 10, "sleeping: cpu {dc} ns of wall {dw}");
+            }
+        }
+        assert_eq!(word(m + METRIC_WALL_START), 0);
+        assert_eq!(word(m + METRIC_CPU_START), 0);
+        // +2 per start, +2 per stop
+        assert_eq!(word(m + METRIC_SEQ), 4 * counts(m)[0]);
+    }
+    assert_eq!(depth(), 0);
+}
+
+#[test]
+fn spin_and_sleep_times_match_the_system_clocks() {
+    spin_and_sleep(WallPreference::Auto, CpuPreference::Auto);
+}
+
+/// The readers' slow paths inside generated code: CLOCK_MONOTONIC by raw
+/// syscall (16 bytes of stack), CLOCK_THREAD_CPUTIME_ID every read, and the
+/// anchor mode (re-anchoring after every context switch).
+#[test]
+fn spin_and_sleep_with_every_clock_mode() {
+    spin_and_sleep(WallPreference::Monotonic, CpuPreference::Syscall);
+    spin_and_sleep(WallPreference::Auto, CpuPreference::Anchor);
+    spin_and_sleep(WallPreference::Auto, CpuPreference::Syscall);
+}
+
+#[test]
+fn one_clock_or_no_cpu_state() {
+    let wall_only = Timers {
+        wall: true,
+        cpu: false,
+    };
+    let cpu_only = Timers {
+        wall: false,
+        cpu: true,
+    };
+    for (timers, with_cpu_state) in [(wall_only, true), (cpu_only, true), (BOTH, false)] {
+        let mut lab = Lab::new(timed_slots(timers, wall(WallPreference::Auto)));
+        let spin = lab.wrapper(spin_cpu);
+        let m = lab.hook(spin);
+        let _setup = install_row(lab.block(), with_cpu_state.then_some(CpuPreference::Auto));
+        for _ in 0..3 {
+            fn1(spin.0)(MS as i64);
+        }
+        let (w, c, nesting) = totals(m);
+        assert_eq!(nesting, 0);
+        assert_eq!(counts(m), [3, 3, 0, 0]);
+        let cpu_timed = timers.cpu && with_cpu_state;
+        assert_eq!(w >= 3 * MS, timers.wall, "{timers:?}: wall {w}");
+        assert_eq!(w == 0, !timers.wall, "{timers:?}: wall {w}");
+        assert_eq!(c >= 3 * MS, cpu_timed, "{timers:?}: cpu {c}");
+        assert_eq!(c == 0, !cpu_timed, "{timers:?}: cpu {c}");
+    }
+}
+
+#[test]
+fn recursion_times_the_outermost_activation_once() {
+    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    // rec(n): n == 0 ? spin_cpu(2 ms) : rec(n - 1)
+    let rec = lab.assemble(|a, end| {
+        let mut start = a.create_label();
+        let mut base = a.create_label();
+        a.set_label(&mut start).unwrap();
+        a.push(rbx).unwrap();
+        a.test(rdi, rdi).unwrap();
+        a.jz(base).unwrap();
+        a.lea(rdi, qword_ptr(rdi - 1)).unwrap();
+        a.call(start).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(&mut base).unwrap();
+        a.mov(rdi, (2 * MS) as i64).unwrap();
+        a.mov(rax, spin_cpu as *const () as u64).unwrap();
+        a.call(rax).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let m = lab.hook(rec);
+    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+    fn1(rec.0)(100); // warm-up (first touches)
+    for round in 0..3 {
+        // The whole call's time, once (not 101 nested intervals).
+        let (dw, dc) = timed_call(&Call {
+            what: "rec(100)",
+            f: fn1(rec.0),
+            arg: 100,
+            result: 2 * MS as i64,
+            m,
+            activations: 101,
+            disturbed: spin_disturbed,
+        });
+        // (The thread's CPU clock, in anchor mode, can run ahead of the
+        // kernel and then stall: hence the tolerance below 2 ms.)
+        assert!(dc <= dw && close_enough(dc, 2 * MS), "wall {dw} cpu {dc}");
+        assert_eq!(depth(), 0);
+        assert_eq!(word(m + METRIC_NESTING), 0);
+        // One timer start and stop per outermost call.
+        assert_eq!(101 * word(m + METRIC_SEQ) / 4, counts(m)[0]);
+        let _ = round;
+    }
+}
+
+/// `catcher(jb)` saves rsp and a resume address in `jb`, calls `f1(jb)` →
+/// `f2(jb)` → `thrower(jb)`, which spins 3 ms of CPU, restores rsp and
+/// jumps to the resume address; catcher returns 2. `outer(jb)` calls
+/// catcher.
+struct Jmp {
+    catcher: u64,
+    outer: u64,
+    g: u64,
+    m_f1: i32,
+    m_f2: i32,
+    m_g: i32,
+    m_outer: i32,
+}
+
+const THROWER_SPIN: u64 = 3 * MS;
+
+fn build_jmp(lab: &mut Lab) -> Jmp {
+    let thrower = lab.assemble(|a, end| {
+        a.push(rdi).unwrap();
+        a.mov(rdi, THROWER_SPIN as i64).unwrap();
+        a.mov(rax, spin_cpu as *const () as u64).unwrap();
+        a.call(rax).unwrap();
+        a.pop(rdi).unwrap();
+        a.mov(rsp, qword_ptr(rdi)).unwrap();
+        a.jmp(qword_ptr(rdi + 8)).unwrap();
+        a.set_label(end).unwrap();
+    });
+    let calls = |lab: &mut Lab, target: u64| {
+        lab.assemble(|a, end| {
+            a.push(rbx).unwrap();
+            a.xor(eax, eax).unwrap();
+            a.call(target).unwrap();
+            a.pop(rbx).unwrap();
+            a.ret().unwrap();
+            a.set_label(end).unwrap();
+        })
+    };
+    let f2 = calls(lab, thrower.0);
+    let m_f2 = lab.hook(f2);
+    let f1 = calls(lab, f2.0);
+    let m_f1 = lab.hook(f1);
+    let g = lab.assemble(|a, end| {
+        a.mov(eax, 10).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let m_g = lab.hook(g);
+    let catcher = lab.assemble(|a, end| {
+        let mut resume = a.create_label();
+        let mut out = a.create_label();
+        for r in [rbx, rbp, r12, r13, r14, r15] {
+            a.push(r).unwrap();
+        }
+        a.sub(rsp, 8).unwrap();
+        a.mov(qword_ptr(rdi), rsp).unwrap();
+        a.lea(rax, ptr(resume)).unwrap();
+        a.mov(qword_ptr(rdi + 8), rax).unwrap();
+        a.call(f1.0).unwrap();
+        a.mov(eax, 1).unwrap();
+        a.jmp(out).unwrap();
+        a.set_label(&mut resume).unwrap();
+        a.mov(eax, 2).unwrap();
+        a.set_label(&mut out).unwrap();
+        a.add(rsp, 8).unwrap();
+        for r in [r15, r14, r13, r12, rbp, rbx] {
+            a.pop(r).unwrap();
+        }
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let outer = calls(lab, catcher.0);
+    let m_outer = lab.hook(outer);
+    Jmp {
+        catcher: catcher.0,
+        outer: outer.0,
+        g: g.0,
+        m_f1,
+        m_f2,
+        m_g,
+        m_outer,
+    }
+}
+
+fn call_jb(f: u64) -> i64 {
+    let mut jb = [0u64; 2];
+    fn1(f)(jb.as_mut_ptr() as i64)
+}
+
+#[test]
+fn longjmp_closes_timers_when_detected() {
+    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let j = build_jmp(&mut lab);
+    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+
+    // 1. Skipped frames stay open (and timing) until the next entry.
+    let t0 = monotonic_ns();
+    let u0 = thread_cputime_ns();
+    assert_eq!(call_jb(j.catcher), 2);
+    let t1 = monotonic_ns();
+    assert_eq!(depth(), 2);
+    for m in [j.m_f1, j.m_f2] {
+        assert_eq!(word(m + METRIC_NESTING), 1);
+        assert_ne!(word(m + METRIC_WALL_START), 0);
+        assert_eq!(totals(m).0, 0);
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let t2 = monotonic_ns();
+    assert_eq!(fn1(j.g)(0), 10); // its entry closes f2 then f1
+    let t3 = monotonic_ns();
+    let u3 = thread_cputime_ns();
+    assert_eq!(depth(), 0);
+    assert_eq!(counts(j.m_g), [1, 1, 0, 0]);
+    for m in [j.m_f1, j.m_f2] {
+        assert_eq!(counts(m), [1, 0, 1, 0]);
+        let (w, c, nesting) = totals(m);
+        assert_eq!(nesting, 0);
+        assert_eq!(word(m + METRIC_WALL_START), 0);
+        assert_eq!(word(m + METRIC_CPU_START), 0);
+        // Started in [t0, t1], stopped in [t2, t3].
+        let tol = (t3 - t0) * 3 / 100 + 200 * US;
+        assert!(w + tol >= t2 - t1 && w <= t3 - t0 + tol, "wall {w}");
+        // The thrower's spin, not the sleep.
+        assert!(c + 200 * US >= THROWER_SPIN, "cpu {c}");
+        assert!(c <= (u3 - u0) + 200 * US, "cpu {c}");
+    }
+
+    // 2. An instrumented caller's exit closes what was left above it, at
+    // that moment.
+    let (w1_before, _, _) = totals(j.m_f1);
+    let t0 = monotonic_ns();
+    assert_eq!(call_jb(j.outer), 2);
+    let t1 = monotonic_ns();
+    assert_eq!(depth(), 0);
+    assert_eq!(counts(j.m_outer), [1, 1, 0, 0]);
+    for m in [j.m_f1, j.m_f2] {
+        assert_eq!(counts(m), [2, 0, 2, 0]);
+        assert_eq!(word(m + METRIC_NESTING), 0);
+    }
+    let dw = totals(j.m_f1).0 - w1_before;
+    assert!(dw + 200 * US >= THROWER_SPIN && dw <= t1 - t0, "{dw}");
+    let (wo, co, _) = totals(j.m_outer);
+    assert!(wo <= t1 - t0 && wo >= dw, "outer wall {wo}, f1 {dw}");
+    assert!(co + 200 * US >= THROWER_SPIN && co <= wo, "{co}");
+}
+
+#[repr(C)]
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Pair {
+    a: u64,
+    b: u64,
+}
+
+#[test]
+fn return_values_registers_and_flags_survive_timed_exits() {
+    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+
+    let pair = lab.assemble(|a, end| {
+        a.lea(rax, qword_ptr(rdi + rdi)).unwrap();
+        a.lea(rdx, qword_ptr(rsi + 1)).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let m_pair = lab.hook(pair);
+    // SAFETY: C-ABI function with this signature.
+    let pair_fn: extern "C" fn(u64, u64) -> Pair = unsafe { std::mem::transmute(pair.0 as usize) };
+    assert_eq!(pair_fn(21, 41), Pair { a: 42, b: 42 });
+    let dbl = lab.assemble(|a, end| {
+        a.movq(xmm0, rdi).unwrap();
+        a.addsd(xmm0, xmm0).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let m_dbl = lab.hook(dbl);
+    // SAFETY: C-ABI function with this signature.
+    let dbl_fn: extern "C" fn(u64) -> f64 = unsafe { std::mem::transmute(dbl.0 as usize) };
+    assert_eq!(dbl_fn(1.25f64.to_bits()), 2.5);
+    assert_eq!(counts(m_pair), [1, 1, 0, 0]);
+    assert_eq!(counts(m_dbl), [1, 1, 0, 0]);
+
+    // Every GPR, xmm0, xmm1, st0 and the flags, set just before the `ret`;
+    // and the argument registers (incl. r10, r11 and al) seen at entry.
+    const GPRS: [AsmRegister64; 15] = [
+        rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15,
+    ];
+    let value =
+        |i: usize| 0x0101_0101_0101_0101u64.wrapping_mul(i as u64 + 1) ^ 0x8000_0000_0000_00f0;
+    let entry_regs = lab.alloc(8 * 15, 8);
+    let regs = lab.assemble(|a, end| {
+        // Record what the trampoline left in the registers at entry.
+        a.push(rax).unwrap();
+        a.mov(rax, entry_regs).unwrap();
+        for (i, r) in GPRS.iter().enumerate().skip(1) {
+            a.mov(qword_ptr(rax + 8 * i as i32), *r).unwrap();
+        }
+        a.pop(qword_ptr(rax)).unwrap();
+        for (i, r) in GPRS.iter().enumerate() {
+            a.mov(*r, value(i)).unwrap();
+        }
+        a.mov(rax, 1.5f64.to_bits()).unwrap();
+        a.movq(xmm0, rax).unwrap();
+        a.mov(rax, (-7.25f64).to_bits()).unwrap();
+        a.movq(xmm1, rax).unwrap();
+        a.mov(rax, value(0)).unwrap();
+        a.fldpi().unwrap();
+        a.push(0x8d7).unwrap(); // OF SF ZF AF PF CF
+        a.popfq().unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let m_regs = lab.hook(regs);
+    // probe(out, f): sets every register to a known value, calls f, then
+    // stores what it left in every register.
+    let probe = lab.assemble(|a, end| {
+        for r in [rbx, rbp, r12, r13, r14, r15] {
+            a.push(r).unwrap();
+        }
+        a.push(rdi).unwrap(); // out
+        a.push(rsi).unwrap(); // f
+        a.sub(rsp, 8).unwrap(); // keeps the call ABI-aligned
+        for (i, r) in GPRS.iter().enumerate() {
+            a.mov(*r, !value(i)).unwrap();
+        }
+        a.call(qword_ptr(rsp + 8)).unwrap();
+        a.pushfq().unwrap();
+        a.push(rax).unwrap();
+        a.mov(rax, qword_ptr(rsp + 32)).unwrap();
+        a.pop(qword_ptr(rax)).unwrap();
+        a.pop(qword_ptr(rax + 8 * 15)).unwrap();
+        for (i, r) in GPRS.iter().enumerate().skip(1) {
+            a.mov(qword_ptr(rax + 8 * i as i32), *r).unwrap();
+        }
+        a.movq(qword_ptr(rax + 8 * 16), xmm0).unwrap();
+        a.movq(qword_ptr(rax + 8 * 17), xmm1).unwrap();
+        a.fstp(qword_ptr(rax + 8 * 18)).unwrap();
+        a.add(rsp, 16).unwrap();
+        a.pop(rdi).unwrap();
+        for r in [r15, r14, r13, r12, rbp, rbx] {
+            a.pop(r).unwrap();
+        }
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    for _ in 0..3 {
+        let mut out = [0u64; 19];
+        // SAFETY: `probe` preserves the callee-saved registers and follows
+        // the C ABI; `out` has the 19 words it writes; the x87 stack is
+        // balanced.
+        unsafe {
+            asm!("call {p}", p = in(reg) probe.0, in("rdi") out.as_mut_ptr(), in("rsi") regs.0,
+                 clobber_abi("C"));
+        }
+        for (i, r) in GPRS.iter().enumerate() {
+            assert_eq!(out[i], value(i), "{r:?} after the exit");
+        }
+        assert_eq!(out[15] & 0xcd5, 0x8d5, "flags {:#x}", out[15]);
+        assert_eq!(f64::from_bits(out[16]), 1.5);
+        assert_eq!(f64::from_bits(out[17]), -7.25);
+        assert_eq!(f64::from_bits(out[18]), std::f64::consts::PI);
+        for (i, r) in GPRS.iter().enumerate() {
+            let seen =
+                u64::from_le_bytes(lab.bytes(entry_regs + 8 * i as u64, 8).try_into().unwrap());
+            assert_eq!(seen, !value(i), "{r:?} at entry");
+        }
+    }
+    assert_eq!(counts(m_regs), [3, 3, 0, 0]);
+    assert_eq!(depth(), 0);
+}
+
+#[test]
+fn threads_outnumbering_cpus_get_their_own_cpu_time() {
+    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let spin = lab.wrapper(spin_cpu);
+    let m = lab.hook(spin);
+    let blocks: Vec<u64> = (0..4).map(|_| lab.block()).collect();
+    let go = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = blocks
+            .iter()
+            .map(|&block| {
+                let go = &go;
+                s.spawn(move || {
+                    let _setup = install_row(block, Some(CpuPreference::Auto));
+                    while !go.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    let u0 = thread_cputime_ns();
+                    let t0 = monotonic_ns();
+                    for _ in 0..40 {
+                        fn1(spin.0)((2 * MS) as i64);
+                    }
+                    let t1 = monotonic_ns();
+                    let u1 = thread_cputime_ns();
+                    let (w, c, nesting) = totals(m);
+                    assert_eq!(nesting, 0);
+                    assert_eq!(counts(m), [40, 40, 0, 0]);
+                    let tol = (u1 - u0) * 3 / 100;
+                    assert!(
+                        c.abs_diff(u1 - u0) <= tol,
+                        "cpu timed {c}, thread used {}",
+                        u1 - u0
+                    );
+                    assert!(
+                        c <= w && w <= t1 - t0,
+                        "cpu {c} wall {w} elapsed {}",
+                        t1 - t0
+                    );
+                    (c, w)
+                })
+            })
+            .collect();
+        go.store(true, Ordering::Release);
+        for h in handles {
+            let (c, w) = h.join().unwrap();
+            eprintln!(
+                "thread: cpu {:.1} ms, wall {:.1} ms",
+                c as f64 / 1e6,
+                w as f64 / 1e6
+            );
+        }
+    });
+}
+
+/// CLOCK_THREAD_CPUTIME_ID of another thread of this process.
+fn cpu_of(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; `clock` names a live thread.
+    assert_eq!(unsafe { libc::clock_gettime(clock, &mut ts) }, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn a_concurrent_reader_sees_consistent_growing_values() {
+    let wall_clock = wall(WallPreference::Auto);
+    let mut lab = Lab::new(timed_slots(BOTH, wall_clock));
+    let spin = lab.wrapper(spin_cpu);
+    let m = lab.hook(spin);
+    let block = lab.block();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let done = AtomicBool::new(false);
+    let release = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let setup = install_row(block, Some(CpuPreference::Auto));
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: pthread_self is this live thread; `clock` is a valid
+            // out-pointer.
+            assert_eq!(
+                unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) },
+                0
+            );
+            tx.send((
+                setup.row.as_ptr() as u64,
+                clock,
+                wall_clock.now(),
+                thread_cputime_ns(),
+            ))
+            .unwrap();
+            // One long call, then many short ones (many starts and stops
+            // racing the reader).
+            fn1(spin.0)((150 * MS) as i64);
+            for _ in 0..3000 {
+                fn1(spin.0)((20 * US) as i64);
+            }
+            done.store(true, Ordering::Release);
+            // Stay alive (its CPU clock id valid) until the reader is done.
+            while !release.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            totals(m)
+        });
+        /// Lets the worker end even when an assertion below fails.
+        struct Release<'a>(&'a AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let release_guard = Release(&release);
+        let (row, clock, w_start, c_start) = rx.recv().unwrap();
+        let row = row as *const u64;
+        let mut prev = TimerValue::default();
+        let (mut reads, mut running_reads, mut worst_wall, mut worst_cpu) =
+            (0u64, 0u64, 0u64, 0u64);
+        loop {
+            let finished = done.load(Ordering::Acquire);
+            // The clocks first, then the words (see `timer_value`).
+            let wall_now = wall_clock.now();
+            let cpu_now = cpu_of(clock);
+            let words =
+                read_timer_words(|off| load(row, m + off), 1_000_000).expect("seqlock stuck");
+            let v = timer_value(&words, wall_now, Some(cpu_now));
+            let (wall_after, cpu_after) = (wall_clock.now(), cpu_of(clock));
+            reads += 1;
+            running_reads += u64::from(v.running);
+            // Never more than the worker's whole life so far (a torn read
+            // that counts an interval twice would exceed it).
+            // The thread's own CPU clock may run a little ahead of the
+            // kernel's accounting (anchor mode counts IRQ and steal time):
+            // the tolerance of the other CPU checks.
+            let (cpu_used, slack) = (cpu_after - c_start, 50 * US);
+            let cpu_slack = cpu_used * 3 / 100 + 200 * US;
+            assert!(v.wall_ns <= wall_after - w_start + slack, "{v:?} {words:?}");
+            assert!(v.cpu_ns <= cpu_used + cpu_slack, "{v:?} {words:?}");
+            assert!(v.cpu_ns <= v.wall_ns + cpu_slack, "{v:?} {words:?}");
+            // Never decreasing (a torn read that drops an interval would).
+            worst_wall = worst_wall.max(prev.wall_ns.saturating_sub(v.wall_ns));
+            worst_cpu = worst_cpu.max(prev.cpu_ns.saturating_sub(v.cpu_ns));
+            assert!(v.wall_ns + 2 * US >= prev.wall_ns, "{prev:?} -> {v:?}");
+            assert!(v.cpu_ns + 20 * US >= prev.cpu_ns, "{prev:?} -> {v:?}");
+            prev = v;
+            if finished {
+                break;
+            }
+            if reads % 64 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        drop(release_guard);
+        let (w, c, nesting) = worker.join().unwrap();
+        assert_eq!(nesting, 0);
+        assert!(!prev.running);
+        assert_eq!((prev.wall_ns, prev.cpu_ns), (w, c));
+        assert!(c >= 150 * MS + 3000 * 20 * US);
+        assert!(
+            running_reads > 100,
+            "{running_reads} of {reads} reads saw it running"
+        );
+        eprintln!(
+            "reader: {reads} reads ({running_reads} running); largest decrease: wall {worst_wall} \
+             ns, cpu {worst_cpu} ns"
+        );
+    });
+}
+
+/// Not a check: prints the cost per call of an empty function, plain, with
+/// exit hooks, and timed (run with `--nocapture`).
+#[test]
+fn cost_per_timed_call() {
+    let empty = |lab: &mut Lab| {
+        lab.assemble(|a, end| {
+            a.lea(rax, qword_ptr(rdi + 1)).unwrap();
+            a.ret().unwrap();
+            a.set_label(end).unwrap();
+        })
+    };
+    let plain_slots = ReturnSlots::new(CAPACITY, BLOCK, DEPTH, Some(BOUNDS)).unwrap();
+    let wall_only = Timers {
+        wall: true,
+        cpu: false,
+    };
+    let w = wall(WallPreference::Auto);
+    let mut results = Vec::new();
+    for (name, slots, hook) in [
+        ("not instrumented", plain_slots, false),
+        ("exit hook, no timer", plain_slots, true),
+        ("wall timer", timed_slots(wall_only, w), true),
+        ("wall + cpu timers", timed_slots(BOTH, w), true),
+    ] {
+        let mut lab = Lab::new(slots);
+        let f = empty(&mut lab);
+        if hook {
+            lab.hook(f);
+        }
+        let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+        let f = fn1(f.0);
+        let n = 200_000;
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t0 = monotonic_ns();
+            for i in 0..n {
+                std::hint::black_box(f(std::hint::black_box(i)));
+            }
+            best = best.min((monotonic_ns() - t0) as f64 / n as f64);
+        }
+        results.push((name, best));
+    }
+    for (name, ns) in results {
+        eprintln!("{name:>22}: {ns:6.1} ns/call");
+    }
+}
