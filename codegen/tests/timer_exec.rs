@@ -451,10 +451,14 @@ fn spin_and_sleep(wall_pref: WallPreference, cpu_pref: CpuPreference) {
                     spin_disturbed
                 },
             });
-            assert!(dc <= dw, "cpu {dc} > wall {dw}");
+            assert!(cpu_within_wall(dc, dw), "cpu {dc} > wall {dw}");
             if sleeps {
                 assert!(dw >= arg, "slept {arg} ns, timed {dw}");
-                assert!(dc <= dw / 10, "sleeping: cpu {dc} ns of wall {dw}");
+                // Not counting the sleep itself: CPU well under the wall time.
+                // (A quarter, not less: on a loaded 2-vCPU guest the thread's
+                // way into and out of nanosleep has been seen to take 0.8 ms
+                // of CPU time in a 6 ms call.)
+                assert!(dc <= dw / 4, "sleeping: cpu {dc} ns of wall {dw}");
             }
         }
         assert_eq!(word(m + METRIC_WALL_START), 0);
@@ -548,13 +552,24 @@ fn recursion_times_the_outermost_activation_once() {
         });
         // (The thread's CPU clock, in anchor mode, can run ahead of the
         // kernel and then stall: hence the tolerance below 2 ms.)
-        assert!(dc <= dw && close_enough(dc, 2 * MS), "wall {dw} cpu {dc}");
+        assert!(
+            cpu_within_wall(dc, dw) && close_enough(dc, 2 * MS),
+            "wall {dw} cpu {dc}"
+        );
         assert_eq!(depth(), 0);
         assert_eq!(word(m + METRIC_NESTING), 0);
         // One timer start and stop per outermost call.
         assert_eq!(101 * word(m + METRIC_SEQ) / 4, counts(m)[0]);
         let _ = round;
     }
+}
+
+/// CPU time of an interval cannot exceed its wall time, except by the rate
+/// difference between the kernel's CPU accounting clock (kvm-clock here)
+/// and the calibrated TSC, and a syscall-backed CPU read's own length: 0.1%
+/// plus 2 µs.
+fn cpu_within_wall(cpu: u64, wall: u64) -> bool {
+    cpu <= wall + wall / 1000 + 2_000
 }
 
 /// `catcher(jb)` saves rsp and a resume address in `jb`, calls `f1(jb)` →
@@ -699,7 +714,10 @@ fn longjmp_closes_timers_when_detected() {
     assert!(dw + 200 * US >= THROWER_SPIN && dw <= t1 - t0, "{dw}");
     let (wo, co, _) = totals(j.m_outer);
     assert!(wo <= t1 - t0 && wo >= dw, "outer wall {wo}, f1 {dw}");
-    assert!(co + 200 * US >= THROWER_SPIN && co <= wo, "{co}");
+    assert!(
+        co + 200 * US >= THROWER_SPIN && cpu_within_wall(co, wo),
+        "{co}"
+    );
 }
 
 #[repr(C)]
@@ -860,7 +878,7 @@ fn threads_outnumbering_cpus_get_their_own_cpu_time() {
                         u1 - u0
                     );
                     assert!(
-                        c <= w && w <= t1 - t0,
+                        cpu_within_wall(c, w) && w <= t1 - t0,
                         "cpu {c} wall {w} elapsed {}",
                         t1 - t0
                     );

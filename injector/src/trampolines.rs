@@ -21,8 +21,8 @@ use weft_codegen::{register_stub, register_stub_len, VectorSave};
 pub const MAX_DISTANCE: u64 = 1 << 30;
 /// Smallest area mapped at a time.
 const AREA_SIZE: u64 = 256 * 1024;
-/// First 8 bytes of every trampoline area, so that a later weft can tell its
-/// areas (and the probes a killed weft left behind) from other memory.
+/// First 8 bytes of every trampoline area, for people reading a target's
+/// memory (leftover probes are recognised by their records).
 pub const AREA_MAGIC: u64 = u64::from_le_bytes(*b"WEFTAREA");
 /// Bytes at the start of an area before its registration stub.
 const AREA_HEADER: u64 = 64;
@@ -74,10 +74,15 @@ pub fn leftover_probe(
     let target = patch_address
         .wrapping_add(5)
         .wrapping_add(rel as i64 as u64);
+    // The record alone identifies a weft probe (its magic followed by this
+    // very address). The area's own magic is not required: the kernel merges
+    // adjacent anonymous mappings with the same permissions (two areas, or an
+    // area and the remote-call stub page), so a mapping's start need not be
+    // an area's start.
     let area = maps
         .iter()
         .find(|m| m.contains(target) && m.inode == 0 && m.perms.exec)?;
-    if memory.read_u64(area.start).ok()? != AREA_MAGIC || target < area.start + RECORD_LEN {
+    if target < area.start + RECORD_LEN {
         return None;
     }
     let mut rec = [0u8; RECORD_LEN as usize];

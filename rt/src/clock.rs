@@ -658,6 +658,13 @@ impl fmt::Display for CpuSource {
 /// | 72 | `scratch: [u64; 2]` | timespec written by the raw syscall |
 /// | 88 | `fd: i32` | the perf event, -1 if none owned |
 /// | 92 | `why: i32` | errno / reason behind [`ThreadCpuClock::source`] |
+/// | 96 | `max_age_tsc: u64` | anchor mode: re-anchor once the anchor is this many TSC ticks old |
+///
+/// Why an anchor ages out: between two context switches the TSC also counts
+/// time the hypervisor steals from the vCPU (and interrupt time), which the
+/// kernel does not charge to the thread. Re-anchoring every
+/// [`MAX_ANCHOR_AGE_NS`] of running bounds that error to one such window —
+/// one ~1 µs syscall per millisecond of a thread that reads its clock.
 #[repr(C, align(64))]
 pub struct ThreadCpuClock {
     page: *const PerfEventMmapPage,
@@ -674,6 +681,18 @@ pub struct ThreadCpuClock {
     scratch: [u64; 2],
     fd: i32,
     why: i32,
+    max_age_tsc: u64,
+}
+
+/// How old (in running time) an anchor may get before a read re-anchors.
+pub const MAX_ANCHOR_AGE_NS: u64 = 1_000_000;
+
+/// TSC ticks in `ns` at the calibration `mult`/`shift` (ns = ticks * mult >> shift).
+fn ns_to_ticks(ns: u64, mult: u32, shift: u32) -> u64 {
+    if mult == 0 || shift > 63 {
+        return u64::MAX;
+    }
+    u64::try_from((u128::from(ns) << shift) / u128::from(mult)).unwrap_or(u64::MAX)
 }
 
 /// Offsets in [`ThreadCpuClock`], for generated code.
@@ -699,6 +718,8 @@ pub const CPU_OFF_READS: usize = 56;
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_SYSCALLS: usize = 64;
 /// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_MAX_AGE: usize = 96;
+/// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_SCRATCH: usize = 72;
 const _: () = {
     assert!(offset_of!(ThreadCpuClock, page) == CPU_OFF_PAGE);
@@ -706,6 +727,7 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, anchor_lock) == CPU_OFF_ANCHOR_LOCK);
     assert!(offset_of!(ThreadCpuClock, anchor_cpu_ns) == CPU_OFF_ANCHOR_CPU);
     assert!(offset_of!(ThreadCpuClock, anchor_tsc) == CPU_OFF_ANCHOR_TSC);
+    assert!(offset_of!(ThreadCpuClock, max_age_tsc) == CPU_OFF_MAX_AGE);
     assert!(offset_of!(ThreadCpuClock, mult) == CPU_OFF_MULT);
     assert!(offset_of!(ThreadCpuClock, shift) == CPU_OFF_SHIFT);
     assert!(offset_of!(ThreadCpuClock, base_ns) == CPU_OFF_BASE);
@@ -744,6 +766,7 @@ impl ThreadCpuClock {
             scratch: [0; 2],
             fd: -1,
             why: WHY_CPU_FORCED,
+            max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
         };
         if preference == CpuPreference::Syscall {
             return clock;
@@ -814,6 +837,7 @@ impl ThreadCpuClock {
             scratch: [0; 2],
             fd: -1,
             why: 0,
+            max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
         }
     }
 
@@ -922,8 +946,8 @@ impl ThreadCpuClock {
                 // rdtsc BEFORE the lock read: if the lock still matches, no
                 // sched-in happened between the anchor and the TSC read.
                 let tsc = rdtsc();
-                if self.page_lock_raw() == self.anchor_lock {
-                    let delta = tsc.saturating_sub(self.anchor_tsc);
+                let delta = tsc.saturating_sub(self.anchor_tsc);
+                if self.page_lock_raw() == self.anchor_lock && delta < self.max_age_tsc {
                     self.anchor_cpu_ns + mul_u64_u32_shr(delta, self.mult, self.shift)
                 } else {
                     self.reanchor()
@@ -1089,6 +1113,8 @@ global_asm!(
     "jae 12f",
     "xor eax, eax",
     "12:",
+    "cmp rax, qword ptr [r8 + {C_MAX_AGE}]",
+    "jae 40f", // the anchor aged out: re-anchor (see MAX_ANCHOR_AGE_NS)
     "mov r9d, dword ptr [r8 + {C_MULT}]",
     "mov ecx, dword ptr [r8 + {C_SHIFT}]",
     mul_shift_rax!(),
@@ -1185,6 +1211,7 @@ global_asm!(
     C_ANCHOR_LOCK = const CPU_OFF_ANCHOR_LOCK,
     C_ANCHOR_CPU = const CPU_OFF_ANCHOR_CPU,
     C_ANCHOR_TSC = const CPU_OFF_ANCHOR_TSC,
+    C_MAX_AGE = const CPU_OFF_MAX_AGE,
     C_MULT = const CPU_OFF_MULT,
     C_SHIFT = const CPU_OFF_SHIFT,
     C_BASE = const CPU_OFF_BASE,
