@@ -139,12 +139,14 @@ pub fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
     println!("demo: started a server with {threads} worker threads (pid {pid}); attaching...");
 
     let started = Instant::now();
-    let mut process = Process::attach(pid)?;
+    let mut process = Process::open(pid)?;
     let patterns: Vec<Pattern> = FUNCTIONS
         .iter()
         .map(|(f, _)| Pattern::parse(f))
         .collect::<Result<_, _>>()?;
     let found = process.find_functions(&patterns)?;
+    process.prepare(&found)?;
+    process.hold()?;
     process.insert_counters(&found)?;
     let attach_time = started.elapsed();
     process.release()?;

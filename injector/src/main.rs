@@ -285,10 +285,13 @@ fn attach(
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
     let timing = Timing::from_env();
-    let mut process = Process::attach(pid)?;
-    timing.mark("seized and stopped every thread");
+    // Everything that needs no stopped target happens before the pause.
+    let mut process = Process::open(pid)?;
     let found = process.find_functions(&patterns)?;
-    timing.mark("found functions");
+    process.prepare(&found)?;
+    timing.mark("found functions and swept their modules (target running)");
+    process.hold()?;
+    timing.mark("seized and stopped every thread");
     process.insert_counters(&found)?;
     timing.mark("loaded the runtime and spliced");
     let threads = process.threads_at_attach();

@@ -127,26 +127,39 @@ impl Process {
 
     /// [`Process::attach`] with a runtime geometry.
     pub fn attach_with(pid: i32, options: RuntimeOptions) -> Result<Process, Error> {
+        let mut process = Process::open_with(pid, options)?;
+        process.hold()?;
+        Ok(process)
+    }
+
+    /// Opens a running process for inspection without stopping it: find
+    /// functions and [`Process::prepare`] them first, then [`Process::hold`]
+    /// it only for the splice, so the target's pause holds no file parsing.
+    pub fn open(pid: i32) -> Result<Process, Error> {
+        Process::open_with(pid, RuntimeOptions::default())
+    }
+
+    /// [`Process::open`] with a runtime geometry.
+    pub fn open_with(pid: i32, options: RuntimeOptions) -> Result<Process, Error> {
         preflight(pid)?;
         let image = ProcessImage::open(pid)?;
         if image.is_statically_linked() {
             return Err(Error::StaticallyLinked(pid));
         }
-        let tracer = Tracer::attach(pid)?;
-        Ok(Process::new(pid, tracer, image, options, false))
+        Ok(Process::new(pid, None, image, options, false))
     }
 
     fn new(
         pid: i32,
-        tracer: Tracer,
+        tracer: Option<Tracer>,
         image: ProcessImage,
         options: RuntimeOptions,
         launched: bool,
     ) -> Process {
         Process {
             pid,
-            threads_at_attach: tracer.thread_count(),
-            tracer: Some(tracer),
+            threads_at_attach: tracer.as_ref().map_or(0, Tracer::thread_count),
+            tracer,
             image,
             runtime: None,
             pool: Pool::default(),
@@ -179,7 +192,7 @@ impl Process {
         }
         Ok(Process::new(
             pid,
-            tracer,
+            Some(tracer),
             image,
             RuntimeOptions::default(),
             true,
@@ -524,25 +537,16 @@ impl Process {
         })
         .map_err(|e| e.to_string())?;
         // Code elsewhere in the module may jump into the patch too.
-        if let Some(module) = self.image.module_of(f.address) {
-            let path = module.path().to_path_buf();
-            if !self.branch_indexes.contains_key(&path) {
-                let index =
-                    crate::branches::BranchIndex::build(module).map_err(|e| e.to_string())?;
-                self.branch_indexes.insert(path.clone(), index);
-            }
-            if let Some(branch) =
-                self.branch_indexes[&path].into_range(site.patch_address, site.end())
-            {
-                return Err(format!(
-                    "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at {:#x} would overwrite",
-                    branch.source,
-                    f.module,
-                    branch.target,
-                    site.original.len(),
-                    site.patch_address
-                ));
-            }
+        let index = self.branch_index(f.address).map_err(|e| e.to_string())?;
+        if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
+            return Err(format!(
+                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at {:#x} would overwrite",
+                branch.source,
+                f.module,
+                branch.target,
+                site.original.len(),
+                site.patch_address
+            ));
         }
         Ok(site)
     }
@@ -649,9 +653,40 @@ impl Process {
     pub fn hold(&mut self) -> Result<(), Error> {
         if self.tracer.is_none() {
             preflight(self.pid)?;
-            self.tracer = Some(Tracer::attach(self.pid)?);
+            let tracer = Tracer::attach(self.pid)?;
+            if self.threads_at_attach == 0 {
+                self.threads_at_attach = tracer.thread_count();
+            }
+            self.tracer = Some(tracer);
         }
         Ok(())
+    }
+
+    /// Does the work of planning that needs no stopped target — sweeping
+    /// the direct branches of the modules holding `functions` — so that it
+    /// happens before [`Process::hold`] rather than inside the pause.
+    /// Optional: [`Process::insert_counters`] does it itself when needed.
+    pub fn prepare(&mut self, functions: &[Function]) -> Result<(), Error> {
+        for f in functions {
+            self.branch_index(f.address)?;
+        }
+        Ok(())
+    }
+
+    /// The branch index of the module holding `address`, built on first use.
+    fn branch_index(
+        &mut self,
+        address: u64,
+    ) -> Result<Option<&crate::branches::BranchIndex>, Error> {
+        let Some(module) = self.image.module_of(address) else {
+            return Ok(None);
+        };
+        let path = module.path().to_path_buf();
+        if !self.branch_indexes.contains_key(&path) {
+            let index = crate::branches::BranchIndex::build(module)?;
+            self.branch_indexes.insert(path.clone(), index);
+        }
+        Ok(self.branch_indexes.get(&path))
     }
 
     /// Whether the process is still alive (not exited, not a zombie).
