@@ -185,10 +185,10 @@ fn run_report_to_file() {
     check_run(&ctx, exe, &out, &report);
 }
 
-/// A target exiting with code 3 makes weft exit 3; the report still follows.
-#[test]
-fn run_propagates_exit_code() {
-    let ctx = Ctx::new("run_propagates_exit_code");
+/// Runs the 2-thread workers target with `how` (its way of ending) under
+/// `weft run`: weft exits with `code` and the exact report still follows.
+fn run_ending(test: &str, how: [&str; 2], code: i32) {
+    let ctx = Ctx::new(test);
     let exe = workers_c();
     let mut weft = ctx.weft(&[
         "run",
@@ -201,10 +201,10 @@ fn run_propagates_exit_code() {
         "--no-wait",
         "--threads",
         "2",
-        "--exit-code",
-        "3",
+        how[0],
+        how[1],
     ]);
-    weft.wait_code(3);
+    weft.wait_code(code);
     let (target, report) = split_at_done(&ctx, &weft.stdout_text());
     let lines = check_worker_phase(&ctx, &target, 1, 2);
     let report = parse_report(&ctx, &report);
@@ -216,34 +216,19 @@ fn run_propagates_exit_code() {
     );
 }
 
+/// A target exiting with code 3 makes weft exit 3; the report still follows.
+#[test]
+fn run_propagates_exit_code() {
+    run_ending("run_propagates_exit_code", ["--exit-code", "3"], 3);
+}
+
 /// A target killed by SIGTERM makes weft exit 128+15.
 #[test]
 fn run_propagates_death_by_signal() {
-    let ctx = Ctx::new("run_propagates_death_by_signal");
-    let exe = workers_c();
-    let mut weft = ctx.weft(&[
-        "run",
-        "--format",
-        "json",
-        "-f",
-        WORKER_PATTERNS,
-        "--",
-        exe.to_str().unwrap(),
-        "--no-wait",
-        "--threads",
-        "2",
-        "--raise",
-        "15",
-    ]);
-    weft.wait_code(128 + 15);
-    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
-    let lines = check_worker_phase(&ctx, &target, 1, 2);
-    let report = parse_report(&ctx, &report);
-    check_report_counts(
-        &ctx,
-        &report,
-        &expect_from_workers(&lines, &WORKER_FUNCS),
-        &WORKER_FUNCS,
+    run_ending(
+        "run_propagates_death_by_signal",
+        ["--raise", "15"],
+        128 + 15,
     );
 }
 
