@@ -10,6 +10,7 @@
 
 pub mod branches;
 mod error;
+pub mod exits;
 pub mod inspect;
 pub mod launch;
 pub mod memory;
@@ -21,6 +22,7 @@ pub mod runtime;
 pub mod trampolines;
 
 pub use error::Error;
+pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
 pub use process::{Function, Probe, ProbeId, Process, Refused};
 pub use report::Report;

@@ -30,6 +30,26 @@ enum Format {
     Jsonl,
 }
 
+/// What to measure.
+#[derive(clap::Args, Debug)]
+struct Measure {
+    /// Metrics, comma-separated: `calls` (entry counter only, cheapest),
+    /// `wall` and `cpu` (per-thread inclusive time of each function's
+    /// outermost activation; these hook the function's exit).
+    #[arg(
+        short = 'm',
+        long = "metrics",
+        value_name = "LIST",
+        default_value = "calls,wall,cpu",
+        value_parser = parse_metrics
+    )]
+    metrics: weft::Metrics,
+}
+
+fn parse_metrics(text: &str) -> Result<weft::Metrics, String> {
+    weft::Metrics::parse(text)
+}
+
 #[derive(clap::Args, Debug)]
 struct Output {
     /// Report format.
@@ -53,6 +73,8 @@ enum Command {
             required = true
         )]
         functions: Vec<String>,
+        #[command(flatten)]
+        measure: Measure,
         #[command(flatten)]
         output: Output,
         /// The program and its arguments.
@@ -80,6 +102,8 @@ enum Command {
         /// stopping the target); best with --format jsonl.
         #[arg(long, value_name = "SECS")]
         interval: Option<f64>,
+        #[command(flatten)]
+        measure: Measure,
         #[command(flatten)]
         output: Output,
     },
@@ -142,16 +166,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run {
             functions,
+            measure,
             output,
             command,
-        } => run_program(&functions, &output, &command),
+        } => run_program(&functions, measure.metrics, &output, &command),
         Command::Attach {
             pid,
             functions,
             duration,
             interval,
+            measure,
             output,
-        } => attach(pid, &functions, duration, interval, &output),
+        } => attach(
+            pid,
+            &functions,
+            duration,
+            interval,
+            measure.metrics,
+            &output,
+        ),
         Command::List { pid, pattern } => list(pid, pattern.as_deref()),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
@@ -258,12 +291,17 @@ fn seconds(name: &str, value: Option<f64>) -> Result<Option<std::time::Duration>
     }
 }
 
-fn run_program(functions: &[String], output: &Output, command: &[String]) -> Result<ExitCode> {
+fn run_program(
+    functions: &[String],
+    metrics: weft::Metrics,
+    output: &Output,
+    command: &[String],
+) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
     let (program, args) = command.split_first().context("no program given after --")?;
     let mut process = Process::launch(program, args)?;
     let found = process.find_functions(&patterns)?;
-    process.insert_counters(&found)?;
+    process.insert(&found, metrics)?;
     let exit = process.wait_exit()?;
     write_report(&process.report(), output)?;
     Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
@@ -274,6 +312,7 @@ fn attach(
     functions: &[String],
     duration: Option<f64>,
     interval: Option<f64>,
+    metrics: weft::Metrics,
     output: &Output,
 ) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
@@ -292,7 +331,7 @@ fn attach(
     timing.mark("found functions and swept their modules (target running)");
     process.hold()?;
     timing.mark("seized and stopped every thread");
-    process.insert_counters(&found)?;
+    process.insert(&found, metrics)?;
     timing.mark("loaded the runtime and spliced");
     let threads = process.threads_at_attach();
     process.release()?;

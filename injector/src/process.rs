@@ -20,6 +20,7 @@
 //! thread is stopped) or *released* (weft is not attached at all; probes
 //! keep counting into the shared region). Code is only changed while held.
 
+use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
 use crate::ptrace::{ProcessExit, RemoteCall, Tid, TraceError, Tracer};
@@ -61,8 +62,11 @@ pub struct Probe {
     pub patch: [u8; 5],
     /// The trampoline's address range.
     pub trampoline: std::ops::Range<u64>,
-    /// Metric word of the call counter.
+    /// Metric word of the call counter (with timers, the first of the
+    /// function's words; see `weft_codegen::timer` for the rest).
     pub calls_word: u32,
+    /// What the probe measures.
+    pub metrics: Metrics,
     /// Still spliced in.
     pub active: bool,
 }
@@ -98,6 +102,8 @@ pub struct Process {
     harvested: Vec<RowSnapshot>,
     /// Direct branches of each module patched so far, by module path.
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
+    /// The exit handler installed this session: its metrics and layout.
+    exits: Option<(Metrics, weft_codegen::ReturnSlots)>,
 }
 
 /// Checks that make attach errors clear before ptrace is tried.
@@ -174,6 +180,7 @@ impl Process {
             live_for: Duration::ZERO,
             branch_indexes: Default::default(),
             harvested: Vec::new(),
+            exits: None,
         }
     }
 
@@ -299,7 +306,43 @@ impl Process {
         let reset = self.options.metric_words;
         let rt = runtime::load(tracer, &mut self.image, tid, self.options, reset)?;
         self.runtime = Some(rt);
+        // Exit hooks are enabled in every session, even one that only
+        // counts calls, so that every thread gets its return-slot block at
+        // registration and a later session can time it.
+        self.ensure_exits(Metrics::CALLS)?;
         Ok(())
+    }
+
+    /// Makes sure the installed exit handler serves `metrics` (installing
+    /// one for the union of what this session asked so far when not), and
+    /// returns the layout entry snippets must use.
+    fn ensure_exits(&mut self, metrics: Metrics) -> Result<weft_codegen::ReturnSlots, Error> {
+        let wanted = match self.exits {
+            Some((have, slots)) if have.union(metrics) == have => return Ok(slots),
+            Some((have, _)) => have.union(metrics),
+            None => metrics,
+        };
+        let tid = self.call_thread()?;
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let enable_fn = runtime::export_address(rt.base, "weft_rt_enable_exits")?;
+        let rt_base = rt.base;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let rt = self.runtime.as_ref().expect("checked above");
+        let slots = crate::exits::Installer {
+            tracer,
+            tid,
+            pool: &mut self.pool,
+            mmap_fn,
+            rt_base,
+            enable_fn,
+        }
+        .install(rt.region.header(), wanted.timers())?;
+        self.exits = Some((wanted, slots));
+        Ok(slots)
     }
 
     /// Resolves an IFUNC to the implementation the process uses: from a GOT
@@ -349,6 +392,20 @@ impl Process {
     /// process must be held. Functions that cannot be patched safely are
     /// returned in the error, and nothing at all is changed then.
     pub fn insert_counters(&mut self, functions: &[Function]) -> Result<Vec<ProbeId>, Error> {
+        self.insert(functions, Metrics::CALLS)
+    }
+
+    /// Splices probes measuring `metrics` into each function: an entry
+    /// counter for calls only; with wall or CPU time, an entry counter that
+    /// also hooks the function's exit and times its outermost activation
+    /// per thread. The process must be held. Functions that cannot be
+    /// patched safely (or whose exit must not be hooked, when timing) are
+    /// returned in the error, and nothing at all is changed then.
+    pub fn insert(
+        &mut self,
+        functions: &[Function],
+        metrics: Metrics,
+    ) -> Result<Vec<ProbeId>, Error> {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
@@ -372,6 +429,18 @@ impl Process {
             {
                 continue; // already instrumented: one probe per address
             }
+            if metrics.hooks_exit() {
+                let reason = std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .find_map(|n| crate::exits::never_hook_exit(n));
+                if let Some(reason) = reason {
+                    refused.push(Refused {
+                        function: f.clone(),
+                        reason: format!("cannot time it: {reason}"),
+                    });
+                    continue;
+                }
+            }
             match self.plan(f) {
                 Ok(site) => plans.push((f.clone(), site)),
                 Err(reason) => refused.push(Refused {
@@ -383,10 +452,22 @@ impl Process {
         if !refused.is_empty() {
             return Err(Error::Refused(refused));
         }
-        if self.next_word as usize + plans.len() > self.options.metric_words as usize {
+        let words_per_probe = if metrics.hooks_exit() {
+            (weft_codegen::TIMER_METRIC_LEN / 8) as usize
+        } else {
+            1
+        };
+        if self.next_word as usize + plans.len() * words_per_probe
+            > self.options.metric_words as usize
+        {
             return Err(Error::TooManyProbes(self.options.metric_words));
         }
         self.ensure_runtime()?;
+        let slots = if metrics.hooks_exit() {
+            Some(self.ensure_exits(metrics)?)
+        } else {
+            None
+        };
         let rt = self.runtime.as_ref().expect("loaded above");
         let header = rt.region.header();
         let (tls_offset, register_fn) = (header.tls_offset, header.register_fn);
@@ -402,8 +483,13 @@ impl Process {
         let call_tid = self.call_thread()?;
         for (f, site) in plans {
             let word = self.next_word;
-            let snippets = [Snippet::CountCall {
-                offset: weft_rt::layout::Geometry::metric_offset(word) as i32,
+            let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
+            let snippets = [match slots {
+                Some(slots) => Snippet::CountCallHookExit {
+                    metric: offset,
+                    slots,
+                },
+                None => Snippet::CountCall { offset },
             }];
             let len = weft_codegen::max_trampoline_len(&site, &snippets) as u64;
             let tracer = self.tracer.as_mut().expect("held");
@@ -445,7 +531,7 @@ impl Process {
                 .memory()
                 .write(at - crate::trampolines::RECORD_LEN, &record)?;
             tracer.memory().write(at, &trampoline.bytes)?;
-            self.next_word += 1;
+            self.next_word += words_per_probe as u32;
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
                 function: f,
@@ -454,6 +540,7 @@ impl Process {
                 patch,
                 trampoline: at..at + trampoline.bytes.len() as u64,
                 calls_word: word,
+                metrics,
                 active: false,
             });
         }
@@ -728,18 +815,66 @@ impl Process {
     /// Copies every thread's row out of the shared region (no stop):
     /// the rows of threads already harvested, then the region's current
     /// rows (except those harvested copies' own, now stale, generations).
+    ///
+    /// For timed probes the copy's total words (wall and CPU) hold the
+    /// timers' values at this moment: a live thread's running timer is read
+    /// consistently (seqlock) and counted up to now, its CPU time from
+    /// `/proc/PID/task/TID/schedstat`.
     pub fn snapshot(&self) -> Vec<RowSnapshot> {
         let Some(rt) = &self.runtime else {
             return Vec::new();
         };
         let mut rows = self.harvested.clone();
-        rows.extend(rt.region.snapshot(self.next_word).into_iter().filter(|r| {
+        let wall = rt.region.header().wall;
+        let live = rt.region.snapshot(self.next_word).into_iter().filter(|r| {
             !self
                 .harvested
                 .iter()
                 .any(|h| h.index == r.index && h.generation == r.generation)
-        }));
+        });
+        for mut row in live {
+            if row.state == weft_rt::layout::ROW_LIVE {
+                self.sample_running_timers(&rt.region, &wall, &mut row);
+            }
+            rows.push(row);
+        }
         rows
+    }
+
+    /// Replaces the timer totals of a live row's timed probes with their
+    /// values now (total + time since a running timer's start).
+    fn sample_running_timers(
+        &self,
+        region: &crate::region::Region,
+        wall: &weft_rt::clock::WallClock,
+        row: &mut RowSnapshot,
+    ) {
+        use weft_codegen::{read_timer_words, timer_value};
+        let mut cpu_now = None;
+        for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
+            let first = probe.calls_word as usize;
+            let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
+            // Clocks before the words: a running timer's value then never
+            // exceeds what its stop will record.
+            let wall_now = wall.now();
+            if probe.metrics.cpu && cpu_now.is_none() {
+                cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
+            }
+            let Some(words) = read_timer_words(
+                |off| region.load_word(row.index, base + off as usize),
+                10_000,
+            ) else {
+                continue; // a writer stuck mid-update: keep the copy's totals
+            };
+            let value = timer_value(&words, wall_now, cpu_now);
+            let at = |off: i32| first + (off / 8) as usize;
+            if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_WALL_TOTAL)) {
+                *w = value.wall_ns;
+            }
+            if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_CPU_TOTAL)) {
+                *w = value.cpu_ns;
+            }
+        }
     }
 
     /// Takes the final figures of threads that have exited and lets the
@@ -786,6 +921,7 @@ impl Process {
                 module: p.function.module.clone(),
                 address: p.patch_address,
                 calls_word: p.calls_word,
+                metrics: p.metrics,
             })
             .collect();
         let overflow = self.runtime.as_ref().map_or(0, |rt| {
@@ -795,11 +931,12 @@ impl Process {
                 .load(std::sync::atomic::Ordering::Relaxed)
         });
         let pid = self.pid;
+        let rows = self.snapshot();
         let mut report = Report::build(
             pid,
             self.live_duration().as_nanos() as u64,
             &probes,
-            &self.snapshot(),
+            &rows,
             overflow,
             |tid| {
                 std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
@@ -807,12 +944,39 @@ impl Process {
                     .map(|s| s.trim_end().to_string())
             },
         );
+        let timed = self.probes.iter().any(|p| p.metrics.hooks_exit());
+        if let (true, Some(rt)) = (timed, &self.runtime) {
+            report.clocks = Some(clocks(&rt.region.header().wall, &rows));
+        }
         let (rows_used, rows_reused) = self.row_usage();
         report.runtime = Some(crate::report::RuntimeStats {
             rows_used,
             rows_reused,
         });
         report
+    }
+}
+
+/// The clock sources behind a report's times, in words.
+fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::report::Clocks {
+    let mut cpu: Vec<String> = Vec::new();
+    for row in rows {
+        let (source, why) = row.cpu_source;
+        let text = match source {
+            weft_rt::layout::CPU_SOURCE_NONE => continue,
+            s => weft_rt::clock::CpuSource::from_mode(s - 1, why).to_string(),
+        };
+        if !cpu.contains(&text) {
+            cpu.push(text);
+        }
+    }
+    crate::report::Clocks {
+        wall: wall.source().to_string(),
+        cpu: if cpu.is_empty() {
+            "none (no thread has a CPU clock)".to_string()
+        } else {
+            cpu.join("; ")
+        },
     }
 }
 

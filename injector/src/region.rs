@@ -66,6 +66,9 @@ pub struct RowSnapshot {
     pub name: String,
     /// The first `words` metric words.
     pub words: Vec<u64>,
+    /// The thread's CPU clock source (`layout::CPU_SOURCE_NONE` or 1 + the
+    /// clock's mode) and its reason code.
+    pub cpu_source: (u32, i32),
 }
 
 impl Region {
@@ -164,6 +167,20 @@ impl Region {
         self.geometry
     }
 
+    /// The live value of the 8-byte word at byte `offset` of row `index`
+    /// (one aligned load: never torn), or 0 outside the row.
+    pub fn load_word(&self, index: u32, offset: usize) -> u64 {
+        if index > self.geometry.scratch_row()
+            || offset % 8 != 0
+            || offset as u64 + 8 > self.geometry.row_stride()
+        {
+            return 0;
+        }
+        // SAFETY: inside the row (checked above), 8-byte aligned; a volatile
+        // load because the target writes it concurrently.
+        unsafe { std::ptr::read_volatile(self.row(index).add(offset) as *const u64) }
+    }
+
     fn row(&self, index: u32) -> *const u8 {
         // SAFETY: callers pass index <= max_rows; region_size() <= len was
         // checked when mapping.
@@ -202,6 +219,10 @@ impl Region {
                 generation: header.generation.load(Ordering::Acquire),
                 name: read_name(header),
                 words: values,
+                cpu_source: (
+                    header.thread.cpu_source.load(Ordering::Acquire),
+                    header.thread.cpu_why.load(Ordering::Acquire),
+                ),
             });
         }
         rows

@@ -18,13 +18,39 @@ pub struct FunctionReport {
     pub address: String,
     /// Calls summed over all threads.
     pub calls: u64,
+    /// Wall time summed over all threads (each thread's outermost
+    /// activations), ns; when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_ns: Option<u64>,
+    /// CPU time summed over all threads, ns; when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
 }
 
 /// Per-function figures of one thread.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, Default)]
 pub struct Counts {
-    /// Calls this thread made.
+    /// Calls this thread made (every activation, recursive ones included).
     pub calls: u64,
+    /// Inclusive wall time of the outermost activations, ns (a running one
+    /// counts up to the moment of the report); when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_ns: Option<u64>,
+    /// Inclusive CPU time of the thread in the outermost activations, ns;
+    /// when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
+    /// Activations that returned through the exit hook; when hooked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exits: Option<u64>,
+    /// Activations closed because their frame vanished (longjmp, an
+    /// exception, `pthread_exit`, thread exit); when hooked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unwound: Option<u64>,
+    /// Entries whose exit could not be hooked (more than the runtime's
+    /// nesting capacity open at once); when hooked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhooked: Option<u64>,
 }
 
 /// One thread that ran at least one instrumented function.
@@ -47,6 +73,11 @@ pub struct Report {
     pub pid: i32,
     /// Time instrumentation was live, in nanoseconds.
     pub duration_ns: u64,
+    /// The metrics measured by at least one probe (`calls`, `wall`, `cpu`).
+    pub metrics: Vec<&'static str>,
+    /// The clocks behind `wall_ns` and `cpu_ns`, when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<Clocks>,
     /// Every instrumented function.
     pub functions: Vec<FunctionReport>,
     /// Every thread that ran an instrumented function, once each.
@@ -58,6 +89,15 @@ pub struct Report {
     /// How the runtime's thread table was used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeStats>,
+}
+
+/// Where the times come from, in words.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Clocks {
+    /// The wall clock's source.
+    pub wall: String,
+    /// The threads' CPU clock sources (distinct ones, `; `-separated).
+    pub cpu: String,
 }
 
 /// The runtime's thread-table usage, for people sizing it.
@@ -82,8 +122,10 @@ pub struct ProbeInfo {
     pub module: String,
     /// Patched address.
     pub address: u64,
-    /// Metric word of its call counter.
+    /// Metric word of its call counter (the first of its words).
     pub calls_word: u32,
+    /// What it measures.
+    pub metrics: crate::exits::Metrics,
 }
 
 impl Report {
@@ -106,21 +148,45 @@ impl Report {
                 module: p.module.clone(),
                 address: format!("{:#x}", p.address),
                 calls: 0,
+                wall_ns: p.metrics.wall.then_some(0),
+                cpu_ns: p.metrics.cpu.then_some(0),
             })
             .collect();
         let mut threads = Vec::new();
         for row in rows {
             let mut counts = BTreeMap::new();
             for (i, probe) in probes.iter().enumerate() {
-                let calls = row
-                    .words
-                    .get(probe.calls_word as usize)
-                    .copied()
-                    .unwrap_or(0);
-                if calls > 0 {
-                    functions[i].calls += calls;
-                    counts.insert(names[i].clone(), Counts { calls });
+                let word = |k: usize| {
+                    row.words
+                        .get(probe.calls_word as usize + k)
+                        .copied()
+                        .unwrap_or(0)
+                };
+                let calls = word(0);
+                if calls == 0 {
+                    continue;
                 }
+                let mut c = Counts {
+                    calls,
+                    ..Counts::default()
+                };
+                functions[i].calls += calls;
+                if probe.metrics.hooks_exit() {
+                    c.exits = Some(word(timer_word(weft_codegen::METRIC_EXITS)));
+                    c.unwound = Some(word(timer_word(weft_codegen::METRIC_UNWOUND)));
+                    c.unhooked = Some(word(timer_word(weft_codegen::METRIC_UNHOOKED)));
+                }
+                if probe.metrics.wall {
+                    let w = word(timer_word(weft_codegen::METRIC_WALL_TOTAL));
+                    c.wall_ns = Some(w);
+                    *functions[i].wall_ns.get_or_insert(0) += w;
+                }
+                if probe.metrics.cpu {
+                    let w = word(timer_word(weft_codegen::METRIC_CPU_TOTAL));
+                    c.cpu_ns = Some(w);
+                    *functions[i].cpu_ns.get_or_insert(0) += w;
+                }
+                counts.insert(names[i].clone(), c);
             }
             if counts.is_empty() {
                 continue;
@@ -141,9 +207,15 @@ impl Report {
                 functions: counts,
             });
         }
+        let metrics = probes
+            .iter()
+            .fold(crate::exits::Metrics::CALLS, |m, p| m.union(p.metrics))
+            .names();
         Report {
             pid,
             duration_ns,
+            metrics,
+            clocks: None,
             functions,
             threads,
             overflow_threads,
@@ -169,7 +241,15 @@ impl Report {
         );
         let mut table: Vec<Vec<String>> = Vec::new();
         let mut header = vec!["TID".to_string(), "THREAD".to_string()];
-        header.extend(self.functions.iter().map(|f| f.name.clone()));
+        for f in &self.functions {
+            header.push(f.name.clone());
+            if f.wall_ns.is_some() {
+                header.push("wall".into());
+            }
+            if f.cpu_ns.is_some() {
+                header.push("cpu".into());
+            }
+        }
         table.push(header);
         for t in &self.threads {
             let mut row = vec![
@@ -180,17 +260,34 @@ impl Report {
                     t.name.clone()
                 },
             ];
-            row.extend(self.functions.iter().map(|f| {
-                t.functions
-                    .get(&f.name)
-                    .map_or("-".to_string(), |c| group_digits(c.calls))
-            }));
+            for f in &self.functions {
+                let c = t.functions.get(&f.name);
+                row.push(c.map_or("-".to_string(), |c| group_digits(c.calls)));
+                let time = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
+                if f.wall_ns.is_some() {
+                    row.push(time(c.and_then(|c| c.wall_ns)));
+                }
+                if f.cpu_ns.is_some() {
+                    row.push(time(c.and_then(|c| c.cpu_ns)));
+                }
+            }
             table.push(row);
         }
         let mut total = vec!["total".to_string(), String::new()];
-        total.extend(self.functions.iter().map(|f| group_digits(f.calls)));
+        for f in &self.functions {
+            total.push(group_digits(f.calls));
+            total.extend(f.wall_ns.map(human_ns));
+            total.extend(f.cpu_ns.map(human_ns));
+        }
         table.push(total);
         render(&table, &mut out);
+        if let Some(clocks) = &self.clocks {
+            let _ = writeln!(
+                out,
+                "times: inclusive, outermost activation per thread; wall clock: {}; cpu clock: {}",
+                clocks.wall, clocks.cpu
+            );
+        }
         if self.overflow_threads > 0 {
             let _ = writeln!(
                 out,
@@ -199,6 +296,26 @@ impl Report {
             );
         }
         out
+    }
+}
+
+/// Index, relative to a probe's first word, of the word at byte offset
+/// `offset` from its metric base.
+fn timer_word(offset: i32) -> usize {
+    (offset / 8) as usize
+}
+
+/// Nanoseconds for people: `950 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`.
+pub fn human_ns(ns: u64) -> String {
+    let v = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} µs", v / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", v / 1e6)
+    } else {
+        format!("{:.2} s", v / 1e9)
     }
 }
 
@@ -268,7 +385,59 @@ mod tests {
             generation: 0,
             name: format!("t{index}"),
             words,
+            cpu_source: (0, 0),
         }
+    }
+
+    #[test]
+    fn timed_probes_report_times_and_exit_counts() {
+        let probes = vec![
+            ProbeInfo {
+                name: "timed".into(),
+                module: "exe".into(),
+                address: 0x1000,
+                calls_word: 0,
+                metrics: crate::exits::Metrics {
+                    wall: true,
+                    cpu: false,
+                },
+            },
+            ProbeInfo {
+                name: "counted".into(),
+                module: "exe".into(),
+                address: 0x2000,
+                calls_word: 10,
+                metrics: crate::exits::Metrics::CALLS,
+            },
+        ];
+        // entries, exits, unwound, unhooked, nesting, seq, wall, -, cpu, -
+        let mut words = vec![7, 5, 1, 1, 0, 2, 3_500_000, 0, 900, 0, 4];
+        let rows = vec![row(0, 10, layout::ROW_LIVE, words.clone())];
+        let r = Report::build(1, 5, &probes, &rows, 0, |_| None);
+        assert_eq!(r.metrics, ["calls", "wall"]);
+        let c = &r.threads[0].functions["timed"];
+        assert_eq!(
+            (c.calls, c.exits, c.unwound, c.unhooked, c.wall_ns, c.cpu_ns),
+            (7, Some(5), Some(1), Some(1), Some(3_500_000), None)
+        );
+        assert_eq!(r.functions[0].wall_ns, Some(3_500_000));
+        assert_eq!(r.functions[1].wall_ns, None);
+        let plain = &r.threads[0].functions["counted"];
+        assert_eq!((plain.calls, plain.exits), (4, None));
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(
+            json["threads"][0]["functions"]["timed"]["wall_ns"],
+            3_500_000
+        );
+        assert!(json["threads"][0]["functions"]["counted"]
+            .get("wall_ns")
+            .is_none());
+        let table = r.to_table();
+        assert!(table.contains("3.50 ms"), "{table}");
+        words[6] = 999;
+        assert_eq!(human_ns(words[6]), "999 ns");
+        assert_eq!(human_ns(12_345), "12.3 µs");
+        assert_eq!(human_ns(2_500_000_000), "2.50 s");
     }
 
     #[test]
@@ -279,12 +448,14 @@ mod tests {
                 module: "exe".into(),
                 address: 0x1000,
                 calls_word: 0,
+                metrics: crate::exits::Metrics::CALLS,
             },
             ProbeInfo {
                 name: "b".into(),
                 module: "exe".into(),
                 address: 0x2000,
                 calls_word: 1,
+                metrics: crate::exits::Metrics::CALLS,
             },
         ];
         let rows = vec![
@@ -316,12 +487,14 @@ mod tests {
                 module: "exe".into(),
                 address: 1,
                 calls_word: 0,
+                metrics: crate::exits::Metrics::CALLS,
             },
             ProbeInfo {
                 name: "f".into(),
                 module: "lib.so".into(),
                 address: 2,
                 calls_word: 1,
+                metrics: crate::exits::Metrics::CALLS,
             },
         ];
         let r = Report::build(1, 0, &probes, &[], 0, |_| None);

@@ -299,6 +299,12 @@ fn negative_errno_libc(
     })
 }
 
+/// Address in the target of the runtime's export `name`, the runtime being
+/// loaded at `base`.
+pub fn export_address(base: u64, name: &str) -> Result<u64, RuntimeError> {
+    Ok(base + symbol_offset(&runtime_bytes()?, name)?)
+}
+
 /// Offset of an exported function in the runtime library.
 fn symbol_offset(bytes: &[u8], name: &str) -> Result<u64, RuntimeError> {
     let broken = |why: String| RuntimeError::Library {

@@ -613,6 +613,22 @@ pub enum CpuSource {
     SyscallNoTsc,
 }
 
+impl CpuSource {
+    /// The source of a clock with this [`ThreadCpuClock::mode`] and
+    /// [`ThreadCpuClock::why`] (as a runtime records them in a thread's row).
+    pub fn from_mode(mode: u32, why: i32) -> CpuSource {
+        match mode {
+            CPU_PERF_TIME => CpuSource::PerfTime,
+            CPU_ANCHOR => CpuSource::Anchor,
+            _ => match why {
+                WHY_CPU_FORCED => CpuSource::SyscallForced,
+                WHY_CPU_NO_TSC => CpuSource::SyscallNoTsc,
+                e => CpuSource::SyscallNoPerf(e),
+            },
+        }
+    }
+}
+
 impl fmt::Display for CpuSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -682,6 +698,9 @@ pub struct ThreadCpuClock {
     fd: i32,
     why: i32,
     max_age_tsc: u64,
+    /// 1 when the page mapping is ours to unmap although `fd` is closed
+    /// ([`ThreadCpuClock::close_fd`]).
+    owns_page: u32,
 }
 
 /// How old (in running time) an anchor may get before a read re-anchors.
@@ -767,6 +786,7 @@ impl ThreadCpuClock {
             fd: -1,
             why: WHY_CPU_FORCED,
             max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
+            owns_page: 0,
         };
         if preference == CpuPreference::Syscall {
             return clock;
@@ -838,25 +858,38 @@ impl ThreadCpuClock {
             fd: -1,
             why: 0,
             max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
+            owns_page: 0,
         }
     }
 
     /// Which source this clock reads.
     pub fn source(&self) -> CpuSource {
-        match self.mode {
-            CPU_PERF_TIME => CpuSource::PerfTime,
-            CPU_ANCHOR => CpuSource::Anchor,
-            _ => match self.why {
-                WHY_CPU_FORCED => CpuSource::SyscallForced,
-                WHY_CPU_NO_TSC => CpuSource::SyscallNoTsc,
-                e => CpuSource::SyscallNoPerf(e),
-            },
-        }
+        CpuSource::from_mode(self.mode, self.why)
     }
 
     /// [`CPU_ANCHOR`], [`CPU_PERF_TIME`] or [`CPU_SYSCALL`].
     pub fn mode(&self) -> u32 {
         self.mode
+    }
+
+    /// The reason code behind a syscall-mode source (see
+    /// [`CpuSource::from_mode`]).
+    pub fn why(&self) -> i32 {
+        self.why
+    }
+
+    /// Closes the perf event's file descriptor but keeps its page mapped:
+    /// the mapping holds the event alive and the kernel keeps updating the
+    /// page. A runtime inside someone else's process must not use up one of
+    /// its descriptors per thread.
+    pub fn close_fd(&mut self) {
+        if self.fd >= 0 {
+            // SAFETY: we own the fd (set in new()); the mapping keeps its
+            // own reference to the event.
+            unsafe { libc::close(self.fd) };
+            self.fd = -1;
+            self.owns_page = 1;
+        }
     }
 
     /// Reads so far (Rust and assembly readers alike).
@@ -983,11 +1016,14 @@ impl ThreadCpuClock {
 
 impl Drop for ThreadCpuClock {
     fn drop(&mut self) {
-        if self.fd >= 0 {
-            // SAFETY: we own the page mapping and the fd (set in new()).
+        if self.fd >= 0 || self.owns_page != 0 {
+            // SAFETY: we own the page mapping (set in new()) and the fd when
+            // it is still open.
             unsafe {
                 libc::munmap(self.page as *mut libc::c_void, page_size());
-                libc::close(self.fd);
+                if self.fd >= 0 {
+                    libc::close(self.fd);
+                }
             }
         }
     }

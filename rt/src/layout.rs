@@ -29,12 +29,12 @@
 //! Rows are therefore bounded by the threads alive at once plus those the
 //! injector has not harvested yet, never by the threads ever created.
 
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The cache-line size every row is aligned and padded to.
 pub const CACHE_LINE: usize = 64;
 /// Byte offset of the ack array from the start of the region.
@@ -42,7 +42,7 @@ pub const ACKS_OFFSET: usize = 4096;
 /// Page size the layout is aligned to.
 pub const PAGE: u64 = 4096;
 /// Bytes of [`RowHeader`] before a row's first metric word.
-pub const ROW_HEADER_SIZE: usize = 64;
+pub const ROW_HEADER_SIZE: usize = 256;
 /// Length of a thread name as the kernel keeps it (`comm`), NUL included.
 pub const NAME_LEN: usize = 16;
 
@@ -92,6 +92,28 @@ pub struct RegionHeader {
     pub rows_reused: AtomicU64,
     /// Non-zero when the runtime disabled itself (e.g. in a forked child).
     pub disabled: AtomicI64,
+    /// Address (in the target) of `weft_rt_wall_now`, the GPR-only wall
+    /// clock reader generated timer code calls.
+    pub wall_now_fn: u64,
+    /// Address (in the target) of `weft_rt_cpu_now`, the GPR-only thread
+    /// CPU clock reader.
+    pub cpu_now_fn: u64,
+    /// Address (in the target) of [`RegionHeader::wall`] itself: the state
+    /// generated code passes to `weft_rt_wall_now`.
+    pub wall_address: u64,
+    /// Address (in the target) of `weft_rt_exit_trampoline`, which every
+    /// return slot calls: it jumps to the exit handler the injector
+    /// installed last ([`crate::weft_rt_enable_exits`]).
+    pub exit_trampoline: u64,
+    /// Activations per return-slot block; 0 while exits are not enabled.
+    pub exit_capacity: AtomicU32,
+    /// Threads whose return-slot block could not be allocated (their exits
+    /// are not hooked: counted as `unhooked`).
+    pub blocks_failed: AtomicU32,
+    /// The process's wall clock, calibrated when the runtime was loaded. A
+    /// reader in another process on the same machine computes the same
+    /// clock with [`crate::clock::WallClock::now`] (the TSC is shared).
+    pub wall: crate::clock::WallClock,
 }
 
 /// The first [`ROW_HEADER_SIZE`] bytes of a row.
@@ -107,6 +129,113 @@ pub struct RowHeader {
     pub generation: AtomicU32,
     /// Thread name (`comm`) when registered and again when it exits.
     pub name: [AtomicU8x4; NAME_LEN / 4],
+    /// Unused (keeps [`RowHeader::thread`] at [`ROW_BLOCK`]).
+    pub reserved: [u64; 4],
+    /// Per-thread state of the exit hooks and timers, read by generated
+    /// code at fixed row offsets ([`ROW_BLOCK`] and the rest).
+    pub thread: ThreadState,
+    /// Storage for the thread's [`crate::clock::ThreadCpuClock`]
+    /// ([`ThreadState::cpu_clock`] points here when it is set up).
+    pub clock: ClockStorage,
+}
+
+/// The exit-hook and timer state of a row's thread (64 bytes). Written only
+/// by the owning thread (and by the runtime when it hands the row over).
+#[repr(C)]
+pub struct ThreadState {
+    /// Address of the thread's return-slot block; 0 = exits not hooked.
+    /// Kept with the row when the row is handed to a new thread.
+    pub block: AtomicU64,
+    /// Open activations in the block.
+    pub depth: AtomicU64,
+    /// Lowest address of the thread's stack.
+    pub stack_lo: AtomicU64,
+    /// One past the highest address of the thread's stack.
+    pub stack_hi: AtomicU64,
+    /// Address of the thread's CPU clock state, 0 = no CPU time.
+    pub cpu_clock: AtomicU64,
+    /// The CPU clock's source: [`CPU_SOURCE_NONE`] or `1 +` the clock's
+    /// mode (`clock::CPU_ANCHOR`, `CPU_PERF_TIME`, `CPU_SYSCALL`).
+    pub cpu_source: AtomicU32,
+    /// The `why` behind a syscall-mode CPU clock (errno of
+    /// `perf_event_open`, or a negative reason), for reports.
+    pub cpu_why: AtomicI32,
+    /// Unused.
+    pub reserved: [u64; 2],
+}
+
+/// No CPU clock for the thread.
+pub const CPU_SOURCE_NONE: u32 = 0;
+
+/// Room for one [`crate::clock::ThreadCpuClock`] inside a row.
+#[repr(C, align(64))]
+pub struct ClockStorage(pub [u64; 16]);
+
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 64);
+const _: () = assert!(
+    core::mem::size_of::<crate::clock::ThreadCpuClock>() <= core::mem::size_of::<ClockStorage>()
+);
+const _: () = assert!(
+    core::mem::align_of::<crate::clock::ThreadCpuClock>() <= core::mem::align_of::<ClockStorage>()
+);
+
+/// Row byte offset of [`ThreadState::block`] (what generated code reads).
+pub const ROW_BLOCK: usize = 64;
+/// Row byte offset of [`ThreadState::depth`].
+pub const ROW_DEPTH: usize = 72;
+/// Row byte offset of [`ThreadState::stack_lo`] (`stack_hi` follows).
+pub const ROW_STACK_BOUNDS: usize = 80;
+/// Row byte offset of [`ThreadState::cpu_clock`].
+pub const ROW_CPU_CLOCK: usize = 96;
+/// Row byte offset of [`RowHeader::clock`].
+pub const ROW_CLOCK_STORAGE: usize = 128;
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, block) == ROW_BLOCK);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, depth) == ROW_DEPTH);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, stack_lo) == ROW_STACK_BOUNDS);
+    assert!(
+        offset_of!(RowHeader, thread) + offset_of!(ThreadState, stack_hi) == ROW_STACK_BOUNDS + 8
+    );
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cpu_clock) == ROW_CPU_CLOCK);
+    assert!(offset_of!(RowHeader, clock) == ROW_CLOCK_STORAGE);
+};
+
+/// Offsets from a function's metric base of the exit-hook and timer words,
+/// as the generated code (`weft_codegen::exit`, `weft_codegen::timer`) lays
+/// them out; the runtime needs them to close activations itself (thread
+/// exit, exceptions). The injector checks they match the code generator's.
+pub mod metric {
+    /// Entries (calls).
+    pub const ENTRIES: usize = 0;
+    /// Hooked exits.
+    pub const EXITS: usize = 8;
+    /// Activations closed without a normal exit.
+    pub const UNWOUND: usize = 16;
+    /// Entries whose exit could not be hooked.
+    pub const UNHOOKED: usize = 24;
+    /// Open activations of the function on the thread.
+    pub const NESTING: usize = 32;
+    /// Timer seqlock.
+    pub const SEQ: usize = 40;
+    /// Closed wall time.
+    pub const WALL_TOTAL: usize = 48;
+    /// Wall clock at the start; 0 = not running.
+    pub const WALL_START: usize = 56;
+    /// Closed CPU time.
+    pub const CPU_TOTAL: usize = 64;
+    /// CPU clock at the start; 0 = not running.
+    pub const CPU_START: usize = 72;
+    /// Bytes per timed function.
+    pub const TIMED_LEN: usize = 80;
+    /// Bytes per code slot / data cell of a return-slot block.
+    pub const SLOT_SIZE: usize = 32;
+    /// Offset in a data cell of the original return address.
+    pub const CELL_RETURN_ADDRESS: usize = 0;
+    /// Offset in a data cell of the metric base (i32).
+    pub const CELL_METRIC: usize = 16;
+    /// Offset in a code slot of the `call` (redirected return addresses).
+    pub const SLOT_ENTRY: usize = 1;
 }
 
 /// Four name bytes, stored atomically so concurrent readers are sound.

@@ -1,5 +1,6 @@
 //! The exported entry points and the per-thread registration.
 
+use crate::clock::{WallClock, WallPreference};
 use crate::layout::{
     Geometry, RegionHeader, RowHeader, ACKS_OFFSET, MAGIC, NAME_LEN, ROW_CLAIMED, ROW_EXITED,
     ROW_LIVE, ROW_OVERFLOW, VERSION,
@@ -28,6 +29,39 @@ global_asm!(
 static REGION: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
 /// The memfd behind [`REGION`], which the injector opens via `/proc/PID/fd`.
 static REGION_FD: AtomicI32 = AtomicI32::new(-1);
+/// The wall clock, calibrated when the library is loaded (see `on_load`),
+/// copied into the region's header by the first `weft_rt_init`.
+static mut WALL: core::mem::MaybeUninit<WallClock> = core::mem::MaybeUninit::uninit();
+static WALL_READY: AtomicU32 = AtomicU32::new(0);
+
+/// The calibrated wall clock (calibrating it now if the constructor did
+/// not run).
+fn wall_clock() -> WallClock {
+    if WALL_READY.load(Ordering::Acquire) == 0 {
+        calibrate_wall();
+    }
+    // SAFETY: written once before WALL_READY was set, never again.
+    unsafe { (*ptr::addr_of!(WALL)).assume_init() }
+}
+
+fn calibrate_wall() {
+    let wall = WallClock::new(WallPreference::Auto);
+    if WALL_READY.load(Ordering::Acquire) == 0 {
+        // SAFETY: only the loading thread (constructor) or the injector's
+        // remote call (with the world stopped) get here, never both at once.
+        unsafe { (*ptr::addr_of_mut!(WALL)).write(wall) };
+        WALL_READY.store(1, Ordering::Release);
+    }
+}
+
+/// The region's header, once the region exists.
+pub(crate) fn region_header() -> Option<&'static RegionHeader> {
+    let base = REGION.load(Ordering::Acquire);
+    // SAFETY: REGION, once set, points at a live mapping (never unmapped)
+    // starting with an initialised header.
+    (!base.is_null()).then(|| unsafe { &*(base as *const RegionHeader) })
+}
+
 /// Serialises `weft_rt_init` against itself (it is only ever called by the
 /// injector, never on a hot path).
 static INIT_BUSY: AtomicU32 = AtomicU32::new(0);
@@ -181,6 +215,14 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
         ptr::addr_of_mut!((*header).region_size).write(size);
         ptr::addr_of_mut!((*header).tls_offset).write(weft_rt_tls_offset());
         ptr::addr_of_mut!((*header).register_fn).write(weft_rt_register_thread as *const () as u64);
+        ptr::addr_of_mut!((*header).wall_now_fn)
+            .write(crate::clock::weft_rt_wall_now as *const () as u64);
+        ptr::addr_of_mut!((*header).cpu_now_fn)
+            .write(crate::clock::weft_rt_cpu_now as *const () as u64);
+        ptr::addr_of_mut!((*header).wall).write(wall_clock());
+        ptr::addr_of_mut!((*header).wall_address).write(ptr::addr_of!((*header).wall) as u64);
+        ptr::addr_of_mut!((*header).exit_trampoline)
+            .write(crate::exits::weft_rt_exit_trampoline as *const () as u64);
         (*header)
             .pid
             .store(libc::getpid() as u32, Ordering::Relaxed);
@@ -205,6 +247,9 @@ extern "C" fn on_load() {
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
     }
+    // The TSC calibration sleeps ~10 ms: here the target's other threads
+    // run meanwhile, unlike in `weft_rt_init`.
+    calibrate_wall();
 }
 
 #[used]
@@ -238,6 +283,10 @@ extern "C" fn after_fork_in_child() {
             let header = &*(base as *const RegionHeader);
             header.disabled.store(1, Ordering::Release);
             header.pid.store(libc::getpid() as u32, Ordering::Release);
+            let own = tls_row_get();
+            if !own.is_null() {
+                crate::exits::forget_clock_after_fork(own);
+            }
         }
     }
 }
@@ -273,7 +322,12 @@ impl Drop for ExitGuard {
         if row.state.load(Ordering::Acquire) == ROW_LIVE {
             // prctl and friends may be instrumented: their calls are ours.
             let own = tls_row_get();
-            with_scratch_row(|| write_name(row));
+            with_scratch_row(|| {
+                if let Some(header) = region_header() {
+                    crate::exits::finish_thread(header, self.0 as *mut u8);
+                }
+                write_name(row)
+            });
             tls_row_set(own);
             row.state.store(ROW_EXITED, Ordering::Release);
         }
@@ -412,6 +466,7 @@ fn register_in(base: *mut u8, header: &RegionHeader, geometry: Geometry) -> *mut
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     row.tid.store(tid, Ordering::Relaxed);
     write_name(row);
+    crate::exits::setup_thread(header, row);
     row.state.store(ROW_LIVE, Ordering::Release);
     // `try_with` fails only while this thread's TLS is being torn down;
     // then there is nothing left to mark and the row simply stays live.
