@@ -110,8 +110,8 @@ fn errno() -> i64 {
 ///
 /// Returns the address of the code-part template (`delta` bytes, for the
 /// injector to check) or a negated errno. Called by the injector with the
-/// world stopped; it runs no lock-taking code other than `dlsym` on the first
-/// call (which the injector makes right after `dlopen`).
+/// world stopped: it takes no lock (`__register_frame` was looked up when
+/// the library was loaded, see [`find_register_frame`]).
 ///
 /// # Safety
 ///
@@ -180,8 +180,6 @@ pub unsafe extern "C" fn weft_rt_enable_exits(
         EH_TEMPLATE.store(eh, Ordering::Release);
         EH_LEN.store(eh_len, Ordering::Release);
         EH_PC_OFFSET.store(eh_pc_offset, Ordering::Release);
-        let register = libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr());
-        REGISTER_FRAME.store(register as usize, Ordering::Release);
         CODE_TEMPLATE.store(code, Ordering::Release);
         TIMED.store(timed, Ordering::Release);
         weft_rt_exit_handler_slot.store(handler, Ordering::Release);
@@ -191,6 +189,16 @@ pub unsafe extern "C" fn weft_rt_enable_exits(
         header.exit_capacity.store(capacity, Ordering::Release);
     }
     CODE_TEMPLATE.load(Ordering::Acquire) as i64
+}
+
+/// Looks up libgcc's `__register_frame`. Called from the library's
+/// constructor, inside the `dlopen` that loads it: the loader lock `dlsym`
+/// takes is then ours already, while later (with the world stopped) another
+/// thread could hold it.
+pub(crate) fn find_register_frame() {
+    // SAFETY: dlsym with a NUL-terminated name; a null result is handled.
+    let register = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr()) };
+    REGISTER_FRAME.store(register as usize, Ordering::Release);
 }
 
 /// A new return-slot block: code part copied from the template and made

@@ -247,6 +247,7 @@ extern "C" fn on_load() {
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
     }
+    crate::exits::find_register_frame();
     // The TSC calibration sleeps ~10 ms: here the target's other threads
     // run meanwhile, unlike in `weft_rt_init`.
     calibrate_wall();
