@@ -213,6 +213,43 @@ pub fn churn() -> &'static Path {
     P.get_or_init(|| build_simple_c("churn", "churn.c", &[]))
 }
 
+/// Threads spending known wall and CPU time in `spin_then_sleep` and
+/// `recurse` (`timers THREADS CALLS SPIN_MS SLEEP_MS`).
+pub fn timers() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("timers", "timers.c", &[]))
+}
+
+/// One thread in one long call of `long_call` after `go` (`longcall [SPIN_MS]`).
+pub fn longcall() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
+}
+
+/// Functions left by several `ret`s, a tail call, recursion, `longjmp`,
+/// `pthread_exit`, and a `backtrace()` through instrumented frames
+/// (`-rdynamic` so that `dladdr` names the executable's functions).
+pub fn exits() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("exits", "exits.c", &["-rdynamic", "-ldl"]))
+}
+
+/// C++ exceptions thrown through `extern "C"` `thrower` and `middle`
+/// (`g++ -O2 -pthread`).
+pub fn exceptions() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = variant_dir("exceptions");
+        let exe = dir.join("exceptions");
+        let mut c = Command::new("g++");
+        c.args(["-O2", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(src("exceptions.cpp"));
+        run_build(c);
+        exe
+    })
+}
+
 pub fn unpatchable() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("unpatchable", "unpatchable.c", &[]))
@@ -592,8 +629,25 @@ impl Drop for Proc {
 pub struct Report {
     pub pid: i64,
     pub duration_ns: u64,
+    /// The metrics measured (`calls`, `wall`, `cpu`); absent in reports
+    /// that only count calls.
+    #[serde(default)]
+    pub metrics: Option<Vec<String>>,
+    /// How each clock was read (free text per clock), when timed.
+    #[serde(default)]
+    pub clocks: Option<serde_json::Value>,
     pub functions: Vec<ReportFunction>,
     pub threads: Vec<ReportThread>,
+    #[serde(default)]
+    pub overflow_threads: u64,
+    #[serde(default)]
+    pub runtime: Option<RuntimeStats>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct RuntimeStats {
+    pub rows_used: u64,
+    pub rows_reused: u64,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -602,6 +656,12 @@ pub struct ReportFunction {
     pub module: String,
     pub address: String,
     pub calls: u64,
+    /// Present only when the `wall` metric is selected.
+    #[serde(default)]
+    pub wall_ns: Option<u64>,
+    /// Present only when the `cpu` metric is selected.
+    #[serde(default)]
+    pub cpu_ns: Option<u64>,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -612,9 +672,179 @@ pub struct ReportThread {
     pub functions: BTreeMap<String, CallCount>,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+/// One function's figures in one thread.
+#[derive(Deserialize, Debug, Clone, Default)]
 pub struct CallCount {
     pub calls: u64,
+    /// Inclusive wall time of the outermost activations (`wall` selected).
+    #[serde(default)]
+    pub wall_ns: Option<u64>,
+    /// Inclusive thread CPU time of the outermost activations (`cpu` selected).
+    #[serde(default)]
+    pub cpu_ns: Option<u64>,
+    /// Activations that returned through the exit hook (exit hooked).
+    #[serde(default)]
+    pub exits: Option<u64>,
+    /// Activations closed because their frame vanished (exit hooked).
+    #[serde(default)]
+    pub unwound: Option<u64>,
+    /// Entries whose exit could not be hooked (exit hooked).
+    #[serde(default)]
+    pub unhooked: Option<u64>,
+}
+
+impl Report {
+    /// The report's row for `tid`, if any.
+    pub fn thread(&self, tid: i64) -> Option<&ReportThread> {
+        self.threads.iter().find(|t| t.tid == tid)
+    }
+
+    /// `tid`'s figures for function `f` (all zero/absent when it made no call).
+    pub fn counts(&self, tid: i64, f: &str) -> CallCount {
+        self.thread(tid)
+            .and_then(|t| t.functions.get(f))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The `functions[]` entry named `f`, if any.
+    pub fn function(&self, f: &str) -> Option<&ReportFunction> {
+        self.functions.iter().find(|x| x.name == f)
+    }
+}
+
+/// Checks the `metrics` field: the same set as `want`.
+#[track_caller]
+pub fn check_metrics(ctx: &Ctx, report: &Report, want: &[&str]) {
+    let mut got: Vec<String> = report.metrics.clone().unwrap_or_default();
+    got.sort();
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    ctx.check(got == want, || {
+        format!(
+            "report metrics {:?}, expected {want:?} (clocks: {:?}, functions: {:?})",
+            report.metrics, report.clocks, report.functions
+        )
+    });
+}
+
+/// Checks which optional fields are present, for every function of every
+/// thread and in `functions[]`: `wall_ns` iff `wall`, `cpu_ns` iff `cpu`,
+/// and `exits`/`unwound`/`unhooked` iff either timer (the exit is hooked).
+#[track_caller]
+pub fn check_metric_fields(ctx: &Ctx, report: &Report, wall: bool, cpu: bool) {
+    let hooked = wall || cpu;
+    for f in &report.functions {
+        ctx.check(f.wall_ns.is_some() == wall, || {
+            format!(
+                "functions[] {}: wall_ns is {:?}, wall selected: {wall}: {f:?}",
+                f.name, f.wall_ns
+            )
+        });
+        ctx.check(f.cpu_ns.is_some() == cpu, || {
+            format!(
+                "functions[] {}: cpu_ns is {:?}, cpu selected: {cpu}: {f:?}",
+                f.name, f.cpu_ns
+            )
+        });
+    }
+    for t in &report.threads {
+        for (name, c) in &t.functions {
+            let fields = [
+                ("wall_ns", c.wall_ns.is_some(), wall),
+                ("cpu_ns", c.cpu_ns.is_some(), cpu),
+                ("exits", c.exits.is_some(), hooked),
+                ("unwound", c.unwound.is_some(), hooked),
+                ("unhooked", c.unhooked.is_some(), hooked),
+            ];
+            for (field, present, want) in fields {
+                ctx.check(present == want, || {
+                    format!(
+                        "tid {} {name}: field {field} present: {present}, expected {want} \
+                         (wall: {wall}, cpu: {cpu})\nthread: {t:#?}",
+                        t.tid
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// For every exited thread and every function whose exit is hooked:
+/// `calls == exits + unwound + unhooked` (nothing left open).
+#[track_caller]
+pub fn check_exit_balance(ctx: &Ctx, report: &Report) {
+    for t in report.threads.iter().filter(|t| t.exited) {
+        for (name, c) in &t.functions {
+            let (Some(e), Some(u), Some(h)) = (c.exits, c.unwound, c.unhooked) else {
+                continue;
+            };
+            ctx.check(c.calls == e + u + h, || {
+                format!(
+                    "exited tid {} {name}: calls {} != exits {e} + unwound {u} + unhooked {h}\n\
+                     thread: {t:#?}",
+                    t.tid, c.calls
+                )
+            });
+        }
+    }
+}
+
+/// Checks `functions[]`'s `wall_ns`/`cpu_ns` are the sums over the threads.
+#[track_caller]
+pub fn check_timer_totals(ctx: &Ctx, report: &Report) {
+    for f in &report.functions {
+        let rows = || {
+            report
+                .threads
+                .iter()
+                .filter_map(|t| t.functions.get(&f.name))
+        };
+        let timers = [
+            (
+                "wall_ns",
+                f.wall_ns,
+                rows().filter_map(|c| c.wall_ns).sum::<u64>(),
+            ),
+            (
+                "cpu_ns",
+                f.cpu_ns,
+                rows().filter_map(|c| c.cpu_ns).sum::<u64>(),
+            ),
+        ];
+        for (field, total, sum) in timers {
+            if let Some(total) = total {
+                ctx.check(total == sum, || {
+                    format!(
+                        "functions[] {}: {field} {total}, the threads' sum is {sum}",
+                        f.name
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// Lines `tid role=ROLE index=I tid=T [key=value...]` a target printed on
+/// stderr (the exits and exceptions targets): `(role, index) -> fields`.
+pub fn tid_lines(text: &str) -> BTreeMap<(String, u64), BTreeMap<String, String>> {
+    let mut m = BTreeMap::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix("tid ") else {
+            continue;
+        };
+        let kv: BTreeMap<String, String> = rest
+            .split_whitespace()
+            .filter_map(|f| f.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let (Some(role), Some(index)) = (kv.get("role"), kv.get("index")) {
+            if let Ok(i) = index.parse() {
+                m.insert((role.clone(), i), kv);
+            }
+        }
+    }
+    m
 }
 
 #[track_caller]
