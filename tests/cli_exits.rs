@@ -564,6 +564,23 @@ fn run_cxx_exceptions_through_instrumented_frames() {
                 report.clocks
             )
         });
+        // The unwind closes the activations as it passes their return slots
+        // (the slots' personality routine), not at the next call: the 200 us
+        // the thread idles after each catch is not in middle's time.
+        let own: u64 = kv
+            .get("middle_wall_ns")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| ctx.fail(format!("no middle_wall_ns in {kv:?}")));
+        let idle = w.throws * 200_000;
+        ctx.check(
+            middle <= own + own / 33 + 100_000 && middle >= own / 2,
+            || {
+                format!(
+                    "tid {tid}: middle's wall_ns {middle} vs the thread's own {own} ns inside \
+                 middle (+3% +100 us); {idle} ns of idling after catches must not be in it"
+                )
+            },
+        );
         // thrower's activations lie inside middle's.
         ctx.check(thrower > 0 && thrower <= middle + 10_000, || {
             format!("tid {tid}: thrower's wall_ns {thrower} exceeds middle's {middle}")

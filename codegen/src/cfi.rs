@@ -131,16 +131,40 @@ pub fn return_address_expression(slots: &ReturnSlots) -> Vec<u8> {
 /// The runtime hands the buffer to libgcc's `__register_frame` (which keeps
 /// a pointer to it: the buffer must live until `__deregister_frame`).
 pub fn block_eh_frame(block_address: u64, slots: &ReturnSlots) -> Vec<u8> {
+    block_eh_frame_with_personality(block_address, slots, None)
+}
+
+/// [`block_eh_frame`] with a personality routine: the CIE's augmentation
+/// is then `"zPR"`, the routine's absolute address (`DW_EH_PE_absptr`)
+/// before the FDE pointer encoding. libgcc calls it for every slot an
+/// exception or forced unwind (`pthread_exit`, cancellation) passes
+/// through, in both phases; weft's runtime uses the cleanup phase to close
+/// the activations whose frames the unwind just discarded.
+pub fn block_eh_frame_with_personality(
+    block_address: u64,
+    slots: &ReturnSlots,
+    personality: Option<u64>,
+) -> Vec<u8> {
     let mut out = Vec::new();
 
     let mut cie = Vec::new();
     cie.extend_from_slice(&0u32.to_le_bytes()); // CIE id
     cie.push(1); // version
-    cie.extend_from_slice(b"zR\0");
+    match personality {
+        Some(_) => cie.extend_from_slice(b"zPR\0"),
+        None => cie.extend_from_slice(b"zR\0"),
+    }
     uleb(&mut cie, 1); // code alignment factor
     sleb(&mut cie, -8); // data alignment factor
     cie.push(RA); // return address register (u8 in version 1)
-    uleb(&mut cie, 1); // augmentation data length
+    match personality {
+        Some(routine) => {
+            uleb(&mut cie, 1 + 8 + 1); // augmentation data length
+            cie.push(DW_EH_PE_ABSPTR);
+            cie.extend_from_slice(&routine.to_le_bytes());
+        }
+        None => uleb(&mut cie, 1),
+    }
     cie.push(DW_EH_PE_ABSPTR);
     cie.push(DW_CFA_DEF_CFA);
     uleb(&mut cie, u64::from(RSP));
@@ -210,5 +234,29 @@ mod tests {
             0x7000_0000
         );
         assert_eq!(u64::from_le_bytes(fde[16..24].try_into().unwrap()), 16 * 32);
+    }
+
+    #[test]
+    fn personality_goes_in_the_cie_augmentation() {
+        let s = ReturnSlots::new(16, 0, 8, None).unwrap();
+        let plain = block_eh_frame(0x7000_0000, &s);
+        assert_eq!(
+            plain,
+            block_eh_frame_with_personality(0x7000_0000, &s, None)
+        );
+        let f = block_eh_frame_with_personality(0x7000_0000, &s, Some(0x1122_3344_5566_7788));
+        assert_eq!(&f[9..13], b"zPR\0");
+        let at = f
+            .windows(8)
+            .position(|w| w == 0x1122_3344_5566_7788u64.to_le_bytes())
+            .expect("the routine's address is in the CIE");
+        // Augmentation data: length 10, P encoding, the pointer, R encoding.
+        assert_eq!(f[at - 2], 10);
+        assert_eq!(f[at - 1], DW_EH_PE_ABSPTR);
+        assert_eq!(f[at + 8], DW_EH_PE_ABSPTR);
+        let cie_len = u32::from_le_bytes(f[..4].try_into().unwrap()) as usize;
+        assert_eq!((cie_len + 4) % 8, 0);
+        assert!(at < cie_len + 4, "in the CIE, not the FDE");
+        assert_eq!(&f[f.len() - 4..], &[0, 0, 0, 0]);
     }
 }

@@ -27,7 +27,7 @@ mod timer;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
-pub use cfi::{block_eh_frame, return_address_expression};
+pub use cfi::{block_eh_frame, block_eh_frame_with_personality, return_address_expression};
 pub use exit::{
     exit_handler, exit_handler_len, return_block_code, LayoutError, ReturnSlots, CELL_ENTRY_RSP,
     CELL_METRIC, CELL_RETURN_ADDRESS, CELL_SCRATCH, CELL_SIZE, MAX_CAPACITY, METRIC_ENTRIES,

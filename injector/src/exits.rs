@@ -9,8 +9,8 @@ use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
 use crate::trampolines::Pool;
 use crate::Error;
 use weft_codegen::{
-    block_eh_frame, exit_handler, exit_handler_len, return_block_code, ReturnSlots, TimerSpec,
-    Timers,
+    block_eh_frame_with_personality, exit_handler, exit_handler_len, return_block_code,
+    ReturnSlots, TimerSpec, Timers,
 };
 use weft_rt::layout::{RegionHeader, ROW_BLOCK, ROW_CPU_CLOCK, ROW_DEPTH, ROW_STACK_BOUNDS};
 
@@ -216,8 +216,9 @@ impl Installer<'_> {
         // The unwind template: the FDE's initial location (8 bytes, absolute)
         // is the one field that differs per block; find it by building the
         // template for two addresses.
-        let a = block_eh_frame(0x1111_1111_1111_1111, &slots);
-        let b = block_eh_frame(0x2222_2222_2222_2222, &slots);
+        let personality = Some(header.personality_fn).filter(|&p| p != 0);
+        let a = block_eh_frame_with_personality(0x1111_1111_1111_1111, &slots, personality);
+        let b = block_eh_frame_with_personality(0x2222_2222_2222_2222, &slots, personality);
         let pc_offset = (0..a.len())
             .find(|&i| a[i] != b[i])
             .ok_or_else(|| Error::Internal("block .eh_frame has no address field".into()))?;

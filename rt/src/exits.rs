@@ -382,6 +382,63 @@ pub(crate) fn close_from(header: &RegionHeader, row_ptr: *mut u8, from: u64) {
     }
 }
 
+extern "C" {
+    /// libgcc's accessor for the instruction pointer of an unwind frame
+    /// (the runtime links libgcc_s, whose unwinder is the one that finds
+    /// the slots' registered unwind information and calls the routine
+    /// below).
+    fn _Unwind_GetIP(context: *mut core::ffi::c_void) -> usize;
+}
+
+const UA_CLEANUP_PHASE: i32 = 2;
+const URC_CONTINUE_UNWIND: i32 = 8;
+
+/// The personality routine of the return slots (see
+/// `weft_codegen::block_eh_frame_with_personality`). An exception, Rust
+/// panic or forced unwind (`pthread_exit`, cancellation) that reaches a
+/// slot has just discarded the frame of that slot's activation and of any
+/// nested in it: in the cleanup phase they are closed (counted as unwound,
+/// timers stopped) now rather than at the thread's next instrumented call.
+/// Never stops the unwind, never catches.
+///
+/// # Safety
+///
+/// Called by libgcc's unwinder with its own context.
+#[no_mangle]
+pub unsafe extern "C" fn weft_rt_personality(
+    _version: i32,
+    actions: i32,
+    _class: u64,
+    _exception: *mut core::ffi::c_void,
+    context: *mut core::ffi::c_void,
+) -> i32 {
+    if actions & UA_CLEANUP_PHASE == 0 || context.is_null() {
+        return URC_CONTINUE_UNWIND;
+    }
+    let (Some(header), row_ptr) = (
+        crate::runtime::region_header(),
+        crate::runtime::tls_row_get(),
+    ) else {
+        return URC_CONTINUE_UNWIND;
+    };
+    if row_ptr.is_null() {
+        return URC_CONTINUE_UNWIND;
+    }
+    // SAFETY: the unwinder passes its live context.
+    let ip = unsafe { _Unwind_GetIP(context) } as u64;
+    // SAFETY: row_ptr is this thread's row.
+    let row = unsafe { &*(row_ptr as *const RowHeader) };
+    let block = row.thread.block.load(Ordering::Relaxed);
+    let capacity = u64::from(CAPACITY.load(Ordering::Acquire));
+    let offset = ip
+        .wrapping_sub(metric::SLOT_ENTRY as u64)
+        .wrapping_sub(block);
+    if block != 0 && offset < capacity * metric::SLOT_SIZE as u64 {
+        close_from(header, row_ptr, offset / metric::SLOT_SIZE as u64);
+    }
+    URC_CONTINUE_UNWIND
+}
+
 /// At thread exit: closes the activations still open (the thread left them
 /// by `pthread_exit`, cancellation or an exception that ended it) and
 /// releases the CPU clock. Later destructors may still run instrumented

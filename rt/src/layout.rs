@@ -110,6 +110,9 @@ pub struct RegionHeader {
     /// Threads whose return-slot block could not be allocated (their exits
     /// are not hooked: counted as `unhooked`).
     pub blocks_failed: AtomicU32,
+    /// Address (in the target) of `weft_rt_personality`, the personality
+    /// routine of the return slots' unwind information.
+    pub personality_fn: u64,
     /// The process's wall clock, calibrated when the runtime was loaded. A
     /// reader in another process on the same machine computes the same
     /// clock with [`crate::clock::WallClock::now`] (the TSC is shared).

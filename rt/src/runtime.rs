@@ -85,7 +85,7 @@ pub extern "C" fn weft_rt_tls_offset() -> i64 {
     offset
 }
 
-fn tls_row_get() -> *mut u8 {
+pub(crate) fn tls_row_get() -> *mut u8 {
     let value: *mut u8;
     // SAFETY: reads this thread's own copy of `weft_rt_tls_row`, which the
     // dynamic loader allocated in static TLS when it loaded this library.
@@ -221,6 +221,8 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
             .write(crate::clock::weft_rt_cpu_now as *const () as u64);
         ptr::addr_of_mut!((*header).wall).write(wall_clock());
         ptr::addr_of_mut!((*header).wall_address).write(ptr::addr_of!((*header).wall) as u64);
+        ptr::addr_of_mut!((*header).personality_fn)
+            .write(crate::exits::weft_rt_personality as *const () as u64);
         ptr::addr_of_mut!((*header).exit_trampoline)
             .write(crate::exits::weft_rt_exit_trampoline as *const () as u64);
         (*header)
