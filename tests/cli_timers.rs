@@ -498,4 +498,19 @@ fn run_churn_with_timers_stays_bounded() {
         )
     });
     ctx.check(report.overflow_threads == 0, || "threads overflowed".into());
+    // The target's own resources: no descriptor per thread (each thread's
+    // perf event is closed once its page is mapped), and mappings (blocks,
+    // perf pages) bounded by the rows, not by the 10,000 threads.
+    let pair = |k: &str| -> (i64, i64) {
+        let v = &own[k];
+        (v[0].as_i64().unwrap_or(-1), v[1].as_i64().unwrap_or(-1))
+    };
+    let (fds0, fds1) = pair("fds");
+    ctx.check(fds0 > 0 && fds1 <= fds0, || {
+        format!("the target's open descriptors went from {fds0} to {fds1}")
+    });
+    let (maps0, maps1) = pair("maps");
+    ctx.check(maps0 > 0 && maps1 - maps0 < 1_000, || {
+        format!("the target's mappings went from {maps0} to {maps1} over 10,000 threads")
+    });
 }

@@ -878,6 +878,11 @@ impl ThreadCpuClock {
         self.why
     }
 
+    /// The perf event's file descriptor, -1 when none is open.
+    pub fn fd(&self) -> i32 {
+        self.fd
+    }
+
     /// Closes the perf event's file descriptor but keeps its page mapped:
     /// the mapping holds the event alive and the kernel keeps updating the
     /// page. A runtime inside someone else's process must not use up one of

@@ -297,6 +297,37 @@ fn page_lock_changes_exactly_on_context_switches() {
     assert!(quiet_windows >= 1, "never ran a window without a switch");
 }
 
+/// The runtime closes each thread's perf fd at once (a target must not lose
+/// a descriptor per thread) and keeps only the page mapping: the kernel
+/// must go on updating the page, and the clock must stay right.
+#[test]
+fn clock_keeps_working_after_its_fd_is_closed() {
+    let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
+    let Some(l0) = clock.page_lock() else {
+        eprintln!("no perf page here ({}): nothing to test", clock.source());
+        return;
+    };
+    let fd = clock.fd();
+    assert!(fd >= 0, "the perf event holds an fd");
+    clock.close_fd();
+    assert_eq!(clock.fd(), -1, "close_fd must release the descriptor");
+    // Sleeping switches the thread out: the page's lock must still move.
+    std::thread::sleep(Duration::from_millis(2));
+    let l1 = clock.page_lock().unwrap();
+    assert_ne!(
+        l0, l1,
+        "the page is no longer updated once its fd is closed"
+    );
+    let c0 = clock.now();
+    let t0 = thread_cputime_ns();
+    burn_cpu(20_000_000);
+    std::thread::sleep(Duration::from_millis(5));
+    burn_cpu(20_000_000);
+    let c1 = clock.now();
+    let t1 = thread_cputime_ns();
+    assert_close("cpu after close_fd", c1 - c0, t1 - t0, 0.03, 200_000);
+}
+
 /// A fake perf page with cap_user_time exercises the formula (kernels in
 /// KVM guests usually leave cap_user_time = 0, so the real page cannot).
 #[test]
