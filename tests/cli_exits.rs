@@ -589,3 +589,68 @@ fn run_cxx_exceptions_through_instrumented_frames() {
     check_exit_balance(&ctx, &report);
     check_timer_totals(&ctx, &report);
 }
+
+/// gdb backtraces through timed frames: a thread blocked in `inner`, called
+/// by `outer`, both with their exits hooked by `weft attach`. gdb (attached
+/// while weft is live but detached) must show inner, the return slot
+/// (`weft_return_slots`, registered through gdb's JIT interface), outer,
+/// main — not `?? ()` frames that lose the callers. The target then ends
+/// normally and weft's report counts both exits.
+#[test]
+fn gdb_backtrace_through_timed_frames() {
+    let ctx = Ctx::new("gdb_backtrace_through_timed_frames");
+    if Command::new("gdb").arg("--version").output().is_err() {
+        ctx.fail("gdb is not installed: this test needs it (apt-get install gdb; .ci/run does)");
+    }
+    let exe = gdbwait();
+    let mut t = ctx.target(exe, &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let (mut weft, _) = attach(
+        &ctx,
+        pid,
+        &["-f", "inner,outer", "-m", "calls,wall", "--format", "json"],
+        2,
+    );
+    t.send("go");
+    t.expect_stdout("`inside`", |l| l == "inside");
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-nx", "-batch", "-ex", "bt", "-p", &pid.to_string()]);
+    let mut gdb = ctx.spawn("gdb", gdb, false);
+    gdb.wait_code(0);
+    let out = gdb.stdout_text();
+    let frames: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| {
+            ["inner", "weft_return_slots", "outer", "main", "??"]
+                .into_iter()
+                .find(|f| l.contains(&format!(" {f} (")) || l.contains(&format!(" in {f} (")))
+        })
+        .collect();
+    let expected = [
+        "inner",
+        "weft_return_slots",
+        "outer",
+        "weft_return_slots",
+        "main",
+    ];
+    ctx.check(frames.windows(5).any(|w| w == expected), || {
+        format!(
+            "gdb's backtrace does not go inner -> slot -> outer -> slot -> main: {frames:?}\n{out}"
+        )
+    });
+    ctx.check(!frames.contains(&"??"), || {
+        format!("gdb's backtrace has unknown frames: {frames:?}\n{out}")
+    });
+    t.send("end");
+    t.expect_stdout("`done`", |l| l.starts_with("done"));
+    t.wait_code(0);
+    weft.wait_code(0);
+    let report = parse_report(&ctx, &weft.stdout_text());
+    for f in ["inner", "outer"] {
+        let c = report.counts(pid as i64, f);
+        ctx.check(c.calls == 1 && c.exits == Some(1), || {
+            format!("{f}: {c:?}, one call that returned expected")
+        });
+    }
+}

@@ -195,9 +195,16 @@ pub fn load(
                 .write(true)
                 .open(format!("/proc/{pid}/fd/{fd}"))
                 .and_then(|mut f| f.write_all(&bytes));
+            // The path the loader records for the library (its link_map
+            // name) is what debuggers open to read its symbols. Not
+            // /proc/self/...: in gdb's process that names one of gdb's own
+            // descriptors (gdb hangs reading its own pipe). The PID as the
+            // target sees it, and the descriptor stays open, so the path
+            // keeps naming the library.
+            let own_pid = crate::inspect::procfs::own_view_pid(pid).unwrap_or(pid);
             let handle = match written {
                 Ok(()) => {
-                    let path = format!("/proc/self/fd/{fd}\0").into_bytes();
+                    let path = format!("/proc/{own_pid}/fd/{fd}\0").into_bytes();
                     tracer.call(
                         tid,
                         &RemoteCall::new(
@@ -210,12 +217,14 @@ pub fn load(
                 }
                 Err(_) => Ok(0),
             };
-            // The mapping keeps the library alive; the descriptor is not needed.
-            let _ = tracer.call(
-                tid,
-                &RemoteCall::new("close", close, vec![RemoteArg::Value(fd as u64)]),
-                false,
-            );
+            // Kept open when loaded: debuggers read the library through it.
+            if written.is_err() || !matches!(handle, Ok(h) if h != 0) {
+                let _ = tracer.call(
+                    tid,
+                    &RemoteCall::new("close", close, vec![RemoteArg::Value(fd as u64)]),
+                    false,
+                );
+            }
             if let Err(source) = written {
                 return Err(RuntimeError::Write { pid, fd, source });
             }

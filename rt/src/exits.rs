@@ -65,6 +65,7 @@ const PAGE: usize = 4096;
 const MAX_CAPACITY: u32 = 1 << 20;
 /// Largest `.eh_frame` template accepted.
 const MAX_EH_FRAME: usize = 512;
+const _: () = assert!(MAX_EH_FRAME + crate::gdb_jit::space_needed(MAX_EH_FRAME) <= PAGE);
 
 /// Activations per block; 0 while exits are not enabled.
 static CAPACITY: AtomicU32 = AtomicU32::new(0);
@@ -238,12 +239,24 @@ fn new_block(capacity: u32) -> Option<u64> {
         let eh = block.add(len);
         let eh_template = EH_TEMPLATE.load(Ordering::Acquire);
         let register = REGISTER_FRAME.load(Ordering::Acquire);
-        if !eh_template.is_null() && register != 0 {
-            ptr::copy_nonoverlapping(eh_template, eh, EH_LEN.load(Ordering::Acquire));
+        let eh_len = EH_LEN.load(Ordering::Acquire);
+        if !eh_template.is_null() {
+            ptr::copy_nonoverlapping(eh_template, eh, eh_len);
             let pc = (block as u64).to_le_bytes();
             ptr::copy_nonoverlapping(pc.as_ptr(), eh.add(EH_PC_OFFSET.load(Ordering::Acquire)), 8);
-            let register: extern "C" fn(*const u8) = core::mem::transmute(register);
-            register(eh);
+            if register != 0 {
+                let register: extern "C" fn(*const u8) = core::mem::transmute(register);
+                register(eh);
+            }
+            // The same unwind information for gdb, in the rest of the page.
+            let gdb_at = eh_len.next_multiple_of(8);
+            crate::gdb_jit::register(
+                block as u64,
+                (capacity as usize * metric::SLOT_SIZE) as u64,
+                core::slice::from_raw_parts(eh, eh_len),
+                eh.add(gdb_at),
+                PAGE - gdb_at,
+            );
         }
         Some(block as u64)
     }

@@ -23,6 +23,8 @@ pub mod layout;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod exits;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod gdb_jit;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod runtime;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -226,6 +226,13 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// A thread blocked inside `inner` called by `outer`, for gdb (`-g`).
+#[allow(dead_code)]
+pub fn gdbwait() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("gdbwait", "gdbwait.c", &["-g"]))
+}
+
 /// Functions left by several `ret`s, a tail call, recursion, `longjmp`,
 /// `pthread_exit`, and a `backtrace()` through instrumented frames
 /// (`-rdynamic` so that `dladdr` names the executable's functions).

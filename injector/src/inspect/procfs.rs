@@ -111,9 +111,33 @@ pub fn tracer_pid(pid: i32) -> Result<Option<i32>, InspectError> {
     }
 }
 
+/// The process's PID as the process itself sees it (the last `NSpid`
+/// entry of `/proc/PID/status`: it differs from `pid` when the target runs
+/// in a nested PID namespace); `pid` itself on kernels without `NSpid`.
+pub fn own_view_pid(pid: i32) -> Result<i32, InspectError> {
+    let (_, text) = read_proc(pid, "status")?;
+    Ok(parse_nspid(&text).unwrap_or(pid))
+}
+
+fn parse_nspid(status: &str) -> Option<i32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nspid_innermost() {
+        assert_eq!(parse_nspid("Name:\tx\nNSpid:\t4242\t17\n"), Some(17));
+        assert_eq!(parse_nspid("NSpid:\t4242\n"), Some(4242));
+        assert_eq!(parse_nspid("Name:\tx\n"), None);
+        assert_eq!(parse_nspid("NSpid:\tbad\n"), None);
+    }
 
     #[test]
     fn stat_state() {
