@@ -514,3 +514,50 @@ fn run_churn_with_timers_stays_bounded() {
         format!("the target's mappings went from {maps0} to {maps1} over 10,000 threads")
     });
 }
+
+/// A thread blocked inside a timed function when weft detaches returns
+/// later, through the next session's exit handler. It must not count in
+/// the words the next session gave to another function: session 1 times
+/// `blocked` (its thread stays inside), session 2 times `g` (same words
+/// as `blocked` had); `blocked` returns during session 2, then `g` runs 5
+/// times: `g` must show 5 calls and exactly 5 exits.
+#[test]
+fn activation_left_open_by_an_earlier_session_counts_nowhere() {
+    let ctx = Ctx::new("activation_left_open_by_an_earlier_session_counts_nowhere");
+    let mut t = ctx.target(sessions(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let args = |f: &'static str| ["-f", f, "-m", "calls,wall", "--format", "json"];
+    let (mut first, _) = attach(&ctx, pid, &args("blocked"), 1);
+    t.send("block");
+    t.expect_stdout("`in blocked`", |l| l == "in blocked");
+    let report = parse_report(&ctx, &detach_with_sigint(&mut first));
+    let c = report.function("blocked").map(|f| f.calls);
+    ctx.check(c == Some(1), || {
+        format!("session 1: blocked called {c:?} times, once expected")
+    });
+    let (mut second, _) = attach(&ctx, pid, &args("g"), 1);
+    t.send("release");
+    t.expect_stdout("`released`", |l| l.starts_with("released"));
+    t.send("g 5");
+    t.expect_stdout("`g 5`", |l| l == "g 5");
+    let report = parse_report(&ctx, &detach_with_sigint(&mut second));
+    let main_tid = pid as i64;
+    let c = report.counts(main_tid, "g");
+    ctx.check(
+        c.calls == 5 && c.exits == Some(5) && c.unwound == Some(0),
+        || format!("session 2: g has {c:?}; 5 calls and 5 exits expected (the earlier session's activation counted in g's words?)"),
+    );
+    let blocker: Vec<_> = report
+        .threads
+        .iter()
+        .filter(|th| th.tid != main_tid)
+        .filter_map(|th| th.functions.get("g").cloned())
+        .collect();
+    ctx.check(
+        blocker.len() == 1 && blocker[0].calls == 3 && blocker[0].exits == Some(3),
+        || format!("session 2: the blocker thread's g is {blocker:?}; 3 calls and 3 exits expected (the earlier session's activation counted in g's words?)"),
+    );
+    t.send("quit");
+    t.expect_stdout("`done`", |l| l.starts_with("done"));
+    t.wait_code(0);
+}

@@ -104,6 +104,10 @@ pub struct Process {
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
     /// The exit handler installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ReturnSlots)>,
+    /// First of the words activations of removed probes are pointed at
+    /// (see [`Process::retire_open_activations`]); allocated with the
+    /// first exit handler.
+    sink_word: Option<u32>,
 }
 
 /// Checks that make attach errors clear before ptrace is tried.
@@ -181,6 +185,7 @@ impl Process {
             branch_indexes: Default::default(),
             harvested: Vec::new(),
             exits: None,
+            sink_word: None,
         }
     }
 
@@ -342,7 +347,59 @@ impl Process {
         }
         .install(rt.region.header(), wanted.timers())?;
         self.exits = Some((wanted, slots));
+        if self.sink_word.is_none() {
+            let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
+            if self.next_word + len > self.options.metric_words {
+                return Err(Error::TooManyProbes(self.options.metric_words));
+            }
+            self.sink_word = Some(self.next_word);
+            self.next_word += len;
+        }
         Ok(slots)
+    }
+
+    /// Points the still-open activations of the given (removed) probes at
+    /// the sink words. A thread blocked inside a timed function when weft
+    /// detaches returns later through whatever exit handler is installed
+    /// then, and would count its exit and stop its timer in the words its
+    /// cell names, which a later session may have given to another
+    /// function. The process must be held, with no thread inside a
+    /// trampoline.
+    fn retire_open_activations(&mut self, bases: &[i32]) -> Result<(), Error> {
+        let (Some((_, slots)), Some(sink), Some(rt)) =
+            (self.exits, self.sink_word, self.runtime.as_ref())
+        else {
+            return Ok(());
+        };
+        if bases.is_empty() {
+            return Ok(());
+        }
+        let sink = weft_rt::layout::Geometry::metric_offset(sink) as i32;
+        let region = &rt.region;
+        let rows = region
+            .header()
+            .rows_used
+            .load(std::sync::atomic::Ordering::Acquire)
+            .min(region.geometry().max_rows);
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        for index in 0..rows {
+            let block = region.load_word(index, weft_rt::layout::ROW_BLOCK);
+            let depth = region.load_word(index, weft_rt::layout::ROW_DEPTH);
+            if block == 0 || depth == 0 {
+                continue;
+            }
+            for j in 0..depth.min(u64::from(slots.capacity())) as u32 {
+                let at = slots.cell_address(block, j) + weft_codegen::CELL_METRIC as u64;
+                let mut metric = [0u8; 4];
+                if tracer.memory().read(at, &mut metric).is_err() {
+                    break; // the thread and its block are gone
+                }
+                if bases.contains(&i32::from_le_bytes(metric)) {
+                    tracer.memory().write(at, &sink.to_le_bytes())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Resolves an IFUNC to the implementation the process uses: from a GOT
@@ -718,6 +775,13 @@ impl Process {
         // A thread still inside a trampoline would add one more count to a
         // word the next session reuses: let it leave first.
         self.wait_until_outside(|pc| ranges.iter().any(|r| r.contains(&pc)), "a trampoline")?;
+        let hooked: Vec<i32> = self
+            .probes
+            .iter()
+            .filter(|p| ids.contains(&p.id) && p.metrics.hooks_exit())
+            .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
+            .collect();
+        self.retire_open_activations(&hooked)?;
         if !self.probes.iter().any(|p| p.active) {
             if let Some(since) = self.live_since.take() {
                 self.live_for += since.elapsed();

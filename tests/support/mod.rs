@@ -226,6 +226,12 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// A thread left blocked inside `blocked` across weft sessions, and `g`.
+pub fn sessions() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("sessions", "sessions.c", &[]))
+}
+
 /// A thread blocked inside `inner` called by `outer`, for gdb (`-g`).
 #[allow(dead_code)]
 pub fn gdbwait() -> &'static Path {
