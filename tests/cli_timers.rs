@@ -491,7 +491,10 @@ fn run_churn_with_timers_stays_bounded() {
         .runtime
         .clone()
         .unwrap_or_else(|| ctx.fail("the report has no runtime section"));
-    ctx.check(rt.rows_used < 200 && rt.rows_reused > 9_800, || {
+    // Bounded by the threads alive at once plus those created between two
+    // harvests (every few ms; more on a loaded machine), not by the 10,000
+    // ever created (seen: 66-237).
+    ctx.check(rt.rows_used < 2_000 && rt.rows_reused > 8_000, || {
         format!(
             "rows used {}, reused {}: the table grows with the total number of threads",
             rt.rows_used, rt.rows_reused

@@ -120,3 +120,411 @@ ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]\n\
         format!("python: {threads} threads in the report, expected the main thread and 4 workers")
     });
 }
+
+// ---------------------------------------------------------------------------
+// Attaching to, and detaching from, programs in the middle of their work
+// ---------------------------------------------------------------------------
+//
+// Each program is started by the test and fed by it, so that it cannot end
+// before the test lets it: `sort` and `xz` read a generated input from a pipe
+// the test writes (gated: the test decides how much may flow, and when), the
+// SQL shell reads statements line by line, the Python script's threads work
+// until a line arrives on stdin. Several `weft attach ... -f LIBC` sessions
+// come and go while data flows; each must end with exit code 0 and a report
+// that counted calls; the program must go on untraced, and its output, exit
+// code and stderr must be byte-identical to a plain run on the same input.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Attach/detach cycles per program.
+const CYCLES: usize = 3;
+
+/// The number of functions `-f LIBC` resolves to (each pattern is one
+/// exact libc name).
+fn libc_count() -> u32 {
+    LIBC.split(',').count() as u32
+}
+
+/// The real interpreter (a `python3` on PATH may be a wrapper script, and
+/// weft must attach to the interpreter itself).
+fn python() -> String {
+    let exe = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&exe.stdout).trim().to_string()
+}
+
+/// `lines` deterministic lines of numbers, from `seed`.
+fn numbers(seed: u64, lines: usize) -> String {
+    let mut x = seed | 1;
+    (0..lines)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{}\n", x % 1_000_003)
+        })
+        .collect()
+}
+
+/// Makes `cmd` read its stdin from a new pipe (whose write end is returned)
+/// and, with `stdout`, write its stdout to that file: `ctx.spawn` pipes both,
+/// the `pre_exec` hook then replaces them (it runs after the standard
+/// streams are set up). The second value must live until the spawn.
+fn redirect(cmd: &mut Command, stdout: Option<&Path>) -> (File, Vec<OwnedFd>) {
+    // O_CLOEXEC: no other child the tests start concurrently inherits them.
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe2");
+    let out: Option<OwnedFd> = stdout.map(|p| File::create(p).expect("creating the output").into());
+    let rfd = r.as_raw_fd();
+    let ofd = out.as_ref().map(|o| o.as_raw_fd());
+    // SAFETY: the hook only calls dup2, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(rfd, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(o) = ofd {
+                if libc::dup2(o, 1) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut keep = vec![r];
+    keep.extend(out);
+    (File::from(w), keep)
+}
+
+/// Writes fixed chunks to a program's stdin from a thread, as far as the
+/// gate allows, pausing `pace` after each; closes the pipe once every chunk
+/// is written and the test said it is done. If the test fails first, the
+/// writer ends (when dropped, or on EPIPE once the program is killed).
+struct Feeder {
+    gate: Arc<AtomicUsize>,
+    sent: Arc<AtomicUsize>,
+    done: Arc<AtomicBool>,
+    chunks: Arc<Vec<Vec<u8>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Feeder {
+    fn start(mut pipe: File, chunks: Vec<Vec<u8>>, gate: usize, pace: Duration) -> Feeder {
+        let mut f = Feeder {
+            gate: Arc::new(AtomicUsize::new(gate)),
+            sent: Arc::new(AtomicUsize::new(0)),
+            done: Arc::new(AtomicBool::new(false)),
+            chunks: Arc::new(chunks),
+            thread: None,
+        };
+        let (g, s, d, c) = (
+            f.gate.clone(),
+            f.sent.clone(),
+            f.done.clone(),
+            f.chunks.clone(),
+        );
+        f.thread = Some(std::thread::spawn(move || {
+            for (i, chunk) in c.iter().enumerate() {
+                while g.load(Ordering::SeqCst) <= i {
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if pipe.write_all(chunk).is_err() {
+                    return;
+                }
+                s.store(i + 1, Ordering::SeqCst);
+                std::thread::sleep(pace);
+            }
+            while !d.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }));
+        f
+    }
+
+    /// Lets `n` more chunks flow.
+    fn open(&self, n: usize) -> usize {
+        let total = self.chunks.len();
+        let g = (self.gate.load(Ordering::SeqCst) + n).min(total);
+        self.gate.store(g, Ordering::SeqCst);
+        g
+    }
+
+    /// Waits until the program took the first `n` chunks (all but the last
+    /// pipe-full of them are read).
+    #[track_caller]
+    fn wait_sent(&self, ctx: &Ctx, n: usize) {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.sent.load(Ordering::SeqCst) < n {
+            if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                ctx.fail(format!(
+                    "the program stopped reading its input after {} chunks",
+                    self.sent.load(Ordering::SeqCst)
+                ));
+            }
+            if Instant::now() >= deadline {
+                ctx.fail(format!(
+                    "timed out: the program took {} chunks of its input in {TIMEOUT:?}, \
+                     expected {n}",
+                    self.sent.load(Ordering::SeqCst)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Sends everything left, closes the pipe; returns the whole input.
+    #[track_caller]
+    fn finish(mut self, ctx: &Ctx) -> Vec<u8> {
+        self.gate.store(self.chunks.len(), Ordering::SeqCst);
+        self.done.store(true, Ordering::SeqCst);
+        self.wait_sent(ctx, self.chunks.len());
+        if let Some(t) = self.thread.take() {
+            t.join().expect("the feeder thread");
+        }
+        self.chunks.concat()
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Checks one attach session's JSON report: the target's pid, each of the
+/// `functions` exactly once, calls counted (of each of `called` in
+/// particular), and every activation closed in the threads that exited.
+#[track_caller]
+fn check_session(
+    ctx: &Ctx,
+    what: &str,
+    text: &str,
+    pid: u32,
+    functions: &[&str],
+    called: &[&str],
+) -> Report {
+    let report = parse_report(ctx, text);
+    ctx.check(report.pid == pid as i64, || {
+        format!("{what}: report pid {} != {pid}", report.pid)
+    });
+    check_metrics(ctx, &report, &["calls", "wall", "cpu"]);
+    for f in functions {
+        let n = report.functions.iter().filter(|x| x.name == *f).count();
+        ctx.check(n == 1, || {
+            format!("{what}: {f} appears {n} times in functions[]: {text}")
+        });
+    }
+    let total: u64 = report.functions.iter().map(|f| f.calls).sum();
+    ctx.check(total > 0, || {
+        format!("{what}: weft counted no call at all: {text}")
+    });
+    for f in called {
+        let n = report.function(f).map_or(0, |x| x.calls);
+        ctx.check(n > 0, || {
+            format!("{what}: weft counted no call of {f} while the program worked: {text}")
+        });
+    }
+    check_exit_balance(ctx, &report);
+    check_timer_totals(ctx, &report);
+    report
+}
+
+/// After a detach: the program still runs, untraced.
+#[track_caller]
+fn check_goes_on(ctx: &Ctx, t: &mut Proc, what: &str) {
+    ctx.check(t.is_running(), || format!("{what}: the program died"));
+    check_not_traced_nor_stopped(ctx, t.pid);
+}
+
+/// `exit code, stdout, stderr` of the plain run must equal the watched
+/// run's; `out` names the files the two runs wrote, if any.
+#[track_caller]
+fn check_same(
+    ctx: &Ctx,
+    what: &str,
+    watched: (Option<i32>, &str, &str),
+    plain: &std::process::Output,
+    out: Option<(&Path, &Path)>,
+) {
+    let text = |b: &[u8]| {
+        String::from_utf8(b.to_vec())
+            .unwrap_or_else(|_| ctx.fail(format!("{what}: the plain run's output is not UTF-8")))
+    };
+    ctx.check(watched.0 == plain.status.code(), || {
+        format!(
+            "{what}: exit code {:?} after the attach/detach cycles, {:?} plain",
+            watched.0,
+            plain.status.code()
+        )
+    });
+    let (po, pe) = (text(&plain.stdout), text(&plain.stderr));
+    ctx.check(watched.1 == po, || {
+        format!(
+            "{what}: stdout differs ({} vs {} bytes plain)",
+            watched.1.len(),
+            po.len()
+        )
+    });
+    ctx.check(watched.2 == pe, || {
+        format!("{what}: stderr differs; plain: {pe:?}")
+    });
+    if let Some((a, b)) = out {
+        let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+        let at = x.iter().zip(&y).position(|(p, q)| p != q);
+        ctx.check(x == y, || {
+            format!(
+                "{what}: output file differs: {} bytes vs {} plain, first difference at {at:?}",
+                x.len(),
+                y.len()
+            )
+        });
+        ctx.check(!x.is_empty(), || format!("{what}: empty output"));
+    }
+}
+
+/// `program args` reads `chunks` from a pipe fed by the test; during the
+/// flow, `CYCLES` attach/detach cycles:
+///   * while `lead` chunks flow, `weft attach` starts;
+///   * once it is live, `during` chunks flow, all read while instrumented;
+///   * then `trail` more chunks are let go and weft is interrupted, so that
+///     it detaches while the program works.
+/// Then the rest flows and the program ends; its output (stdout, or the
+/// file `out` for `-o`, or stdout redirected to `out` with `out_is_stdout`)
+/// is compared with a plain run on the same bytes.
+#[allow(clippy::too_many_arguments)]
+fn fed_cycles(
+    ctx: &Ctx,
+    what: &str,
+    program: &str,
+    args: &[&str],
+    chunks: Vec<Vec<u8>>,
+    (lead, during, trail): (usize, usize, usize),
+    out: &Path,
+    out_is_stdout: bool,
+) {
+    let dir = scratch();
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    let (pipe, keep) = redirect(&mut cmd, out_is_stdout.then_some(out));
+    let mut t = ctx.spawn(what, cmd, false);
+    drop(keep);
+    let pid = t.pid;
+    let feeder = Feeder::start(pipe, chunks, lead, Duration::from_millis(10));
+    // Mid-work before the first attach.
+    feeder.wait_sent(ctx, 1);
+    let n = libc_count();
+    let funcs: Vec<&str> = LIBC.split(',').collect();
+    let args = ["-f", LIBC, "--format", "json"];
+    for c in 0..CYCLES {
+        let what = format!("{what} cycle {c}");
+        let started = Instant::now();
+        let (mut weft, a) = attach(ctx, pid, &args, n);
+        let live = started.elapsed();
+        ctx.check(a.threads >= 1, || format!("{what}: attached to no thread"));
+        let target = feeder.open(during);
+        feeder.wait_sent(ctx, target);
+        feeder.open(trail);
+        let text = detach_with_sigint(&mut weft);
+        eprintln!(
+            "{what}: live after {live:?}, session {:?}",
+            started.elapsed()
+        );
+        check_session(ctx, &what, &text, pid, &funcs, &["read"]);
+        check_goes_on(ctx, &mut t, &what);
+        feeder.open(lead);
+    }
+    let input = feeder.finish(ctx);
+    let status = t.wait_exit();
+
+    let input_file = dir.join(format!("{what}.in"));
+    std::fs::write(&input_file, &input).unwrap();
+    let plain_out = dir.join(format!("{what}.plain.out"));
+    let mut plain = Command::new(program);
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace(out.to_str().unwrap(), plain_out.to_str().unwrap()))
+        .collect();
+    plain
+        .args(&args)
+        .stdin(File::open(&input_file).unwrap());
+    if out_is_stdout {
+        plain.stdout(File::create(&plain_out).unwrap());
+    }
+    let plain = plain.output().expect("the plain run");
+    check_same(
+        ctx,
+        what,
+        (status.code(), &t.stdout_text(), &t.stderr_text()),
+        &plain,
+        Some((out, &plain_out)),
+    );
+}
+
+/// `chunks` chunks of `lines` lines of numbers each.
+fn number_chunks(seed: u64, chunks: usize, lines: usize) -> Vec<Vec<u8>> {
+    (0..chunks)
+        .map(|i| numbers(seed + i as u64 * 7919, lines).into_bytes())
+        .collect()
+}
+
+#[test]
+fn attach_detach_cycles_on_sort_leave_its_output_unchanged() {
+    let ctx = Ctx::new("attach_detach_cycles_on_sort_leave_its_output_unchanged");
+    let out = scratch().join("sort-cycles.out");
+    let tmp = scratch().join("sort-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // 16 KiB chunks, ~6 MB in all. With a 12 MB buffer sort fills it about
+    // every 2.4 MB of input and sorts it with two threads (then writes a
+    // temporary file); the final merge runs after the end of the input.
+    let (lead, during, trail) = (50, 30, 30);
+    let chunks = number_chunks(1, 2 * lead + CYCLES * (lead + during + trail), 2000);
+    fed_cycles(
+        &ctx,
+        "sort",
+        "sort",
+        &[
+            "--parallel=2",
+            "-S",
+            "12M",
+            "-T",
+            tmp.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        chunks,
+        (lead, during, trail),
+        &out,
+        false,
+    );
+}
+
+#[test]
+fn attach_detach_cycles_on_threaded_xz_leave_its_output_unchanged() {
+    let ctx = Ctx::new("attach_detach_cycles_on_threaded_xz_leave_its_output_unchanged");
+    let out = scratch().join("xz-cycles.xz");
+    // Two compressing threads, each on its own 256 KiB block.
+    let (lead, during, trail) = (50, 30, 30);
+    let chunks = number_chunks(2, 2 * lead + CYCLES * (lead + during + trail), 2000);
+    fed_cycles(
+        &ctx,
+        "xz",
+        "xz",
+        &["-T2", "-1", "--block-size=256KiB", "-c"],
+        chunks,
+        (lead, during, trail),
+        &out,
+        true,
+    );
+}

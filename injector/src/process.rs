@@ -67,6 +67,9 @@ pub struct Probe {
     pub calls_word: u32,
     /// What the probe measures.
     pub metrics: Metrics,
+    /// Its words were given to a later probe (only when the runtime's row
+    /// ran out of words): its figures are gone and it leaves reports.
+    pub words_recycled: bool,
     /// Still spliced in.
     pub active: bool,
 }
@@ -104,6 +107,12 @@ pub struct Process {
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
     /// The exit handler installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ReturnSlots)>,
+    /// Trampolines of removed probes, reused once no thread can be in them.
+    retired: Vec<std::ops::Range<u64>>,
+    /// Probes (indices) whose trampolines were reused: nothing writes their
+    /// words any more, which may be given to new probes when the row is
+    /// full.
+    quiet: Vec<usize>,
     /// First of the words activations of removed probes are pointed at
     /// (see [`Process::retire_open_activations`]); allocated with the
     /// first exit handler.
@@ -186,6 +195,8 @@ impl Process {
             harvested: Vec::new(),
             exits: None,
             sink_word: None,
+            retired: Vec::new(),
+            quiet: Vec::new(),
         }
     }
 
@@ -514,11 +525,6 @@ impl Process {
         } else {
             1
         };
-        if self.next_word as usize + plans.len() * words_per_probe
-            > self.options.metric_words as usize
-        {
-            return Err(Error::TooManyProbes(self.options.metric_words));
-        }
         self.ensure_runtime()?;
         let slots = if metrics.hooks_exit() {
             Some(self.ensure_exits(metrics)?)
@@ -539,7 +545,7 @@ impl Process {
         let mut new_probes = Vec::new();
         let call_tid = self.call_thread()?;
         for (f, site) in plans {
-            let word = self.next_word;
+            let word = self.allocate_words(words_per_probe as u32)?;
             let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
             let snippets = [match slots {
                 Some(slots) => Snippet::CountCallHookExit {
@@ -588,7 +594,6 @@ impl Process {
                 .memory()
                 .write(at - crate::trampolines::RECORD_LEN, &record)?;
             tracer.memory().write(at, &trampoline.bytes)?;
-            self.next_word += words_per_probe as u32;
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
                 function: f,
@@ -598,6 +603,7 @@ impl Process {
                 trampoline: at..at + trampoline.bytes.len() as u64,
                 calls_word: word,
                 metrics,
+                words_recycled: false,
                 active: false,
             });
         }
@@ -623,6 +629,105 @@ impl Process {
             self.live_since = Some(Instant::now());
         }
         Ok(ids)
+    }
+
+    /// `len` consecutive metric words for a new probe: fresh ones, or, when
+    /// the row is full, the zeroed words of a removed probe nothing writes
+    /// any more (that probe then leaves reports).
+    fn allocate_words(&mut self, len: u32) -> Result<u32, Error> {
+        if self.next_word + len <= self.options.metric_words {
+            let word = self.next_word;
+            self.next_word += len;
+            return Ok(word);
+        }
+        let width = |p: &Probe| {
+            if p.metrics.hooks_exit() {
+                (weft_codegen::TIMER_METRIC_LEN / 8) as u32
+            } else {
+                1
+            }
+        };
+        let Some(at) = self
+            .quiet
+            .iter()
+            .position(|&i| width(&self.probes[i]) == len)
+        else {
+            return Err(Error::TooManyProbes(self.options.metric_words));
+        };
+        let index = self.quiet.swap_remove(at);
+        let word = self.probes[index].calls_word;
+        self.probes[index].words_recycled = true;
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        rt.region
+            .zero_words(word, len)
+            .map_err(|e| Error::Internal(format!("cannot reset recycled counters: {e}")))?;
+        for row in &mut self.harvested {
+            for w in row.words.iter_mut().skip(word as usize).take(len as usize) {
+                *w = 0;
+            }
+        }
+        Ok(word)
+    }
+
+    /// Gives the space of retired trampolines back to the pool once no
+    /// thread executes in one or has an address inside one on its stack
+    /// (a return address of a timer subroutine, a signal frame's saved
+    /// PC); the others stay retired and are checked again next time.
+    /// Scans each thread's stack from its `rsp` to the end of that mapping
+    /// (the stack it is on now: frames on another stack, below a
+    /// `sigaltstack` handler, are not seen). The process must be held.
+    fn recycle_trampolines(&mut self) -> Result<(), Error> {
+        if self.retired.is_empty() {
+            return Ok(());
+        }
+        const MAX_SCAN: u64 = 16 << 20;
+        let maps = crate::inspect::read_maps(self.pid)?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mut busy = vec![false; self.retired.len()];
+        let retired = &self.retired;
+        let mark = |busy: &mut Vec<bool>, value: u64| {
+            for (i, r) in retired.iter().enumerate() {
+                if r.contains(&value) {
+                    busy[i] = true;
+                }
+            }
+        };
+        for tid in tracer.threads().collect::<Vec<_>>() {
+            let Ok(regs) = tracer.registers(tid) else {
+                continue;
+            };
+            mark(&mut busy, regs.rip);
+            let rsp = regs.rsp & !7;
+            let Some(stack) = maps.iter().find(|m| m.start <= rsp && rsp < m.end) else {
+                continue;
+            };
+            let len = (stack.end - rsp).min(MAX_SCAN) as usize;
+            match tracer.memory().read_vec(rsp, len) {
+                Ok(bytes) => {
+                    for chunk in bytes.chunks_exact(8) {
+                        mark(
+                            &mut busy,
+                            u64::from_le_bytes(chunk.try_into().expect("8 bytes")),
+                        );
+                    }
+                }
+                // Unreadable: assume the worst.
+                Err(_) => busy.iter_mut().for_each(|b| *b = true),
+            }
+        }
+        let mut still = Vec::new();
+        for (range, busy) in std::mem::take(&mut self.retired).into_iter().zip(busy) {
+            if busy {
+                still.push(range);
+                continue;
+            }
+            self.pool.release(range.clone());
+            if let Some(i) = self.probes.iter().position(|p| p.trampoline == range) {
+                self.quiet.push(i);
+            }
+        }
+        self.retired = still;
+        Ok(())
     }
 
     /// Takes out probes an earlier weft left in these functions (it was
@@ -745,6 +850,13 @@ impl Process {
 
     /// Removes the given probes (see [`Process::remove_all`]).
     pub fn remove(&mut self, ids: &[ProbeId]) -> Result<(), Error> {
+        // Only the probes still in: removing one twice is a no-op.
+        let ids: Vec<ProbeId> = self
+            .probes
+            .iter()
+            .filter(|p| p.active && ids.contains(&p.id))
+            .map(|p| p.id)
+            .collect();
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         for probe in self
             .probes
@@ -782,6 +894,8 @@ impl Process {
             .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
             .collect();
         self.retire_open_activations(&hooked)?;
+        self.retired.extend(ranges);
+        self.recycle_trampolines()?;
         if !self.probes.iter().any(|p| p.active) {
             if let Some(since) = self.live_since.take() {
                 self.live_for += since.elapsed();
@@ -970,6 +1084,13 @@ impl Process {
         })
     }
 
+    /// Target memory for trampolines: (bytes mapped, bytes handed out).
+    /// Both are bounded by the probes in at once — a removed probe's space
+    /// is reused once no thread can be in it — not by probes ever inserted.
+    pub fn trampoline_memory(&self) -> (u64, u64) {
+        (self.pool.mapped_bytes(), self.pool.used_bytes())
+    }
+
     /// Time probes have been live.
     pub fn live_duration(&self) -> Duration {
         self.live_for + self.live_since.map_or(Duration::ZERO, |s| s.elapsed())
@@ -980,6 +1101,7 @@ impl Process {
         let probes: Vec<ProbeInfo> = self
             .probes
             .iter()
+            .filter(|p| !p.words_recycled)
             .map(|p| ProbeInfo {
                 name: p.function.name.clone(),
                 module: p.function.module.clone(),

@@ -43,6 +43,8 @@ pub struct Region {
     /// The ack pages, mapped writable (the only part weft writes).
     acks: *const AtomicU32,
     acks_len: usize,
+    /// The memfd, for resetting recycled words ([`Region::zero_words`]).
+    file: std::fs::File,
 }
 
 // SAFETY: the mapping is read-only for us and lives until Drop; readers only
@@ -108,6 +110,7 @@ impl Region {
             },
             acks: std::ptr::null(),
             acks_len: 0,
+            file,
         };
         let header = region.header();
         // SAFETY: `magic` and `version` are plain integers inside the mapping.
@@ -143,7 +146,7 @@ impl Region {
                 acks_len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                file.as_raw_fd(),
+                region.file.as_raw_fd(),
                 ACKS_OFFSET as libc::off_t,
             )
         };
@@ -165,6 +168,22 @@ impl Region {
     /// Rows and metric words per row.
     pub fn geometry(&self) -> Geometry {
         self.geometry
+    }
+
+    /// Zeroes metric words `first .. first + count` of every row handed out
+    /// (and the overflow row), through the file: words of a removed probe
+    /// that no code writes any more, before a new probe gets them.
+    pub fn zero_words(&self, first: u32, count: u32) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let count = count.min(self.geometry.metric_words.saturating_sub(first));
+        let zeros = vec![0u8; 8 * count as usize];
+        let used = self.header().rows_used.load(Ordering::Acquire);
+        let rows = (0..used.min(self.geometry.max_rows)).chain([self.geometry.overflow_row()]);
+        for index in rows {
+            let at = self.geometry.row_offset(index) + Geometry::metric_offset(first);
+            self.file.write_all_at(&zeros, at)?;
+        }
+        Ok(())
     }
 
     /// The live value of the 8-byte word at byte `offset` of row `index`

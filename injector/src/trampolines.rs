@@ -10,7 +10,10 @@
 //! `/proc/PID/mem`, so the target never has writable code.
 //!
 //! Areas are never unmapped: a thread preempted inside a trampoline, or
-//! inside the runtime called from one, must always find it there.
+//! inside the runtime called from one, must always find it there. The
+//! space of a removed probe's trampoline is reused ([`Pool::release`]) only
+//! once weft has checked, with the world stopped, that no thread executes in
+//! it or has an address inside it on its stack.
 
 use crate::inspect::maps::{read_maps, Mapping};
 use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer};
@@ -148,6 +151,10 @@ pub struct Area {
 #[derive(Debug, Default)]
 pub struct Pool {
     areas: Vec<Area>,
+    /// Released spans (record included), reused by later reservations.
+    free: Vec<std::ops::Range<u64>>,
+    /// Spans handed out, by start (a reused span may be longer than asked).
+    given: std::collections::HashMap<u64, u64>,
 }
 
 /// How the registration stub saves vector state on this machine (weft
@@ -173,6 +180,28 @@ impl Pool {
         &self.areas
     }
 
+    /// Bytes of target memory mapped for trampolines (all areas).
+    pub fn mapped_bytes(&self) -> u64 {
+        self.areas.iter().map(|a| a.size).sum()
+    }
+
+    /// Bytes of the areas handed out so far (their high-water marks):
+    /// reused spans do not add to it.
+    pub fn used_bytes(&self) -> u64 {
+        self.areas.iter().map(|a| a.used).sum()
+    }
+
+    /// Makes the span of a removed probe's trampoline — `trampoline` as
+    /// returned by [`Pool::reserve`], its record in front included — free
+    /// for later reservations. The caller guarantees no thread can still
+    /// execute in it or return into it.
+    pub fn release(&mut self, trampoline: std::ops::Range<u64>) {
+        let start = trampoline.start - RECORD_LEN;
+        if let Some(end) = self.given.remove(&start) {
+            self.free.push(start..end);
+        }
+    }
+
     /// Whether `addr` lies inside any trampoline area.
     pub fn contains(&self, addr: u64) -> bool {
         self.areas
@@ -194,6 +223,28 @@ impl Pool {
         len: u64,
     ) -> Result<(u64, u64), PoolError> {
         let len = len.div_ceil(16) * 16 + RECORD_LEN;
+        // A released span first: the smallest one that fits and is near.
+        let near_enough = |r: &std::ops::Range<u64>| {
+            r.end - r.start >= len
+                && r.start.abs_diff(near) < MAX_DISTANCE
+                && r.end.abs_diff(near) < MAX_DISTANCE
+        };
+        if let Some((i, _)) = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| near_enough(r))
+            .min_by_key(|(_, r)| r.end - r.start)
+        {
+            let span = self.free.swap_remove(i);
+            self.given.insert(span.start, span.end);
+            let area = self
+                .areas
+                .iter()
+                .find(|a| a.start <= span.start && span.start < a.start + a.size)
+                .expect("released spans lie in areas");
+            return Ok((span.start + RECORD_LEN, area.stub));
+        }
         let fits = |a: &Area| {
             a.used + len <= a.size
                 && a.start.abs_diff(near) < MAX_DISTANCE
@@ -202,6 +253,7 @@ impl Pool {
         if let Some(area) = self.areas.iter_mut().find(|a| fits(a)) {
             let at = area.start + area.used;
             area.used += len;
+            self.given.insert(at, at + len);
             return Ok((at + RECORD_LEN, area.stub));
         }
         let save = vector_save();
@@ -242,6 +294,8 @@ impl Pool {
             stub: stub_at,
         };
         self.areas.push(area);
-        Ok((stub_at + stub_len + RECORD_LEN, stub_at))
+        let span = stub_at + stub_len;
+        self.given.insert(span, span + len);
+        Ok((span + RECORD_LEN, stub_at))
     }
 }

@@ -226,6 +226,12 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// Two threads calling `hot` in a tight loop until told to stop.
+pub fn cycles() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("cycles", "cycles.c", &[]))
+}
+
 /// A thread left blocked inside `blocked` across weft sessions, and `g`.
 pub fn sessions() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
