@@ -13,6 +13,8 @@
 //!    system-call entry at [`RemoteStub::after_syscall`], takes the result and
 //!    restores the thread itself — the rest of the stub never runs;
 //! 2. otherwise (weft is gone) restores, from the stub's data area, the
+//!    thread's signal mask (weft blocks asynchronous signals during a call
+//!    made with the world stopped), the
 //!    extended state (XSAVE), the flags and every general register, switches
 //!    back to the thread's own stack pointer and jumps to where the thread was
 //!    interrupted. weft fills the data area before each call, with a system
@@ -67,6 +69,9 @@ pub const SAVED_RSP: u64 = 15;
 pub const SAVED_RIP: u64 = 16;
 /// Data-area index of the saved `rflags`.
 pub const SAVED_RFLAGS: u64 = 17;
+/// Data-area index of the thread's saved signal mask (restored with
+/// `rt_sigprocmask(SIG_SETMASK, ..)`).
+pub const SAVED_SIGMASK: u64 = 18;
 
 /// A built stub page.
 #[derive(Clone, Debug)]
@@ -77,6 +82,11 @@ pub struct RemoteStub {
     pub entry: u64,
     /// The instruction pointer at the `getpid` system-call entry stop.
     pub after_syscall: u64,
+}
+
+/// `SIG_SETMASK` on Linux.
+const fn libc_sig_setmask() -> u32 {
+    2
 }
 
 fn rip_rel(target: u64) -> MemoryOperand {
@@ -102,6 +112,29 @@ pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildEr
     .map_err(enc)?;
     e.emit(Ok(Instruction::with(Code::Syscall))).map_err(enc)?;
     let after_syscall = e.ip();
+    // rt_sigprocmask(SIG_SETMASK, &saved_mask, NULL, 8); every register it
+    // touches is restored below.
+    for (r, v) in [
+        (Register::EAX, 14u32),
+        (Register::EDI, libc_sig_setmask()),
+        (Register::R10D, 8),
+    ] {
+        e.emit(Instruction::with2(Code::Mov_r32_imm32, r, v))
+            .map_err(enc)?;
+    }
+    e.emit(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSI,
+        rip_rel(reg(SAVED_SIGMASK)),
+    ))
+    .map_err(enc)?;
+    e.emit(Instruction::with2(
+        Code::Xor_r32_rm32,
+        Register::EDX,
+        Register::EDX,
+    ))
+    .map_err(enc)?;
+    e.emit(Ok(Instruction::with(Code::Syscall))).map_err(enc)?;
     match save {
         VectorSave::Xsave { .. } => {
             e.emit(Instruction::with2(
@@ -180,13 +213,21 @@ mod tests {
         assert_eq!(&stub.bytes[..8], b"WEFTSTB1");
         let code = &stub.bytes[STUB_CODE as usize..STUB_REGS as usize];
         let mut decoder = Decoder::with_ip(64, code, stub.entry, DecoderOptions::NONE);
-        let mnemonics: Vec<Mnemonic> = decoder.iter().take(25).map(|i| i.mnemonic()).collect();
+        let mnemonics: Vec<Mnemonic> = decoder.iter().take(31).map(|i| i.mnemonic()).collect();
         assert_eq!(
             &mnemonics[..3],
             &[Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Syscall]
         );
         assert!(mnemonics.contains(&Mnemonic::Xrstor64));
-        assert_eq!(mnemonics[24], Mnemonic::Jmp);
+        // The signal mask is restored by a second system call.
+        assert_eq!(
+            mnemonics
+                .iter()
+                .filter(|&&m| m == Mnemonic::Syscall)
+                .count(),
+            2
+        );
+        assert_eq!(mnemonics[30], Mnemonic::Jmp);
         assert_eq!(stub.after_syscall, stub.entry + 3 + 5 + 2);
         let fx = remote_stub(at, VectorSave::Fxsave64).unwrap();
         let mut decoder = Decoder::with_ip(
@@ -197,7 +238,7 @@ mod tests {
         );
         assert!(decoder
             .iter()
-            .take(8)
+            .take(14)
             .any(|i| i.mnemonic() == Mnemonic::Fxrstor64));
     }
 }

@@ -226,6 +226,13 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// Counts the SIGRTMIN+1 signals it gets, in a handler that calls an
+/// instrumented function, while two threads call `work`.
+pub fn signals() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("signals", "signals.c", &[]))
+}
+
 /// Two threads calling `hot` in a tight loop until told to stop.
 pub fn cycles() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

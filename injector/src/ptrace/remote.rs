@@ -28,6 +28,32 @@ pub enum RemoteArg {
     Bytes(Vec<u8>),
 }
 
+/// Signals blocked in the calling thread during a remote call: all but
+/// those a fault raises synchronously (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+/// SIGTRAP, which weft must see), the unblockable ones, and glibc's two
+/// internal signals (32: thread cancellation, 33: `setxid`, whose sender
+/// waits for every thread to answer while holding locks `dlopen` needs).
+const ASYNC_SIGNALS: u64 = {
+    let mut mask = u64::MAX;
+    let keep = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        32,
+        33,
+    ];
+    let mut i = 0;
+    while i < keep.len() {
+        mask &= !(1u64 << (keep[i] - 1));
+        i += 1;
+    }
+    mask
+};
+
 /// A function to call in the target.
 #[derive(Clone, Debug)]
 pub struct RemoteCall {
@@ -181,6 +207,7 @@ impl Tracer {
         stub: &StubInfo,
         saved: &sys::Registers,
         saved_x: &sys::XState,
+        saved_mask: u64,
     ) -> Result<(), TraceError> {
         let r = restart_registers(saved);
         let gprs = [
@@ -188,7 +215,7 @@ impl Tracer {
             r.r13, r.r14, r.r15,
         ];
         let mut data: Vec<u8> = gprs.iter().flat_map(|v| v.to_le_bytes()).collect();
-        for v in [r.rsp, r.rip, r.eflags] {
+        for v in [r.rsp, r.rip, r.eflags, saved_mask] {
             data.extend_from_slice(&v.to_le_bytes());
         }
         self.memory
@@ -222,6 +249,11 @@ impl Tracer {
             tid,
             source,
         })?;
+        let saved_mask = sys::get_sigmask(tid).map_err(|source| TraceError::Ptrace {
+            op: "GETSIGMASK",
+            tid,
+            source,
+        })?;
 
         // The stub needs the XSAVE image to fit its area; a thread in a
         // group-stop is put back with PTRACE_LISTEN, which only works from
@@ -231,8 +263,22 @@ impl Tracer {
                 && !matches!(original_state, ThreadState::Stopped(Stop::Group(_)))
         });
         if let Some(stub) = &stub {
-            self.fill_stub(stub, &saved, &saved_x)?;
+            self.fill_stub(stub, &saved, &saved_x, saved_mask)?;
         }
+        // Signals for the process go first to its main thread, often the
+        // one weft calls on (and with the world stopped, to the only one
+        // running): a storm of them keeps it in signal-delivery stops and
+        // the call never progresses. Block the asynchronous ones for the
+        // call; they stay pending and are delivered once the mask is back.
+        // The stub restores the mask itself if weft dies meanwhile. (The
+        // very first call, which maps the stub, has no such net: a weft
+        // killed then leaves the thread to fault on its return address
+        // anyway.)
+        sys::set_sigmask(tid, saved_mask | ASYNC_SIGNALS).map_err(|source| TraceError::Ptrace {
+            op: "SETSIGMASK",
+            tid,
+            source,
+        })?;
         let result = self.run_call(tid, call, &saved, others_run, stub.as_ref());
 
         // Whatever happened, put the world and the thread back as they were.
@@ -266,6 +312,11 @@ impl Tracer {
             self.set_registers(tid, &regs)?;
             sys::set_xstate(tid, &saved_x).map_err(|source| TraceError::Ptrace {
                 op: "SETREGSET",
+                tid,
+                source,
+            })?;
+            sys::set_sigmask(tid, saved_mask).map_err(|source| TraceError::Ptrace {
+                op: "SETSIGMASK",
                 tid,
                 source,
             })?;
@@ -323,10 +374,12 @@ impl Tracer {
         }
         self.set_registers(tid, &regs)?;
 
-        // A signal pending for this thread waits until the call is over.
+        // A signal the thread was stopped for waits until the call is over:
+        // `call` puts the thread back in that very stop afterwards, and it is
+        // delivered when the thread resumes (not also withheld: that
+        // delivered it twice).
         if let Some(thread) = self.threads.get_mut(&tid) {
-            if let ThreadState::Stopped(Stop::Signal(sig)) = thread.state {
-                thread.withheld.push(sig);
+            if let ThreadState::Stopped(Stop::Signal(_)) = thread.state {
                 thread.state = ThreadState::Stopped(Stop::Trap);
             }
         }

@@ -119,6 +119,30 @@ pub(super) fn set_xstate(tid: i32, state: &XState) -> io::Result<()> {
     .map(drop)
 }
 
+/// The thread's blocked-signal mask (`PTRACE_GETSIGMASK`, bit `n - 1` for
+/// signal `n`).
+pub(super) fn get_sigmask(tid: i32) -> io::Result<u64> {
+    let mut mask = 0u64;
+    request(
+        libc::PTRACE_GETSIGMASK,
+        tid,
+        std::mem::size_of::<u64>(),
+        &mut mask as *mut u64 as usize,
+    )?;
+    Ok(mask)
+}
+
+/// Sets the thread's blocked-signal mask (`PTRACE_SETSIGMASK`).
+pub(super) fn set_sigmask(tid: i32, mask: u64) -> io::Result<()> {
+    request(
+        libc::PTRACE_SETSIGMASK,
+        tid,
+        std::mem::size_of::<u64>(),
+        &mask as *const u64 as usize,
+    )
+    .map(drop)
+}
+
 /// `waitpid(-1, __WALL | WNOHANG)`: `Ok(None)` when nothing is pending.
 pub(super) fn wait_any_nohang() -> io::Result<Option<(i32, i32)>> {
     let mut status = 0;
