@@ -157,10 +157,8 @@ fn repeated_attach_detach_while_blocked() {
 /// target: its threads blocked in read/nanosleep/futex see no EINTR and no
 /// short sleep, nothing stays stopped or traced, and its output is right.
 ///
-/// The first attach runs to completion: it installs the return stub that
-/// lets a thread in the middle of a remote call put itself back when weft
-/// dies. (The one remote call made before that stub exists, its own `mmap`,
-/// is the remaining window; see docs/design.md.)
+/// The first attach runs to completion here (tests/weft_killed.rs kills
+/// first attaches too).
 #[test]
 fn weft_killed_mid_attach_leaves_target_healthy() {
     let ctx = Ctx::new("weft_killed_mid_attach_leaves_target_healthy");

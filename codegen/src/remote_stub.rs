@@ -95,9 +95,61 @@ fn rip_rel(target: u64) -> MemoryOperand {
 
 /// Builds the stub page pair for `address` (page aligned).
 pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildError> {
+    let (code, after_syscall) = stub_code(
+        address + STUB_CODE,
+        address + STUB_REGS,
+        Some((save, address + STUB_XSAVE)),
+    )?;
+    let mut bytes = vec![0u8; STUB_SIZE as usize];
+    bytes[..8].copy_from_slice(&STUB_MAGIC.to_le_bytes());
+    let end = STUB_CODE as usize + code.len();
+    if end > STUB_REGS as usize {
+        return Err(BuildError::Encode("remote stub code too long".into()));
+    }
+    bytes[STUB_CODE as usize..end].copy_from_slice(&code);
+    Ok(RemoteStub {
+        bytes,
+        entry: address + STUB_CODE,
+        after_syscall,
+    })
+}
+
+/// Offset in a bootstrap stub of its saved registers (after the code).
+pub const BOOTSTRAP_REGS: u64 = 256;
+/// Bytes of a bootstrap stub: code, then the registers and signal mask.
+pub const BOOTSTRAP_LEN: u64 = BOOTSTRAP_REGS + 8 * (SAVED_SIGMASK + 1);
+
+/// Builds a *bootstrap* stub for `address` (16-aligned): the same contract
+/// as [`remote_stub`] without the extended-state restore, its registers at
+/// `address +` [`BOOTSTRAP_REGS`], [`BOOTSTRAP_LEN`] bytes in all. weft
+/// writes it into unused bytes of an existing executable mapping (the
+/// padding after a module's last code) to protect the one remote call that
+/// maps the real stub page, then puts those bytes back. That call (`mmap`)
+/// uses no vector register.
+pub fn bootstrap_stub(address: u64) -> Result<RemoteStub, BuildError> {
+    let (code, after_syscall) = stub_code(address, address + BOOTSTRAP_REGS, None)?;
+    if code.len() as u64 > BOOTSTRAP_REGS {
+        return Err(BuildError::Encode("bootstrap stub code too long".into()));
+    }
+    let mut bytes = vec![0xcc_u8; BOOTSTRAP_LEN as usize];
+    bytes[..code.len()].copy_from_slice(&code);
+    Ok(RemoteStub {
+        bytes,
+        entry: address,
+        after_syscall,
+    })
+}
+
+/// The stub's code at `code_at`, reading registers at `regs_at` and, when
+/// given, the vector state saved the given way at the given address.
+fn stub_code(
+    code_at: u64,
+    regs_at: u64,
+    vector: Option<(VectorSave, u64)>,
+) -> Result<(Vec<u8>, u64), BuildError> {
     let enc = |e: iced_x86::IcedError| BuildError::Encode(e.to_string());
-    let reg = |i: u64| address + STUB_REGS + 8 * i;
-    let mut e = Emitter::new(address + STUB_CODE);
+    let reg = |i: u64| regs_at + 8 * i;
+    let mut e = Emitter::new(code_at);
     e.emit(Instruction::with2(
         Code::Mov_r64_rm64,
         Register::RDI,
@@ -135,8 +187,8 @@ pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildEr
     ))
     .map_err(enc)?;
     e.emit(Ok(Instruction::with(Code::Syscall))).map_err(enc)?;
-    match save {
-        VectorSave::Xsave { .. } => {
+    match vector {
+        Some((VectorSave::Xsave { .. }, area)) => {
             e.emit(Instruction::with2(
                 Code::Mov_r32_imm32,
                 Register::EAX,
@@ -149,19 +201,14 @@ pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildEr
                 u32::MAX,
             ))
             .map_err(enc)?;
-            e.emit(Instruction::with1(
-                Code::Xrstor64_mem,
-                rip_rel(address + STUB_XSAVE),
-            ))
-            .map_err(enc)?;
+            e.emit(Instruction::with1(Code::Xrstor64_mem, rip_rel(area)))
+                .map_err(enc)?;
         }
-        VectorSave::Fxsave64 => {
-            e.emit(Instruction::with1(
-                Code::Fxrstor64_m512byte,
-                rip_rel(address + STUB_XSAVE),
-            ))
-            .map_err(enc)?;
+        Some((VectorSave::Fxsave64, area)) => {
+            e.emit(Instruction::with1(Code::Fxrstor64_m512byte, rip_rel(area)))
+                .map_err(enc)?;
         }
+        None => {}
     }
     // Flags first, while the stack is still the call's own frame.
     e.emit(Instruction::with1(
@@ -186,19 +233,7 @@ pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildEr
     .map_err(enc)?;
     e.emit(Instruction::with1(Code::Jmp_rm64, rip_rel(reg(SAVED_RIP))))
         .map_err(enc)?;
-    let code = e.finish();
-    let mut bytes = vec![0u8; STUB_SIZE as usize];
-    bytes[..8].copy_from_slice(&STUB_MAGIC.to_le_bytes());
-    let end = STUB_CODE as usize + code.len();
-    if end > STUB_REGS as usize {
-        return Err(BuildError::Encode("remote stub code too long".into()));
-    }
-    bytes[STUB_CODE as usize..end].copy_from_slice(&code);
-    Ok(RemoteStub {
-        bytes,
-        entry: address + STUB_CODE,
-        after_syscall,
-    })
+    Ok((e.finish(), after_syscall))
 }
 
 #[cfg(test)]
@@ -240,5 +275,24 @@ mod tests {
             .iter()
             .take(14)
             .any(|i| i.mnemonic() == Mnemonic::Fxrstor64));
+    }
+
+    #[test]
+    fn bootstrap_stub_has_no_vector_restore_and_fits() {
+        let at = 0x7f00_0000_1230;
+        let stub = bootstrap_stub(at).unwrap();
+        assert_eq!(stub.bytes.len() as u64, BOOTSTRAP_LEN);
+        assert_eq!(stub.entry, at);
+        let mut decoder = Decoder::with_ip(64, &stub.bytes, at, DecoderOptions::NONE);
+        let ins: Vec<_> = decoder.iter().take(29).collect();
+        let mnemonics: Vec<Mnemonic> = ins.iter().map(|i| i.mnemonic()).collect();
+        assert!(!mnemonics.contains(&Mnemonic::Xrstor64));
+        assert!(!mnemonics.contains(&Mnemonic::Fxrstor64));
+        assert_eq!(mnemonics[27], Mnemonic::Jmp);
+        // It reads the saved rip from its own data area.
+        assert_eq!(
+            ins[27].ip_rel_memory_address(),
+            at + BOOTSTRAP_REGS + 8 * SAVED_RIP
+        );
     }
 }

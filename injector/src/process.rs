@@ -284,8 +284,36 @@ impl Process {
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        self.tracer()?.install_return_stub(tid, mmap_fn)?;
+        let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
+        self.tracer()?.install_return_stub(tid, mmap_fn, cave)?;
         Ok(tid)
+    }
+
+    /// `len` unused bytes (16-aligned) in an executable mapping: after the
+    /// end of a module's executable segment, up to the end of its last page,
+    /// which the mapping covers but no code or data of the module occupies.
+    /// libc first (always there), then the other modules.
+    fn code_cave(&self, len: u64) -> Option<u64> {
+        let mut modules: Vec<&crate::inspect::Module> = self.image.modules().iter().collect();
+        modules.sort_by_key(|m| !m.name().starts_with("libc.so"));
+        for module in modules {
+            for seg in module.header().segments.iter() {
+                if !seg.is_load() || !seg.is_executable() || seg.memsz == 0 {
+                    continue;
+                }
+                let end = module.runtime_address(seg.vaddr.saturating_add(seg.memsz));
+                let cave = end.div_ceil(16) * 16;
+                let page_end = end.div_ceil(4096) * 4096;
+                let mapped = module
+                    .mappings()
+                    .iter()
+                    .any(|m| m.perms.exec && m.start < end && page_end <= m.end);
+                if mapped && cave + len <= page_end {
+                    return Some(cave);
+                }
+            }
+        }
+        None
     }
 
     fn pick_call_thread(&mut self) -> Result<Tid, Error> {

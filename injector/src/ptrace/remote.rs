@@ -114,11 +114,14 @@ pub enum RemoteError {
 /// An installed return stub (see `weft_codegen::remote_stub`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StubInfo {
-    address: u64,
     entry: u64,
     after_syscall: u64,
-    /// Largest XSAVE image the stub's area holds.
-    xsave_room: usize,
+    /// Where the stub reads the saved registers (`SAVED_REGISTERS`, rsp,
+    /// rip, rflags, signal mask).
+    regs_at: u64,
+    /// Where it reads the saved XSAVE image and how large one may be; None
+    /// for the bootstrap stub, which restores no vector state.
+    xsave: Option<(u64, usize)>,
 }
 
 /// The registers a thread must resume with when it is put back by user
@@ -155,7 +158,12 @@ impl Tracer {
     /// target, called on `tid` the classic way (return to a faulting
     /// address) — the only call made that way. From then on, a weft killed
     /// in the middle of a remote call leaves the thread to put itself back.
-    pub fn install_return_stub(&mut self, tid: Tid, mmap_fn: u64) -> Result<(), RemoteError> {
+    pub fn install_return_stub(
+        &mut self,
+        tid: Tid,
+        mmap_fn: u64,
+        cave: Option<u64>,
+    ) -> Result<(), RemoteError> {
         if self.return_stub.is_some() {
             return Ok(());
         }
@@ -179,7 +187,7 @@ impl Tracer {
                     mmap_fn,
                     args.into_iter().map(RemoteArg::Value).collect(),
                 );
-                let got = self.call(tid, &call, false)?;
+                let got = self.call_under_bootstrap(tid, &call, cave)?;
                 if (got as i64) <= 0 || got % 4096 != 0 {
                     return Err(RemoteError::Stub(format!("mmap returned {got:#x}")));
                 }
@@ -192,12 +200,54 @@ impl Tracer {
             .write(address, &stub.bytes)
             .map_err(TraceError::from)?;
         self.return_stub = Some(StubInfo {
-            address,
             entry: stub.entry,
             after_syscall: stub.after_syscall,
-            xsave_room: (weft_codegen::STUB_SIZE - weft_codegen::STUB_XSAVE) as usize,
+            regs_at: address + weft_codegen::STUB_REGS,
+            xsave: Some((
+                address + weft_codegen::STUB_XSAVE,
+                (weft_codegen::STUB_SIZE - weft_codegen::STUB_XSAVE) as usize,
+            )),
         });
         Ok(())
+    }
+
+    /// Makes the call that maps the stub page protected by a bootstrap
+    /// stub written into `cave` (unused bytes at the end of an executable
+    /// mapping, [`weft_codegen::BOOTSTRAP_LEN`] of them), whose original
+    /// bytes are put back afterwards. Without a cave the call returns to a
+    /// faulting address, as weft's classic remote calls do, and a weft
+    /// killed during it would leave the thread to crash.
+    fn call_under_bootstrap(
+        &mut self,
+        tid: Tid,
+        call: &RemoteCall,
+        cave: Option<u64>,
+    ) -> Result<u64, RemoteError> {
+        let Some(cave) = cave else {
+            return self.call(tid, call, false);
+        };
+        let stub =
+            weft_codegen::bootstrap_stub(cave).map_err(|e| RemoteError::Stub(e.to_string()))?;
+        let original = self
+            .memory
+            .read_vec(cave, stub.bytes.len())
+            .map_err(TraceError::from)?;
+        self.memory
+            .write(cave, &stub.bytes)
+            .map_err(TraceError::from)?;
+        self.return_stub = Some(StubInfo {
+            entry: stub.entry,
+            after_syscall: stub.after_syscall,
+            regs_at: cave + weft_codegen::BOOTSTRAP_REGS,
+            xsave: None,
+        });
+        let result = self.call(tid, call, false);
+        self.return_stub = None;
+        // The bytes were unused, but leave nothing behind.
+        self.memory
+            .write(cave, &original)
+            .map_err(TraceError::from)?;
+        result
     }
 
     /// Fills the stub's data area so that, run without weft, it puts `tid`
@@ -218,10 +268,10 @@ impl Tracer {
         for v in [r.rsp, r.rip, r.eflags, saved_mask] {
             data.extend_from_slice(&v.to_le_bytes());
         }
-        self.memory
-            .write(stub.address + weft_codegen::STUB_REGS, &data)?;
-        self.memory
-            .write(stub.address + weft_codegen::STUB_XSAVE, &saved_x.0)?;
+        self.memory.write(stub.regs_at, &data)?;
+        if let Some((at, _)) = stub.xsave {
+            self.memory.write(at, &saved_x.0)?;
+        }
         Ok(())
     }
 
@@ -259,7 +309,7 @@ impl Tracer {
         // group-stop is put back with PTRACE_LISTEN, which only works from
         // the stop the classic way ends in.
         let stub = self.return_stub.filter(|s| {
-            saved_x.0.len() <= s.xsave_room
+            s.xsave.map_or(true, |(_, room)| saved_x.0.len() <= room)
                 && !matches!(original_state, ThreadState::Stopped(Stop::Group(_)))
         });
         if let Some(stub) = &stub {
