@@ -277,3 +277,71 @@ fn error_run_refuses_and_does_not_run_the_program() {
         )
     });
 }
+
+/// weft installed setuid root would give every user ptrace over root's
+/// processes: run as nobody from a setuid-root copy, it refuses before
+/// touching the target, which stays unharmed.
+#[test]
+fn setuid_weft_refuses_to_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let ctx = Ctx::new("setuid_weft_refuses_to_run");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        ctx.fail("this test makes a setuid-root copy of weft: run it as root (CI does)");
+    }
+    let (mut t, pid) = start_workers(&ctx);
+    let maps = maps_text(pid);
+    let dir = scratch_dir("setuid_weft_refuses_to_run");
+    // Executable by nobody: the scratch directory's parents may not be.
+    let copy = std::env::temp_dir().join(format!("weft-setuid-test-{}", std::process::id()));
+    std::fs::copy(weft_bin(), &copy).expect("copying weft");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).expect("chmod 4755");
+    let _cleanup = RemoveOnDrop(copy.clone());
+    let p = pid.to_string();
+    let out = dir.join("never.json");
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args(["attach", "-p", &p, "-f", "work_a", "-o"])
+        .arg(&out);
+    let mut w = ctx.spawn("setuid-root weft as nobody", c, false);
+    let (_, err) = expect_weft_error(&mut w);
+    ctx.check(err.contains("setuid"), || {
+        format!("the error should say weft runs setuid: {err:?}")
+    });
+    ctx.check(!out.exists(), || {
+        "the refused weft created its report file".into()
+    });
+    check_workers_unharmed(&ctx, &mut t, pid, &maps);
+}
+
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Report files name the target's functions and threads: created 0600.
+#[test]
+fn report_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let ctx = Ctx::new("report_file_is_private");
+    let dir = scratch_dir("report_file_is_private");
+    let out = dir.join("report.json");
+    let _ = std::fs::remove_file(&out);
+    let exe = churn().to_str().unwrap().to_string();
+    let o = out.to_str().unwrap().to_string();
+    let mut w = ctx.weft(&[
+        "run", "-m", "calls", "-f", "work", "--format", "json", "-o", &o, "--", &exe, "10", "2",
+    ]);
+    w.wait_code(0);
+    let mode = std::fs::metadata(&out)
+        .unwrap_or_else(|e| ctx.fail(format!("no report file: {e}")))
+        .permissions()
+        .mode();
+    ctx.check(mode & 0o777 == 0o600, || {
+        format!("the report file has mode {:o}, 600 expected", mode & 0o777)
+    });
+}

@@ -6,6 +6,7 @@ mod cli_wait;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use weft::{Pattern, Process, Report};
@@ -162,7 +163,30 @@ fn one_line(error: &anyhow::Error) -> String {
     message.replace('\n', " ")
 }
 
+/// weft installed setuid or setgid would let any user ptrace, read and
+/// patch the processes of the file's owner: refuse to run at all.
+fn refuse_setuid() -> Result<()> {
+    // SAFETY: these getters have no preconditions and cannot fail.
+    let (uid, euid, gid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+        )
+    };
+    if uid != euid || gid != egid {
+        bail!(
+            "weft is running setuid or setgid (uid {uid}, euid {euid}, gid {gid}, egid {egid}): \
+             that would give every user ptrace over the owner's processes; remove the bit \
+             (chmod u-s,g-s) and grant CAP_SYS_PTRACE to the people who need it instead"
+        );
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
+    refuse_setuid()?;
     match cli.command {
         Command::Run {
             functions,
@@ -217,9 +241,16 @@ struct Sink {
 impl Sink {
     fn new(output: &Output) -> Result<Sink> {
         let file = match &output.output {
+            // Reports name the target's functions and threads: readable by
+            // the user only (0600) when weft creates the file.
             Some(path) => Some((
                 path.clone(),
-                std::fs::File::create(path)
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(path)
                     .with_context(|| format!("creating the report file {}", path.display()))?,
             )),
             None => None,

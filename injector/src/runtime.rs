@@ -327,3 +327,35 @@ fn symbol_offset(bytes: &[u8], name: &str) -> Result<u64, RuntimeError> {
         .map(|s| s.address())
         .ok_or_else(|| broken(format!("does not export {name}: is it weft's runtime?")))
 }
+
+#[cfg(test)]
+mod tests {
+    use object::{Object, ObjectSymbol};
+
+    /// The runtime lives in other people's processes: it exports exactly
+    /// its documented entry points (docs/security.md), nothing else that
+    /// could collide with or be called by the target's own symbols.
+    #[test]
+    fn runtime_exports_only_its_documented_symbols() {
+        let bytes = super::runtime_bytes().unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let mut exported: Vec<String> = file
+            .dynamic_symbols()
+            .filter(|s| s.is_definition() && s.is_global())
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect();
+        exported.sort();
+        assert_eq!(
+            exported,
+            [
+                "__jit_debug_descriptor",
+                "__jit_debug_register_code",
+                "weft_rt_enable_exits",
+                "weft_rt_init",
+                "weft_rt_personality",
+                "weft_rt_register_thread",
+                "weft_rt_tls_offset",
+            ]
+        );
+    }
+}
