@@ -226,6 +226,12 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// fork, exec and plain calls on command (see tests/targets/events.c).
+pub fn events() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("events", "events.c", &[]))
+}
+
 /// Counts the SIGRTMIN+1 signals it gets, in a handler that calls an
 /// instrumented function, while two threads call `work`.
 pub fn signals() -> &'static Path {
