@@ -169,3 +169,72 @@ fn real_function_entries() {
     assert!(functions.len() >= 50);
     assert!(ok >= functions.len() / 2, "too many refusals: {refused:#?}");
 }
+
+/// Every function symbol of libc and of this test binary (Rust code built
+/// like weft's own), read from the files: each entry either relocates with
+/// identical targets (at three distances) or is refused with a reason.
+/// Addresses are the files' own virtual addresses: relocation depends only
+/// on the distance between the original and the new place.
+#[test]
+fn every_function_of_libc_and_this_binary() {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libc_path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .expect("libc is mapped")
+        .to_string();
+    let me = std::env::current_exe().unwrap();
+    for path in [std::path::PathBuf::from(libc_path), me] {
+        let data = std::fs::read(&path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let (mut ok, mut refused, mut total) = (0usize, 0usize, 0usize);
+        let symbols = file.symbols().chain(file.dynamic_symbols());
+        for sym in symbols {
+            if sym.kind() != SymbolKind::Text || sym.size() == 0 || !seen.insert(sym.address()) {
+                continue;
+            }
+            let Some(section) = sym
+                .section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+            else {
+                continue;
+            };
+            let Ok(bytes) = section.data() else { continue };
+            let start = (sym.address() - section.address()) as usize;
+            if start >= bytes.len() {
+                continue;
+            }
+            let end = (start + sym.size() as usize).min(bytes.len());
+            let padding = &bytes[end..(end + 32).min(bytes.len())];
+            total += 1;
+            let name = sym.name().unwrap_or("?");
+            match analyze_entry(&FunctionCode {
+                address: sym.address(),
+                bytes: &bytes[start..end],
+                padding,
+            }) {
+                Ok(site) => {
+                    for delta in [0x1000_0000i64, -0x1000_0000, 0x1000] {
+                        let r = relocate(&site, sym.address().wrapping_add_signed(delta))
+                            .unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
+                        check_relocation(&site, &r);
+                    }
+                    ok += 1;
+                }
+                Err(reason) => {
+                    assert!(!reason.to_string().is_empty(), "{name}: empty reason");
+                    refused += 1;
+                }
+            }
+        }
+        eprintln!(
+            "{}: {total} functions, {ok} relocated and checked, {refused} refused with a reason",
+            path.display()
+        );
+        assert!(total > 500, "{}: only {total} functions", path.display());
+        assert!(ok > total / 2, "{}: too many refusals", path.display());
+    }
+}
