@@ -45,7 +45,14 @@ impl BranchIndex {
             };
             let file_end = (file_end as usize).min(data.len());
             let seg_start = segment.vaddr;
-            let seg_end = segment.vaddr + (file_end - segment.offset as usize) as u64;
+            // A corrupt header can put the segment at the top of the address
+            // space: skip it rather than wrap around.
+            let Some(seg_end) = segment
+                .vaddr
+                .checked_add((file_end - segment.offset as usize) as u64)
+            else {
+                continue;
+            };
             // Sweep from the segment start and from every function start
             // inside it, each piece up to the next start.
             let mut cuts: Vec<u64> = std::iter::once(seg_start)
