@@ -157,3 +157,36 @@ fn attach_to_a_stopped_target() {
         .collect();
     ctx.check(got == want, || format!("output {got:?}, plain {want:?}"));
 }
+
+/// Loading the runtime calls `dlopen` in the target; on a thread stopped
+/// inside malloc (in `brk`, arena lock held) that corrupted the heap or
+/// deadlocked. A target that is almost always there, alone or with an idle
+/// thread, gets weft's first attach four times each and must finish
+/// normally every time (weft runs a thread until it returns to its own
+/// code, or picks the idle one).
+#[test]
+fn first_attach_to_a_target_inside_malloc() {
+    let ctx = Ctx::new("first_attach_to_a_target_inside_malloc");
+    for run in 0..8 {
+        let idle = run % 2 == 1;
+        let args: &[&str] = if idle { &["800", "idle"] } else { &["800"] };
+        let mut t = ctx.target(brkloop(), args);
+        let (pid, _) = wait_ready(&mut t);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let p = pid.to_string();
+        let mut weft = ctx.weft(&[
+            "attach",
+            "-p",
+            &p,
+            "-f",
+            "getpid",
+            "-m",
+            "calls",
+            "--duration",
+            "0.1",
+        ]);
+        weft.wait_code(0);
+        t.expect_stdout("`done`", |l| l.starts_with("done "));
+        t.wait_code(0);
+    }
+}

@@ -57,6 +57,10 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// Every thread stayed where a remote call could deadlock or corrupt the
+    /// C library (inside the allocator, `fork` or the dynamic loader).
+    #[error("no thread of process {0} reached a point where weft can safely load its runtime (all stayed inside the C library's allocator, fork or the dynamic loader); try again")]
+    NoSafeThread(i32),
     /// A bug in weft.
     #[error("internal error: {0} (please report it)")]
     Internal(String),

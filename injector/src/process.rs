@@ -273,9 +273,7 @@ impl Process {
         self.tracer.as_mut().ok_or(Error::NotHeld)
     }
 
-    /// The thread that runs remote calls: preferably one blocked in a
-    /// system call (it holds no libc lock a remote `dlopen` could need), else
-    /// one outside libc and the dynamic loader, else any.
+    /// The thread that runs remote calls (see [`Process::pick_call_thread`]).
     fn call_thread(&mut self) -> Result<Tid, Error> {
         let tid = self.pick_call_thread()?;
         // Every remote call after the first returns through a stub that puts
@@ -316,28 +314,103 @@ impl Process {
         None
     }
 
+    /// A thread at a point where it holds no lock a remote `dlopen` (or
+    /// `malloc` inside the runtime) could need; when none is, the world runs
+    /// a little and weft looks again.
     fn pick_call_thread(&mut self) -> Result<Tid, Error> {
+        const SAMPLES: u32 = 10;
+        for attempt in 0..SAMPLES {
+            if let Some(tid) = self.safe_call_thread()? {
+                return Ok(tid);
+            }
+            if attempt + 1 == SAMPLES {
+                break;
+            }
+            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+            tracer.resume_all()?;
+            std::thread::sleep(Duration::from_millis(1 + u64::from(attempt)));
+            tracer.stop_all()?;
+        }
+        // Every thread keeps being inside the C library (a program that
+        // lives in malloc): run one until it returns to its own code.
+        let threads: Vec<Tid> = self.tracer()?.threads().collect();
+        for tid in threads {
+            let Some(back) = self.return_into_user_code(tid) else {
+                continue;
+            };
+            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+            if tracer.run_thread_to(tid, back, Duration::from_secs(2))? {
+                return Ok(tid);
+            }
+        }
+        Err(Error::NoSafeThread(self.pid))
+    }
+
+    /// The innermost return address on `tid`'s stack that leads back into
+    /// code outside libc, the dynamic loader and weft's runtime: a word in
+    /// such a module's executable mapping right after a `call`. The thread
+    /// is there once it has returned from the C library.
+    fn return_into_user_code(&self, tid: Tid) -> Option<u64> {
+        const SCAN: u64 = 64 * 1024;
+        let tracer = self.tracer.as_ref()?;
+        let rsp = tracer.registers(tid).ok()?.rsp & !7;
+        let maps = crate::inspect::read_maps(self.pid).ok()?;
+        let stack = maps.iter().find(|m| m.start <= rsp && rsp < m.end)?;
+        let words = tracer
+            .memory()
+            .read_vec(rsp, (stack.end - rsp).min(SCAN) as usize)
+            .ok()?;
+        words.chunks_exact(8).find_map(|w| {
+            let at = u64::from_le_bytes(w.try_into().ok()?);
+            let module = self.image.module_of(at)?;
+            let name = module.name();
+            if name.starts_with("libc.so")
+                || name.starts_with("ld-linux")
+                || name.contains(runtime::MEMFD_NAME)
+                || !module.is_executable_address(at)
+            {
+                return None;
+            }
+            let before = tracer.memory().read_vec(at.checked_sub(7)?, 7).ok()?;
+            // call rel32 (e8), or call r/m64 (ff /2) of 2 to 7 bytes.
+            let is_call = before[2] == 0xe8
+                || (2..=7).any(|k| before[7 - k] == 0xff && (before[8 - k] >> 3) & 7 == 2);
+            is_call.then_some(at)
+        })
+    }
+
+    /// Safe: a thread blocked in a system call made outside the dynamic
+    /// loader, other than those the allocator or `fork` make while holding
+    /// their locks; else a thread running code outside libc and the loader.
+    fn safe_call_thread(&self) -> Result<Option<Tid>, Error> {
+        // mmap, mprotect, munmap, brk, mremap, madvise (malloc holds an arena
+        // lock around them), clone, clone3 (fork holds every arena lock and
+        // the loader's).
+        const LOCKED_SYSCALLS: [i64; 8] = [9, 10, 11, 12, 25, 28, 56, 435];
         let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-        let mut outside_libc = None;
-        let mut any = None;
+        let mut outside = None;
+        let mut alive = false;
         for tid in tracer.threads() {
             let Ok(regs) = tracer.registers(tid) else {
                 continue;
             };
-            if (regs.orig_rax as i64) >= 0 {
-                return Ok(tid);
-            }
-            any.get_or_insert(tid);
-            let in_libc = self.image.module_of(regs.rip).is_some_and(|m| {
-                m.name().starts_with("libc.so") || m.name().starts_with("ld-linux")
-            });
-            if !in_libc {
-                outside_libc.get_or_insert(tid);
+            alive = true;
+            let module = self.image.module_of(regs.rip);
+            let in_loader = module.is_some_and(|m| m.name().starts_with("ld-linux"));
+            let in_libc = module.is_some_and(|m| m.name().starts_with("libc.so"));
+            let syscall = regs.orig_rax as i64;
+            if syscall >= 0 {
+                if !in_loader && !LOCKED_SYSCALLS.contains(&syscall) {
+                    return Ok(Some(tid));
+                }
+            } else if !in_libc && !in_loader {
+                outside.get_or_insert(tid);
             }
         }
-        outside_libc
-            .or(any)
-            .ok_or(Error::Trace(TraceError::NoSuchProcess(self.pid)))
+        if !alive {
+            return Err(Error::Trace(TraceError::NoSuchProcess(self.pid)));
+        }
+        Ok(outside)
     }
 
     fn ensure_runtime(&mut self) -> Result<(), Error> {

@@ -15,7 +15,8 @@ use object::{Object, ObjectSymbol};
 use std::io::Write;
 
 /// The memfd name, which shows in `/proc/PID/maps` as `/memfd:weft-rt (deleted)`.
-const MEMFD_NAME: &str = "weft-rt";
+/// Name of the memfd the runtime library is loaded from.
+pub const MEMFD_NAME: &str = "weft-rt";
 
 /// What went wrong loading the runtime.
 #[derive(Debug, thiserror::Error)]

@@ -226,6 +226,12 @@ pub fn longcall() -> &'static Path {
     P.get_or_init(|| build_simple_c("longcall", "longcall.c", &[]))
 }
 
+/// Almost always inside malloc/free's brk (see tests/targets/brkloop.c).
+pub fn brkloop() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("brkloop", "brkloop.c", &[]))
+}
+
 /// fork, exec and plain calls on command (see tests/targets/events.c).
 pub fn events() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

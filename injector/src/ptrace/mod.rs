@@ -575,6 +575,49 @@ impl Tracer {
         }
     }
 
+    /// Lets the world run until thread `tid` executes `address` (a hardware
+    /// breakpoint in that thread only), then stops every thread again.
+    /// Returns whether it got there within `timeout`; other threads' stops
+    /// and signals are handled as usual meanwhile.
+    pub fn run_thread_to(
+        &mut self,
+        tid: Tid,
+        address: u64,
+        timeout: Duration,
+    ) -> Result<bool, TraceError> {
+        let ptrace = |op| move |source| TraceError::Ptrace { op, tid, source };
+        sys::set_hw_breakpoint(tid, Some(address)).map_err(ptrace("POKEUSER"))?;
+        let deadline = Instant::now() + timeout;
+        let mut reached = false;
+        let run = (|| -> Result<(), TraceError> {
+            self.resume_all()?;
+            loop {
+                match self.wait_and_dispatch(false, Some(tid), deadline)? {
+                    Some((t, stop)) if t == tid => {
+                        let at = self.registers(tid)?.rip;
+                        if stop == Stop::Signal(libc::SIGTRAP) && at == address {
+                            // Our own trap: the target never sees it.
+                            self.discard_signal(tid);
+                            reached = true;
+                            return Ok(());
+                        }
+                        self.resume(tid)?;
+                    }
+                    Some(_) => {}
+                    None if Instant::now() > deadline => return Ok(()),
+                    None => {}
+                }
+            }
+        })();
+        let stopped = self.stop_all();
+        if self.threads.contains_key(&tid) {
+            sys::set_hw_breakpoint(tid, None).map_err(ptrace("POKEUSER"))?;
+        }
+        run?;
+        stopped?;
+        Ok(reached)
+    }
+
     /// Drops the signal a stopped thread was about to receive (one weft
     /// caused itself, such as its own breakpoint's `SIGTRAP`).
     pub fn discard_signal(&mut self, tid: Tid) {

@@ -119,6 +119,23 @@ pub(super) fn set_xstate(tid: i32, state: &XState) -> io::Result<()> {
     .map(drop)
 }
 
+/// `offsetof(struct user, u_debugreg)` on x86-64.
+const DEBUGREG_OFFSET: usize = 848;
+
+/// Sets (Some) or clears (None) an execute breakpoint in the thread's debug
+/// register DR0: only that thread traps there, with SIGTRAP.
+pub(super) fn set_hw_breakpoint(tid: i32, address: Option<u64>) -> io::Result<()> {
+    let dr7 = DEBUGREG_OFFSET + 7 * 8;
+    match address {
+        Some(at) => {
+            request(libc::PTRACE_POKEUSER, tid, DEBUGREG_OFFSET, at as usize)?;
+            // L0 enable, RW0 = 00 (execute), LEN0 = 00.
+            request(libc::PTRACE_POKEUSER, tid, dr7, 1).map(drop)
+        }
+        None => request(libc::PTRACE_POKEUSER, tid, dr7, 0).map(drop),
+    }
+}
+
 /// The thread's blocked-signal mask (`PTRACE_GETSIGMASK`, bit `n - 1` for
 /// signal `n`).
 pub(super) fn get_sigmask(tid: i32) -> io::Result<u64> {
