@@ -1,6 +1,7 @@
 //! Programs nobody here wrote, instrumented on two dozen libc functions
-//! with `weft run`: their output is byte-identical to an uninstrumented
-//! run, they exit the same way, and weft's report counts their calls.
+//! with `weft run`, or by `weft attach` sessions that come and go while they
+//! work: their output is byte-identical to an uninstrumented run, they exit
+//! the same way, and weft's reports count their calls.
 
 mod support;
 
@@ -177,9 +178,9 @@ fn numbers(seed: u64, lines: usize) -> String {
 }
 
 /// Makes `cmd` read its stdin from a new pipe (whose write end is returned)
-/// and, with `stdout`, write its stdout to that file: `ctx.spawn` pipes both,
-/// the `pre_exec` hook then replaces them (it runs after the standard
-/// streams are set up). The second value must live until the spawn.
+/// and, with `stdout`, write its stdout to that file: `ctx.spawn` sets up
+/// the standard streams, then the `pre_exec` hook replaces these (it runs
+/// after them). The second value must live until the spawn.
 fn redirect(cmd: &mut Command, stdout: Option<&Path>) -> (File, Vec<OwnedFd>) {
     // O_CLOEXEC: no other child the tests start concurrently inherits them.
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe2");
@@ -364,9 +365,12 @@ fn check_same(
     };
     ctx.check(watched.0 == plain.status.code(), || {
         format!(
-            "{what}: exit code {:?} after the attach/detach cycles, {:?} plain",
+            "{what}: exit code {:?} after the attach/detach cycles, {:?} plain \
+             (stderr {:?}, plain {:?})",
             watched.0,
-            plain.status.code()
+            plain.status.code(),
+            watched.2,
+            String::from_utf8_lossy(&plain.stderr)
         )
     });
     let (po, pe) = (text(&plain.stdout), text(&plain.stderr));
@@ -396,13 +400,15 @@ fn check_same(
 
 /// `program args` reads `chunks` from a pipe fed by the test; during the
 /// flow, `CYCLES` attach/detach cycles:
-///   * while `lead` chunks flow, `weft attach` starts;
-///   * once it is live, `during` chunks flow, all read while instrumented;
-///   * then `trail` more chunks are let go and weft is interrupted, so that
-///     it detaches while the program works.
-/// Then the rest flows and the program ends; its output (stdout, or the
-/// file `out` for `-o`, or stdout redirected to `out` with `out_is_stdout`)
-/// is compared with a plain run on the same bytes.
+///
+/// * while `lead` chunks flow, `weft attach` starts;
+/// * once it is live, `during` chunks flow, all read while instrumented;
+/// * then `trail` more chunks are let go and weft is interrupted, so that
+///   it detaches while the program works.
+///
+/// Then the rest flows and the program ends; its output (stdout, and the
+/// file `out`: written by the program itself, e.g. `-o`, or its stdout
+/// when `out_is_stdout`) is compared with a plain run on the same bytes.
 #[allow(clippy::too_many_arguments)]
 fn fed_cycles(
     ctx: &Ctx,
@@ -426,22 +432,23 @@ fn fed_cycles(
     feeder.wait_sent(ctx, 1);
     let n = libc_count();
     let funcs: Vec<&str> = LIBC.split(',').collect();
-    let args = ["-f", LIBC, "--format", "json"];
+    let weft_args = ["-f", LIBC, "--format", "json"];
     for c in 0..CYCLES {
         let what = format!("{what} cycle {c}");
         let started = Instant::now();
-        let (mut weft, a) = attach(ctx, pid, &args, n);
+        let (mut weft, a) = attach(ctx, pid, &weft_args, n);
         let live = started.elapsed();
         ctx.check(a.threads >= 1, || format!("{what}: attached to no thread"));
         let target = feeder.open(during);
         feeder.wait_sent(ctx, target);
         feeder.open(trail);
         let text = detach_with_sigint(&mut weft);
+        let r = check_session(ctx, &what, &text, pid, &funcs, &["read"]);
         eprintln!(
-            "{what}: live after {live:?}, session {:?}",
-            started.elapsed()
+            "{what}: live after {live:?}, session {:?}, {} threads counted",
+            started.elapsed(),
+            r.threads.len()
         );
-        check_session(ctx, &what, &text, pid, &funcs, &["read"]);
         check_goes_on(ctx, &mut t, &what);
         feeder.open(lead);
     }
@@ -456,9 +463,7 @@ fn fed_cycles(
         .iter()
         .map(|a| a.replace(out.to_str().unwrap(), plain_out.to_str().unwrap()))
         .collect();
-    plain
-        .args(&args)
-        .stdin(File::open(&input_file).unwrap());
+    plain.args(&args).stdin(File::open(&input_file).unwrap());
     if out_is_stdout {
         plain.stdout(File::create(&plain_out).unwrap());
     }
@@ -527,4 +532,219 @@ fn attach_detach_cycles_on_threaded_xz_leave_its_output_unchanged() {
         &out,
         true,
     );
+}
+
+/// Four threads building dicts, lists and strings and hashing them, round
+/// after round, until a line arrives on stdin; every round must give the
+/// thread's first digest again. Prints `ready` once they run, then the
+/// digests. The output does not depend on how many rounds ran.
+const BUSY_PY: &str = "import sys, threading, hashlib
+stop = threading.Event()
+def round_(i):
+    d = {}
+    for k in range(2000):
+        d[str(k * (i + 3))] = [k, str(k) * 3, (k, i)]
+    h = hashlib.sha256()
+    for k, v in sorted(d.items()):
+        h.update(k.encode())
+        h.update(repr(v).encode())
+    return h.hexdigest()
+digests = [None] * 4
+bad = []
+def work(i):
+    first = round_(i)
+    while not stop.is_set():
+        if round_(i) != first:
+            bad.append(i)
+    digests[i] = first
+ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in ts:
+    t.start()
+print('ready', flush=True)
+sys.stdin.readline()
+stop.set()
+for t in ts:
+    t.join()
+print('\\n'.join(digests))
+print('inconsistent rounds:', bad)
+";
+
+#[test]
+fn attach_detach_cycles_on_threaded_python_leave_its_output_unchanged() {
+    let ctx = Ctx::new("attach_detach_cycles_on_threaded_python_leave_its_output_unchanged");
+    let python = python();
+    let mut cmd = Command::new(&python);
+    cmd.args(["-c", BUSY_PY]);
+    let mut t = ctx.spawn("python", cmd, true);
+    let pid = t.pid;
+    t.expect_stdout("`ready`", |l| l == "ready");
+    let functions = format!("{LIBC},PyObject_Malloc");
+    let funcs: Vec<&str> = functions.split(',').collect();
+    let mut tids = std::collections::BTreeSet::new();
+    // Each session ends by itself (`--duration`), while the four threads
+    // work: they stop only when the test says so.
+    for c in 0..CYCLES {
+        let what = format!("python cycle {c}");
+        let started = Instant::now();
+        let (mut weft, a) = attach(
+            &ctx,
+            pid,
+            &["-f", &functions, "--duration", "0.3", "--format", "json"],
+            libc_count() + 1,
+        );
+        let live = started.elapsed();
+        ctx.check(a.threads >= 5, || {
+            format!(
+                "{what}: attached to {} threads, expected at least 5",
+                a.threads
+            )
+        });
+        weft.wait_code(0);
+        check_single_attached_line(&weft);
+        let r = check_session(
+            &ctx,
+            &what,
+            &weft.stdout_text(),
+            pid,
+            &funcs,
+            &["PyObject_Malloc"],
+        );
+        let busy: Vec<i64> = r
+            .threads
+            .iter()
+            .filter(|t| t.functions.values().any(|f| f.calls > 0))
+            .map(|t| t.tid)
+            .collect();
+        // All four take turns holding the GIL many times in 0.3 s (it
+        // switches every 5 ms), but a loaded machine may starve some.
+        ctx.check(busy.len() >= 2, || {
+            format!("{what}: calls in {} threads only: {r:#?}", busy.len())
+        });
+        tids.extend(busy);
+        eprintln!(
+            "{what}: live after {live:?}, session {:?}, {} threads counted",
+            started.elapsed(),
+            r.threads.len()
+        );
+        check_goes_on(&ctx, &mut t, &what);
+    }
+    ctx.check(tids.len() >= 4, || {
+        format!(
+            "calls in {} threads over all cycles, expected the 4 workers",
+            tids.len()
+        )
+    });
+    t.send("stop");
+    let status = t.wait_exit();
+
+    let mut plain = Command::new(&python)
+        .args(["-c", BUSY_PY])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plain run");
+    plain.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let plain = plain.wait_with_output().expect("the plain run");
+    check_same(
+        &ctx,
+        "python",
+        (status.code(), &t.stdout_text(), &t.stderr_text()),
+        &plain,
+        None,
+    );
+    ctx.check(t.stdout_text().contains("inconsistent rounds: []"), || {
+        "python: a thread's rounds disagreed".into()
+    });
+}
+
+/// SQL statement `i` (after `SQL_SETUP`): a sorted query, or inserts and
+/// deletes; each prints one line starting with `q<i>|`.
+fn sql(i: usize) -> String {
+    if i % 2 == 0 {
+        format!(
+            "SELECT 'q{i}', count(*), sum(k % {m}), min(v), max(v) FROM \
+             (SELECT k, v FROM t WHERE k % 7 = {r} ORDER BY v DESC LIMIT 8000);",
+            m = i + 7,
+            r = i % 7
+        )
+    } else {
+        format!(
+            "INSERT INTO t SELECT k + {i}, upper(v) || '{i}' FROM t WHERE k % 97 = {a}; \
+             DELETE FROM t WHERE k % 89 = {b}; SELECT 'q{i}', count(*), total(length(v)) FROM t;",
+            a = i % 97,
+            b = i % 89
+        )
+    }
+}
+
+const SQL_SETUP: &str = "CREATE TABLE t(k INTEGER, v TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000)
+INSERT INTO t SELECT x * 7919 % 1000003, printf('%08d-%s', x, hex(x * x)) FROM c;";
+
+#[test]
+fn attach_detach_cycles_on_sqlite3_leave_its_output_unchanged() {
+    let ctx = Ctx::new("attach_detach_cycles_on_sqlite3_leave_its_output_unchanged");
+    // Statements of ~30 ms each: `lead` sent before an attach, `during`
+    // sent once live and all answered, `trail` sent just before detaching.
+    let (lead, during, trail) = (20, 5, 10);
+    let mut cmd = Command::new("sqlite3");
+    cmd.arg(":memory:");
+    let mut t = ctx.spawn("sqlite3", cmd, true);
+    let pid = t.pid;
+    let mut script = format!("{SQL_SETUP}\n");
+    let mut next = 0;
+    let mut send = |t: &mut Proc, n: usize| {
+        for _ in 0..n {
+            let s = sql(next);
+            t.send(&s);
+            script += &s;
+            script += "\n";
+            next += 1;
+        }
+        next
+    };
+    t.send(SQL_SETUP);
+    send(&mut t, lead);
+    let funcs: Vec<&str> = LIBC.split(',').collect();
+    for c in 0..CYCLES {
+        let what = format!("sqlite3 cycle {c}");
+        let started = Instant::now();
+        let (mut weft, _) = attach(&ctx, pid, &["-f", LIBC, "--format", "json"], libc_count());
+        let live = started.elapsed();
+        let last = send(&mut t, during) - 1;
+        let tag = format!("q{last}|");
+        t.expect_stdout("the answer to the last statement", |l| l.starts_with(&tag));
+        send(&mut t, trail);
+        let text = detach_with_sigint(&mut weft);
+        let r = check_session(&ctx, &what, &text, pid, &funcs, &["read", "malloc", "free"]);
+        eprintln!(
+            "{what}: live after {live:?}, session {:?}, {} threads counted",
+            started.elapsed(),
+            r.threads.len()
+        );
+        check_goes_on(&ctx, &mut t, &what);
+        send(&mut t, lead);
+    }
+    t.close_stdin();
+    let status = t.wait_exit();
+
+    let input = scratch().join("sqlite3.sql");
+    std::fs::write(&input, &script).unwrap();
+    let plain = Command::new("sqlite3")
+        .arg(":memory:")
+        .stdin(File::open(&input).unwrap())
+        .output()
+        .expect("the plain run");
+    check_same(
+        &ctx,
+        "sqlite3",
+        (status.code(), &t.stdout_text(), &t.stderr_text()),
+        &plain,
+        None,
+    );
+    let answers = t.stdout_text().lines().count();
+    ctx.check(answers == next, || {
+        format!("sqlite3: {answers} answers to {next} statements")
+    });
 }
