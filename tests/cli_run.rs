@@ -10,25 +10,6 @@ const N: u64 = 4;
 const LATE: u64 = 2;
 const PHASES: u64 = 2;
 
-/// Splits weft run's stdout into the target's part (up to and including its
-/// `done` line) and what follows (the report).
-fn split_at_done(ctx: &Ctx, out: &str) -> (String, String) {
-    let mut target = String::new();
-    let mut rest = out;
-    loop {
-        let Some(nl) = rest.find('\n') else {
-            ctx.fail("no `done` line from the target in weft's stdout");
-        };
-        let line = &rest[..nl];
-        target.push_str(line);
-        target.push('\n');
-        rest = &rest[nl + 1..];
-        if line == "done" {
-            return (target, rest.to_string());
-        }
-    }
-}
-
 /// Every line of the target's part must be one the target prints itself.
 fn check_only_target_lines(ctx: &Ctx, text: &str) {
     let lines: Vec<&str> = text.lines().collect();

@@ -14,25 +14,6 @@ const TOLERANCE: f64 = 0.03;
 
 const TIMER_FUNCS: [&str; 2] = ["spin_then_sleep", "recurse"];
 
-/// Splits weft run's stdout into the target's part (up to and including its
-/// `done` line) and what follows (the report).
-fn split_at_done(ctx: &Ctx, out: &str) -> (String, String) {
-    let mut target = String::new();
-    let mut rest = out;
-    loop {
-        let Some(nl) = rest.find('\n') else {
-            ctx.fail("no `done` line from the target in weft's stdout");
-        };
-        let line = &rest[..nl];
-        target.push_str(line);
-        target.push('\n');
-        rest = &rest[nl + 1..];
-        if line == "done" {
-            return (target, rest.to_string());
-        }
-    }
-}
-
 /// One per-thread line of the timers target.
 #[derive(Deserialize, Debug, Clone)]
 struct TimerLine {

@@ -21,6 +21,8 @@
 //! xorshift, and each reported variant lists the exact edits applied to the
 //! named base file.
 
+mod support;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
+use support::Rng;
 
 use weft::branches::BranchIndex;
 use weft::inspect::elf::ElfHeaderInfo;
@@ -47,39 +50,6 @@ const STACK_SIZE: usize = 8 << 20;
 /// executable segments hold more than this are not swept, to keep the test
 /// fast in debug builds (the targeted segment variants keep them small).
 const SWEEP_LIMIT: u64 = 32 << 10;
-
-// ---------------------------------------------------------------------------
-// Deterministic randomness
-// ---------------------------------------------------------------------------
-
-/// xorshift64*: a tiny deterministic PRNG (no dependency needed).
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn index(&mut self, n: usize) -> usize {
-        self.below(n as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.index(xs.len())]
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Catching panics with their location and a backtrace

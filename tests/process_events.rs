@@ -34,6 +34,15 @@ fn plain(commands: &str) -> Vec<String> {
 
 const FLAGS: [&str; 4] = ["-f", "work", "--format", "json"];
 
+/// The target's answers so far (its stdout without the `ready` line).
+fn answers(t: &Proc) -> Vec<String> {
+    t.stdout_text()
+        .lines()
+        .filter(|l| !l.starts_with("ready"))
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn fork_in_an_instrumented_target() {
     let ctx = Ctx::new("fork_in_an_instrumented_target");
@@ -47,12 +56,7 @@ fn fork_in_an_instrumented_target() {
     t.send("quit");
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
-    let got: Vec<String> = t
-        .stdout_text()
-        .lines()
-        .filter(|l| !l.starts_with("ready"))
-        .map(str::to_string)
-        .collect();
+    let got = answers(&t);
     ctx.check(got == want, || {
         format!("output under weft {got:?}, plain {want:?}")
     });
@@ -82,12 +86,7 @@ fn exec_while_probes_are_live() {
     t.wait_code(0);
     // weft ends with the process and reports the old program's calls.
     weft.wait_code(0);
-    let got: Vec<String> = t
-        .stdout_text()
-        .lines()
-        .filter(|l| !l.starts_with("ready"))
-        .map(str::to_string)
-        .collect();
+    let got = answers(&t);
     ctx.check(got == want, || {
         format!("output under weft {got:?}, plain {want:?}")
     });
@@ -149,12 +148,7 @@ fn attach_to_a_stopped_target() {
     t.send("quit");
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
-    let got: Vec<String> = t
-        .stdout_text()
-        .lines()
-        .filter(|l| !l.starts_with("ready"))
-        .map(str::to_string)
-        .collect();
+    let got = answers(&t);
     ctx.check(got == want, || format!("output {got:?}, plain {want:?}"));
 }
 

@@ -11,18 +11,6 @@ use support::*;
 
 const RUNS: u64 = 100;
 
-/// xorshift64*: reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// Lets the target finish and checks its output: both workers' results
 /// are what the same number of uninstrumented steps give.
 fn finish(ctx: &Ctx, t: &mut Proc, run: u64, what: &str) {
@@ -56,7 +44,7 @@ fn weft_killed_at_random_points_never_harms_the_target() {
                 .unwrap_or(1)
         });
     eprintln!("seed {seed} (rerun with WEFT_KILL_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut killed_before_attached = 0;
     for run in 0..RUNS {
         let mut t = ctx.target(cycles(), &[]);

@@ -1353,3 +1353,58 @@ pub fn thread_count(pid: u32) -> usize {
         .map(|d| d.count())
         .unwrap_or(0)
 }
+
+// ---------------------------------------------------------------------------
+// Deterministic randomness
+// ---------------------------------------------------------------------------
+
+/// xorshift64*: a tiny deterministic PRNG (no dependency needed), so that a
+/// failing input can be reproduced from its seed.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+    pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.index(xs.len())]
+    }
+}
+
+/// Splits weft run's stdout into the target's part (up to and including its
+/// `done` line) and what follows (the report).
+#[track_caller]
+pub fn split_at_done(ctx: &Ctx, out: &str) -> (String, String) {
+    let mut target = String::new();
+    let mut rest = out;
+    loop {
+        let Some(nl) = rest.find('\n') else {
+            ctx.fail("no `done` line from the target in weft's stdout");
+        };
+        let line = &rest[..nl];
+        target.push_str(line);
+        target.push('\n');
+        rest = &rest[nl + 1..];
+        if line == "done" {
+            return (target, rest.to_string());
+        }
+    }
+}
