@@ -1130,21 +1130,31 @@ impl Process {
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
+        let read = |base: usize| {
+            read_timer_words(
+                |off| region.load_word(row.index, base + off as usize),
+                10_000,
+            )
+        };
         for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
             let first = probe.calls_word as usize;
             let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
             // Clocks before the words: a running timer's value then never
             // exceeds what its stop will record.
             let wall_now = wall.now();
-            if probe.metrics.cpu && cpu_now.is_none() {
-                cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
-            }
-            let Some(words) = read_timer_words(
-                |off| region.load_word(row.index, base + off as usize),
-                10_000,
-            ) else {
+            let Some(mut words) = read(base) else {
                 continue; // a writer stuck mid-update: keep the copy's totals
             };
+            // The thread's CPU time only for a running CPU timer (one
+            // /proc read per thread and report at most), then the words
+            // again, after it.
+            if probe.metrics.cpu && words.cpu_start != 0 && cpu_now.is_none() {
+                cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
+                match read(base) {
+                    Some(again) => words = again,
+                    None => continue,
+                }
+            }
             let value = timer_value(&words, wall_now, cpu_now);
             let at = |off: i32| first + (off / 8) as usize;
             if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_WALL_TOTAL)) {
