@@ -10,6 +10,15 @@ use weft::{Metrics, Pattern, Process};
 
 const CYCLES: u32 = 1_000;
 
+/// weft's tracer collects ptrace events with `waitpid(-1)`: two targets
+/// traced from one process would take each other's events (documented on
+/// `weft::Process`). The tests in this file take turns.
+static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Calls counted in the probe's word over every thread right now.
 fn calls(process: &Process, word: u32) -> u64 {
     process
@@ -21,6 +30,7 @@ fn calls(process: &Process, word: u32) -> u64 {
 
 #[test]
 fn thousand_insert_remove_cycles_under_load() {
+    let _turn = one_tracer();
     let ctx = Ctx::new("thousand_insert_remove_cycles_under_load");
     let mut t = ctx.target(cycles(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -113,4 +123,57 @@ fn thousand_insert_remove_cycles_under_load() {
         workers.len() == 2 && workers.iter().all(|w| w["ok"] == true),
         || format!("the target's results changed: {workers:?}"),
     );
+}
+
+/// Removal while far more threads than cores spin through the function:
+/// at any stop some of them are preempted inside the trampoline, so waiting
+/// for all to be out never ends. Removal restores the bytes anyway (a
+/// thread inside finishes the trampoline normally) and reuses the memory
+/// only once none is in it.
+#[test]
+fn remove_while_many_threads_spin_through_the_function() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("remove_while_many_threads_spin_through_the_function");
+    let mut t = ctx.target(cycles(), &["48"]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut process = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let hot = process
+        .find_functions(&[Pattern::parse("hot").unwrap()])
+        .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
+    for cycle in 0..10 {
+        process
+            .hold()
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
+        let ids = process
+            .insert(&hot, Metrics::CALLS)
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
+        process
+            .release()
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        process
+            .hold()
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
+        process
+            .remove(&ids)
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: remove: {e}")));
+        process
+            .release()
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
+    }
+    t.send("stop");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    let ok = t
+        .stdout_text()
+        .lines()
+        .filter(|l| l.starts_with("{\"worker\""))
+        .filter(|l| l.contains("\"ok\":true"))
+        .count();
+    ctx.check(ok == 48, || {
+        format!(
+            "{ok} of 48 workers' results unchanged:\n{}",
+            t.stdout_text()
+        )
+    });
 }

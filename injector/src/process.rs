@@ -19,6 +19,11 @@
 //! A [`Process`] is either *held* (weft is attached with ptrace and every
 //! thread is stopped) or *released* (weft is not attached at all; probes
 //! keep counting into the shared region). Code is only changed while held.
+//!
+//! Hold one `Process` at a time per program (released ones may be many):
+//! the tracer collects ptrace events with `waitpid(-1)`, so two targets held
+//! at once, or child processes of your own waited for meanwhile, would see
+//! each other's events.
 
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
@@ -852,10 +857,8 @@ impl Process {
             }
         }
         if !leftovers.is_empty() {
-            self.wait_until_outside(
-                |pc| leftovers.iter().any(|r| r.contains(&pc)),
-                "a leftover trampoline",
-            )?;
+            // Threads inside finish them normally (the memory stays).
+            self.prefer_outside(|pc| leftovers.iter().any(|r| r.contains(&pc)))?;
         }
         Ok(())
     }
@@ -908,7 +911,25 @@ impl Process {
         inside: impl Fn(u64) -> bool,
         what: &str,
     ) -> Result<(), Error> {
-        for attempt in 0..=MOVE_ON_ATTEMPTS {
+        self.try_to_get_outside(inside, what, MOVE_ON_ATTEMPTS, true)
+    }
+
+    /// [`Process::wait_until_outside`] for code that only *prefers* no
+    /// thread inside (a trampoline whose patch is gone: threads in it finish
+    /// it normally): a few attempts, then on regardless. Many threads
+    /// spinning through a hot function may never all be out at once.
+    fn prefer_outside(&mut self, inside: impl Fn(u64) -> bool) -> Result<(), Error> {
+        self.try_to_get_outside(inside, "", 5, false)
+    }
+
+    fn try_to_get_outside(
+        &mut self,
+        inside: impl Fn(u64) -> bool,
+        what: &str,
+        attempts: u32,
+        required: bool,
+    ) -> Result<(), Error> {
+        for attempt in 0..=attempts {
             let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             let mut blocked = None;
             for tid in tracer.threads().collect::<Vec<_>>() {
@@ -924,7 +945,10 @@ impl Process {
                 }
             }
             let Some(tid) = blocked else { return Ok(()) };
-            if attempt == MOVE_ON_ATTEMPTS {
+            if attempt == attempts {
+                if !required {
+                    return Ok(());
+                }
                 return Err(Error::ThreadStuck {
                     tid,
                     what: what.to_string(),
@@ -937,8 +961,9 @@ impl Process {
         Ok(())
     }
 
-    /// Restores every active probe's original bytes and waits until no
-    /// thread executes inside a trampoline. The process must be held.
+    /// Restores every active probe's original bytes. Threads inside a
+    /// trampoline finish it normally; its memory is reused only once none
+    /// can be in it. The process must be held.
     pub fn remove_all(&mut self) -> Result<(), Error> {
         let ids: Vec<ProbeId> = self
             .probes
@@ -985,9 +1010,11 @@ impl Process {
             .filter(|p| ids.contains(&p.id))
             .map(|p| p.trampoline.clone())
             .collect();
-        // A thread still inside a trampoline would add one more count to a
-        // word the next session reuses: let it leave first.
-        self.wait_until_outside(|pc| ranges.iter().any(|r| r.contains(&pc)), "a trampoline")?;
+        // A thread still inside a trampoline finishes it normally (the code
+        // stays; its space is reused only once no thread is in it, see
+        // recycle_trampolines), but would count once more: let threads leave
+        // first when they do so quickly.
+        self.prefer_outside(|pc| ranges.iter().any(|r| r.contains(&pc)))?;
         let hooked: Vec<i32> = self
             .probes
             .iter()

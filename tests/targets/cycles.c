@@ -1,6 +1,8 @@
-/* cycles: two threads call hot() in a tight loop until told to stop.
+/* cycles: threads call hot() in a tight loop until told to stop.
  *
- * Prints "ready pid=P threads=3", then runs until a line "stop" on stdin;
+ *   cycles [WORKERS]     (default 2, at most 256)
+ *
+ * Prints "ready pid=P threads=T", then runs until a line "stop" on stdin;
  * then prints one line per worker:
  *   {"worker":i,"calls":N,"acc":A,"ok":true}
  * where N is how many times the worker called hot(), A its running value,
@@ -10,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -45,22 +48,25 @@ static void *run(void *arg)
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    struct worker w[2];
-    for (int i = 0; i < 2; i++) {
+    static struct worker w[256];
+    int n = argc > 1 ? atoi(argv[1]) : 2;
+    if (n < 1 || n > 256)
+        return 64;
+    for (int i = 0; i < n; i++) {
         w[i].index = i;
         if (pthread_create(&w[i].th, NULL, run, &w[i]) != 0)
             return 65;
     }
-    printf("ready pid=%d threads=3\n", (int)getpid());
+    printf("ready pid=%d threads=%d\n", (int)getpid(), n + 1);
     fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin))
         if (strncmp(line, "stop", 4) == 0)
             break;
     atomic_store(&stop, 1);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
         pthread_join(w[i].th, NULL);
         unsigned long ref = (unsigned long)i + 1;
         for (unsigned long k = 0; k < w[i].calls; k++)
