@@ -1,66 +1,402 @@
-//! Whole-process overhead of weft's call counters, measured side by side in
-//! one run: the same target uninstrumented and under `weft run -f work`, at
-//! 1, 2 and 4 threads. Prints nanoseconds per call, the added cost, and the
-//! ratio of the 2-thread to the 1-thread added cost (1.0 = no contention:
-//! per-thread rows share no cache line).
+//! weft's costs, measured side by side in one run (issue #5):
 //!
-//! `cargo bench --bench overhead` (set `WEFT_BENCH_QUICK=1` for a short run).
-//! The target is `benches/overhead_target.c`, built with gcc -O2.
+//! 1. **Per call**: the same target (`benches/overhead_target.c`: threads
+//!    calling a trivial `work()` in a tight loop) uninstrumented, under
+//!    `weft run` with each metric set, and under bpftrace's uprobe
+//!    (`@[tid] = count()`) when bpftrace is installed, at 1, 2 and 4
+//!    threads: nanoseconds per call as the target measures them, the added
+//!    cost, and the 2-thread/1-thread ratio of weft's added cost. Every
+//!    weft run's report is checked: all calls counted, timers sane.
+//! 2. **Attach**: a process with 200 busy threads: the time the target is
+//!    stopped (seize, load the runtime, splice, detach), and the whole
+//!    attach.
+//! 3. **Many functions**: instrumenting 1,000 functions at once: the pause
+//!    and the whole insertion.
+//! 4. **Sampling**: one live report of many threads x 100 timed functions
+//!    (read without stopping the target), and what 10 reports a second cost
+//!    as a share of one core.
+//!
+//! `cargo bench --bench overhead` runs the full mode (a few minutes);
+//! `WEFT_BENCH_QUICK=1` (or running it as a test) a short one, as CI does.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use weft::{Metrics, Pattern, Process};
 
-fn build_target() -> PathBuf {
+fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-bench");
     std::fs::create_dir_all(&dir).expect("creating the bench directory");
-    let exe = dir.join("overhead_target");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches/overhead_target.c");
+    dir
+}
+
+fn gcc(src: &Path, exe: &Path) {
     let status = Command::new("gcc")
         .args(["-O2", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
+        .arg(exe)
+        .arg(src)
         .status()
         .expect("running gcc (install it: apt-get install gcc)");
     assert!(status.success(), "building {}", src.display());
+}
+
+fn build_overhead_target() -> PathBuf {
+    let exe = bench_dir().join("overhead_target");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches/overhead_target.c");
+    gcc(&src, &exe);
     exe
 }
 
-/// ns per call as the target measured it.
-fn measure(exe: &Path, weft: Option<&str>, threads: usize, calls: u64) -> f64 {
-    let (program, args): (String, Vec<String>) = match weft {
-        None => (
-            exe.display().to_string(),
-            vec![threads.to_string(), calls.to_string()],
-        ),
-        Some(weft) => (
-            weft.to_string(),
-            vec![
-                "run".into(),
-                "-f".into(),
-                "work".into(),
-                "-o".into(),
-                "/dev/null".into(),
-                "--".into(),
-                exe.display().to_string(),
-                threads.to_string(),
-                calls.to_string(),
-            ],
-        ),
+/// A target with `functions` instrumentable functions `f0`..: each of its
+/// `threads` threads calls all of them, then sleeps 20 ms, until killed.
+/// Prints "ready" once every thread made its first round.
+fn build_many_target(functions: usize) -> PathBuf {
+    let dir = bench_dir();
+    let src = dir.join(format!("many_{functions}.c"));
+    let exe = dir.join(format!("many_{functions}"));
+    let mut c = String::from(
+        "#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         #include <stdatomic.h>\n",
+    );
+    for i in 0..functions {
+        c.push_str(&format!(
+            "__attribute__((noinline, noipa)) long f{i}(long x) {{ return x * {m} + {i}; }}\n",
+            m = 2 * i + 3
+        ));
+    }
+    c.push_str("typedef long (*fn_t)(long);\nstatic fn_t table[] = {");
+    for i in 0..functions {
+        c.push_str(&format!("f{i},"));
+    }
+    c.push_str(
+        "};\nstatic atomic_int started;\n\
+         static void *run(void *a) { long x = (long)a; int first = 1; for (;;) {\n\
+           for (unsigned i = 0; i < sizeof table / sizeof *table; i++) x = table[i](x);\n\
+           if (first) { first = 0; atomic_fetch_add(&started, 1); }\n\
+           usleep(20000); } return (void *)x; }\n\
+         int main(int argc, char **argv) { int n = atoi(argv[1]);\n\
+           for (int i = 0; i < n; i++) { pthread_t t; pthread_attr_t at; pthread_attr_init(&at);\n\
+             pthread_attr_setstacksize(&at, 256 * 1024);\n\
+             if (pthread_create(&t, &at, run, (void *)(long)i)) return 1; }\n\
+           while (atomic_load(&started) < n) usleep(1000);\n\
+           printf(\"ready\\n\"); fflush(stdout); for (;;) pause(); }\n",
+    );
+    std::fs::write(&src, c).expect("writing the generated target");
+    gcc(&src, &exe);
+    exe
+}
+
+/// A target with `threads` threads spinning in a loop (busy, never in a
+/// system call), until killed. Prints "ready".
+fn build_busy_target() -> PathBuf {
+    let dir = bench_dir();
+    let src = dir.join("busy.c");
+    let exe = dir.join("busy");
+    std::fs::write(
+        &src,
+        "#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         __attribute__((noinline, noipa)) long work(long x) { return x * 3 + 1; }\n\
+         static void *spin(void *a) { long x = (long)a; for (;;) x = work(x); return 0; }\n\
+         int main(int argc, char **argv) { int n = atoi(argv[1]);\n\
+           for (int i = 1; i < n; i++) { pthread_t t; pthread_attr_t at; pthread_attr_init(&at);\n\
+             pthread_attr_setstacksize(&at, 64 * 1024);\n\
+             if (pthread_create(&t, &at, spin, (void *)(long)i)) return 1; }\n\
+           printf(\"ready\\n\"); fflush(stdout); for (;;) pause(); }\n",
+    )
+    .expect("writing the busy target");
+    gcc(&src, &exe);
+    exe
+}
+
+/// A started target, killed (by PID) when dropped.
+struct Target(Child);
+
+impl Target {
+    fn start(exe: &Path, args: &[String]) -> Target {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting a target");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).expect("reading the ready line");
+        assert_eq!(line.trim(), "ready", "{} did not start", exe.display());
+        Target(child)
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How a per-call measurement runs the target.
+#[derive(Clone, Copy)]
+enum Under {
+    Plain,
+    Weft(&'static str),
+    Bpftrace,
+}
+
+/// ns per call as the target measured it (best of its 3 repetitions,
+/// averaged over threads). Under weft, checks the report: every call
+/// counted, and for timers: per thread, CPU time <= wall time, both
+/// non-zero.
+fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
+    let t = threads.to_string();
+    let n = calls.to_string();
+    let report = bench_dir().join("report.json");
+    let mut cmd = match under {
+        Under::Plain => {
+            let mut c = Command::new(exe);
+            c.args([&t, &n]);
+            c
+        }
+        Under::Weft(metrics) => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+            c.args(["run", "-m", metrics, "-f", "work", "--format", "json", "-o"])
+                .arg(&report)
+                .arg("--")
+                .arg(exe)
+                .args([&t, &n]);
+            c
+        }
+        Under::Bpftrace => {
+            let mut c = Command::new("bpftrace");
+            c.arg("-e")
+                .arg(format!(
+                    "uprobe:{}:work {{ @[tid] = count(); }}",
+                    exe.display()
+                ))
+                .arg("-c")
+                .arg(format!("{} {t} {n}", exe.display()));
+            c
+        }
     };
-    let out = Command::new(&program)
-        .args(&args)
-        .output()
-        .expect("running the target");
+    let out = cmd.output().expect("running the target");
     assert!(
         out.status.success(),
-        "{program} {args:?} failed: {}",
+        "{cmd:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ns = text
         .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the target prints ns per call")
+        .find_map(|l| l.trim().parse::<f64>().ok())
+        .expect("the target prints ns per call");
+    if let Under::Weft(metrics) = under {
+        check_report(&report, metrics, threads as u64 * calls * 3);
+    }
+    ns
+}
+
+/// Nothing measured less: the report counts every call, and timers look
+/// like time.
+fn check_report(path: &Path, metrics: &str, calls: u64) {
+    let text = std::fs::read_to_string(path).expect("reading weft's report");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("weft's report is JSON");
+    let f = &r["functions"][0];
+    assert_eq!(f["calls"].as_u64(), Some(calls), "not every call counted");
+    for t in r["threads"].as_array().into_iter().flatten() {
+        let c = &t["functions"]["work"];
+        if metrics.contains("wall") {
+            assert!(c["wall_ns"].as_u64().unwrap_or(0) > 0, "no wall time: {c}");
+        }
+        if metrics.contains("cpu") {
+            let cpu = c["cpu_ns"].as_u64().unwrap_or(0);
+            assert!(cpu > 0, "no CPU time: {c}");
+            if let Some(wall) = c["wall_ns"].as_u64() {
+                assert!(cpu <= wall + wall / 20, "CPU time above wall time: {c}");
+            }
+        }
+    }
+}
+
+fn best_of(rounds: usize, mut f: impl FnMut() -> f64) -> f64 {
+    (0..rounds).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn have_bpftrace() -> bool {
+    Command::new("bpftrace")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && unsafe_is_root()
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn section_per_call(quick: bool) {
+    let calls: u64 = if quick { 300_000 } else { 10_000_000 };
+    let rounds = if quick { 1 } else { 3 };
+    let exe = build_overhead_target();
+    let bpf = have_bpftrace();
+    println!(
+        "## Per call: ns added to an empty call ({calls} calls x 3 per thread, best of {rounds})"
+    );
+    if !bpf {
+        println!(
+            "(bpftrace not installed or not root: its column is skipped; apt-get install bpftrace)"
+        );
+    }
+    println!(
+        "{:>7} {:>8} {:>8} {:>12} {:>16} {:>10}",
+        "threads", "plain", "calls", "calls,wall", "calls,wall,cpu", "bpftrace"
+    );
+    let mut added_calls = Vec::new();
+    for threads in [1usize, 2, 4] {
+        let plain = best_of(rounds, || per_call(&exe, Under::Plain, threads, calls));
+        let mut row = vec![plain];
+        for m in ["calls", "calls,wall", "calls,wall,cpu"] {
+            row.push(best_of(rounds, || per_call(&exe, Under::Weft(m), threads, calls)) - plain);
+        }
+        added_calls.push(row[1]);
+        let bpf_cell = if bpf {
+            // Thousands of times slower: fewer calls keep it short.
+            let n = (calls / 20).max(20_000);
+            format!("{:.0}", per_call(&exe, Under::Bpftrace, threads, n) - plain)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{threads:>7} {:>8.2} {:>+8.2} {:>+12.1} {:>+16.1} {bpf_cell:>10}",
+            row[0], row[1], row[2], row[3]
+        );
+    }
+    println!(
+        "calls: added cost at 2 threads / 1 thread = {:.2} (1.0: no shared cache line)",
+        added_calls[1] / added_calls[0].max(0.01)
+    );
+}
+
+fn section_attach(quick: bool) {
+    let threads = 200;
+    let exe = build_busy_target();
+    let rounds = if quick { 1 } else { 5 };
+    println!("## Attach to {threads} busy threads (best of {rounds}; the target's pause, then the whole attach)");
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..rounds {
+        let target = Target::start(&exe, &[threads.to_string()]);
+        let t0 = Instant::now();
+        let mut p = Process::open(target.pid()).expect("open");
+        let f = p
+            .find_functions(&[Pattern::parse("work").unwrap()])
+            .expect("find work");
+        p.prepare(&f).expect("prepare");
+        let t1 = Instant::now();
+        p.hold().expect("hold");
+        p.insert(&f, Metrics::CALLS).expect("insert");
+        p.release().expect("release");
+        let pause = t1.elapsed();
+        let whole = t0.elapsed();
+        best = (best.0.min(pause), best.1.min(whole));
+        p.hold().expect("hold");
+        p.remove_all().expect("remove");
+        p.release().expect("release");
+    }
+    println!(
+        "pause {:.1} ms, whole attach {:.1} ms (first attach: runtime loaded)",
+        best.0.as_secs_f64() * 1e3,
+        best.1.as_secs_f64() * 1e3
+    );
+}
+
+fn section_many_functions(quick: bool) {
+    let functions = 1000;
+    let exe = build_many_target(functions);
+    let target = Target::start(&exe, &["2".into()]);
+    let mut p = Process::open(target.pid()).expect("open");
+    let f = p
+        .find_functions(&[Pattern::parse("f*").unwrap()])
+        .expect("find f*");
+    let f: Vec<_> = f
+        .into_iter()
+        .filter(|f| f.name[1..].parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(f.len(), functions, "generated functions found");
+    p.prepare(&f).expect("prepare");
+    // The runtime first, so the measured pause is the splice alone.
+    let warm = p
+        .find_functions(&[Pattern::parse("usleep").unwrap()])
+        .expect("usleep");
+    p.hold().expect("hold");
+    p.insert(&warm, Metrics::CALLS).expect("insert");
+    p.release().expect("release");
+    let t0 = Instant::now();
+    p.hold().expect("hold");
+    p.insert(&f, Metrics::CALLS).expect("insert 1000");
+    p.release().expect("release");
+    let pause = t0.elapsed();
+    println!("## Instrument {functions} functions at once (one stop of the world)");
+    println!(
+        "pause {:.1} ms ({:.1} us per function){}",
+        pause.as_secs_f64() * 1e3,
+        pause.as_secs_f64() * 1e6 / functions as f64,
+        if quick { " [quick]" } else { "" }
+    );
+}
+
+fn section_sampling(quick: bool) {
+    let (threads, functions) = if quick { (50, 100) } else { (1000, 100) };
+    let exe = build_many_target(functions);
+    let target = Target::start(&exe, &[threads.to_string()]);
+    let mut p = Process::open(target.pid()).expect("open");
+    let f = p
+        .find_functions(&[Pattern::parse("f*").unwrap()])
+        .expect("find f*");
+    let f: Vec<_> = f
+        .into_iter()
+        .filter(|f| f.name[1..].parse::<u32>().is_ok())
+        .collect();
+    p.prepare(&f).expect("prepare");
+    p.hold().expect("hold");
+    p.insert(&f, Metrics::ALL).expect("insert");
+    p.release().expect("release");
+    // Every thread runs every function within 20 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    let reports = if quick { 5 } else { 20 };
+    let cpu0 = thread_cpu();
+    let wall0 = Instant::now();
+    let mut rows = 0;
+    for _ in 0..reports {
+        let r = p.report();
+        rows = r.threads.len();
+    }
+    let cpu = (thread_cpu() - cpu0) / reports as f64;
+    let wall = wall0.elapsed().as_secs_f64() / reports as f64;
+    println!("## Sampling {rows} threads x {functions} timed functions (one live report)");
+    println!(
+        "{:.2} ms CPU ({:.2} ms wall) per report: at 10 Hz {:.1}% of a core",
+        cpu * 1e3,
+        wall * 1e3,
+        cpu * 10.0 * 100.0
+    );
+    p.hold().expect("hold");
+    p.remove_all().expect("remove");
+    p.release().expect("release");
+}
+
+/// This thread's CPU time, seconds.
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 fn main() {
@@ -68,32 +404,14 @@ fn main() {
     // with no arguments besides filters: keep that quick too.
     let quick =
         std::env::var_os("WEFT_BENCH_QUICK").is_some() || !std::env::args().any(|a| a == "--bench");
-    let calls: u64 = if quick { 200_000 } else { 20_000_000 };
-    let weft = env!("CARGO_BIN_EXE_weft");
-    let exe = build_target();
     println!(
-        "weft call-counter overhead ({} calls per thread per repetition, best of 3)",
-        calls
+        "# weft overhead{} — {} CPUs",
+        if quick { " (quick mode)" } else { "" },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!(
-        "{:>7}  {:>12}  {:>12}  {:>10}",
-        "threads", "plain ns", "weft ns", "added ns"
-    );
-    let mut added = Vec::new();
-    for threads in [1usize, 2, 4] {
-        let plain = measure(&exe, None, threads, calls);
-        let counted = measure(&exe, Some(weft), threads, calls);
-        added.push(counted - plain);
-        println!(
-            "{threads:>7}  {plain:>12.2}  {counted:>12.2}  {:>10.2}",
-            counted - plain
-        );
-    }
-    if added[0] > 0.05 {
-        println!(
-            "added cost at 2 threads / 1 thread: {:.2}",
-            added[1] / added[0]
-        );
-    }
-    println!("(4 threads on a 2-core machine time-share the cores: compare 1 and 2)");
+    section_per_call(quick);
+    section_attach(quick);
+    section_many_functions(quick);
+    section_sampling(quick);
+    let _ = std::io::stdout().flush();
 }
