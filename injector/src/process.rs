@@ -1163,12 +1163,12 @@ impl Process {
                 10_000,
             )
         };
+        // Clocks before the words: a running timer's value then never
+        // exceeds what its stop will record. One reading serves the row.
+        let wall_now = wall.now();
         for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
             let first = probe.calls_word as usize;
             let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
-            // Clocks before the words: a running timer's value then never
-            // exceeds what its stop will record.
-            let wall_now = wall.now();
             let Some(mut words) = read(base) else {
                 continue; // a writer stuck mid-update: keep the copy's totals
             };
