@@ -186,6 +186,41 @@ impl Region {
         Ok(())
     }
 
+    /// Copies row `index` (its first `words` metric words); None past the
+    /// overflow row.
+    fn row_snapshot(&self, index: u32, words: u32) -> Option<RowSnapshot> {
+        if index > self.geometry.overflow_row() {
+            return None;
+        }
+        let words = words.min(self.geometry.metric_words);
+        let row = self.row(index);
+        // SAFETY: `row` points at a RowHeader inside the mapping.
+        let header = unsafe { &*(row as *const RowHeader) };
+        let values = (0..words)
+            .map(|w| {
+                // SAFETY: word w < metric_words lies inside the row; it is
+                // 8-byte aligned, so the read is single-copy atomic.
+                unsafe {
+                    std::ptr::read_volatile(
+                        row.add(Geometry::metric_offset(w) as usize) as *const u64
+                    )
+                }
+            })
+            .collect();
+        Some(RowSnapshot {
+            index,
+            state: header.state.load(Ordering::Acquire),
+            tid: header.tid.load(Ordering::Acquire),
+            generation: header.generation.load(Ordering::Acquire),
+            name: read_name(header),
+            words: values,
+            cpu_source: (
+                header.thread.cpu_source.load(Ordering::Acquire),
+                header.thread.cpu_why.load(Ordering::Acquire),
+            ),
+        })
+    }
+
     /// The live value of the 8-byte word at byte `offset` of row `index`
     /// (one aligned load: never torn), or 0 outside the row.
     pub fn load_word(&self, index: u32, offset: usize) -> u64 {
@@ -217,32 +252,9 @@ impl Region {
             indices.push(self.geometry.max_rows);
         }
         for index in indices {
-            let row = self.row(index);
-            // SAFETY: `row` points at a RowHeader inside the mapping.
-            let header = unsafe { &*(row as *const RowHeader) };
-            let values = (0..words)
-                .map(|w| {
-                    // SAFETY: word w < metric_words lies inside the row; it is
-                    // 8-byte aligned, so the read is single-copy atomic.
-                    unsafe {
-                        std::ptr::read_volatile(
-                            row.add(Geometry::metric_offset(w) as usize) as *const u64
-                        )
-                    }
-                })
-                .collect();
-            rows.push(RowSnapshot {
-                index,
-                state: header.state.load(Ordering::Acquire),
-                tid: header.tid.load(Ordering::Acquire),
-                generation: header.generation.load(Ordering::Acquire),
-                name: read_name(header),
-                words: values,
-                cpu_source: (
-                    header.thread.cpu_source.load(Ordering::Acquire),
-                    header.thread.cpu_why.load(Ordering::Acquire),
-                ),
-            });
+            if let Some(row) = self.row_snapshot(index, words) {
+                rows.push(row);
+            }
         }
         rows
     }
@@ -256,20 +268,38 @@ impl Region {
     /// keeps them for its reports.
     pub fn harvest(&self, words: u32, is_gone: impl Fn(u32) -> bool) -> Vec<RowSnapshot> {
         let mut harvested = Vec::new();
-        for row in self.snapshot(words) {
-            if row.state != layout::ROW_EXITED
-                || row.index >= self.geometry.max_rows
-                || !is_gone(row.tid)
+        let used = self
+            .header()
+            .rows_used
+            .load(Ordering::Acquire)
+            .min(self.geometry.max_rows);
+        for index in 0..used {
+            // SAFETY: index < max_rows: the row and its ack lie inside the
+            // mappings.
+            let (header, ack) = unsafe {
+                (
+                    &*(self.row(index) as *const RowHeader),
+                    &*self.acks.add(index as usize),
+                )
+            };
+            // State, generation and thread first, the words after: a copy
+            // whose words were read before its thread ran (or before the row
+            // passed to a new thread) must never be taken as final.
+            let state = header.state.load(Ordering::Acquire);
+            let generation = header.generation.load(Ordering::Acquire);
+            let tid = header.tid.load(Ordering::Acquire);
+            let wanted = generation.wrapping_add(1);
+            if state != layout::ROW_EXITED || ack.load(Ordering::Acquire) == wanted || !is_gone(tid)
             {
                 continue;
             }
-            // SAFETY: index < max_rows: the ack lies inside the ack mapping.
-            let ack = unsafe { &*self.acks.add(row.index as usize) };
-            let wanted = row.generation.wrapping_add(1);
-            if ack.load(Ordering::Acquire) == wanted {
+            // The thread is gone: nothing writes the words any more.
+            let Some(row) = self.row_snapshot(index, words) else {
+                continue;
+            };
+            if row.state != layout::ROW_EXITED || row.generation != generation {
                 continue;
             }
-            // The snapshot was taken after the thread was gone: final.
             ack.store(wanted, Ordering::Release);
             harvested.push(row);
         }
