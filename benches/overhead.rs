@@ -313,18 +313,24 @@ fn section_attach(quick: bool) {
     );
 }
 
+/// Opens a generated target and finds its functions `f0`.. (not libc's
+/// `free`, `fopen`...), prepared for splicing.
+fn open_generated(target: &Target) -> (Process, Vec<weft::Function>) {
+    let mut p = Process::open(target.pid()).expect("open");
+    let f: Vec<_> = p
+        .find_functions(&[Pattern::parse("f*").unwrap()])
+        .expect("find f*")
+        .into_iter()
+        .filter(|f| f.name[1..].parse::<u32>().is_ok())
+        .collect();
+    (p, f)
+}
+
 fn section_many_functions(quick: bool) {
     let functions = 1000;
     let exe = build_many_target(functions);
     let target = Target::start(&exe, &["2".into()]);
-    let mut p = Process::open(target.pid()).expect("open");
-    let f = p
-        .find_functions(&[Pattern::parse("f*").unwrap()])
-        .expect("find f*");
-    let f: Vec<_> = f
-        .into_iter()
-        .filter(|f| f.name[1..].parse::<u32>().is_ok())
-        .collect();
+    let (mut p, f) = open_generated(&target);
     assert_eq!(f.len(), functions, "generated functions found");
     p.prepare(&f).expect("prepare");
     // The runtime first, so the measured pause is the splice alone.
@@ -352,14 +358,7 @@ fn section_sampling(quick: bool) {
     let (threads, functions) = if quick { (50, 100) } else { (1000, 100) };
     let exe = build_many_target(functions);
     let target = Target::start(&exe, &[threads.to_string()]);
-    let mut p = Process::open(target.pid()).expect("open");
-    let f = p
-        .find_functions(&[Pattern::parse("f*").unwrap()])
-        .expect("find f*");
-    let f: Vec<_> = f
-        .into_iter()
-        .filter(|f| f.name[1..].parse::<u32>().is_ok())
-        .collect();
+    let (mut p, f) = open_generated(&target);
     p.prepare(&f).expect("prepare");
     p.hold().expect("hold");
     p.insert(&f, Metrics::ALL).expect("insert");
