@@ -117,6 +117,18 @@ fn run_timers_match_the_threads_own_clocks() {
     let report = parse_report(&ctx, &report_text);
     check_metrics(&ctx, &report, &["calls", "wall", "cpu"]);
     check_metric_fields(&ctx, &report, true, true);
+    // weft says which clocks it used: the TSC or CLOCK_MONOTONIC for wall,
+    // and for CPU the perf page (formula or lock/anchor) or the syscall.
+    let clocks = report.clocks.clone().unwrap_or_default();
+    let (wall, cpu) = (
+        clocks["wall"].as_str().unwrap_or(""),
+        clocks["cpu"].as_str().unwrap_or(""),
+    );
+    ctx.check(
+        (wall.contains("tsc") || wall.contains("CLOCK_MONOTONIC"))
+            && (cpu.contains("perf task-clock") || cpu.contains("CLOCK_THREAD_CPUTIME_ID")),
+        || format!("the report does not name its clock sources: {clocks}"),
+    );
 
     let mut exp = BTreeMap::new();
     for l in &lines {

@@ -770,24 +770,7 @@ impl ThreadCpuClock {
     /// mode converts deltas with; a non-TSC wall clock rules that mode out.
     /// Never fails: the worst case is [`CPU_SYSCALL`].
     pub fn new(wall: &WallClock, preference: CpuPreference) -> Self {
-        let mut clock = Self {
-            page: ptr::null(),
-            mode: CPU_SYSCALL,
-            anchor_lock: 0,
-            anchor_cpu_ns: 0,
-            anchor_tsc: 0,
-            mult: wall.cal.mult,
-            shift: wall.cal.shift,
-            base_ns: 0,
-            last_ns: 0,
-            reads: 0,
-            syscalls: 0,
-            scratch: [0; 2],
-            fd: -1,
-            why: WHY_CPU_FORCED,
-            max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
-            owns_page: 0,
-        };
+        let mut clock = Self::syscall_mode(wall);
         if preference == CpuPreference::Syscall {
             return clock;
         }
@@ -845,18 +828,30 @@ impl ThreadCpuClock {
         Self {
             page,
             mode: CPU_PERF_TIME,
+            base_ns,
+            why: 0,
+            ..Self::syscall_mode(wall)
+        }
+    }
+
+    /// A clock in [`CPU_SYSCALL`] mode with no page, the TSC conversion of
+    /// `wall`: where every constructor starts.
+    fn syscall_mode(wall: &WallClock) -> Self {
+        Self {
+            page: ptr::null(),
+            mode: CPU_SYSCALL,
             anchor_lock: 0,
             anchor_cpu_ns: 0,
             anchor_tsc: 0,
             mult: wall.cal.mult,
             shift: wall.cal.shift,
-            base_ns,
+            base_ns: 0,
             last_ns: 0,
             reads: 0,
             syscalls: 0,
             scratch: [0; 2],
             fd: -1,
-            why: 0,
+            why: WHY_CPU_FORCED,
             max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
             owns_page: 0,
         }
