@@ -36,9 +36,9 @@ pub use exit::{
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use remote_stub::{
-    bootstrap_stub, remote_stub, RemoteStub, BOOTSTRAP_LEN, BOOTSTRAP_REGS, SAVED_REGISTERS,
-    SAVED_RFLAGS, SAVED_RIP, SAVED_RSP, SAVED_SIGMASK, STUB_CODE, STUB_MAGIC, STUB_REGS, STUB_SIZE,
-    STUB_SYSCALL, STUB_XSAVE,
+    bootstrap_stub, remote_stub, stub_size, RemoteStub, BOOTSTRAP_LEN, BOOTSTRAP_REGS,
+    SAVED_REGISTERS, SAVED_RFLAGS, SAVED_RIP, SAVED_RSP, SAVED_SIGMASK, STUB_CODE, STUB_MAGIC,
+    STUB_REGS, STUB_SIZE, STUB_SIZE_FIELD, STUB_SYSCALL, STUB_XSAVE,
 };
 pub use scan::{direct_branches, Branch};
 pub use timer::{

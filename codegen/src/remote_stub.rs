@@ -31,8 +31,10 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// `b"WEFTSTB1"`: marks a stub page so a later attach can find and reuse it.
 pub const STUB_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSTB1");
-/// Size of a stub page pair: code and registers in the first page, the
-/// XSAVE area in the second.
+/// Size of the smallest stub: code and registers in the first page, an
+/// XSAVE area of up to one page after it. A CPU whose XSAVE image is larger
+/// (AVX-512 with AMX tiles: 11,008 bytes) gets a larger stub: see
+/// [`stub_size`].
 pub const STUB_SIZE: u64 = 8192;
 /// Offset of the code.
 pub const STUB_CODE: u64 = 64;
@@ -41,6 +43,10 @@ pub const STUB_CODE: u64 = 64;
 pub const STUB_REGS: u64 = 1024;
 /// Offset of the 64-byte-aligned XSAVE (or FXSAVE) image.
 pub const STUB_XSAVE: u64 = 4096;
+/// Offset of the stub's size (u64, the length of its mapping), after the
+/// magic: a later attach reuses a stub only if it is large enough for its
+/// own XSAVE image.
+pub const STUB_SIZE_FIELD: u64 = 8;
 /// The `getpid` system call number weft watches for.
 pub const STUB_SYSCALL: u64 = 39;
 
@@ -73,10 +79,23 @@ pub const SAVED_RFLAGS: u64 = 17;
 /// `rt_sigprocmask(SIG_SETMASK, ..)`).
 pub const SAVED_SIGMASK: u64 = 18;
 
+/// The size of a stub whose XSAVE area holds `save`'s image (and, for the
+/// XSAVE case, an image of `image_len` bytes, the length the kernel's
+/// `NT_X86_XSTATE` regset reports, if larger): a multiple of 4 KiB, at
+/// least [`STUB_SIZE`].
+pub fn stub_size(save: VectorSave, image_len: u64) -> u64 {
+    let area = match save {
+        VectorSave::Fxsave64 => 512,
+        VectorSave::Xsave { area_size } => u64::from(area_size).max(image_len),
+    };
+    (STUB_XSAVE + area).next_multiple_of(4096).max(STUB_SIZE)
+}
+
 /// A built stub page.
 #[derive(Clone, Debug)]
 pub struct RemoteStub {
-    /// The page pair's bytes ([`STUB_SIZE`]), magic and code included.
+    /// The stub's bytes ([`stub_size`] of them), magic, size and code
+    /// included.
     pub bytes: Vec<u8>,
     /// Where remote calls return to.
     pub entry: u64,
@@ -93,15 +112,25 @@ fn rip_rel(target: u64) -> MemoryOperand {
     MemoryOperand::with_base_displ(Register::RIP, target as i64)
 }
 
-/// Builds the stub page pair for `address` (page aligned).
-pub fn remote_stub(address: u64, save: VectorSave) -> Result<RemoteStub, BuildError> {
+/// Builds the stub for `address` (page aligned), `size` bytes long (at
+/// least [`stub_size`] for `save`: its XSAVE area is `size -`
+/// [`STUB_XSAVE`] bytes).
+pub fn remote_stub(address: u64, save: VectorSave, size: u64) -> Result<RemoteStub, BuildError> {
+    if size < stub_size(save, 0) || size % 4096 != 0 {
+        return Err(BuildError::Encode(format!(
+            "a remote stub for this vector state needs {} bytes, not {size}",
+            stub_size(save, 0)
+        )));
+    }
     let (code, after_syscall) = stub_code(
         address + STUB_CODE,
         address + STUB_REGS,
         Some((save, address + STUB_XSAVE)),
     )?;
-    let mut bytes = vec![0u8; STUB_SIZE as usize];
+    let mut bytes = vec![0u8; size as usize];
     bytes[..8].copy_from_slice(&STUB_MAGIC.to_le_bytes());
+    bytes[STUB_SIZE_FIELD as usize..STUB_SIZE_FIELD as usize + 8]
+        .copy_from_slice(&size.to_le_bytes());
     let end = STUB_CODE as usize + code.len();
     if end > STUB_REGS as usize {
         return Err(BuildError::Encode("remote stub code too long".into()));
@@ -244,8 +273,14 @@ mod tests {
     #[test]
     fn stub_decodes_to_the_documented_sequence() {
         let at = 0x7f00_0000_0000;
-        let stub = remote_stub(at, VectorSave::Xsave { area_size: 832 }).unwrap();
+        let save = VectorSave::Xsave { area_size: 832 };
+        let stub = remote_stub(at, save, stub_size(save, 0)).unwrap();
         assert_eq!(&stub.bytes[..8], b"WEFTSTB1");
+        assert_eq!(stub.bytes.len() as u64, STUB_SIZE);
+        assert_eq!(
+            u64::from_le_bytes(stub.bytes[8..16].try_into().unwrap()),
+            STUB_SIZE
+        );
         let code = &stub.bytes[STUB_CODE as usize..STUB_REGS as usize];
         let mut decoder = Decoder::with_ip(64, code, stub.entry, DecoderOptions::NONE);
         let mnemonics: Vec<Mnemonic> = decoder.iter().take(31).map(|i| i.mnemonic()).collect();
@@ -264,7 +299,7 @@ mod tests {
         );
         assert_eq!(mnemonics[30], Mnemonic::Jmp);
         assert_eq!(stub.after_syscall, stub.entry + 3 + 5 + 2);
-        let fx = remote_stub(at, VectorSave::Fxsave64).unwrap();
+        let fx = remote_stub(at, VectorSave::Fxsave64, STUB_SIZE).unwrap();
         let mut decoder = Decoder::with_ip(
             64,
             &fx.bytes[STUB_CODE as usize..],
@@ -275,6 +310,22 @@ mod tests {
             .iter()
             .take(14)
             .any(|i| i.mnemonic() == Mnemonic::Fxrstor64));
+    }
+
+    #[test]
+    fn stub_grows_with_the_vector_state() {
+        // AVX-512 with AMX tiles: 11,008 bytes of XSAVE image.
+        let amx = VectorSave::Xsave { area_size: 11_008 };
+        assert_eq!(stub_size(amx, 0), 16_384);
+        assert_eq!(stub_size(amx, 0) - STUB_XSAVE, 12_288);
+        // The kernel's regset image counts too, when larger than CPUID's.
+        let small = VectorSave::Xsave { area_size: 2_696 };
+        assert_eq!(stub_size(small, 0), STUB_SIZE);
+        assert_eq!(stub_size(small, 4_097), 12_288);
+        assert_eq!(stub_size(VectorSave::Fxsave64, 0), STUB_SIZE);
+        let stub = remote_stub(0x7f00_0000_0000, amx, 16_384).unwrap();
+        assert_eq!(stub.bytes.len(), 16_384);
+        assert!(remote_stub(0x7f00_0000_0000, amx, STUB_SIZE).is_err());
     }
 
     #[test]

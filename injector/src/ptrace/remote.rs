@@ -168,20 +168,37 @@ impl Tracer {
             return Ok(());
         }
         let save = crate::trampolines::vector_save();
+        // The stub must hold the thread's whole XSAVE image (11,008 bytes
+        // with AVX-512 and AMX tiles): a stub too small for it would leave
+        // calls unprotected.
+        let image_len = sys::get_xstate(tid)
+            .map_err(|source| TraceError::Ptrace {
+                op: "GETREGSET",
+                tid,
+                source,
+            })?
+            .0
+            .len() as u64;
+        let size = weft_codegen::stub_size(save, image_len);
         let existing = crate::inspect::read_maps(self.pid)
             .map_err(|e| RemoteError::Stub(e.to_string()))?
             .into_iter()
-            .filter(|m| {
-                m.perms.exec && !m.perms.write && m.len() == weft_codegen::STUB_SIZE && m.inode == 0
+            .filter(|m| m.perms.exec && !m.perms.write && m.inode == 0 && m.len() >= size)
+            .find(|m| {
+                self.memory.read_u64(m.start).ok() == Some(weft_codegen::STUB_MAGIC)
+                    && self
+                        .memory
+                        .read_u64(m.start + weft_codegen::STUB_SIZE_FIELD)
+                        .ok()
+                        == Some(m.len())
             })
-            .find(|m| self.memory.read_u64(m.start).ok() == Some(weft_codegen::STUB_MAGIC))
             .map(|m| m.start);
         let address = match existing {
             Some(address) => address,
             None => {
                 let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
                 let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-                let args = [0, weft_codegen::STUB_SIZE, prot, flags, u64::MAX, 0];
+                let args = [0, size, prot, flags, u64::MAX, 0];
                 let call = RemoteCall::new(
                     "mmap",
                     mmap_fn,
@@ -194,7 +211,7 @@ impl Tracer {
                 got
             }
         };
-        let stub = weft_codegen::remote_stub(address, save)
+        let stub = weft_codegen::remote_stub(address, save, size)
             .map_err(|e| RemoteError::Stub(e.to_string()))?;
         self.memory
             .write(address, &stub.bytes)
@@ -205,7 +222,7 @@ impl Tracer {
             regs_at: address + weft_codegen::STUB_REGS,
             xsave: Some((
                 address + weft_codegen::STUB_XSAVE,
-                (weft_codegen::STUB_SIZE - weft_codegen::STUB_XSAVE) as usize,
+                (size - weft_codegen::STUB_XSAVE) as usize,
             )),
         });
         Ok(())
