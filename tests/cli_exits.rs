@@ -564,8 +564,8 @@ fn run_cxx_exceptions_through_instrumented_frames() {
                 report.clocks
             )
         });
-        // The unwind closes the activations as it passes their return slots
-        // (the slots' personality routine), not at the next call: the 200 us
+        // The unwind closes the activations as it passes their call records
+        // (the records' personality routine), not at the next call: the 200 us
         // the thread idles after each catch is not in middle's time.
         let own: u64 = kv
             .get("middle_wall_ns")
@@ -592,9 +592,10 @@ fn run_cxx_exceptions_through_instrumented_frames() {
 
 /// gdb backtraces through timed frames: a thread blocked in `inner`, called
 /// by `outer`, both with their exits hooked by `weft attach`. gdb (attached
-/// while weft is live but detached) must show inner, the return slot
-/// (`weft_return_slots`, registered through gdb's JIT interface), outer,
-/// main — not `?? ()` frames that lose the callers. The target then ends
+/// while weft is live but detached) must show inner, the call record it
+/// was called through (`weft_rt_call_records`, whose unwind information is
+/// in the runtime library gdb reads), outer, main — not `?? ()` frames
+/// that lose the callers. The target then ends
 /// normally and weft's report counts both exits.
 #[test]
 fn gdb_backtrace_through_timed_frames() {
@@ -622,21 +623,21 @@ fn gdb_backtrace_through_timed_frames() {
         .lines()
         .filter(|l| l.starts_with('#'))
         .filter_map(|l| {
-            ["inner", "weft_return_slots", "outer", "main", "??"]
+            ["inner", "weft_rt_call_records", "outer", "main", "??"]
                 .into_iter()
                 .find(|f| l.contains(&format!(" {f} (")) || l.contains(&format!(" in {f} (")))
         })
         .collect();
     let expected = [
         "inner",
-        "weft_return_slots",
+        "weft_rt_call_records",
         "outer",
-        "weft_return_slots",
+        "weft_rt_call_records",
         "main",
     ];
     ctx.check(frames.windows(5).any(|w| w == expected), || {
         format!(
-            "gdb's backtrace does not go inner -> slot -> outer -> slot -> main: {frames:?}\n{out}"
+            "gdb's backtrace does not go inner -> call record -> outer -> call record -> main: {frames:?}\n{out}"
         )
     });
     ctx.check(!frames.contains(&"??"), || {

@@ -1,139 +1,117 @@
-//! Exit instrumentation by return-address redirection into per-thread return
-//! slots.
+//! Exit hooks by *calling through*: the trampoline of a timed function calls
+//! the function's body, so the exit runs when the body returns.
 //!
 //! # Mechanism
 //!
-//! At an instrumented entry ([`Snippet::CountCallHookExit`](crate::Snippet)),
-//! the trampoline pushes an *activation* on the thread's **return-slot
-//! block**: it saves the original return address (RA) in data cell `d`
-//! (`d` = the thread's depth) and overwrites the RA on the stack with the
-//! address of code slot `d`. When the function returns (any `ret`, or the
-//! `ret` of a function it tail-called), control lands in code slot `d`,
-//! which calls the shared **exit handler** ([`exit_handler`]); the handler
-//! pops the activation, counts the exit, and returns to the original RA with
-//! every register, flag and `rsp` exactly as the plain `ret` would have left
-//! them.
-//!
-//! # Block layout ([`ReturnSlots`])
+//! At an instrumented entry ([`Snippet::CountCallHookExit`](crate::Snippet))
+//! the trampoline pushes an *activation* on the thread's activation stack:
+//! the next free *cell* gets the original return address (RA), the entry
+//! `rsp` (the RA's address, `E`), the caller's `rbx`, the function's metric
+//! base and flags. Then it sets `rbx` to the cell, drops the RA from the
+//! stack and jumps to the function's *call record* in the runtime:
 //!
 //! ```text
-//! block + 0                 code slot 0      } code part, `delta()` bytes,
-//! block + 32*i              code slot i      } identical for every block of a
-//! block + 32*capacity       exit handler ptr } layout: build it with
-//! ...   int3 padding up to `delta()` (4 KiB multiple)  [`return_block_code`]
-//! block + delta()           data cell 0      } data part, 32*capacity bytes,
-//! block + delta() + 32*i    data cell i      } zero-initialized, thread-private
+//! record:  call qword [rip + target]    ; target = the trampoline's copy of the
+//!                                       ; displaced instructions, then the body
+//!          jmp  qword [rip + handler]   ; the exit handler (exit_code)
 //! ```
 //!
-//! Slot and cell strides are both [`SLOT_SIZE`] = [`CELL_SIZE`] = 32, so the
-//! cell of the slot at address `s` is at `s + delta()`. The code part only
-//! needs to be readable and executable and the data part only readable and
-//! writable: they are on different pages.
+//! The record's `call` puts its return point where the RA was, so the body
+//! finds its stack arguments exactly where the caller put them. Both returns
+//! are predicted: the body's `ret` goes back to the record that called it,
+//! and the exit handler's final `ret` to the original caller, whose
+//! return-stack entry nothing consumed. (Return-address redirection, the
+//! alternative, costs two mispredictions per call.)
 //!
-//! A code slot is `int3 ; call qword [rip + X] ; int3 padding`, with `X`
-//! reaching the exit-handler pointer after the slots (the displacement
-//! differs per slot; the code part does not depend on the block's address).
-//! Redirected return addresses point at slot + [`SLOT_ENTRY`] (the `call`),
-//! never at the slot's first byte: unwinders look up the FDE of `RA - 1`,
-//! which must fall inside the slot (see [`block_eh_frame`](crate::block_eh_frame)).
+//! The exit handler ([`exit_code`]) finds the activation in `rbx`
+//! (callee-saved: the body gives it back), closes it — counts the exit,
+//! stops the timer — restores the caller's `rbx` and returns to the RA with
+//! every other register, the flags and `rsp` exactly as the body's `ret`
+//! left them. It uses no vector or x87 instruction: return values in
+//! `xmm0`/`xmm1`/`st0` survive.
 //!
-//! A data cell ([`CELL_SIZE`] bytes): original RA at [`CELL_RETURN_ADDRESS`],
-//! entry `rsp` (the address of the RA slot on the stack) at
-//! [`CELL_ENTRY_RSP`], the metric base (i32 byte offset into the row) at
-//! [`CELL_METRIC`], and 8 bytes at [`CELL_SCRATCH`] reserved (unused: the
-//! timers keep their start times in the row, where readers can see them).
+//! Unwinders (gdb, C++ exceptions, `backtrace()`) walk through the record
+//! with the unwind information the runtime ships for it: the caller's RA is
+//! at `[rbx + CELL_RETURN_ADDRESS]` and its `rbx` at `[rbx + CELL_RBX]`.
 //!
-//! # Thread row fields (offsets chosen by the runtime)
+//! # Thread row fields (offsets chosen by the runtime, [`ActivationRow`])
 //!
-//! * `block_offset`: address of the thread's block (0: none, exits are not
-//!   hooked);
-//! * `depth_offset`: number of open activations (0 ≤ depth ≤ capacity);
-//! * optional `stack_bounds_offset`: two words `[lo, hi)`, the thread's own
-//!   stack. Closing activations by `rsp` comparison at entry is done only when
-//!   the current `rsp` lies in it (so a signal handler on a `sigaltstack`
-//!   placed above the thread stack never closes live activations).
+//! * `cells`: address of the thread's first cell (0: exits not hooked);
+//! * `top`: address of the first free cell (open activations: `[cells,
+//!   top)`);
+//! * `end`: one past the last cell (0: no cells); a thread with `top ==
+//!   end` cannot push: its entries are counted as unhooked;
+//! * optional `stack_bounds`: two words `[lo, hi)`, the thread's own stack.
+//!   Activations are closed by `rsp` comparison only when the current `rsp`
+//!   lies in it (a signal handler on a `sigaltstack` above the thread stack
+//!   must not close live activations).
 //!
-//! Per instrumented function, at its metric base `m` (a row byte offset),
-//! four words: entries `m +` [`METRIC_ENTRIES`], exits `m +`
-//! [`METRIC_EXITS`], activations closed without a normal exit (longjmp,
-//! exceptions) `m +` [`METRIC_UNWOUND`], entries whose exit could not be
-//! hooked (no block, or depth = capacity) `m +` [`METRIC_UNHOOKED`]. For a
-//! quiescent thread, `entries = exits + unwound + unhooked + open`.
-//!
-//! # Timers
-//!
-//! A layout built with [`ReturnSlots::with_timers`] adds per-function
-//! inclusive wall/CPU timers (words `m + 32 .. m + 80`, see the `timer`
-//! module and [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN)): the entry
-//! starts the function's timer once its return is redirected, and every
-//! close of an activation (hooked exit, or closed as unwound at an entry or
-//! exit) stops it, at that moment. Only the outermost activation of a
-//! function on a thread is timed. Without timers the generated code is
-//! byte-for-byte what it was.
+//! Per instrumented function, at its metric base `m` (a row byte offset):
+//! entries `m +` [`METRIC_ENTRIES`], exits `m +` [`METRIC_EXITS`],
+//! activations closed without a normal exit (longjmp, exceptions) `m +`
+//! [`METRIC_UNWOUND`], entries whose exit could not be hooked (no cells, or
+//! the stack is full) `m +` [`METRIC_UNHOOKED`]; with timers, the timer
+//! words of the `timer` module. For a quiescent thread, `entries = exits +
+//! unwound + unhooked + open`.
 //!
 //! # Closing activations whose frames are gone
 //!
-//! * At entry (`E` = `rsp` at the function entry = the RA's address), the top
-//!   activation `j` is stale when `E_j < E`, or `E_j == E` and the RA at `E`
-//!   is not slot `j`'s return address (`E_j == E` with the RA being slot
-//!   `j`'s is a tail call from activation `j`, which is still open: the new
-//!   activation nests inside it). Stale activations are popped one by one
-//!   (counted in their `METRIC_UNWOUND`) before pushing.
-//! * At exit, the activation is identified exactly by the slot returned
-//!   through (index `k`): every activation above `k` is stale (it was entered
-//!   after `k` and `k` is leaving), so they are closed as unwound, then `k`
-//!   is exited. This uses no `rsp` comparison. If `k ≥ depth` (already
-//!   closed), nothing is counted, but the return still goes to the RA in the
-//!   cell: the RA is found from the slot's address alone, never from the row.
+//! * At entry (`E` = `rsp` at the function's entry), the top activation `j`
+//!   is stale when `E_j < E`, or when `E_j == E` and the RA at `E` is not a
+//!   record's return point (`E_j == E` with a record's return point there is
+//!   a tail call from activation `j`, which is still open: the new
+//!   activation nests inside it). Stale activations are closed one by one
+//!   (counted in their `METRIC_UNWOUND`, timers stopped) before pushing.
+//! * At exit, the activation is `rbx`: every activation above it is stale
+//!   (entered after it, and it is leaving), so they are closed as unwound
+//!   first. If `rbx` is not an open activation any more, nothing is counted
+//!   and the return still goes to the RA in its cell.
 //!
 //! # Signal safety
 //!
-//! A signal handler running instrumented code can interrupt any instruction.
-//! The entry stores the cell's entry `rsp`, publishes `depth + 1`, stores the
-//! cell again fully, and only then redirects the RA; the exit reads the
-//! cell before publishing the smaller depth. A handler that interrupts either
-//! sequence therefore never sees (or reuses) a half-written open cell.
+//! A signal handler running instrumented code can interrupt any
+//! instruction. The entry stores the cell's entry `rsp`, publishes the new
+//! `top`, stores the entry `rsp` again and only then the rest; the exit
+//! reads the RA and the caller's `rbx` from the cell before publishing the
+//! smaller `top`. A handler that interrupts either sequence never sees, or
+//! reuses, a half-written open cell.
 //!
 //! # Functions whose exit must not be hooked
 //!
-//! Redirection changes the return address the function sees on its stack.
-//! The injector must not use [`Snippet::CountCallHookExit`](crate::Snippet)
-//! for: functions that return twice or save their RA for later (`setjmp`,
-//! `sigsetjmp`, `_setjmp`, `getcontext`, `vfork`, `__sigsetjmp`): the saved
-//! RA is a slot whose cell is reused; functions that inspect their caller's
-//! address (`dlopen`, `dlsym`/`RTLD_NEXT`, `dlvsym`, `__libc_dlopen_mode`, any
-//! `__builtin_return_address(0)` user); and any process running with a CET
-//! shadow stack (`ret` to a redirected address faults). Coroutine switches
-//! (`swapcontext`, fibers) break the one-stack-per-thread assumption: exits
-//! are still correct (the RA comes from the slot's own cell) but counts may be
-//! closed early or late.
+//! The body runs with its return address pointing at a record and `rbx` =
+//! the cell. The injector must not use
+//! [`Snippet::CountCallHookExit`](crate::Snippet) for: functions that
+//! return twice or save their RA for later (`setjmp`, `sigsetjmp`,
+//! `getcontext`, `vfork`): a second return would find its cell reused;
+//! functions that inspect their caller's address (`dlopen`, `dlsym` with
+//! `RTLD_NEXT`, `__builtin_return_address(0)` users); functions with a
+//! non-standard convention that read `rbx` as an input; and any process
+//! running with a CET shadow stack (the exit handler's `ret` would not
+//! match it).
 
 use iced_x86::code_asm::*;
-use iced_x86::{Code, Instruction, MemoryOperand, Register};
+use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
 
-use crate::timer::{emit_close, emit_open, TimerSpec};
+use crate::timer::TimerSpec;
 use crate::BuildError;
 
-/// Bytes per code slot.
-pub const SLOT_SIZE: u32 = 32;
-/// Bytes per data cell (equal to [`SLOT_SIZE`], so `cell = slot + delta`).
+/// Bytes per activation cell.
 pub const CELL_SIZE: u32 = 32;
-/// Offset inside a code slot of its `call`: redirected return addresses are
-/// `slot + SLOT_ENTRY`. The byte before it is an `int3`.
-pub const SLOT_ENTRY: u32 = 1;
-/// Offset inside a code slot of the end of its `call` (the return address
-/// the exit handler finds on its stack).
-pub const SLOT_CALL_END: u32 = 7;
-/// Offset inside a data cell of the original return address (u64).
+/// Offset inside a cell of the original return address (u64).
 pub const CELL_RETURN_ADDRESS: i32 = 0;
-/// Offset inside a data cell of the entry `rsp` (u64): the address of the
-/// return address on the stack when the function was entered.
+/// Offset inside a cell of the entry `rsp` (u64): the address of the return
+/// address on the stack when the function was entered.
 pub const CELL_ENTRY_RSP: i32 = 8;
-/// Offset inside a data cell of the metric base (i32 row byte offset).
-pub const CELL_METRIC: i32 = 16;
-/// Offset inside a data cell of 8 bytes reserved for the exit snippet work
-/// (the timer's start time).
-pub const CELL_SCRATCH: i32 = 24;
+/// Offset inside a cell of the caller's `rbx` (u64).
+pub const CELL_RBX: i32 = 16;
+/// Offset inside a cell of the metric base (i32 row byte offset).
+pub const CELL_METRIC: i32 = 24;
+/// Offset inside a cell of its flags (u32).
+pub const CELL_FLAGS: i32 = 28;
+/// Cell flag: the function has timers (its metric base holds the
+/// [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) bytes of the `timer`
+/// module).
+pub const CELL_TIMED: u32 = 1;
 
 /// Offset from a metric base of the entries counter (u64).
 pub const METRIC_ENTRIES: i32 = 0;
@@ -143,115 +121,160 @@ pub const METRIC_EXITS: i32 = 8;
 /// their frame was discarded (longjmp, exceptions) (u64).
 pub const METRIC_UNWOUND: i32 = 16;
 /// Offset from a metric base of the counter of entries whose exit could not
-/// be hooked (no block, or the block was full) (u64).
+/// be hooked (no cells, or all in use) (u64).
 pub const METRIC_UNHOOKED: i32 = 24;
-/// Bytes of row used per metric base.
+/// Bytes of row used per metric base without timers.
 pub const METRIC_LEN: i32 = 32;
 
-/// Page size the block's code/data split is aligned to.
-const PAGE: u32 = 4096;
+/// Bytes per call record.
+pub const RECORD_SIZE: u64 = 16;
+/// Offset inside a record of its return point (the end of its `call`).
+pub const RECORD_RETURN: u64 = 6;
 
-/// Largest supported capacity (keeps every block offset a small disp32).
-pub const MAX_CAPACITY: u32 = 1 << 20;
+/// Offset in the exit code ([`exit_code`]) of the stale-activation closer
+/// the entry snippets call (the exit handler's address is in [`ExitCode`]).
+pub const EXIT_CODE_STALE_ENTRY: u64 = 0;
 
-/// The return-slot block layout and where a thread's row keeps its state.
-/// Shared by the entry snippets, the exit handler, the block code and its
-/// CFI; all blocks of a process use one layout.
+/// Where a thread's row keeps its activation stack (row byte offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReturnSlots {
-    capacity: u32,
-    block_offset: i32,
-    depth_offset: i32,
-    stack_bounds_offset: Option<i32>,
+pub struct ActivationRow {
+    /// The first cell's address (u64; 0: exits not hooked).
+    pub cells: i32,
+    /// The first free cell's address (u64).
+    pub top: i32,
+    /// One past the last cell (u64; 0: no cells).
+    pub end: i32,
+    /// The `[lo, hi)` pair of the thread's stack, if used (`None`: every
+    /// `rsp` counts as on the thread's stack).
+    pub stack_bounds: Option<i32>,
+}
+
+/// The runtime's call records (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallRecords {
+    /// Address of record 0; records are [`RECORD_SIZE`] bytes apart.
+    pub first: u64,
+    /// Number of records.
+    pub count: u32,
+}
+
+impl CallRecords {
+    /// Address of record `index` (where a trampoline jumps).
+    pub fn address(&self, index: u32) -> u64 {
+        self.first + u64::from(index) * RECORD_SIZE
+    }
+
+    /// Return point of record `index` (the return address its callee sees).
+    pub fn return_point(&self, index: u32) -> u64 {
+        self.address(index) + RECORD_RETURN
+    }
+}
+
+/// The process's exit-hook layout: row fields, call records, where the exit
+/// code is, and the timers. Shared by the entry snippets and the exit code;
+/// all of a session's must be built from one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitHooks {
+    row: ActivationRow,
+    records: CallRecords,
+    exit_code: u64,
     timers: Option<TimerSpec>,
 }
 
-/// An invalid [`ReturnSlots`] layout.
+/// An invalid [`ExitHooks`] layout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
-    /// The capacity is 0 or above [`MAX_CAPACITY`].
-    #[error("a return-slot block holds 1 to {MAX_CAPACITY} activations, not {0}")]
-    Capacity(u32),
     /// A row offset is negative or not 8-byte aligned.
     #[error("row field offset {0} must be non-negative and 8-byte aligned")]
     RowOffset(i32),
+    /// The call records are missing or misaligned.
+    #[error("call records at {0:#x} must be non-null and 16-byte aligned, and there must be some")]
+    Records(u64),
     /// A selected clock's function or state address is 0.
     #[error("the timer's {0} address is 0")]
     NullTimerAddress(&'static str),
+    /// The tick-to-nanosecond factor is 0.
+    #[error("the timer's ns-per-tick factor is 0")]
+    NullUnits,
 }
 
-impl ReturnSlots {
-    /// A layout for blocks of `capacity` activations; `block_offset` and
-    /// `depth_offset` are the row byte offsets of the block address and the
-    /// depth words, `stack_bounds_offset` that of the `[lo, hi)` pair (see the
-    /// module docs; `None` disables the check: every `rsp` counts as on the
-    /// thread stack).
+fn check_offset(off: i32) -> Result<(), LayoutError> {
+    if off < 0 || off % 8 != 0 || off > i32::MAX - 16 {
+        return Err(LayoutError::RowOffset(off));
+    }
+    Ok(())
+}
+
+impl ExitHooks {
+    /// A layout without timers: exits are counted, not timed. `exit_code`
+    /// is the address the exit code ([`exit_code`]) is (or will be)
+    /// written at.
     ///
     /// # Errors
     ///
-    /// [`LayoutError`] for a capacity of 0 or above [`MAX_CAPACITY`], or a
-    /// negative or misaligned offset.
+    /// [`LayoutError`] for a negative or misaligned row offset, or bad
+    /// records.
     pub fn new(
-        capacity: u32,
-        block_offset: i32,
-        depth_offset: i32,
-        stack_bounds_offset: Option<i32>,
+        row: ActivationRow,
+        records: CallRecords,
+        exit_code: u64,
     ) -> Result<Self, LayoutError> {
-        if capacity == 0 || capacity > MAX_CAPACITY {
-            return Err(LayoutError::Capacity(capacity));
-        }
-        for off in [Some(block_offset), Some(depth_offset), stack_bounds_offset]
-            .into_iter()
-            .flatten()
+        for off in [
+            Some(row.cells),
+            Some(row.top),
+            Some(row.end),
+            row.stack_bounds,
+        ]
+        .into_iter()
+        .flatten()
         {
-            if off < 0 || off % 8 != 0 || off > i32::MAX - 16 {
-                return Err(LayoutError::RowOffset(off));
-            }
+            check_offset(off)?;
+        }
+        if records.first == 0 || records.first % 16 != 0 || records.count == 0 {
+            return Err(LayoutError::Records(records.first));
         }
         Ok(Self {
-            capacity,
-            block_offset,
-            depth_offset,
-            stack_bounds_offset,
+            row,
+            records,
+            exit_code,
             timers: None,
         })
     }
 
     /// The same layout with inclusive timers (see the `timer` module): the
-    /// entry snippets start the function's timer, the exit handler and the
-    /// closing of unwound activations stop it, and every function hooked
-    /// with this layout uses [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN)
-    /// bytes at its metric base. With [`Timers::NONE`](crate::Timers::NONE)
-    /// the layout stays timer-less and the code is exactly that of
-    /// [`ReturnSlots::new`]. The entry snippets and the exit handler of one
-    /// process must all be built from the same layout.
+    /// entry snippets start the function's timer, the exit code stops it.
+    /// With [`Timers::NONE`](crate::Timers::NONE) the layout stays
+    /// timer-less.
     ///
     /// # Errors
     ///
-    /// [`LayoutError::RowOffset`] for a misaligned or negative
-    /// `cpu_state_row_offset` (when the CPU clock is selected),
-    /// [`LayoutError::NullTimerAddress`] for a selected clock whose function
-    /// or (wall) state address is 0.
+    /// [`LayoutError::RowOffset`] for a misaligned `cpu_state_row_offset`
+    /// (when the CPU clock is selected), [`LayoutError::NullTimerAddress`]
+    /// for a selected clock whose routine is 0, [`LayoutError::NullUnits`]
+    /// for a zero conversion factor.
     pub fn with_timers(self, spec: TimerSpec) -> Result<Self, LayoutError> {
-        let t = spec.timers;
-        if !t.any() {
+        if !spec.timers.any() {
             return Ok(Self {
                 timers: None,
                 ..self
             });
         }
-        if t.wall && spec.wall_fn == 0 {
-            return Err(LayoutError::NullTimerAddress("wall clock function"));
+        if let crate::WallRead::Call { routine, state } = spec.wall {
+            if routine == 0 {
+                return Err(LayoutError::NullTimerAddress("wall clock routine"));
+            }
+            if state == 0 {
+                return Err(LayoutError::NullTimerAddress("wall clock state"));
+            }
         }
-        if t.wall && spec.wall_state == 0 {
-            return Err(LayoutError::NullTimerAddress("wall clock state"));
+        if spec.timers.cpu {
+            if spec.cpu.slow_path == 0 {
+                return Err(LayoutError::NullTimerAddress("cpu clock routine"));
+            }
+            check_offset(spec.cpu.row_offset)?;
         }
-        if t.cpu && spec.cpu_fn == 0 {
-            return Err(LayoutError::NullTimerAddress("cpu clock function"));
-        }
-        let off = spec.cpu_state_row_offset;
-        if t.cpu && (off < 0 || off % 8 != 0) {
-            return Err(LayoutError::RowOffset(off));
+        if spec.ns_per_tick_q32 == 0 {
+            return Err(LayoutError::NullUnits);
         }
         Ok(Self {
             timers: Some(spec),
@@ -262,6 +285,21 @@ impl ReturnSlots {
     /// The timer parameters, if timers are on.
     pub fn timers(&self) -> Option<&TimerSpec> {
         self.timers.as_ref()
+    }
+
+    /// The row fields.
+    pub fn row(&self) -> ActivationRow {
+        self.row
+    }
+
+    /// The call records.
+    pub fn records(&self) -> CallRecords {
+        self.records
+    }
+
+    /// Where the exit code is.
+    pub fn exit_code_address(&self) -> u64 {
+        self.exit_code
     }
 
     /// Bytes of row used per hooked function at its metric base:
@@ -275,79 +313,13 @@ impl ReturnSlots {
         }
     }
 
-    /// Activations per block.
-    pub fn capacity(&self) -> u32 {
-        self.capacity
+    fn flags(&self) -> u32 {
+        if self.timers.is_some() {
+            CELL_TIMED
+        } else {
+            0
+        }
     }
-
-    /// Row offset of the block-address word.
-    pub fn block_offset(&self) -> i32 {
-        self.block_offset
-    }
-
-    /// Row offset of the depth word.
-    pub fn depth_offset(&self) -> i32 {
-        self.depth_offset
-    }
-
-    /// Row offset of the `[lo, hi)` stack-bounds pair, if used.
-    pub fn stack_bounds_offset(&self) -> Option<i32> {
-        self.stack_bounds_offset
-    }
-
-    /// Distance from a code slot to its data cell, and size of the code part:
-    /// the slots plus the exit-handler pointer, rounded up to 4 KiB.
-    pub fn delta(&self) -> u32 {
-        (self.capacity * SLOT_SIZE + 8).next_multiple_of(PAGE)
-    }
-
-    /// Offset in the block of the exit-handler pointer.
-    pub fn handler_pointer_offset(&self) -> u32 {
-        self.capacity * SLOT_SIZE
-    }
-
-    /// Size of the data part (cells), at `block + delta()`.
-    pub fn data_len(&self) -> u32 {
-        self.capacity * CELL_SIZE
-    }
-
-    /// Total block size, a multiple of 4 KiB.
-    pub fn block_len(&self) -> u32 {
-        (self.delta() + self.data_len()).next_multiple_of(PAGE)
-    }
-
-    /// The redirected return address of slot `index` in the block at `block`.
-    pub fn slot_return_address(&self, block: u64, index: u32) -> u64 {
-        block + u64::from(index * SLOT_SIZE + SLOT_ENTRY)
-    }
-
-    /// Address of data cell `index` in the block at `block`.
-    pub fn cell_address(&self, block: u64, index: u32) -> u64 {
-        block + u64::from(self.delta() + index * CELL_SIZE)
-    }
-}
-
-/// The code part of a block (`slots.delta()` bytes, to be written at the
-/// block's address): every code slot, then the address of the exit handler
-/// built by [`exit_handler`]. It does not depend on the block's address, so
-/// one copy can be written into every block. The data part after it must be
-/// zero-filled (any content works, but zeros keep the dumps readable).
-pub fn return_block_code(slots: &ReturnSlots, exit_handler: u64) -> Vec<u8> {
-    let mut code = vec![0xcc_u8; slots.delta() as usize];
-    let ptr = slots.handler_pointer_offset();
-    for i in 0..slots.capacity {
-        let at = (i * SLOT_SIZE) as usize;
-        // call qword [rip + disp32]: ff 15 disp32, rip = slot + SLOT_CALL_END.
-        let disp = ptr as i64 - i64::from(i * SLOT_SIZE + SLOT_CALL_END);
-        let disp = i32::try_from(disp).expect("MAX_CAPACITY keeps slots within disp32");
-        let entry = at + SLOT_ENTRY as usize;
-        code[entry] = 0xff;
-        code[entry + 1] = 0x15;
-        code[entry + 2..entry + 6].copy_from_slice(&disp.to_le_bytes());
-    }
-    let p = ptr as usize;
-    code[p..p + 8].copy_from_slice(&exit_handler.to_le_bytes());
-    code
 }
 
 fn asm_err(e: IcedError) -> BuildError {
@@ -367,437 +339,598 @@ fn fs_absolute(offset: i32) -> MemoryOperand {
     )
 }
 
-/// The entry snippet of [`Snippet::CountCallHookExit`](crate::Snippet), for
-/// code at `ip` (its length does not depend on `ip`).
+fn q(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
+    qword_ptr(base + i64::from(off))
+}
+
+fn d(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
+    dword_ptr(base + i64::from(off))
+}
+
+/// The entry snippet of [`Snippet::CountCallHookExit`](crate::Snippet) for
+/// the function whose metric base is `metric` and whose call record is
+/// `record`, built for code at `ip`.
 ///
 /// Contract (the trampoline's snippet contract): `rcx` = row (non-null),
-/// `rax` = the saved flags (untouched), `[rsp]` and `[rsp+8]` = the
-/// trampoline's saved `rcx` and `rax`, `[rsp+16]` = the return address.
-/// Clobbers flags only (the trampoline restores them); saves and restores
-/// `rdx`, `rsi`, `rdi`, `r8` on the stack (below the entry `rsp`, where
-/// nothing lives at a function entry).
-///
-/// With timers, it also saves `r9`-`r11` (so every argument register, `r10`
-/// and `r11` reach the function intact), calls the timer-stop subroutine
-/// after each stale activation it closes and the timer-start subroutine
-/// after redirecting the RA (both emitted inside the snippet, after its
-/// `jmp .out`; contracts in the `timer` module). Stack below the entry
-/// `rsp`: 16 (trampoline) + 56 (saves) + 8 + 48 (subroutine) + 8 + 16
-/// (clock reader) = 152 bytes at most.
+/// `ax` = the saved flags, `[rsp]` and `[rsp+8]` = the trampoline's saved
+/// `rcx` and `rax`, `[rsp+16]` = the return address. When the exit can be
+/// hooked, the snippet never falls through: it restores every register and
+/// the flags itself, sets `rbx` to the cell, drops the return address and
+/// jumps to the record. Otherwise (no cells, stack full) it counts
+/// `METRIC_UNHOOKED`, restores what it saved and falls through with `rcx`
+/// and `ax` as on entry, to the trampoline's epilogue and the displaced
+/// instructions. Stack below the entry `rsp`: 16 bytes (trampoline), 32
+/// (saves), 8 (a call's return address) and the stale closer's or a clock
+/// routine's own use (72 bytes at most, see [`exit_code`] and the
+/// runtime's clock routines).
 ///
 /// ```text
-///     inc qword [rcx + metric + ENTRIES]
+///     inc qword [rcx + m + ENTRIES]
 ///     push rdx ; push rsi ; push rdi ; push r8
-///     mov rsi, [rcx + block] ; test rsi, rsi ; jz .unhooked
-///     lea r8, [rsp + 48]                       ; E: address of the RA
-///     mov rdx, [rcx + depth] ; cmp rdx, cap ; ja .unhooked   ; corrupt
-/// .top: test rdx, rdx ; jz .push
-///     lea rdi, [rdx - 1] ; shl rdi, 5 ; add rdi, rsi   ; slot of the top
-///     cmp [rdi + delta + ENTRY_RSP], r8 ; ja .push     ; its frame is live
-///     jb .stale
-///     inc rdi ; cmp [r8], rdi ; je .push ; dec rdi     ; tail call from it
-/// .stale:                                              ; (bounds, optional)
-///     cmp r8, [rcx + lo] ; jb .push ; cmp r8, [rcx + hi] ; jae .push
-///     movsxd rdi, dword [rdi + delta + METRIC]
-///     dec rdx ; mov [rcx + depth], rdx
-///     inc qword [rcx + rdi + UNWOUND] ; jmp .top
-/// .push: cmp rdx, cap ; jae .unhooked
-///     mov rdi, rdx ; shl rdi, 5 ; add rdi, rsi         ; slot d
-///     mov [rdi + delta + ENTRY_RSP], r8
-///     lea rsi, [rdx + 1] ; mov [rcx + depth], rsi      ; publish
-///     mov [rdi + delta + ENTRY_RSP], r8
-///     mov rsi, [r8] ; mov [rdi + delta + RA], rsi
-///     mov dword [rdi + delta + METRIC], metric
-///     inc rdi ; mov [r8], rdi                          ; redirect the RA
-///     jmp .out
-/// .unhooked: inc qword [rcx + metric + UNHOOKED]
-/// .out: pop r8 ; pop rdi ; pop rsi ; pop rdx
+///     mov esi, eax                              ; flags, while rax is busy
+///     mov rdi, [rcx + top] ; cmp rdi, [rcx + end] ; jae .unhooked
+///     lea rax, [rsp + 48]                       ; E
+///     cmp rdi, [rcx + cells] ; je .push ; jb .unhooked
+///     cmp [rdi - 32 + ENTRY_RSP], rax ; ja .push ; its frame is live
+///     call [.stale]                             ; closes stale ones, rdi = top
+/// .push: mov [rdi + ENTRY_RSP], rax
+///     lea rdx, [rdi + 32] ; mov [rcx + top], rdx   ; publish
+///     mov [rdi + ENTRY_RSP], rax
+///     mov rdx, [rax] ; mov [rdi + RA], rdx ; mov [rdi + RBX], rbx
+///     mov dword [rdi + METRIC], m ; mov dword [rdi + FLAGS], flags
+///     <timer start, see the timer module>
+///     mov rbx, rdi ; mov eax, esi
+///     pop r8 ; pop rdi ; pop rsi ; pop rdx
+///     add al, 0x7f ; sahf ; pop rcx ; pop rax
+///     lea rsp, [rsp + 8]                        ; the record's call puts its own RA there
+///     jmp [.record]
+/// .unhooked: inc qword [rcx + m + UNHOOKED] ; mov eax, esi
+///     pop r8 ; pop rdi ; pop rsi ; pop rdx
 /// ```
 pub(crate) fn enter_snippet(
-    slots: &ReturnSlots,
+    hooks: &ExitHooks,
     metric: i32,
+    record: u32,
     ip: u64,
 ) -> Result<Vec<u8>, BuildError> {
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
-    enter_asm(&mut a, slots, metric).map_err(asm_err)?;
-    let bytes = a.assemble(ip).map_err(asm_err)?;
-    Ok(bytes)
+    enter_asm(&mut a, hooks, metric, record).map_err(asm_err)?;
+    a.assemble(ip).map_err(asm_err)
 }
 
-/// Upper bound (in fact the exact length) of [`enter_snippet`].
-pub(crate) fn enter_snippet_len(slots: &ReturnSlots, metric: i32) -> usize {
-    enter_snippet(slots, metric, 0).map_or(0, |b| b.len())
+/// Exact length of [`enter_snippet`] (it does not depend on `ip`).
+pub(crate) fn enter_snippet_len(hooks: &ExitHooks, metric: i32, record: u32) -> usize {
+    enter_snippet(hooks, metric, record, 0).map_or(0, |b| b.len())
 }
 
-fn enter_asm(a: &mut CodeAssembler, s: &ReturnSlots, metric: i32) -> Result<(), IcedError> {
+fn enter_asm(
+    a: &mut CodeAssembler,
+    h: &ExitHooks,
+    metric: i32,
+    record: u32,
+) -> Result<(), IcedError> {
     let m = i64::from(metric);
-    let delta = i64::from(s.delta());
-    let cap = s.capacity as i32;
-    let block = i64::from(s.block_offset);
-    let depth = i64::from(s.depth_offset);
-    let mut top = a.create_label();
-    let mut stale = a.create_label();
+    let row = h.row;
     let mut push = a.create_label();
     let mut unhooked = a.create_label();
-    let mut out = a.create_label();
-    let mut open = a.create_label();
-    let mut close = a.create_label();
-    let saved = saved_regs(s, &[rdx, rsi, rdi, r8]);
+    let mut slow = SlowPaths::new();
+    let record_lit = slow.literal(a, h.records.address(record));
+    let stale_lit = slow.literal(a, h.exit_code + EXIT_CODE_STALE_ENTRY);
 
     a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
-    for r in &saved {
-        a.push(*r)?;
+    for r in [rdx, rsi, rdi, r8] {
+        a.push(r)?;
     }
-    a.mov(rsi, qword_ptr(rcx + block))?;
-    a.test(rsi, rsi)?;
-    a.jz(unhooked)?;
-    // E: above the saves and the trampoline's rax, rcx.
-    a.lea(r8, qword_ptr(rsp + (8 * saved.len() as i64 + 16)))?;
-    a.mov(rdx, qword_ptr(rcx + depth))?;
-    a.cmp(rdx, cap)?;
-    a.ja(unhooked)?;
-
-    a.set_label(&mut top)?;
-    a.test(rdx, rdx)?;
-    a.jz(push)?;
-    a.lea(rdi, qword_ptr(rdx - 1))?;
-    a.shl(rdi, 5)?;
-    a.add(rdi, rsi)?;
-    a.cmp(qword_ptr(rdi + (delta + i64::from(CELL_ENTRY_RSP))), r8)?;
-    a.ja(push)?;
-    a.jb(stale)?;
-    a.inc(rdi)?;
-    a.cmp(qword_ptr(r8), rdi)?;
+    a.mov(esi, eax)?;
+    a.mov(rdi, q(rcx, row.top))?;
+    a.cmp(rdi, q(rcx, row.end))?;
+    a.jae(unhooked)?;
+    a.lea(rax, qword_ptr(rsp + 48))?;
+    a.cmp(rdi, q(rcx, row.cells))?;
     a.je(push)?;
-    a.dec(rdi)?;
-
-    a.set_label(&mut stale)?;
-    if let Some(b) = s.stack_bounds_offset {
-        let b = i64::from(b);
-        a.cmp(r8, qword_ptr(rcx + b))?;
-        a.jb(push)?;
-        a.cmp(r8, qword_ptr(rcx + (b + 8)))?;
-        a.jae(push)?;
-    }
-    a.movsxd(rdi, dword_ptr(rdi + (delta + i64::from(CELL_METRIC))))?;
-    a.dec(rdx)?;
-    a.mov(qword_ptr(rcx + depth), rdx)?;
-    a.inc(qword_ptr(rcx + rdi + i64::from(METRIC_UNWOUND)))?;
-    if s.timers.is_some() {
-        a.call(close)?; // rdi = its metric; keeps rax, rcx, rdx, rsi, r8
-    }
-    a.jmp(top)?;
+    a.jb(unhooked)?; // a corrupt top: never write outside the cells
+    a.cmp(q(rdi, CELL_ENTRY_RSP - CELL_SIZE as i32), rax)?;
+    a.ja(push)?;
+    a.call(qword_ptr(stale_lit))?;
 
     a.set_label(&mut push)?;
-    a.cmp(rdx, cap)?;
-    a.jae(unhooked)?;
-    a.mov(rdi, rdx)?;
-    a.shl(rdi, 5)?;
-    a.add(rdi, rsi)?;
-    a.mov(qword_ptr(rdi + (delta + i64::from(CELL_ENTRY_RSP))), r8)?;
-    a.lea(rsi, qword_ptr(rdx + 1))?;
-    a.mov(qword_ptr(rcx + depth), rsi)?;
-    a.mov(qword_ptr(rdi + (delta + i64::from(CELL_ENTRY_RSP))), r8)?;
-    a.mov(rsi, qword_ptr(r8))?;
-    a.mov(
-        qword_ptr(rdi + (delta + i64::from(CELL_RETURN_ADDRESS))),
-        rsi,
-    )?;
-    a.mov(dword_ptr(rdi + (delta + i64::from(CELL_METRIC))), metric)?;
-    a.inc(rdi)?;
-    a.mov(qword_ptr(r8), rdi)?;
-    if let Some(spec) = &s.timers {
-        // mov rdi, imm32 (sign-extended, like the cells' movsxd)
-        a.add_instruction(Instruction::with2(
-            Code::Mov_rm64_imm32,
-            Register::RDI,
-            metric,
-        )?)?;
-        a.call(open)?;
-        a.jmp(out)?;
-        emit_open(a, spec, &mut open)?;
-        emit_close(a, spec, &mut close)?;
-    } else {
-        a.jmp(out)?;
+    a.mov(q(rdi, CELL_ENTRY_RSP), rax)?;
+    a.lea(rdx, qword_ptr(rdi + i64::from(CELL_SIZE)))?;
+    a.mov(q(rcx, row.top), rdx)?;
+    a.mov(q(rdi, CELL_ENTRY_RSP), rax)?;
+    a.mov(rdx, qword_ptr(rax))?;
+    a.mov(q(rdi, CELL_RETURN_ADDRESS), rdx)?;
+    a.mov(q(rdi, CELL_RBX), rbx)?;
+    a.mov(d(rdi, CELL_METRIC), metric)?;
+    a.mov(d(rdi, CELL_FLAGS), h.flags() as i32)?;
+    if let Some(spec) = &h.timers {
+        crate::timer::emit_start(a, spec, metric, &mut slow)?;
     }
+    a.mov(rbx, rdi)?;
+    a.mov(eax, esi)?;
+    for r in [r8, rdi, rsi, rdx] {
+        a.pop(r)?;
+    }
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.lea(rsp, qword_ptr(rsp + 8))?;
+    a.jmp(qword_ptr(record_lit))?;
+    slow.emit(a)?;
 
     a.set_label(&mut unhooked)?;
     a.inc(qword_ptr(rcx + (m + i64::from(METRIC_UNHOOKED))))?;
-    a.set_label(&mut out)?;
-    for r in saved.iter().rev() {
-        a.pop(*r)?;
+    a.mov(eax, esi)?;
+    for r in [r8, rdi, rsi, rdx] {
+        a.pop(r)?;
     }
     Ok(())
 }
 
-/// `base`, plus `r9`-`r11` when timers are on (the clock readers clobber
-/// them).
-fn saved_regs(s: &ReturnSlots, base: &[AsmRegister64]) -> Vec<AsmRegister64> {
-    let mut regs = base.to_vec();
-    if s.timers.is_some() {
-        regs.extend([r9, r10, r11]);
-    }
-    regs
+/// Out-of-line slow paths (calls to clock routines) and 8-byte literals of
+/// generated code, emitted after the code's last unconditional jump or
+/// return.
+pub(crate) struct SlowPaths {
+    paths: Vec<(CodeLabel, CodeLabel, CodeLabel)>,
+    literals: Vec<(CodeLabel, u64)>,
 }
 
-/// Builds the exit handler, to be written at `address` (anywhere: slots
-/// reach it through the absolute pointer in their block). One handler
-/// serves every block of `slots`'s layout and every thread; build one per
-/// process (or per trampoline region).
+impl SlowPaths {
+    pub(crate) fn new() -> Self {
+        Self {
+            paths: Vec::new(),
+            literals: Vec::new(),
+        }
+    }
+
+    /// The label of an 8-byte literal holding `value`.
+    pub(crate) fn literal(&mut self, a: &mut CodeAssembler, value: u64) -> CodeLabel {
+        let label = a.create_label();
+        self.literals.push((label, value));
+        label
+    }
+
+    /// A slow path that calls the routine at `target` and jumps back to
+    /// `back`; returns the label to jump to.
+    pub(crate) fn call_then_back(
+        &mut self,
+        a: &mut CodeAssembler,
+        target: u64,
+        back: CodeLabel,
+    ) -> CodeLabel {
+        let entry = a.create_label();
+        let lit = self.literal(a, target);
+        self.paths.push((entry, back, lit));
+        entry
+    }
+
+    pub(crate) fn emit(self, a: &mut CodeAssembler) -> Result<(), IcedError> {
+        for (mut entry, back, lit) in self.paths {
+            a.set_label(&mut entry)?;
+            a.call(qword_ptr(lit))?;
+            a.jmp(back)?;
+        }
+        for (mut label, value) in self.literals {
+            a.set_label(&mut label)?;
+            a.dq(&[value])?;
+        }
+        Ok(())
+    }
+}
+
+/// The exit code's entry points (see [`exit_code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitCode {
+    /// The code, to be written at the address it was built for.
+    pub bytes: Vec<u8>,
+    /// The exit handler every call record jumps to (install it in the
+    /// runtime's handler slot).
+    pub handler: u64,
+    /// The stale-activation closer the entry snippets call.
+    pub stale_closer: u64,
+}
+
+/// Builds the exit code for `hooks`, at `hooks.exit_code_address()`: the
+/// exit handler the call records jump to and the routines it and the entry
+/// snippets share. One per process and session (the layout's timers are
+/// baked in); it serves every thread. `tls_offset` is where the thread's
+/// row pointer is (`fs:[tls_offset]`).
 ///
-/// Contract: entered by the `call` of code slot `k`, so `[rsp]` = slot +
-/// [`SLOT_CALL_END`] and `rsp` = the instrumented function's entry `rsp` (its
-/// `ret` popped the redirected RA, the `call` pushed over it). It returns to
-/// the original RA from cell `k` with `rsp` = entry `rsp` + 8, exactly as the
-/// function's own `ret` would have, and with every register (GPRs; it uses
-/// no x87/SSE/AVX instruction, so `xmm0`/`xmm1`/`st0` return values are
-/// untouched), all arithmetic flags and DF unchanged. It uses 48 bytes of
-/// stack below the caller's `rsp`, where nothing lives once a call returned.
+/// **Stale closer** (at [`EXIT_CODE_STALE_ENTRY`]). Contract: called with
+/// `rcx` = row, `rax` = `E`; closes the stale activations at the top (see
+/// the module docs) and returns the new `top` in `rdi`; preserves every
+/// other register; clobbers the flags.
 ///
-/// With timers (see [`ReturnSlots::with_timers`]) it also saves `r9`-`r11`
-/// (72 bytes of saves) and calls its timer-stop subroutine (emitted after
-/// its `ret`) for the exiting activation and for every stale activation it
-/// closes; those calls reach the runtime's clock readers, which touch no
-/// vector register. Stack: at most 72 + 8 + 48 + 8 + 16 = 152 bytes below
-/// the caller's `rsp`.
+/// **Exit handler** ([`ExitCode::handler`]). Contract: entered by the
+/// record's `jmp` with `rsp` = the function's entry `rsp` + 8 (the body
+/// returned) and, for a body that keeps the C ABI, `rbx` = its cell;
+/// returns to the cell's RA with `rsp` as on entry, `rbx` = the caller's,
+/// and every other register, all arithmetic flags and DF as the body left
+/// them. It writes 72 bytes below its entry `rsp` (dead stack once a
+/// function returned), plus a call into its stop routine and from there a
+/// clock routine. The returning activation is the top cell when that is
+/// `rbx` and its entry `rsp` is `E` (the fast path); otherwise the topmost
+/// open cell whose entry `rsp` is `E` (those above it are closed as
+/// unwound), and a body that did not preserve `rbx` gets its own `rbx`
+/// back, as without weft.
 ///
 /// ```text
-///     endbr64
-///     push rax ; push rcx ; push rdx ; push rsi ; push rdi ; push r8
-///     seto al ; lahf
-///     mov rsi, [rsp + 48]                           ; slot + 7
-///     mov rdx, [rsi + delta - 7 + RA] ; mov [rsp + 48], rdx   ; ret target
-///     sub rsi, 7                                    ; slot k
-///     mov rcx, fs:[tls_offset] ; test rcx, rcx ; jz .done
-///     mov rdx, rsi ; sub rdx, [rcx + block]
-///     cmp rdx, 32*cap ; jae .done                   ; not this thread's block
-///     shr rdx, 5                                    ; k
-/// .top: mov rdi, [rcx + depth] ; cmp rdi, cap ; ja .done
-///     lea r8, [rdx + 1] ; cmp rdi, r8 ; jbe .last
-///     dec rdi ; mov r8, rdi ; sub r8, rdx ; shl r8, 5    ; cell j - cell k
-///     movsxd r8, dword [rsi + r8 + delta + METRIC]
-///     mov [rcx + depth], rdi ; inc qword [rcx + r8 + UNWOUND] ; jmp .top
-/// .last: jne .done                                  ; k already closed
-///     movsxd r8, dword [rsi + delta + METRIC]
-///     mov [rcx + depth], rdx
-///     inc qword [rcx + r8 + EXITS]                  ; exit snippet work
-/// .done: add al, 0x7f ; sahf
-///     pop r8 ; pop rdi ; pop rsi ; pop rdx ; pop rcx ; pop rax
+///     lea rsp, [rsp - 16]                      ; room for the RA and rbx
+///     push rax ; push rdx ; push rcx ; push rsi ; push rdi ; push r8 ; push r9
+///     seto al ; lahf ; mov esi, eax ; mov [rsp + 56], rbx
+///     mov rcx, fs:[tls_offset] ; test rcx, rcx ; jz .orphan
+///     lea rdx, [rsp + 64]                      ; E
+///     mov rdi, [rcx + top] ; sub rdi, 32
+///     cmp rdi, rbx ; jne .search ; cmp [rdi + ENTRY_RSP], rdx ; jne .search
+/// .ours: movsxd r8, dword [rdi + METRIC] ; add r8, rcx
+///     inc qword [r8 + EXITS]
+///     test byte [rdi + FLAGS], TIMED ; jz .popped ; push rdi ; call .stop ; pop rdi
+/// .popped: mov rdx, [rdi + RA] ; mov [rsp + 64], rdx
+///     cmp rdi, rbx ; jne 1f ; mov rdx, [rdi + RBX] ; mov [rsp + 56], rdx
+/// 1:  mov [rcx + top], rdi
+/// .restore: mov eax, esi ; add al, 0x7f ; sahf
+///     pop r9 ; pop r8 ; pop rdi ; pop rsi ; pop rcx ; pop rdx ; pop rax ; pop rbx
 ///     ret
 /// ```
-///
-/// (with timers: `push r9 ; push r10 ; push r11` after the pushes, so the
-/// slot's return address is at `[rsp + 72]`; `mov rdi, r8 ; call .close`
-/// after each `inc` of UNWOUND or EXITS; the matching pops.)
 ///
 /// # Errors
 ///
 /// [`BuildError::Encode`] only on an internal encoding failure.
-pub fn exit_handler(
-    address: u64,
-    tls_offset: i32,
-    slots: &ReturnSlots,
-) -> Result<Vec<u8>, BuildError> {
+pub fn exit_code(tls_offset: i32, hooks: &ExitHooks) -> Result<ExitCode, BuildError> {
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
-    exit_asm(&mut a, tls_offset, slots).map_err(asm_err)?;
-    a.assemble(address).map_err(asm_err)
+    let handler = exit_asm(&mut a, tls_offset, hooks).map_err(asm_err)?;
+    let at = hooks.exit_code;
+    let result = a
+        .assemble_options(at, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+        .map_err(asm_err)?;
+    let handler = result.label_ip(&handler).map_err(asm_err)?;
+    Ok(ExitCode {
+        bytes: result.inner.code_buffer,
+        handler,
+        stale_closer: at + EXIT_CODE_STALE_ENTRY,
+    })
 }
 
-/// Exact length of [`exit_handler`] for this layout.
-pub fn exit_handler_len(tls_offset: i32, slots: &ReturnSlots) -> usize {
-    exit_handler(0, tls_offset, slots).map_or(0, |b| b.len())
+/// Exact length of [`exit_code`] for this layout.
+pub fn exit_code_len(tls_offset: i32, hooks: &ExitHooks) -> usize {
+    exit_code(tls_offset, hooks).map_or(0, |c| c.bytes.len())
 }
 
-fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, s: &ReturnSlots) -> Result<(), IcedError> {
-    let delta = i64::from(s.delta());
-    let cap = s.capacity as i32;
-    let block = i64::from(s.block_offset);
-    let depth = i64::from(s.depth_offset);
-    let call_end = i64::from(SLOT_CALL_END);
+/// Emits the exit code (stale closer first, at offset 0); returns the
+/// handler's label.
+fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, h: &ExitHooks) -> Result<CodeLabel, IcedError> {
+    let mut close_from = a.create_label();
+    let mut stop = a.create_label();
+    emit_stale_closer(a, h, close_from)?;
+    let handler = emit_handler(a, tls_offset, h, close_from, stop)?;
+    a.set_label(&mut close_from)?;
+    emit_close_from(a, h, stop)?;
+    a.set_label(&mut stop)?;
+    match &h.timers {
+        Some(spec) => crate::timer::emit_stop(a, spec)?,
+        None => a.ret()?,
+    }
+    Ok(handler)
+}
+
+/// The stale closer: rcx = row, rax = E; out: rdi = top.
+fn emit_stale_closer(
+    a: &mut CodeAssembler,
+    h: &ExitHooks,
+    close_from: CodeLabel,
+) -> Result<(), IcedError> {
+    let row = h.row;
+    let size = CELL_SIZE as i32;
     let mut top = a.create_label();
-    let mut last = a.create_label();
     let mut done = a.create_label();
-    let mut close = a.create_label();
-    let saved = saved_regs(s, &[rax, rcx, rdx, rsi, rdi, r8]);
-    let ret_slot = 8 * saved.len() as i64;
+    let mut is_stale = a.create_label();
+    a.push(rdx)?;
+    a.set_label(&mut top)?;
+    a.mov(rdi, q(rcx, row.top))?;
+    a.cmp(rdi, q(rcx, row.cells))?;
+    a.jbe(done)?;
+    a.mov(rdx, q(rdi, CELL_ENTRY_RSP - size))?;
+    a.cmp(rdx, rax)?;
+    a.ja(done)?; // its frame is live
+    a.jb(is_stale)?;
+    // E_top == E: a tail call from it when the RA is a record's return
+    // point (RA - first < count * 16, and ≡ RECORD_RETURN mod 16).
+    a.mov(rdx, qword_ptr(rax))?;
+    a.push(rsi)?;
+    a.mov(rsi, h.records.first)?;
+    a.sub(rdx, rsi)?;
+    a.pop(rsi)?;
+    a.cmp(rdx, (u64::from(h.records.count) * RECORD_SIZE) as i32)?;
+    a.jae(is_stale)?;
+    a.and(edx, (RECORD_SIZE - 1) as i32)?;
+    a.cmp(edx, RECORD_RETURN as i32)?;
+    a.je(done)?;
+    a.set_label(&mut is_stale)?;
+    if let Some(b) = row.stack_bounds {
+        a.cmp(rax, q(rcx, b))?;
+        a.jb(done)?;
+        a.cmp(rax, q(rcx, b + 8))?;
+        a.jae(done)?;
+    }
+    a.sub(rdi, size)?;
+    a.call(close_from)?;
+    a.jmp(top)?;
+    a.set_label(&mut done)?;
+    a.pop(rdx)?;
+    a.ret()
+}
 
-    a.endbr64()?;
-    for r in &saved {
-        a.push(*r)?;
+/// The exit handler (see [`exit_code`]); returns its label.
+fn emit_handler(
+    a: &mut CodeAssembler,
+    tls_offset: i32,
+    h: &ExitHooks,
+    close_from: CodeLabel,
+    stop: CodeLabel,
+) -> Result<CodeLabel, IcedError> {
+    let row = h.row;
+    let size = CELL_SIZE as i32;
+    // Frame: [rsp + 64] = E (the RA goes there), [rsp + 56] = the rbx to
+    // return with, then the seven saves.
+    const RA_SLOT: i32 = 64;
+    const RBX_SLOT: i32 = 56;
+    let mut handler = a.create_label();
+    let mut search = a.create_label();
+    let mut search_next = a.create_label();
+    let mut ours = a.create_label();
+    let mut popped = a.create_label();
+    let mut keep_rbx = a.create_label();
+    let mut restore = a.create_label();
+    let mut orphan = a.create_label();
+    let mut orphan_scan = a.create_label();
+    let mut orphan_next = a.create_label();
+    let mut orphan_found = a.create_label();
+    let mut orphan_blind = a.create_label();
+    a.set_label(&mut handler)?;
+    a.lea(rsp, qword_ptr(rsp - 16))?;
+    for r in [rax, rdx, rcx, rsi, rdi, r8, r9] {
+        a.push(r)?;
     }
     a.seto(al)?;
     a.lahf()?;
-    a.mov(rsi, qword_ptr(rsp + ret_slot))?;
-    a.mov(
-        rdx,
-        qword_ptr(rsi + (delta - call_end + i64::from(CELL_RETURN_ADDRESS))),
-    )?;
-    a.mov(qword_ptr(rsp + ret_slot), rdx)?;
-    a.sub(rsi, call_end as i32)?;
+    a.mov(esi, eax)?;
+    a.mov(qword_ptr(rsp + RBX_SLOT), rbx)?;
     a.add_instruction(Instruction::with2(
         Code::Mov_r64_rm64,
         Register::RCX,
         fs_absolute(tls_offset),
     )?)?;
     a.test(rcx, rcx)?;
-    a.jz(done)?;
-    a.mov(rdx, rsi)?;
-    a.sub(rdx, qword_ptr(rcx + block))?;
-    a.cmp(rdx, cap * SLOT_SIZE as i32)?;
-    a.jae(done)?;
-    a.shr(rdx, 5)?;
+    a.jz(orphan_blind)?;
+    a.lea(rdx, qword_ptr(rsp + RA_SLOT))?; // E
+    a.mov(rdi, q(rcx, row.top))?;
+    a.sub(rdi, size)?;
+    a.cmp(rdi, rbx)?;
+    a.jne(search)?;
+    a.cmp(q(rdi, CELL_ENTRY_RSP), rdx)?;
+    a.jne(search)?;
 
-    a.set_label(&mut top)?;
-    a.mov(rdi, qword_ptr(rcx + depth))?;
-    a.cmp(rdi, cap)?;
-    a.ja(done)?;
-    a.lea(r8, qword_ptr(rdx + 1))?;
-    a.cmp(rdi, r8)?;
-    a.jbe(last)?;
-    a.dec(rdi)?;
-    a.mov(r8, rdi)?;
-    a.sub(r8, rdx)?;
-    a.shl(r8, 5)?;
-    a.movsxd(r8, dword_ptr(rsi + r8 + (delta + i64::from(CELL_METRIC))))?;
-    a.mov(qword_ptr(rcx + depth), rdi)?;
-    a.inc(qword_ptr(rcx + r8 + i64::from(METRIC_UNWOUND)))?;
-    if s.timers.is_some() {
-        a.mov(rdi, r8)?;
-        a.call(close)?; // keeps rax, rcx, rdx, rsi
+    // rdi = the returning activation's cell, the top one.
+    a.set_label(&mut ours)?;
+    a.movsxd(r8, d(rdi, CELL_METRIC))?;
+    a.add(r8, rcx)?;
+    a.inc(q(r8, METRIC_EXITS))?;
+    if h.timers.is_some() {
+        a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_TIMED as i32)?;
+        a.jz(popped)?;
+        a.push(rdi)?;
+        a.call(stop)?;
+        a.pop(rdi)?;
     }
-    a.jmp(top)?;
-
-    a.set_label(&mut last)?;
-    a.jne(done)?;
-    a.movsxd(r8, dword_ptr(rsi + (delta + i64::from(CELL_METRIC))))?;
-    a.mov(qword_ptr(rcx + depth), rdx)?;
-    a.inc(qword_ptr(rcx + r8 + i64::from(METRIC_EXITS)))?;
-    if s.timers.is_some() {
-        a.mov(rdi, r8)?;
-        a.call(close)?;
-    }
-
-    a.set_label(&mut done)?;
+    a.set_label(&mut popped)?;
+    // Read the cell before publishing the pop (a signal handler may reuse
+    // it right after).
+    a.mov(rdx, q(rdi, CELL_RETURN_ADDRESS))?;
+    a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
+    a.cmp(rdi, rbx)?;
+    a.jne(keep_rbx)?; // the body did not give rbx back: return its value
+    a.mov(rdx, q(rdi, CELL_RBX))?;
+    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
+    a.set_label(&mut keep_rbx)?;
+    a.mov(q(rcx, row.top), rdi)?;
+    a.set_label(&mut restore)?;
+    a.mov(eax, esi)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
-    for r in saved.iter().rev() {
-        a.pop(*r)?;
+    for r in [r9, r8, rdi, rsi, rcx, rdx, rax, rbx] {
+        a.pop(r)?;
     }
     a.ret()?;
-    if let Some(spec) = &s.timers {
-        emit_close(a, spec, &mut close)?;
+
+    // Not the top cell, or rbx is not a cell (a body that does not
+    // preserve rbx): the returning activation is the topmost open one
+    // whose entry rsp is E; those above it are stale.
+    a.set_label(&mut search)?;
+    a.mov(rdi, q(rcx, row.top))?;
+    a.set_label(&mut search_next)?;
+    a.cmp(rdi, q(rcx, row.cells))?;
+    a.jbe(orphan)?;
+    a.sub(rdi, size)?;
+    a.cmp(q(rdi, CELL_ENTRY_RSP), rdx)?;
+    a.jne(search_next)?;
+    a.push(rdi)?;
+    a.add(rdi, size)?;
+    a.call(close_from)?;
+    a.pop(rdi)?;
+    a.jmp(ours)?;
+
+    // No open activation is the returning one (it was closed already):
+    // nothing is counted, but the return must still go to its RA. Its cell
+    // is rbx when rbx is a cell, else the closed cell whose entry rsp is E;
+    // failing both, rbx as it is.
+    a.set_label(&mut orphan)?;
+    a.cmp(rbx, q(rcx, row.cells))?;
+    a.jb(orphan_scan)?;
+    a.cmp(rbx, q(rcx, row.end))?;
+    a.jae(orphan_scan)?;
+    a.mov(rdi, rbx)?;
+    a.jmp(orphan_found)?;
+    a.set_label(&mut orphan_scan)?;
+    a.mov(rdi, q(rcx, row.end))?;
+    a.set_label(&mut orphan_next)?;
+    a.cmp(rdi, q(rcx, row.cells))?;
+    a.jbe(orphan_blind)?;
+    a.sub(rdi, size)?;
+    a.cmp(q(rdi, CELL_ENTRY_RSP), rdx)?;
+    a.jne(orphan_next)?;
+    a.set_label(&mut orphan_found)?;
+    a.mov(rdx, q(rdi, CELL_RETURN_ADDRESS))?;
+    a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
+    a.cmp(rdi, rbx)?;
+    a.jne(restore)?;
+    a.mov(rdx, q(rdi, CELL_RBX))?;
+    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
+    a.jmp(restore)?;
+    a.set_label(&mut orphan_blind)?;
+    a.mov(rdx, q(rbx, CELL_RETURN_ADDRESS))?;
+    a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
+    a.mov(rdx, q(rbx, CELL_RBX))?;
+    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
+    a.jmp(restore)?;
+    Ok(handler)
+}
+
+/// close_from: rcx = row, rdi = lowest cell to close; closes every open
+/// activation from the top down to it as unwound. Preserves every register
+/// but the flags.
+fn emit_close_from(a: &mut CodeAssembler, h: &ExitHooks, stop: CodeLabel) -> Result<(), IcedError> {
+    let row = h.row;
+    let size = CELL_SIZE as i32;
+    let mut top = a.create_label();
+    let mut done = a.create_label();
+    for r in [rax, rdx, rsi, rdi, r8, r9] {
+        a.push(r)?;
     }
-    Ok(())
+    a.mov(rsi, rdi)?;
+    a.set_label(&mut top)?;
+    a.mov(rdi, q(rcx, row.top))?;
+    a.cmp(rdi, rsi)?;
+    a.jbe(done)?;
+    a.sub(rdi, size)?;
+    a.mov(q(rcx, row.top), rdi)?; // popped: its frame is gone
+    a.movsxd(r8, d(rdi, CELL_METRIC))?;
+    a.test(r8, r8)?;
+    a.js(top)?; // not a metric base: never write there
+    a.test(r8d, 7)?;
+    a.jnz(top)?;
+    a.mov(edx, d(rdi, CELL_FLAGS))?;
+    a.lea(r8, qword_ptr(rcx + r8))?;
+    a.inc(q(r8, METRIC_UNWOUND))?;
+    if h.timers.is_some() {
+        a.test(edx, CELL_TIMED as i32)?;
+        a.jz(top)?;
+        a.call(stop)?; // clobbers rax, rdx, rdi, r9: top reloads rdi
+    }
+    a.jmp(top)?;
+    a.set_label(&mut done)?;
+    for r in [r9, r8, rdi, rsi, rdx, rax] {
+        a.pop(r)?;
+    }
+    a.ret()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{CpuClockLayout, TimerSpec, Timers, WallRead, TIMER_METRIC_LEN};
 
-    #[test]
-    fn layout_arithmetic() {
-        let s = ReturnSlots::new(1024, 0, 8, Some(16)).unwrap();
-        assert_eq!(s.delta(), 32 * 1024 + 4096);
-        assert_eq!(s.block_len(), 32 * 1024 * 2 + 4096);
-        assert_eq!(s.slot_return_address(0x10000, 3), 0x10000 + 97);
-        assert_eq!(
-            s.cell_address(0x10000, 3),
-            0x10000 + u64::from(s.delta()) + 96
-        );
-        assert!(ReturnSlots::new(0, 0, 8, None).is_err());
-        assert!(ReturnSlots::new(MAX_CAPACITY + 1, 0, 8, None).is_err());
-        assert!(ReturnSlots::new(8, 4, 8, None).is_err());
-        assert!(ReturnSlots::new(8, 0, -8, None).is_err());
-    }
+    const ROW: ActivationRow = ActivationRow {
+        cells: 0,
+        top: 8,
+        end: 16,
+        stack_bounds: Some(24),
+    };
+    const RECORDS: CallRecords = CallRecords {
+        first: 0x7000_0000,
+        count: 64,
+    };
 
-    #[test]
-    fn slots_call_the_handler_pointer() {
-        use iced_x86::{Decoder, DecoderOptions};
-        let s = ReturnSlots::new(4, 0, 8, None).unwrap();
-        let code = return_block_code(&s, 0x1122_3344_5566_7788);
-        assert_eq!(code.len(), s.delta() as usize);
-        let p = s.handler_pointer_offset() as usize;
-        assert_eq!(
-            u64::from_le_bytes(code[p..p + 8].try_into().unwrap()),
-            0x1122_3344_5566_7788
-        );
-        for i in 0..4u64 {
-            let at = (i * 32) as usize;
-            assert_eq!(code[at], 0xcc);
-            let mut d = Decoder::with_ip(64, &code[at + 1..], 0x1000 + i * 32 + 1, 0);
-            let ins = d.decode();
-            let _ = DecoderOptions::NONE;
-            assert_eq!(ins.code(), Code::Call_rm64);
-            assert_eq!(ins.len(), 6);
-            assert_eq!(ins.ip_rel_memory_address(), 0x1000 + p as u64);
+    fn spec(timers: Timers) -> TimerSpec {
+        TimerSpec {
+            timers,
+            wall: WallRead::Tsc,
+            cpu: CpuClockLayout {
+                row_offset: 40,
+                slow_path: 0x3333,
+                ..CpuClockLayout::WEFT_RT
+            },
+            ns_per_tick_q32: 1 << 32,
         }
     }
 
     #[test]
-    fn timers_none_is_the_plain_layout_and_timers_change_the_code() {
-        use crate::{TimerSpec, Timers, TIMER_METRIC_LEN};
-        let plain = ReturnSlots::new(8, 0, 8, Some(16)).unwrap();
-        let spec = |timers| TimerSpec {
-            timers,
-            wall_fn: 0x1111,
-            wall_state: 0x2222,
-            cpu_fn: 0x3333,
-            cpu_state_row_offset: 40,
-        };
-        let none = plain.with_timers(spec(Timers::NONE)).unwrap();
-        assert_eq!(none, plain);
-        assert_eq!(none.metric_len(), METRIC_LEN);
-        assert_eq!(
-            exit_handler(0x1000, -8, &none).unwrap(),
-            exit_handler(0x1000, -8, &plain).unwrap()
-        );
+    fn layout_validation() {
+        let h = ExitHooks::new(ROW, RECORDS, 0x9000).unwrap();
+        assert_eq!(h.metric_len(), METRIC_LEN);
+        assert!(ExitHooks::new(ActivationRow { top: 4, ..ROW }, RECORDS, 0).is_err());
+        assert!(ExitHooks::new(ROW, CallRecords { first: 8, count: 1 }, 0).is_err());
+        assert!(ExitHooks::new(
+            ROW,
+            CallRecords {
+                first: 0x1000,
+                count: 0
+            },
+            0
+        )
+        .is_err());
         let both = Timers {
             wall: true,
             cpu: true,
         };
-        let timed = plain.with_timers(spec(both)).unwrap();
+        let timed = h.with_timers(spec(both)).unwrap();
         assert_eq!(timed.metric_len(), TIMER_METRIC_LEN);
-        assert_eq!(timed.timers().unwrap().timers, both);
-        assert_ne!(
-            exit_handler(0x1000, -8, &timed).unwrap(),
-            exit_handler(0x1000, -8, &plain).unwrap()
-        );
+        assert_eq!(h.with_timers(spec(Timers::NONE)).unwrap(), h);
+        let mut bad = spec(both);
+        bad.cpu.slow_path = 0;
         assert_eq!(
-            enter_snippet(&timed, 64, 0x5000).unwrap().len(),
-            enter_snippet_len(&timed, 64)
+            h.with_timers(bad),
+            Err(LayoutError::NullTimerAddress("cpu clock routine"))
         );
-        // Validation.
-        let bad = |f: fn(&mut TimerSpec)| {
-            let mut s = spec(both);
-            f(&mut s);
-            plain.with_timers(s)
+        let mut bad = spec(both);
+        bad.wall = WallRead::Call {
+            routine: 0,
+            state: 1,
         };
-        assert!(matches!(
-            bad(|s| s.wall_fn = 0),
-            Err(LayoutError::NullTimerAddress(_))
-        ));
-        assert!(matches!(
-            bad(|s| s.wall_state = 0),
-            Err(LayoutError::NullTimerAddress(_))
-        ));
-        assert!(matches!(
-            bad(|s| s.cpu_fn = 0),
-            Err(LayoutError::NullTimerAddress(_))
-        ));
-        assert_eq!(
-            bad(|s| s.cpu_state_row_offset = 12),
-            Err(LayoutError::RowOffset(12))
-        );
-        // Wall only: the CPU parameters are not used.
-        let wall_only = TimerSpec {
-            timers: Timers {
-                wall: true,
-                cpu: false,
-            },
-            cpu_fn: 0,
-            cpu_state_row_offset: -1,
-            ..spec(both)
+        assert!(h.with_timers(bad).is_err());
+        let mut bad = spec(both);
+        bad.ns_per_tick_q32 = 0;
+        assert_eq!(h.with_timers(bad), Err(LayoutError::NullUnits));
+        assert_eq!(RECORDS.return_point(2), 0x7000_0000 + 32 + 6);
+    }
+
+    #[test]
+    fn exit_code_entry_points_and_lengths() {
+        let both = Timers {
+            wall: true,
+            cpu: true,
         };
-        assert!(plain.with_timers(wall_only).is_ok());
+        for hooks in [
+            ExitHooks::new(ROW, RECORDS, 0x9000).unwrap(),
+            ExitHooks::new(ROW, RECORDS, 0x9000)
+                .unwrap()
+                .with_timers(spec(both))
+                .unwrap(),
+        ] {
+            let code = exit_code(-8, &hooks).unwrap();
+            assert_eq!(code.bytes.len(), exit_code_len(-8, &hooks));
+            assert_eq!(code.stale_closer, 0x9000);
+            // The handler starts with `lea rsp, [rsp - 16]`.
+            let at = (code.handler - 0x9000) as usize;
+            let mut dec = iced_x86::Decoder::with_ip(
+                64,
+                &code.bytes[at..],
+                code.handler,
+                iced_x86::DecoderOptions::NONE,
+            );
+            assert_eq!(dec.decode().code(), Code::Lea_r64_m);
+            let len = enter_snippet_len(&hooks, 256, 3);
+            assert_eq!(enter_snippet(&hooks, 256, 3, 0x5000).unwrap().len(), len);
+        }
     }
 }

@@ -17,7 +17,6 @@
 #![deny(missing_docs)]
 
 mod analyze;
-mod cfi;
 mod encode;
 mod exit;
 mod relocate;
@@ -27,12 +26,11 @@ mod timer;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
-pub use cfi::{block_eh_frame, block_eh_frame_with_personality, return_address_expression};
 pub use exit::{
-    exit_handler, exit_handler_len, return_block_code, LayoutError, ReturnSlots, CELL_ENTRY_RSP,
-    CELL_METRIC, CELL_RETURN_ADDRESS, CELL_SCRATCH, CELL_SIZE, MAX_CAPACITY, METRIC_ENTRIES,
-    METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED, METRIC_UNWOUND, SLOT_CALL_END, SLOT_ENTRY,
-    SLOT_SIZE,
+    exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, LayoutError,
+    CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_RBX, CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED,
+    EXIT_CODE_STALE_ENTRY, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED,
+    METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use remote_stub::{
@@ -42,9 +40,9 @@ pub use remote_stub::{
 };
 pub use scan::{direct_branches, Branch};
 pub use timer::{
-    read_timer_words, timer_value, TimerSpec, TimerValue, TimerWords, Timers, METRIC_CPU_START,
-    METRIC_CPU_TOTAL, METRIC_NESTING, METRIC_SEQ, METRIC_WALL_START, METRIC_WALL_TOTAL,
-    TIMER_METRIC_LEN,
+    q32_mul, read_timer_words, timer_value, CpuClockLayout, TimerSpec, TimerValue, TimerWords,
+    Timers, WallRead, METRIC_CPU_START, METRIC_CPU_TOTAL, METRIC_NESTING, METRIC_SEQ,
+    METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
 };
 pub use trampoline::{
     build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,

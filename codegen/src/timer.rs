@@ -1,13 +1,24 @@
 //! Per-thread, per-function inclusive timers on top of exit hooks.
 //!
-//! When a [`ReturnSlots`](crate::ReturnSlots) layout carries a [`TimerSpec`]
-//! ([`ReturnSlots::with_timers`](crate::ReturnSlots::with_timers)), the
-//! entry snippet of [`Snippet::CountCallHookExit`](crate::Snippet) starts
-//! the function's timer after redirecting its return, and the exit handler
-//! (and the closing of activations whose frames vanished) stops it. The
-//! clocks are the runtime's GPR-only assembly readers, *called* at absolute
-//! addresses: `weft_rt_wall_now(rdi = *const WallClock)` and
-//! `weft_rt_cpu_now(rdi = this thread's *mut ThreadCpuClock)`.
+//! When an [`ExitHooks`](crate::ExitHooks) layout carries a [`TimerSpec`]
+//! ([`ExitHooks::with_timers`](crate::ExitHooks::with_timers)), the entry
+//! snippet of [`Snippet::CountCallHookExit`](crate::Snippet) starts the
+//! function's timer once the activation is pushed, and the exit code stops
+//! it when the activation closes (a hooked exit, or an activation closed as
+//! unwound, at that moment).
+//!
+//! # Raw readings, converted once
+//!
+//! A start stores the *raw* clock reading: the TSC when it is the wall
+//! clock ([`WallRead::Tsc`], read inline with `rdtsc`), else whatever the
+//! runtime's wall routine returns (CLOCK_MONOTONIC ns). The thread's CPU
+//! clock is read in the same ticks: while the thread's anchor holds (no
+//! context switch since, see the runtime's `ThreadCpuClock`) it is `tsc +
+//! ticks_offset`, computed inline from the same `rdtsc`; otherwise the
+//! runtime's slow path returns it. A stop converts the *difference* to
+//! nanoseconds with one `mul` by the 32.32 fixed-point factor
+//! [`TimerSpec::ns_per_tick_q32`] and adds it to the total. One `rdtsc`
+//! serves both clocks at each end.
 //!
 //! # Words per function (at its metric base `m`, a row byte offset)
 //!
@@ -15,14 +26,14 @@
 //! |---|---|---|
 //! | [`METRIC_ENTRIES`](crate::METRIC_ENTRIES) = 0 | entries | entry |
 //! | [`METRIC_EXITS`](crate::METRIC_EXITS) = 8 | hooked exits | exit handler |
-//! | [`METRIC_UNWOUND`](crate::METRIC_UNWOUND) = 16 | activations closed as unwound | entry, exit handler |
+//! | [`METRIC_UNWOUND`](crate::METRIC_UNWOUND) = 16 | activations closed as unwound | exit code |
 //! | [`METRIC_UNHOOKED`](crate::METRIC_UNHOOKED) = 24 | entries not hooked | entry |
 //! | [`METRIC_NESTING`] = 32 | open hooked activations of this function on this thread | entry, exit |
 //! | [`METRIC_SEQ`] = 40 | seqlock: odd while a start or stop is being written | start, stop |
 //! | [`METRIC_WALL_TOTAL`] = 48 | closed wall time, ns | stop |
-//! | [`METRIC_WALL_START`] = 56 | wall clock at the start, ns; 0 = not running | start, stop |
+//! | [`METRIC_WALL_START`] = 56 | raw wall clock at the start; 0 = not running | start, stop |
 //! | [`METRIC_CPU_TOTAL`] = 64 | closed thread CPU time, ns | stop |
-//! | [`METRIC_CPU_START`] = 72 | thread CPU clock at the start, ns; 0 = not running | start, stop |
+//! | [`METRIC_CPU_START`] = 72 | raw CPU clock (ticks) at the start; 0 = not running (or no CPU clock) | start, stop |
 //!
 //! [`TIMER_METRIC_LEN`] = 80 bytes per function (the plain exit-hook layout
 //! uses the first [`METRIC_LEN`](crate::METRIC_LEN) = 32). Only the owning
@@ -31,70 +42,46 @@
 //! # Start and stop
 //!
 //! ```text
-//! open (entry, once the return is redirected):
+//! start (entry, once the activation is pushed):
 //!     nesting += 1
-//!     if nesting == 1: seq += 1 ; wall_start = wall_now() ; cpu_start = cpu_now() ; seq += 1
-//! close (hooked exit, or an activation closed as unwound, at that moment):
-//!     if nesting == 1: seq += 1
-//!                      cpu_total += cpu_now() - cpu_start ; cpu_start = 0
-//!                      wall_total += wall_now() - wall_start ; wall_start = 0
+//!     if nesting == 1: seq += 1 ; raw = clock ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
+//! stop (an activation closes, at that moment):
+//!     if nesting == 1: seq += 1 ; raw = clock
+//!                      cpu_total += ns(cpu(raw) - cpu_start) ; cpu_start = 0
+//!                      wall_total += ns(raw - wall_start) ; wall_start = 0
 //!                      seq += 1
 //!     if nesting > 0: nesting -= 1
 //! ```
 //!
 //! Recursion and re-entry time the outermost activation only (inclusive
-//! time). The CPU interval lies inside the wall interval (wall read first at
-//! the start, last at the stop). A difference that would be negative (it
-//! cannot be with these clocks) counts 0. `nesting` is raised *before* the
-//! start and lowered *after* the stop, each with one read-modify-write
-//! instruction: a signal handler that runs the same function in between sees
-//! `nesting > 1` and leaves the timer alone, so the seqlock never has two
-//! writers. A start with no CPU clock for the thread (the row's CPU state
-//! pointer is 0) leaves `cpu_start` at 0 and that activation has no CPU
-//! time; likewise a clock reading of exactly 0 means "not started".
+//! time). A difference that would be negative counts 0. `nesting` is raised
+//! *before* the start and lowered *after* the stop, each with one
+//! read-modify-write instruction: a signal handler that runs the same
+//! function in between sees `nesting > 1` and leaves the timer alone, so
+//! the seqlock never has two writers. A start with no CPU clock for the
+//! thread (the row's CPU state pointer is 0) leaves `cpu_start` at 0 and
+//! that activation has no CPU time.
 //!
 //! # Memory ordering
 //!
 //! x86-64 (TSO) makes stores visible in program order and does not reorder
 //! loads with loads, so the writer's plain stores `seq` (odd), fields, `seq`
 //! (even) and a reader's plain loads `seq`, fields, `seq` form a correct
-//! seqlock with compiler barriers only; the generated code is straight-line
-//! stores. Readers use [`read_timer_words`] (which retries on an odd or
-//! changed `seq`) and [`timer_value`].
+//! seqlock with compiler barriers only. Readers use [`read_timer_words`]
+//! (which retries on an odd or changed `seq`) and [`timer_value`].
 //!
-//! # Clock timelines
+//! # Registers
 //!
-//! Wall: the runtime's `WallClock`, CLOCK_MONOTONIC nanoseconds (calibrated
-//! TSC or CLOCK_MONOTONIC itself): a reader in another process uses the same
-//! `WallClock` parameters (from the shared region) or `CLOCK_MONOTONIC`.
-//! CPU: `ThreadCpuClock` values are on the `CLOCK_THREAD_CPUTIME_ID` timeline
-//! in all three modes (anchor mode adds TSC deltas to a
-//! CLOCK_THREAD_CPUTIME_ID anchor; perf-time mode adds the offset between the
-//! two measured at creation; syscall mode reads it). That timeline is the
-//! kernel's `sum_exec_runtime`, which is also the first field of
-//! `/proc/PID/task/TID/schedstat`, so the injector's outside reading of a
-//! running thread (which lags by the not-yet-accounted part of its current
-//! run) can be subtracted from `cpu_start`.
-//!
-//! # Generated code and register contracts
-//!
-//! The start and stop are two local subroutines emitted into each entry
-//! snippet (which needs both: it closes stale activations) and into the exit
-//! handler (stop only), called with `call rel32`:
-//!
-//! * input: `rcx` = the thread's row, `rdi` = the metric base (sign-extended);
-//! * preserved: `rax`, `rcx`, `rdx`, `rsi`, `r8`, `rbx` and every other
-//!   register not listed next;
-//! * clobbered: `rdi`, `r9`, `r10`, `r11`, flags (their callers, the entry
-//!   snippet and the exit handler, save `r9`-`r11` once when timers are on,
-//!   and restore the flags as they always do).
-//!
-//! Stack: 48 bytes of saves, the clock call's return address and up to 16
-//! bytes inside the wall clock's CLOCK_MONOTONIC fallback. The clock readers
-//! need no stack alignment and use no vector or x87 register, so `xmm0`,
-//! `xmm1` and `st0` return values survive untouched.
+//! The start is inline in the entry snippet (it uses `rax`, `rdx`, `r8`,
+//! which the snippet saved). The stop is a subroutine of the exit code,
+//! called with `r8` = the function's words and `rcx` = the row; it clobbers
+//! `rax`, `rdx`, `rdi`, `r9` and the flags. The runtime's clock routines
+//! preserve every register but `rax`; no vector or x87 register is touched,
+//! so `xmm0`, `xmm1` and `st0` return values survive.
 
 use iced_x86::code_asm::*;
+
+use crate::exit::SlowPaths;
 
 /// Offset from a metric base of the number of open hooked activations of
 /// the function on the thread (u64).
@@ -104,13 +91,14 @@ pub const METRIC_NESTING: i32 = 32;
 pub const METRIC_SEQ: i32 = 40;
 /// Offset from a metric base of the closed wall time, ns (u64).
 pub const METRIC_WALL_TOTAL: i32 = 48;
-/// Offset from a metric base of the wall clock at the outermost activation's
-/// start, ns (u64); 0 while not running.
+/// Offset from a metric base of the raw wall clock at the outermost
+/// activation's start (u64); 0 while not running.
 pub const METRIC_WALL_START: i32 = 56;
 /// Offset from a metric base of the closed thread CPU time, ns (u64).
 pub const METRIC_CPU_TOTAL: i32 = 64;
-/// Offset from a metric base of the thread CPU clock at the outermost
-/// activation's start, ns (u64); 0 while not running (or no CPU clock).
+/// Offset from a metric base of the raw thread CPU clock (ticks) at the
+/// outermost activation's start (u64); 0 while not running (or no CPU
+/// clock).
 pub const METRIC_CPU_START: i32 = 72;
 /// Bytes of row used per metric base when timers are on.
 pub const TIMER_METRIC_LEN: i32 = 80;
@@ -118,9 +106,9 @@ pub const TIMER_METRIC_LEN: i32 = 80;
 /// Which clocks the timers read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timers {
-    /// Wall time (`weft_rt_wall_now`).
+    /// Wall time.
     pub wall: bool,
-    /// Thread CPU time (`weft_rt_cpu_now`).
+    /// Thread CPU time.
     pub cpu: bool,
 }
 
@@ -137,153 +125,222 @@ impl Timers {
     }
 }
 
-/// Where generated timer code finds the clocks (addresses in the target).
+/// How generated code reads the raw wall clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WallRead {
+    /// `rdtsc`, inline (the TSC is invariant and is the wall clock).
+    Tsc,
+    /// A call to a routine at `routine` with `rax` = `state`, returning the
+    /// raw reading in `rax` and preserving every other register (the
+    /// runtime's `weft_rt_wall_raw`).
+    Call {
+        /// Address of the routine.
+        routine: u64,
+        /// Address of its clock state.
+        state: u64,
+    },
+}
+
+/// Where the thread's CPU clock state is and how it is laid out: the
+/// runtime's `ThreadCpuClock`, read inline in anchor mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuClockLayout {
+    /// Row byte offset of the word holding this thread's `*mut
+    /// ThreadCpuClock` (0 in the row: no CPU clock, CPU time is skipped).
+    pub row_offset: i32,
+    /// The slow-path routine (`weft_rt_cpu_ticks`): `rdx` = clock, `rax` =
+    /// raw wall reading → `rax` = CPU ticks; preserves every other register.
+    pub slow_path: u64,
+    /// Offset in the clock of the perf page pointer.
+    pub page: i32,
+    /// Offset in the clock of the page `lock` the anchor was taken at (u32).
+    pub anchor_lock: i32,
+    /// Offset in the clock of the TSC at the anchor.
+    pub anchor_tsc: i32,
+    /// Offset in the clock of the anchor's maximum age in ticks (0: never
+    /// take the fast path).
+    pub max_age: i32,
+    /// Offset in the clock of `ticks_offset` (CPU ticks = `tsc +
+    /// ticks_offset` while the anchor holds).
+    pub ticks_offset: i32,
+    /// Offset in the perf page of its `lock` (u32).
+    pub page_lock: i32,
+}
+
+impl CpuClockLayout {
+    /// The offsets of `weft-rt`'s `ThreadCpuClock` (the injector checks
+    /// them against the runtime's in a test); `row_offset` and `slow_path`
+    /// must be filled in.
+    pub const WEFT_RT: CpuClockLayout = CpuClockLayout {
+        row_offset: 0,
+        slow_path: 0,
+        page: 0,
+        anchor_lock: 12,
+        anchor_tsc: 24,
+        max_age: 96,
+        ticks_offset: 112,
+        page_lock: 8,
+    };
+}
+
+/// What the generated timer code reads and how it converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerSpec {
     /// Which clocks to read.
     pub timers: Timers,
-    /// Absolute address of `weft_rt_wall_now` (used when `timers.wall`).
-    pub wall_fn: u64,
-    /// Absolute address of the process's `WallClock` state, passed in `rdi`.
-    pub wall_state: u64,
-    /// Absolute address of `weft_rt_cpu_now` (used when `timers.cpu`).
-    pub cpu_fn: u64,
-    /// Row byte offset of the word holding this thread's `*mut
-    /// ThreadCpuClock` (0 in the row: no CPU clock for this thread, CPU time
-    /// is skipped).
-    pub cpu_state_row_offset: i32,
+    /// How to read the raw wall clock (also needed for the CPU clock).
+    pub wall: WallRead,
+    /// The CPU clock (used when `timers.cpu`).
+    pub cpu: CpuClockLayout,
+    /// Nanoseconds per raw tick, 32.32 fixed point: `ns = (ticks * q32) >>
+    /// 32`.
+    pub ns_per_tick_q32: u64,
 }
 
 fn m(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
     qword_ptr(base + i64::from(off))
 }
 
-/// `sub rax, [rbx + start]`, clamped at 0, then `add [rbx + total], rax`.
-fn accumulate(a: &mut CodeAssembler, start: i32, total: i32) -> Result<(), IcedError> {
+/// The raw wall reading into `rax` (clobbers `rdx` with `rdtsc`).
+fn read_raw(
+    a: &mut CodeAssembler,
+    spec: &TimerSpec,
+    lits: &mut SlowPaths,
+) -> Result<(), IcedError> {
+    match spec.wall {
+        WallRead::Tsc => {
+            a.rdtsc()?;
+            a.shl(rdx, 32)?;
+            a.or(rax, rdx)
+        }
+        WallRead::Call { routine, state } => {
+            a.mov(rax, state)?;
+            let lit = lits.literal(a, routine);
+            a.call(qword_ptr(lit))
+        }
+    }
+}
+
+/// The CPU clock in ticks into `rax`, from the raw reading in `rax`; `rdx`
+/// = the clock (non-null), `tmp` a scratch register. Falls back to the
+/// runtime's slow path when the anchor does not hold.
+fn read_cpu(
+    a: &mut CodeAssembler,
+    spec: &TimerSpec,
+    tmp: AsmRegister64,
+    tmp32: AsmRegister32,
+    lits: &mut SlowPaths,
+) -> Result<(), IcedError> {
+    let c = spec.cpu;
+    let mut have = a.create_label();
+    let slow = lits.call_then_back(a, c.slow_path, have);
+    a.mov(tmp, rax)?;
+    a.sub(tmp, m(rdx, c.anchor_tsc))?;
+    a.cmp(tmp, m(rdx, c.max_age))?;
+    a.jae(slow)?;
+    a.mov(tmp, m(rdx, c.page))?;
+    a.mov(tmp32, dword_ptr(tmp + i64::from(c.page_lock)))?;
+    a.cmp(tmp32, dword_ptr(rdx + i64::from(c.anchor_lock)))?;
+    a.jne(slow)?;
+    a.add(rax, m(rdx, c.ticks_offset))?;
+    a.set_label(&mut have)
+}
+
+/// Emits the timer start inline (entry snippet: `rcx` = row; `rax`, `rdx`,
+/// `r8` free; the function's words at `rcx + metric`).
+pub(crate) fn emit_start(
+    a: &mut CodeAssembler,
+    spec: &TimerSpec,
+    metric: i32,
+    lits: &mut SlowPaths,
+) -> Result<(), IcedError> {
+    let w = |off: i32| qword_ptr(rcx + (i64::from(metric) + i64::from(off)));
+    let mut started = a.create_label();
+    let mut no_cpu = a.create_label();
+    a.inc(w(METRIC_NESTING))?;
+    a.cmp(w(METRIC_NESTING), 1)?;
+    a.jne(started)?;
+    a.inc(w(METRIC_SEQ))?;
+    read_raw(a, spec, lits)?;
+    if spec.timers.wall {
+        a.mov(w(METRIC_WALL_START), rax)?;
+    }
+    if spec.timers.cpu {
+        a.mov(rdx, m(rcx, spec.cpu.row_offset))?;
+        a.test(rdx, rdx)?;
+        a.jz(no_cpu)?;
+        read_cpu(a, spec, r8, r8d, lits)?;
+        a.mov(w(METRIC_CPU_START), rax)?;
+    }
+    a.set_label(&mut no_cpu)?;
+    a.inc(w(METRIC_SEQ))?;
+    a.set_label(&mut started)
+}
+
+/// `rax` = `rax - [r8 + start]` clamped at 0, in ns, added to `[r8 +
+/// total]` (clobbers `rdx`).
+fn accumulate(
+    a: &mut CodeAssembler,
+    start: i32,
+    total: i32,
+    q32: CodeLabel,
+) -> Result<(), IcedError> {
     let mut ok = a.create_label();
-    a.sub(rax, m(rbx, start))?;
+    a.sub(rax, m(r8, start))?;
     a.jae(ok)?;
     a.xor(eax, eax)?;
     a.set_label(&mut ok)?;
-    a.add(m(rbx, total), rax)?;
-    Ok(())
+    a.mul(qword_ptr(q32))?;
+    a.shrd(rax, rdx, 32)?;
+    a.add(m(r8, total), rax)
 }
 
-/// Saved by the subroutines around the clock calls (`rcx` must stay at
-/// [`SAVED_RCX`] from the top).
-const SAVED: [AsmRegister64; 6] = [rax, rcx, rdx, rsi, r8, rbx];
-/// `[rsp + SAVED_RCX]` = the caller's `rcx` (the row) once `SAVED` is pushed.
-const SAVED_RCX: i32 = 32;
-
-fn save(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    for r in SAVED {
-        a.push(r)?;
-    }
-    Ok(())
-}
-
-fn restore(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    for r in SAVED.iter().rev() {
-        a.pop(*r)?;
-    }
-    Ok(())
-}
-
-/// `rdi` = this thread's CPU state from the row saved at `[rsp + SAVED_RCX]`;
-/// jumps to `skip` when it is null.
-fn load_cpu_state(
-    a: &mut CodeAssembler,
-    spec: &TimerSpec,
-    skip: CodeLabel,
-) -> Result<(), IcedError> {
-    a.mov(rdi, qword_ptr(rsp + SAVED_RCX))?;
-    a.mov(rdi, m(rdi, spec.cpu_state_row_offset))?;
-    a.test(rdi, rdi)?;
-    a.jz(skip)
-}
-
-fn call_abs(a: &mut CodeAssembler, target: u64) -> Result<(), IcedError> {
-    a.mov(rax, target)?;
-    a.call(rax)
-}
-
-/// Emits the start subroutine at `label` (see the module docs for the
-/// contract).
-pub(crate) fn emit_open(
-    a: &mut CodeAssembler,
-    spec: &TimerSpec,
-    label: &mut CodeLabel,
-) -> Result<(), IcedError> {
-    let mut ret = a.create_label();
-    let mut no_cpu = a.create_label();
-    a.set_label(label)?;
-    a.inc(qword_ptr(rcx + rdi + i64::from(METRIC_NESTING)))?;
-    a.cmp(qword_ptr(rcx + rdi + i64::from(METRIC_NESTING)), 1)?;
-    a.jne(ret)?;
-    save(a)?;
-    a.lea(rbx, qword_ptr(rcx + rdi))?;
-    a.inc(m(rbx, METRIC_SEQ))?;
-    if spec.timers.wall {
-        a.mov(rdi, spec.wall_state)?;
-        call_abs(a, spec.wall_fn)?;
-        a.mov(m(rbx, METRIC_WALL_START), rax)?;
-    }
-    if spec.timers.cpu {
-        load_cpu_state(a, spec, no_cpu)?;
-        call_abs(a, spec.cpu_fn)?;
-        a.mov(m(rbx, METRIC_CPU_START), rax)?;
-    }
-    a.set_label(&mut no_cpu)?;
-    a.inc(m(rbx, METRIC_SEQ))?;
-    restore(a)?;
-    a.set_label(&mut ret)?;
-    a.ret()
-}
-
-/// Emits the stop subroutine at `label` (see the module docs for the
-/// contract).
-pub(crate) fn emit_close(
-    a: &mut CodeAssembler,
-    spec: &TimerSpec,
-    label: &mut CodeLabel,
-) -> Result<(), IcedError> {
+/// Emits the stop subroutine (see the module docs: `r8` = words, `rcx` =
+/// row; clobbers `rax`, `rdx`, `rdi`, `r9`, flags), its slow paths and its
+/// literals.
+pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), IcedError> {
+    let mut lits = SlowPaths::new();
     let mut ret = a.create_label();
     let mut dec = a.create_label();
-    let mut no_cpu = a.create_label();
-    let mut no_wall = a.create_label();
-    a.set_label(label)?;
-    a.cmp(qword_ptr(rcx + rdi + i64::from(METRIC_NESTING)), 1)?;
+    let q32 = lits.literal(a, spec.ns_per_tick_q32);
+    a.cmp(m(r8, METRIC_NESTING), 1)?;
     a.jb(ret)?; // nothing open: never underflow
     a.ja(dec)?; // an outer activation of the same function is still open
-    save(a)?;
-    a.lea(rbx, qword_ptr(rcx + rdi))?;
-    a.inc(m(rbx, METRIC_SEQ))?;
-    if spec.timers.cpu {
-        a.cmp(m(rbx, METRIC_CPU_START), 0)?;
-        a.je(no_cpu)?;
-        load_cpu_state(a, spec, no_cpu)?;
-        call_abs(a, spec.cpu_fn)?;
-        accumulate(a, METRIC_CPU_START, METRIC_CPU_TOTAL)?;
-        a.set_label(&mut no_cpu)?;
-        a.mov(m(rbx, METRIC_CPU_START), 0)?;
-    }
+    a.inc(m(r8, METRIC_SEQ))?;
+    read_raw(a, spec, &mut lits)?;
+    a.mov(rdi, rax)?;
     if spec.timers.wall {
-        a.cmp(m(rbx, METRIC_WALL_START), 0)?;
+        let mut no_wall = a.create_label();
+        a.cmp(m(r8, METRIC_WALL_START), 0)?;
         a.je(no_wall)?;
-        a.mov(rdi, spec.wall_state)?;
-        call_abs(a, spec.wall_fn)?;
-        accumulate(a, METRIC_WALL_START, METRIC_WALL_TOTAL)?;
+        accumulate(a, METRIC_WALL_START, METRIC_WALL_TOTAL, q32)?;
         a.set_label(&mut no_wall)?;
-        a.mov(m(rbx, METRIC_WALL_START), 0)?;
+        a.mov(m(r8, METRIC_WALL_START), 0)?;
     }
-    a.inc(m(rbx, METRIC_SEQ))?;
-    a.dec(m(rbx, METRIC_NESTING))?;
-    restore(a)?;
-    a.ret()?;
+    if spec.timers.cpu {
+        let mut no_cpu = a.create_label();
+        a.cmp(m(r8, METRIC_CPU_START), 0)?;
+        a.je(no_cpu)?;
+        a.mov(rdx, m(rcx, spec.cpu.row_offset))?;
+        a.test(rdx, rdx)?;
+        a.jz(no_cpu)?;
+        a.mov(rax, rdi)?;
+        read_cpu(a, spec, r9, r9d, &mut lits)?;
+        accumulate(a, METRIC_CPU_START, METRIC_CPU_TOTAL, q32)?;
+        a.set_label(&mut no_cpu)?;
+        a.mov(m(r8, METRIC_CPU_START), 0)?;
+    }
+    a.inc(m(r8, METRIC_SEQ))?;
     a.set_label(&mut dec)?;
-    a.dec(qword_ptr(rcx + rdi + i64::from(METRIC_NESTING)))?;
+    a.dec(m(r8, METRIC_NESTING))?;
     a.set_label(&mut ret)?;
-    a.ret()
+    a.ret()?;
+    lits.emit(a)
+}
+
+/// `(a * q) >> 32`, saturating: how generated code converts ticks to ns.
+pub fn q32_mul(a: u64, q: u64) -> u64 {
+    u64::try_from((u128::from(a) * u128::from(q)) >> 32).unwrap_or(u64::MAX)
 }
 
 /// A consistent copy of one function's timer words (see the module docs).
@@ -341,10 +398,11 @@ pub fn read_timer_words(mut load: impl FnMut(i32) -> u64, max_attempts: u32) -> 
 /// A function's timer values on one thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TimerValue {
-    /// Wall time, ns: closed total plus, while running, `wall_now - start`.
+    /// Wall time, ns: closed total plus, while running, the time since the
+    /// start.
     pub wall_ns: u64,
     /// CPU time, ns: closed total plus, while running and when the thread's
-    /// CPU time was given, `cpu_now - start`.
+    /// CPU time was given, the CPU time since the start.
     pub cpu_ns: u64,
     /// An outermost activation is open and started.
     pub running: bool,
@@ -352,29 +410,36 @@ pub struct TimerValue {
 
 /// Computes the timer values from a consistent copy ([`read_timer_words`]).
 ///
-/// `wall_now` is the reader's own wall clock (the same `WallClock`, or
-/// CLOCK_MONOTONIC); `cpu_now` the thread's current CPU time on the
-/// CLOCK_THREAD_CPUTIME_ID timeline (`/proc/PID/task/TID/schedstat`'s first
-/// field, or `clock_gettime` on `pthread_getcpuclockid`), `None` to count
-/// closed CPU time only. Read both *before* the words: a running timer's
-/// value then never exceeds what its stop will record, except by the few
-/// nanoseconds a clock read can be reordered with the seqlock stores, or the
-/// small disagreement between the thread's own CPU clock and the kernel's
-/// accounting; a reader that needs a non-decreasing series keeps the maximum
-/// of its readings.
-pub fn timer_value(words: &TimerWords, wall_now: u64, cpu_now: Option<u64>) -> TimerValue {
+/// `wall_raw_now` is the reader's own raw wall reading (the TSC when the
+/// target's timers use it, else CLOCK_MONOTONIC ns: the same source as the
+/// target's, see the runtime's `WallClock::raw`); `cpu_ns_now` the thread's
+/// current CPU time in ns on the CLOCK_THREAD_CPUTIME_ID timeline
+/// (`/proc/PID/task/TID/schedstat`'s first field), `None` to count closed
+/// CPU time only; `ns_per_tick_q32` the target's
+/// [`TimerSpec::ns_per_tick_q32`]. Read the clocks *before* the words: a
+/// running timer's value then never exceeds what its stop will record,
+/// except by the few nanoseconds a clock read can be reordered with the
+/// seqlock stores, or the small disagreement between the thread's own CPU
+/// clock and the kernel's accounting; a reader that needs a non-decreasing
+/// series keeps the maximum of its readings.
+pub fn timer_value(
+    words: &TimerWords,
+    wall_raw_now: u64,
+    cpu_ns_now: Option<u64>,
+    ns_per_tick_q32: u64,
+) -> TimerValue {
     let mut v = TimerValue {
         wall_ns: words.wall_total,
         cpu_ns: words.cpu_total,
         running: words.wall_start != 0 || words.cpu_start != 0,
     };
     if words.wall_start != 0 {
-        v.wall_ns = v
-            .wall_ns
-            .wrapping_add(wall_now.saturating_sub(words.wall_start));
+        let ticks = wall_raw_now.saturating_sub(words.wall_start);
+        v.wall_ns = v.wall_ns.wrapping_add(q32_mul(ticks, ns_per_tick_q32));
     }
-    if let (true, Some(now)) = (words.cpu_start != 0, cpu_now) {
-        v.cpu_ns = v.cpu_ns.wrapping_add(now.saturating_sub(words.cpu_start));
+    if let (true, Some(now)) = (words.cpu_start != 0, cpu_ns_now) {
+        let start = q32_mul(words.cpu_start, ns_per_tick_q32);
+        v.cpu_ns = v.cpu_ns.wrapping_add(now.saturating_sub(start));
     }
     v
 }
@@ -408,7 +473,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w.seq, 4);
-        let v = timer_value(&w, 5600, Some(7050));
+        // Ticks are half a nanosecond here.
+        let half = 1u64 << 31;
+        let v = timer_value(&w, 5000 + 1200, Some(3500 + 50), half);
         assert_eq!(
             v,
             TimerValue {
@@ -417,16 +484,16 @@ mod tests {
                 running: true
             }
         );
-        assert_eq!(timer_value(&w, 5600, None).cpu_ns, 300);
+        assert_eq!(timer_value(&w, 6200, None, half).cpu_ns, 300);
         // A clock behind the start counts nothing.
-        assert_eq!(timer_value(&w, 10, Some(10)).wall_ns, 1000);
+        assert_eq!(timer_value(&w, 10, Some(10), half).wall_ns, 1000);
         // Not running: totals only.
         let idle = TimerWords {
             wall_start: 0,
             cpu_start: 0,
             ..w
         };
-        let v = timer_value(&idle, u64::MAX, Some(u64::MAX));
+        let v = timer_value(&idle, u64::MAX, Some(u64::MAX), half);
         assert_eq!((v.wall_ns, v.cpu_ns, v.running), (1000, 300, false));
         // A writer stuck in the middle: give up.
         assert_eq!(read_timer_words(|_| 3, 5), None);

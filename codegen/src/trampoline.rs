@@ -32,30 +32,34 @@ pub enum Snippet {
         /// Byte offset of the counter word inside the row.
         offset: i32,
     },
-    /// Counts the call and hooks the function's exit by return-address
-    /// redirection into the thread's return-slot block (see
-    /// [`ReturnSlots`](crate::ReturnSlots) and `exit.rs`): `inc qword
-    /// [row + metric + METRIC_ENTRIES]`, closes activations whose frames are
-    /// gone, then pushes an activation and redirects the return address to
-    /// its code slot, or counts `METRIC_UNHOOKED` when the thread has no
-    /// block or it is full. The exit is counted by the
-    /// [`exit_handler`](crate::exit_handler) in `METRIC_EXITS`. Must run
-    /// while `rsp` is the function's entry `rsp` minus the trampoline's two
-    /// pushes, i.e. as a trampoline snippet.
+    /// Counts the call and hooks the function's exit by calling through the
+    /// runtime's call record `record` (see [`ExitHooks`](crate::ExitHooks)
+    /// and `exit.rs`): `inc qword [row + metric + METRIC_ENTRIES]`, closes
+    /// activations whose frames are gone, pushes an activation and calls
+    /// the function's body (the trampoline's displaced instructions, whose
+    /// address the injector writes into the record's target) through the
+    /// record, or counts `METRIC_UNHOOKED` and runs the function plainly
+    /// when the thread has no cells or they are all in use. The exit is
+    /// counted by the exit handler ([`exit_code`](crate::exit_code)) in
+    /// `METRIC_EXITS`. Must be the trampoline's only snippet (the hooked
+    /// path leaves the trampoline from inside it).
     ///
-    /// When `slots` carries timers
-    /// ([`ReturnSlots::with_timers`](crate::ReturnSlots::with_timers)), a
-    /// hooked entry also starts the function's inclusive wall/CPU timer
-    /// (outermost activation only) and every close of an activation stops
-    /// it; the exit handler must be built from the same `slots`.
+    /// When `hooks` carries timers
+    /// ([`ExitHooks::with_timers`](crate::ExitHooks::with_timers)), a hooked
+    /// entry also starts the function's inclusive wall/CPU timer (outermost
+    /// activation only) and every close of an activation stops it; the
+    /// exit code must be built from the same `hooks`.
     CountCallHookExit {
         /// Row byte offset of the function's
-        /// [`slots.metric_len()`](crate::ReturnSlots::metric_len) bytes of
+        /// [`hooks.metric_len()`](crate::ExitHooks::metric_len) bytes of
         /// counters and timer words (32, or 80 with timers), non-negative
         /// and 8-byte aligned.
         metric: i32,
-        /// The return-slot layout (and timers).
-        slots: crate::ReturnSlots,
+        /// The call record the function is called through (one per hooked
+        /// function; see [`CallRecords`](crate::CallRecords)).
+        record: u32,
+        /// The exit-hook layout (and timers).
+        hooks: crate::ExitHooks,
     },
 }
 
@@ -64,9 +68,11 @@ impl Snippet {
     fn max_len(&self) -> usize {
         match self {
             Snippet::CountCall { .. } => SNIPPET_MAX_LEN,
-            Snippet::CountCallHookExit { metric, slots } => {
-                crate::exit::enter_snippet_len(slots, *metric)
-            }
+            Snippet::CountCallHookExit {
+                metric,
+                record,
+                hooks,
+            } => crate::exit::enter_snippet_len(hooks, *metric, *record),
         }
     }
 }
@@ -222,8 +228,12 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
                 Code::Inc_rm64,
                 MemoryOperand::with_base_displ(Register::RCX, i64::from(offset)),
             ))?,
-            Snippet::CountCallHookExit { metric, ref slots } => {
-                let code = crate::exit::enter_snippet(slots, metric, e.ip())?;
+            Snippet::CountCallHookExit {
+                metric,
+                record,
+                ref hooks,
+            } => {
+                let code = crate::exit::enter_snippet(hooks, metric, record, e.ip())?;
                 e.raw(&code);
             }
         }

@@ -1,60 +1,30 @@
 //! Inclusive timers, executed: functions patched with
-//! `Snippet::CountCallHookExit` on a timed `ReturnSlots` layout call the
-//! runtime's real clock readers (`weft_rt_wall_now`, `weft_rt_cpu_now`) on
-//! real `WallClock` / `ThreadCpuClock` states. Checks the times against
-//! CLOCK_MONOTONIC and CLOCK_THREAD_CPUTIME_ID, recursion (outermost
-//! activation only), longjmp-style unwinding, preserved return values and
-//! flags, several threads on fewer CPUs, and a concurrent seqlock reader.
-//! Bounds are correctness bounds only (the machine is a noisy 2-vCPU guest).
+//! `Snippet::CountCallHookExit` on a timed `ExitHooks` layout, called
+//! through the runtime's real call records, reading the clocks inline
+//! (`rdtsc`, the CPU clock's anchor) and through the runtime's real slow
+//! paths (`weft_rt_cpu_ticks`, `weft_rt_wall_raw`) on real `WallClock` /
+//! `ThreadCpuClock` states. Checks the times against CLOCK_MONOTONIC and
+//! CLOCK_THREAD_CPUTIME_ID, recursion (outermost activation only),
+//! longjmp-style unwinding, preserved return values and flags, several
+//! threads on fewer CPUs, and a concurrent seqlock reader. Bounds are
+//! correctness bounds only (the machine is a noisy 2-vCPU guest).
 #![cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 
+#[path = "common/lab.rs"]
+mod lab;
+
 use std::arch::asm;
-use std::cell::Cell;
-use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use iced_x86::code_asm::*;
-use iced_x86::BlockEncoderOptions;
+use lab::*;
 use weft_codegen::*;
-use weft_rt::clock::{
-    monotonic_ns, thread_cputime_ns, weft_rt_cpu_now, weft_rt_wall_now, CpuPreference,
-    ThreadCpuClock, WallClock, WallPreference,
-};
-
-/// Row layout used by these tests (byte offsets).
-const BLOCK: i32 = 0;
-const DEPTH: i32 = 8;
-const BOUNDS: i32 = 16; // [lo, hi)
-const CPU_STATE: i32 = 32;
-const METRICS: i32 = 64;
-const ROW_WORDS: usize = 1024;
-const CAPACITY: u32 = 1024;
+use weft_rt::clock::{monotonic_ns, thread_cputime_ns, CpuPreference, WallClock, WallPreference};
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
-
-thread_local! {
-    /// This thread's row, read by generated code with `mov rcx, fs:[off]`.
-    static ROW: Cell<*mut u64> = const { Cell::new(ptr::null_mut()) };
-}
-
-fn thread_pointer() -> u64 {
-    let tp: u64;
-    // SAFETY: reads the TCB self-pointer, always mapped on x86-64 Linux.
-    unsafe { asm!("mov {}, fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-    tp
-}
-
-fn tls_offset() -> i32 {
-    let var = ROW.with(|r| r as *const Cell<*mut u64> as u64);
-    i32::try_from(var.wrapping_sub(thread_pointer()) as i64).unwrap()
-}
-
-extern "C" fn register_thread() -> *mut u8 {
-    ptr::null_mut()
-}
 
 /// The process's wall clocks, calibrated once (leaked: generated code keeps
 /// their addresses).
@@ -68,252 +38,20 @@ fn wall(pref: WallPreference) -> &'static WallClock {
     cell.get_or_init(|| Box::leak(Box::new(WallClock::new(pref))))
 }
 
-fn spec(timers: Timers, wall: &'static WallClock) -> TimerSpec {
-    TimerSpec {
-        timers,
-        wall_fn: weft_rt_wall_now as *const () as u64,
-        wall_state: wall as *const WallClock as u64,
-        cpu_fn: weft_rt_cpu_now as *const () as u64,
-        cpu_state_row_offset: CPU_STATE,
-    }
-}
-
 const BOTH: Timers = Timers {
     wall: true,
     cpu: true,
 };
 
-fn timed_slots(timers: Timers, wall: &'static WallClock) -> ReturnSlots {
-    ReturnSlots::new(CAPACITY, BLOCK, DEPTH, Some(BOUNDS))
-        .unwrap()
-        .with_timers(spec(timers, wall))
-        .unwrap()
+/// A lab timing `timers` with `wall`.
+fn timed_lab(timers: Timers, wall: &'static WallClock) -> Lab {
+    Lab::timed(timer_spec(timers, wall))
 }
 
-/// This thread's row and CPU clock; the row is leaked (a reader thread may
-/// look at it), the clock lives as long as this value and is cleared from
-/// the row when it is dropped.
-struct ThreadSetup {
-    row: &'static mut [u64],
-    _cpu: Option<Box<ThreadCpuClock>>,
-}
-
-impl Drop for ThreadSetup {
-    fn drop(&mut self) {
-        self.row[(CPU_STATE / 8) as usize] = 0;
-    }
-}
-
-/// Installs a fresh row for this thread using `block`, with stack bounds
-/// covering everything and (unless `cpu` is None) a CPU clock of its own.
-fn install_row(block: u64, cpu: Option<CpuPreference>) -> ThreadSetup {
-    let row = Box::leak(vec![0u64; ROW_WORDS].into_boxed_slice());
-    row[(BLOCK / 8) as usize] = block;
-    row[(BOUNDS / 8) as usize + 1] = u64::MAX;
-    let cpu = cpu.map(|p| Box::new(ThreadCpuClock::new(wall(WallPreference::Auto), p)));
-    if let Some(c) = &cpu {
-        row[(CPU_STATE / 8) as usize] = &**c as *const ThreadCpuClock as u64;
-    }
-    ROW.with(|r| r.set(row.as_mut_ptr()));
-    ThreadSetup { row, _cpu: cpu }
-}
-
-/// Word `off` of the row at `row`, read as another thread would.
-fn load(row: *const u64, off: i32) -> u64 {
-    // SAFETY: rows are leaked ROW_WORDS-word, 8-aligned allocations; the
-    // owning thread writes them with plain aligned stores, so an atomic
-    // 8-byte load is never torn.
-    unsafe { AtomicU64::from_ptr(row.add((off / 8) as usize).cast_mut()).load(Ordering::Relaxed) }
-}
-
-fn my_row() -> *const u64 {
-    ROW.with(|r| r.get())
-}
-
-fn word(off: i32) -> u64 {
-    load(my_row(), off)
-}
-
-fn depth() -> u64 {
-    word(DEPTH)
-}
-
-/// (entries, exits, unwound, unhooked) of metric `m` on this thread.
-fn counts(m: i32) -> [u64; 4] {
-    [
-        word(m + METRIC_ENTRIES),
-        word(m + METRIC_EXITS),
-        word(m + METRIC_UNWOUND),
-        word(m + METRIC_UNHOOKED),
-    ]
-}
-
-/// This thread's (wall_total, cpu_total, nesting) of metric `m`.
-fn totals(m: i32) -> (u64, u64, u64) {
-    (
-        word(m + METRIC_WALL_TOTAL),
-        word(m + METRIC_CPU_TOTAL),
-        word(m + METRIC_NESTING),
-    )
-}
-
-/// An RWX mapping holding blocks, the exit handler, functions and
-/// trampolines, all within rel32 reach of each other.
-struct Lab {
-    base: *mut u8,
-    len: usize,
-    used: usize,
-    stub: u64,
-    handler: u64,
-    slots: ReturnSlots,
-    next_metric: i32,
-}
-
-// SAFETY: the mapping is only written before threads run the code in it.
-unsafe impl Sync for Lab {}
-
-impl Lab {
-    fn new(slots: ReturnSlots) -> Lab {
-        let len = 16 << 20;
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let base = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        let mut lab = Lab {
-            base: base.cast(),
-            len,
-            used: 0,
-            stub: 0,
-            handler: 0,
-            slots,
-            next_metric: METRICS,
-        };
-        let save = VectorSave::Fxsave64;
-        lab.stub = lab.alloc(register_stub_len(save), 64);
-        let stub = register_stub(lab.stub, register_thread as *const () as u64, save).unwrap();
-        lab.write(lab.stub, &stub);
-        lab.handler = lab.alloc(exit_handler_len(tls_offset(), &slots), 64);
-        let handler = exit_handler(lab.handler, tls_offset(), &slots).unwrap();
-        lab.write(lab.handler, &handler);
-        lab
-    }
-
-    fn alloc(&mut self, n: usize, align: usize) -> u64 {
-        let at = self.used.next_multiple_of(align);
-        assert!(at + n <= self.len);
-        self.used = at + n;
-        self.base as u64 + at as u64
-    }
-
-    fn write(&self, addr: u64, bytes: &[u8]) {
-        let off = (addr - self.base as u64) as usize;
-        assert!(off + bytes.len() <= self.len);
-        // SAFETY: in bounds of our mapping (checked above); nothing executes
-        // these bytes while we write them.
-        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(off), bytes.len()) };
-    }
-
-    fn bytes(&self, addr: u64, len: usize) -> Vec<u8> {
-        let off = (addr - self.base as u64) as usize;
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds of our mapping, which lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.base.add(off), len) }.to_vec()
-    }
-
-    /// A new return-slot block (its data part is zero: fresh mapping).
-    fn block(&mut self) -> u64 {
-        let block = self.alloc(self.slots.block_len() as usize, 4096);
-        self.write(block, &return_block_code(&self.slots, self.handler));
-        block
-    }
-
-    fn assemble(&mut self, build: impl FnOnce(&mut CodeAssembler, &mut CodeLabel)) -> (u64, usize) {
-        let addr = self.alloc(512, 64);
-        let mut a = CodeAssembler::new(64).unwrap();
-        let mut end = a.create_label();
-        build(&mut a, &mut end);
-        a.int3().unwrap(); // `end` labels this padding byte
-        let res = a
-            .assemble_options(addr, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-            .unwrap();
-        let code_len = (res.label_ip(&end).unwrap() - addr) as usize;
-        let bytes = res.inner.code_buffer;
-        assert!(bytes.len() <= 480);
-        self.write(addr, &[0xcc; 512]);
-        self.write(addr, &bytes);
-        (addr, code_len)
-    }
-
-    /// Patches the function at `addr` with an exit-hooking (timed, per the
-    /// lab's layout) trampoline; returns its metric base.
-    fn hook(&mut self, (addr, len): (u64, usize)) -> i32 {
-        let metric = self.next_metric;
-        self.next_metric += self.slots.metric_len();
-        assert!(metric + self.slots.metric_len() <= (ROW_WORDS * 8) as i32);
-        let code = self.bytes(addr, len);
-        let padding = self.bytes(addr + len as u64, 16);
-        let site = analyze_entry(&FunctionCode {
-            address: addr,
-            bytes: &code,
-            padding: &padding,
-        })
-        .unwrap();
-        let snippets = [Snippet::CountCallHookExit {
-            metric,
-            slots: self.slots,
-        }];
-        let t_addr = self.alloc(max_trampoline_len(&site, &snippets), 64);
-        let t = build_trampoline(&TrampolineSpec {
-            address: t_addr,
-            site: &site,
-            row: ThreadRow {
-                tls_offset: tls_offset(),
-                register_stub: self.stub,
-            },
-            snippets: &snippets,
-        })
-        .unwrap();
-        assert!(t.bytes.len() <= max_trampoline_len(&site, &snippets));
-        self.write(t_addr, &t.bytes);
-        self.write(
-            site.patch_address,
-            &jmp_rel32(site.patch_address, t_addr).unwrap(),
-        );
-        metric
-    }
-
-    /// `f(x) = callback(x)`: `push rbx; mov rax, callback; call rax; pop rbx;
-    /// ret` (the push keeps the callee's stack ABI-aligned).
-    fn wrapper(&mut self, callback: extern "C" fn(i64) -> i64) -> (u64, usize) {
-        self.assemble(|a, end| {
-            a.push(rbx).unwrap();
-            a.mov(rax, callback as *const () as u64).unwrap();
-            a.call(rax).unwrap();
-            a.pop(rbx).unwrap();
-            a.ret().unwrap();
-            a.set_label(end).unwrap();
-        })
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; every thread using it has been joined.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-fn fn1(addr: u64) -> extern "C" fn(i64) -> i64 {
-    // SAFETY: `addr` holds a C-ABI function with this signature.
-    unsafe { std::mem::transmute::<usize, extern "C" fn(i64) -> i64>(addr as usize) }
+/// This thread's row with a CPU clock (unless `cpu` is None) on the Auto
+/// wall clock.
+fn install_auto_row(cells: u64, cpu: Option<CpuPreference>) -> TimedRow {
+    install_timed_row(cells, cpu, wall(WallPreference::Auto))
 }
 
 /// Spins until this thread has used `ns` more CPU time.
@@ -421,12 +159,12 @@ fn timed_call(c: &Call<'_>) -> (u64, u64) {
 /// Spin and sleep functions, each call's times compared with the clocks
 /// read around it.
 fn spin_and_sleep(wall_pref: WallPreference, cpu_pref: CpuPreference) {
-    let mut lab = Lab::new(timed_slots(BOTH, wall(wall_pref)));
+    let mut lab = timed_lab(BOTH, wall(wall_pref));
     let spin = lab.wrapper(spin_cpu);
     let m_spin = lab.hook(spin);
     let sleep = lab.wrapper(sleep_ns);
     let m_sleep = lab.hook(sleep);
-    let _setup = install_row(lab.block(), Some(cpu_pref));
+    let _setup = install_timed_row(lab.cells(), Some(cpu_pref), wall(wall_pref));
 
     for (f, m, arg, sleeps) in [
         (spin.0, m_spin, 2 * MS, false),
@@ -495,10 +233,10 @@ fn one_clock_or_no_cpu_state() {
         cpu: true,
     };
     for (timers, with_cpu_state) in [(wall_only, true), (cpu_only, true), (BOTH, false)] {
-        let mut lab = Lab::new(timed_slots(timers, wall(WallPreference::Auto)));
+        let mut lab = timed_lab(timers, wall(WallPreference::Auto));
         let spin = lab.wrapper(spin_cpu);
         let m = lab.hook(spin);
-        let _setup = install_row(lab.block(), with_cpu_state.then_some(CpuPreference::Auto));
+        let _setup = install_auto_row(lab.cells(), with_cpu_state.then_some(CpuPreference::Auto));
         for _ in 0..3 {
             fn1(spin.0)(MS as i64);
         }
@@ -515,7 +253,7 @@ fn one_clock_or_no_cpu_state() {
 
 #[test]
 fn recursion_times_the_outermost_activation_once() {
-    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
     // rec(n): n == 0 ? spin_cpu(2 ms) : rec(n - 1)
     let rec = lab.assemble(|a, end| {
         let mut start = a.create_label();
@@ -537,7 +275,7 @@ fn recursion_times_the_outermost_activation_once() {
         a.set_label(end).unwrap();
     });
     let m = lab.hook(rec);
-    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
     fn1(rec.0)(100); // warm-up (first touches)
     for round in 0..3 {
         // The whole call's time, once (not 101 nested intervals).
@@ -662,9 +400,9 @@ fn call_jb(f: u64) -> i64 {
 
 #[test]
 fn longjmp_closes_timers_when_detected() {
-    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
     let j = build_jmp(&mut lab);
-    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
 
     // 1. Skipped frames stay open (and timing) until the next entry.
     let t0 = monotonic_ns();
@@ -729,8 +467,8 @@ struct Pair {
 
 #[test]
 fn return_values_registers_and_flags_survive_timed_exits() {
-    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
-    let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
 
     let pair = lab.assemble(|a, end| {
         a.lea(rax, qword_ptr(rdi + rdi)).unwrap();
@@ -837,7 +575,10 @@ fn return_values_registers_and_flags_survive_timed_exits() {
         for (i, r) in GPRS.iter().enumerate() {
             let seen =
                 u64::from_le_bytes(lab.bytes(entry_regs + 8 * i as u64, 8).try_into().unwrap());
-            assert_eq!(seen, !value(i), "{r:?} at entry");
+            // The body runs with rbx = its activation's cell (the caller's
+            // rbx is in the cell, and back in rbx after the exit).
+            let expected = if *r == rbx { cell(0) } else { !value(i) };
+            assert_eq!(seen, expected, "{r:?} at entry");
         }
     }
     assert_eq!(counts(m_regs), [3, 3, 0, 0]);
@@ -846,10 +587,10 @@ fn return_values_registers_and_flags_survive_timed_exits() {
 
 #[test]
 fn threads_outnumbering_cpus_get_their_own_cpu_time() {
-    let mut lab = Lab::new(timed_slots(BOTH, wall(WallPreference::Auto)));
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
     let spin = lab.wrapper(spin_cpu);
     let m = lab.hook(spin);
-    let blocks: Vec<u64> = (0..4).map(|_| lab.block()).collect();
+    let blocks: Vec<u64> = (0..4).map(|_| lab.cells()).collect();
     let go = AtomicBool::new(false);
     std::thread::scope(|s| {
         let handles: Vec<_> = blocks
@@ -857,7 +598,7 @@ fn threads_outnumbering_cpus_get_their_own_cpu_time() {
             .map(|&block| {
                 let go = &go;
                 s.spawn(move || {
-                    let _setup = install_row(block, Some(CpuPreference::Auto));
+                    let _setup = install_auto_row(block, Some(CpuPreference::Auto));
                     while !go.load(Ordering::Acquire) {
                         std::hint::spin_loop();
                     }
@@ -912,16 +653,16 @@ fn cpu_of(clock: libc::clockid_t) -> u64 {
 #[test]
 fn a_concurrent_reader_sees_consistent_growing_values() {
     let wall_clock = wall(WallPreference::Auto);
-    let mut lab = Lab::new(timed_slots(BOTH, wall_clock));
+    let mut lab = timed_lab(BOTH, wall_clock);
     let spin = lab.wrapper(spin_cpu);
     let m = lab.hook(spin);
-    let block = lab.block();
+    let block = lab.cells();
     let (tx, rx) = std::sync::mpsc::channel();
     let done = AtomicBool::new(false);
     let release = AtomicBool::new(false);
     std::thread::scope(|s| {
         let worker = s.spawn(|| {
-            let setup = install_row(block, Some(CpuPreference::Auto));
+            let setup = install_auto_row(block, Some(CpuPreference::Auto));
             let mut clock: libc::clockid_t = 0;
             // SAFETY: pthread_self is this live thread; `clock` is a valid
             // out-pointer.
@@ -965,11 +706,16 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
         loop {
             let finished = done.load(Ordering::Acquire);
             // The clocks first, then the words (see `timer_value`).
-            let wall_now = wall_clock.now();
+            let wall_now = wall_clock.raw();
             let cpu_now = cpu_of(clock);
             let words =
                 read_timer_words(|off| load(row, m + off), 1_000_000).expect("seqlock stuck");
-            let v = timer_value(&words, wall_now, Some(cpu_now));
+            let v = timer_value(
+                &words,
+                wall_now,
+                Some(cpu_now),
+                wall_clock.units().ns_per_tick_q32,
+            );
             let (wall_after, cpu_after) = (wall_clock.now(), cpu_of(clock));
             reads += 1;
             running_reads += u64::from(v.running);
@@ -1011,51 +757,4 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
              ns, cpu {worst_cpu} ns"
         );
     });
-}
-
-/// Not a check: prints the cost per call of an empty function, plain, with
-/// exit hooks, and timed (run with `--nocapture`).
-#[test]
-fn cost_per_timed_call() {
-    let empty = |lab: &mut Lab| {
-        lab.assemble(|a, end| {
-            a.lea(rax, qword_ptr(rdi + 1)).unwrap();
-            a.ret().unwrap();
-            a.set_label(end).unwrap();
-        })
-    };
-    let plain_slots = ReturnSlots::new(CAPACITY, BLOCK, DEPTH, Some(BOUNDS)).unwrap();
-    let wall_only = Timers {
-        wall: true,
-        cpu: false,
-    };
-    let w = wall(WallPreference::Auto);
-    let mut results = Vec::new();
-    for (name, slots, hook) in [
-        ("not instrumented", plain_slots, false),
-        ("exit hook, no timer", plain_slots, true),
-        ("wall timer", timed_slots(wall_only, w), true),
-        ("wall + cpu timers", timed_slots(BOTH, w), true),
-    ] {
-        let mut lab = Lab::new(slots);
-        let f = empty(&mut lab);
-        if hook {
-            lab.hook(f);
-        }
-        let _setup = install_row(lab.block(), Some(CpuPreference::Auto));
-        let f = fn1(f.0);
-        let n = 200_000;
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let t0 = monotonic_ns();
-            for i in 0..n {
-                std::hint::black_box(f(std::hint::black_box(i)));
-            }
-            best = best.min((monotonic_ns() - t0) as f64 / n as f64);
-        }
-        results.push((name, best));
-    }
-    for (name, ns) in results {
-        eprintln!("{name:>22}: {ns:6.1} ns/call");
-    }
 }

@@ -32,6 +32,12 @@ pub enum Error {
     /// More probes than the runtime's row has words.
     #[error("too many probes: the runtime's rows hold {0} counters")]
     TooManyProbes(u32),
+    /// More timed probes in at once than the runtime has call records.
+    #[error(
+        "too many timed probes: the runtime calls at most {0} timed functions at once; \
+         remove some, or count the others with -m calls"
+    )]
+    TooManyTimedProbes(usize),
     /// The target's libc lacks a function weft calls.
     #[error("the target's C library has no `{0}`: weft needs glibc")]
     MissingLibc(&'static str),

@@ -1,18 +1,21 @@
 //! Exit hooks and timers, injector side: which metrics a probe measures, the
-//! process's return-slot layout, installing the exit handler in the target,
-//! and the functions whose exit must never be hooked.
+//! process's exit-hook layout, installing the exit code in the target, and
+//! the functions whose exit must never be hooked.
 //!
 //! The mechanism is in `weft_codegen::exit` (code) and `weft_rt::exits`
-//! (per-thread blocks); `docs/exits-and-timers.md` explains the choice.
+//! (call records, per-thread cells); `docs/exits-and-timers.md` explains
+//! the choice.
 
 use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
 use crate::trampolines::Pool;
 use crate::Error;
 use weft_codegen::{
-    block_eh_frame_with_personality, exit_handler, exit_handler_len, return_block_code,
-    ReturnSlots, TimerSpec, Timers,
+    exit_code, exit_code_len, ActivationRow, CallRecords, CpuClockLayout, ExitHooks, TimerSpec,
+    Timers, WallRead,
 };
-use weft_rt::layout::{RegionHeader, ROW_BLOCK, ROW_CPU_CLOCK, ROW_DEPTH, ROW_STACK_BOUNDS};
+use weft_rt::layout::{
+    RegionHeader, CALL_RECORDS, ROW_CELLS, ROW_CELLS_END, ROW_CPU_CLOCK, ROW_STACK_BOUNDS, ROW_TOP,
+};
 
 /// Activations one thread can have open at once (deeper ones are counted
 /// as `unhooked`: their calls count, their time is inside an outer one).
@@ -152,24 +155,40 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
     None
 }
 
-/// The process's return-slot layout with `timers`, from the runtime's
-/// header (clock addresses) and row layout.
-pub fn layout(header: &RegionHeader, timers: Timers) -> Result<ReturnSlots, Error> {
+/// The process's exit-hook layout with `timers` and the exit code at
+/// `exit_code`, from the runtime's header (record and clock addresses) and
+/// row layout.
+pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<ExitHooks, Error> {
     let internal = |e: weft_codegen::LayoutError| Error::Internal(format!("exit layout: {e}"));
-    let slots = ReturnSlots::new(
-        CAPACITY,
-        ROW_BLOCK as i32,
-        ROW_DEPTH as i32,
-        Some(ROW_STACK_BOUNDS as i32),
-    )
-    .map_err(internal)?;
-    slots
+    let row = ActivationRow {
+        cells: ROW_CELLS as i32,
+        top: ROW_TOP as i32,
+        end: ROW_CELLS_END as i32,
+        stack_bounds: Some(ROW_STACK_BOUNDS as i32),
+    };
+    let records = CallRecords {
+        first: header.call_records,
+        count: CALL_RECORDS as u32,
+    };
+    let wall = if header.wall.kind == weft_rt::clock::WALL_TSC {
+        WallRead::Tsc
+    } else {
+        WallRead::Call {
+            routine: header.wall_raw_fn,
+            state: header.wall_address,
+        }
+    };
+    ExitHooks::new(row, records, exit_code)
+        .map_err(internal)?
         .with_timers(TimerSpec {
             timers,
-            wall_fn: header.wall_now_fn,
-            wall_state: header.wall_address,
-            cpu_fn: header.cpu_now_fn,
-            cpu_state_row_offset: ROW_CPU_CLOCK as i32,
+            wall,
+            cpu: CpuClockLayout {
+                row_offset: ROW_CPU_CLOCK as i32,
+                slow_path: header.cpu_ticks_fn,
+                ..CpuClockLayout::WEFT_RT
+            },
+            ns_per_tick_q32: header.timer_ns_per_tick_q32,
         })
         .map_err(internal)
 }
@@ -180,27 +199,26 @@ pub struct Installer<'a> {
     pub tracer: &'a mut Tracer,
     /// The thread remote calls run on.
     pub tid: Tid,
-    /// Trampoline memory (the handler goes there).
+    /// Trampoline memory (the exit code goes there).
     pub pool: &'a mut Pool,
     /// libc's `mmap` in the target.
     pub mmap_fn: u64,
-    /// The runtime's load address (the handler's area is placed near it).
+    /// The runtime's load address (the exit code's area is placed near it).
     pub rt_base: u64,
     /// Address of `weft_rt_enable_exits` in the target.
     pub enable_fn: u64,
 }
 
 impl Installer<'_> {
-    /// Builds the exit handler for `timers`, writes it into the target and
-    /// makes it the one every return slot reaches; enables exit hooks in the
-    /// runtime on its first call. Checks that the runtime's block code is
-    /// exactly what the code generator expects. Returns the layout entry
+    /// Builds the exit code for `timers`, writes it into the target and
+    /// makes its handler the one every call record reaches; enables exit
+    /// hooks in the runtime on its first call. Returns the layout entry
     /// snippets must be built with.
-    pub fn install(&mut self, header: &RegionHeader, timers: Timers) -> Result<ReturnSlots, Error> {
-        let slots = layout(header, timers)?;
+    pub fn install(&mut self, header: &RegionHeader, timers: Timers) -> Result<ExitHooks, Error> {
         let tls_offset = i32::try_from(header.tls_offset)
             .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
-        let len = exit_handler_len(tls_offset, &slots) as u64;
+        // The code's length does not depend on its address.
+        let len = exit_code_len(tls_offset, &hooks(header, 0x1000, timers)?) as u64;
         let (at, _) = self.pool.reserve(
             self.tracer,
             self.tid,
@@ -209,19 +227,10 @@ impl Installer<'_> {
             self.rt_base,
             len,
         )?;
-        let code = exit_handler(at, tls_offset, &slots)
-            .map_err(|e| Error::Internal(format!("exit handler: {e}")))?;
-        self.tracer.memory().write(at, &code)?;
-
-        // The unwind template: the FDE's initial location (8 bytes, absolute)
-        // is the one field that differs per block; find it by building the
-        // template for two addresses.
-        let personality = Some(header.personality_fn).filter(|&p| p != 0);
-        let a = block_eh_frame_with_personality(0x1111_1111_1111_1111, &slots, personality);
-        let b = block_eh_frame_with_personality(0x2222_2222_2222_2222, &slots, personality);
-        let pc_offset = (0..a.len())
-            .find(|&i| a[i] != b[i])
-            .ok_or_else(|| Error::Internal("block .eh_frame has no address field".into()))?;
+        let hooks = hooks(header, at, timers)?;
+        let code = exit_code(tls_offset, &hooks)
+            .map_err(|e| Error::Internal(format!("exit code: {e}")))?;
+        self.tracer.memory().write(at, &code.bytes)?;
         let result = self.tracer.call(
             self.tid,
             &RemoteCall::new(
@@ -229,16 +238,10 @@ impl Installer<'_> {
                 self.enable_fn,
                 vec![
                     RemoteArg::Value(u64::from(CAPACITY)),
-                    RemoteArg::Value(at),
-                    RemoteArg::Bytes(a.clone()),
-                    RemoteArg::Value(a.len() as u64),
-                    RemoteArg::Value(pc_offset as u64),
-                    RemoteArg::Value(u64::from(timers.any())),
+                    RemoteArg::Value(code.handler),
                 ],
             ),
-            // The runtime's own code: mmap, dlsym on the first call (made
-            // right after dlopen, while no thread holds the loader lock
-            // inside the runtime).
+            // Two stores in the runtime: no lock, no system call.
             false,
         )?;
         if (result as i64) < 0 {
@@ -247,14 +250,7 @@ impl Installer<'_> {
                 std::io::Error::from_raw_os_error(-(result as i64) as i32)
             )));
         }
-        let expected = return_block_code(&slots, header.exit_trampoline);
-        let found = self.tracer.memory().read_vec(result, expected.len())?;
-        if found != expected {
-            return Err(Error::Internal(
-                "the runtime's return-slot code differs from this weft's code generator".into(),
-            ));
-        }
-        Ok(slots)
+        Ok(hooks)
     }
 }
 
@@ -290,8 +286,8 @@ mod tests {
         assert!(never_hook_exit("malloc").is_none());
     }
 
-    /// The runtime closes activations itself (thread exit): its copy of the
-    /// word layout must be the code generator's.
+    /// The runtime closes activations itself (thread exit, exceptions): its
+    /// copy of the word and cell layout must be the code generator's.
     #[test]
     fn runtime_and_code_generator_agree_on_the_words() {
         use weft_codegen as cg;
@@ -307,17 +303,27 @@ mod tests {
             (metric::CPU_TOTAL, cg::METRIC_CPU_TOTAL),
             (metric::CPU_START, cg::METRIC_CPU_START),
             (metric::TIMED_LEN, cg::TIMER_METRIC_LEN),
-            (metric::SLOT_SIZE, cg::SLOT_SIZE as i32),
+            (metric::CELL_SIZE, cg::CELL_SIZE as i32),
             (metric::CELL_RETURN_ADDRESS, cg::CELL_RETURN_ADDRESS),
+            (metric::CELL_ENTRY_RSP, cg::CELL_ENTRY_RSP),
+            (metric::CELL_RBX, cg::CELL_RBX),
             (metric::CELL_METRIC, cg::CELL_METRIC),
-            (metric::SLOT_ENTRY, cg::SLOT_ENTRY as i32),
+            (metric::CELL_FLAGS, cg::CELL_FLAGS),
+            (metric::CELL_TIMED as usize, cg::CELL_TIMED as i32),
+            (weft_rt::layout::RECORD_SIZE, cg::RECORD_SIZE as i32),
+            (weft_rt::layout::RECORD_RETURN, cg::RECORD_RETURN as i32),
         ];
         for (rt, cg) in pairs {
             assert_eq!(rt as i64, i64::from(cg));
         }
-        let slots = ReturnSlots::new(CAPACITY, 64, 72, Some(80)).unwrap();
-        let (delta, len) = weft_rt::block_sizes(CAPACITY);
-        assert_eq!(delta as u32, slots.delta());
-        assert_eq!(len as u32, slots.block_len());
+        // The CPU clock fields generated code reads inline.
+        use weft_rt::clock as c;
+        let cpu = cg::CpuClockLayout::WEFT_RT;
+        assert_eq!(cpu.page as usize, c::CPU_OFF_PAGE);
+        assert_eq!(cpu.anchor_lock as usize, c::CPU_OFF_ANCHOR_LOCK);
+        assert_eq!(cpu.anchor_tsc as usize, c::CPU_OFF_ANCHOR_TSC);
+        assert_eq!(cpu.max_age as usize, c::CPU_OFF_MAX_AGE);
+        assert_eq!(cpu.ticks_offset as usize, c::CPU_OFF_TICKS_OFFSET);
+        assert_eq!(cpu.page_lock as usize, c::PAGE_OFF_LOCK);
     }
 }

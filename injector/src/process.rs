@@ -77,6 +77,9 @@ pub struct Probe {
     pub words_recycled: bool,
     /// Still spliced in.
     pub active: bool,
+    /// The runtime call record a probe with exit hooks calls the function
+    /// through (freed with its trampoline).
+    pub record: Option<u32>,
 }
 
 /// A function that could not be instrumented, and why.
@@ -110,8 +113,12 @@ pub struct Process {
     harvested: Vec<RowSnapshot>,
     /// Direct branches of each module patched so far, by module path.
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
-    /// The exit handler installed this session: its metrics and layout.
-    exits: Option<(Metrics, weft_codegen::ReturnSlots)>,
+    /// The exit code installed this session: its metrics and layout.
+    exits: Option<(Metrics, weft_codegen::ExitHooks)>,
+    /// Call records given back by removed probes, and the first never
+    /// used.
+    free_records: Vec<u32>,
+    next_record: u32,
     /// Trampolines of removed probes, reused once no thread can be in them.
     retired: Vec<std::ops::Range<u64>>,
     /// Probes (indices) whose trampolines were reused: nothing writes their
@@ -202,6 +209,8 @@ impl Process {
             sink_word: None,
             retired: Vec::new(),
             quiet: Vec::new(),
+            free_records: Vec::new(),
+            next_record: 0,
         }
     }
 
@@ -435,10 +444,10 @@ impl Process {
         Ok(())
     }
 
-    /// Makes sure the installed exit handler serves `metrics` (installing
-    /// one for the union of what this session asked so far when not), and
+    /// Makes sure the installed exit code serves `metrics` (installing one
+    /// for the union of what this session asked so far when not), and
     /// returns the layout entry snippets must use.
-    fn ensure_exits(&mut self, metrics: Metrics) -> Result<weft_codegen::ReturnSlots, Error> {
+    fn ensure_exits(&mut self, metrics: Metrics) -> Result<weft_codegen::ExitHooks, Error> {
         let wanted = match self.exits {
             Some((have, slots)) if have.union(metrics) == have => return Ok(slots),
             Some((have, _)) => have.union(metrics),
@@ -454,7 +463,7 @@ impl Process {
         let rt_base = rt.base;
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let rt = self.runtime.as_ref().expect("checked above");
-        let slots = crate::exits::Installer {
+        let hooks = crate::exits::Installer {
             tracer,
             tid,
             pool: &mut self.pool,
@@ -463,7 +472,7 @@ impl Process {
             enable_fn,
         }
         .install(rt.region.header(), wanted.timers())?;
-        self.exits = Some((wanted, slots));
+        self.exits = Some((wanted, hooks));
         if self.sink_word.is_none() {
             let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
             if self.next_word + len > self.options.metric_words {
@@ -472,7 +481,7 @@ impl Process {
             self.sink_word = Some(self.next_word);
             self.next_word += len;
         }
-        Ok(slots)
+        Ok(hooks)
     }
 
     /// Points the still-open activations of the given (removed) probes at
@@ -483,8 +492,8 @@ impl Process {
     /// function. The process must be held, with no thread inside a
     /// trampoline.
     fn retire_open_activations(&mut self, bases: &[i32]) -> Result<(), Error> {
-        let (Some((_, slots)), Some(sink), Some(rt)) =
-            (self.exits, self.sink_word, self.runtime.as_ref())
+        use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_TOP};
+        let (Some(_), Some(sink), Some(rt)) = (self.exits, self.sink_word, self.runtime.as_ref())
         else {
             return Ok(());
         };
@@ -499,21 +508,25 @@ impl Process {
             .load(std::sync::atomic::Ordering::Acquire)
             .min(region.geometry().max_rows);
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let size = u64::from(weft_codegen::CELL_SIZE);
         for index in 0..rows {
-            let block = region.load_word(index, weft_rt::layout::ROW_BLOCK);
-            let depth = region.load_word(index, weft_rt::layout::ROW_DEPTH);
-            if block == 0 || depth == 0 {
+            let cells = region.load_word(index, ROW_CELLS);
+            let top = region.load_word(index, ROW_TOP);
+            let end = region.load_word(index, ROW_CELLS_END);
+            if cells == 0 || top <= cells || top > end {
                 continue;
             }
-            for j in 0..depth.min(u64::from(slots.capacity())) as u32 {
-                let at = slots.cell_address(block, j) + weft_codegen::CELL_METRIC as u64;
+            let mut cell = cells;
+            while cell < top {
+                let at = cell + weft_codegen::CELL_METRIC as u64;
                 let mut metric = [0u8; 4];
                 if tracer.memory().read(at, &mut metric).is_err() {
-                    break; // the thread and its block are gone
+                    break; // the thread and its cells are gone
                 }
                 if bases.contains(&i32::from_le_bytes(metric)) {
                     tracer.memory().write(at, &sink.to_le_bytes())?;
                 }
+                cell += size;
             }
         }
         Ok(())
@@ -632,7 +645,7 @@ impl Process {
             1
         };
         self.ensure_runtime()?;
-        let slots = if metrics.hooks_exit() {
+        let hooks = if metrics.hooks_exit() {
             Some(self.ensure_exits(metrics)?)
         } else {
             None
@@ -640,6 +653,7 @@ impl Process {
         let rt = self.runtime.as_ref().expect("loaded above");
         let header = rt.region.header();
         let (tls_offset, register_fn) = (header.tls_offset, header.register_fn);
+        let call_targets = header.call_targets;
         let mmap_fn = self
             .image
             .symbol_address("libc.so", "mmap")
@@ -653,12 +667,17 @@ impl Process {
         for (f, site) in plans {
             let word = self.allocate_words(words_per_probe as u32)?;
             let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
-            let snippets = [match slots {
-                Some(slots) => Snippet::CountCallHookExit {
+            let record = match hooks {
+                Some(_) => Some(self.allocate_record()?),
+                None => None,
+            };
+            let snippets = [match (hooks, record) {
+                (Some(hooks), Some(record)) => Snippet::CountCallHookExit {
                     metric: offset,
-                    slots,
+                    record,
+                    hooks,
                 },
-                None => Snippet::CountCall { offset },
+                _ => Snippet::CountCall { offset },
             }];
             let len = weft_codegen::max_trampoline_len(&site, &snippets) as u64;
             let tracer = self.tracer.as_mut().expect("held");
@@ -700,6 +719,14 @@ impl Process {
                 .memory()
                 .write(at - crate::trampolines::RECORD_LEN, &record)?;
             tracer.memory().write(at, &trampoline.bytes)?;
+            if let Snippet::CountCallHookExit { record, .. } = snippets[0] {
+                // The call record calls the trampoline's copy of the
+                // displaced instructions, which continue into the body.
+                let body = at + trampoline.relocated_offset as u64;
+                tracer
+                    .memory()
+                    .write(call_targets + 8 * u64::from(record), &body.to_le_bytes())?;
+            }
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
                 function: f,
@@ -711,6 +738,10 @@ impl Process {
                 metrics,
                 words_recycled: false,
                 active: false,
+                record: match snippets[0] {
+                    Snippet::CountCallHookExit { record, .. } => Some(record),
+                    _ => None,
+                },
             });
         }
 
@@ -775,6 +806,18 @@ impl Process {
         Ok(word)
     }
 
+    /// A free call record for a probe with exit hooks.
+    fn allocate_record(&mut self) -> Result<u32, Error> {
+        if let Some(r) = self.free_records.pop() {
+            return Ok(r);
+        }
+        if self.next_record as usize >= weft_rt::layout::CALL_RECORDS {
+            return Err(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS));
+        }
+        self.next_record += 1;
+        Ok(self.next_record - 1)
+    }
+
     /// Gives the space of retired trampolines back to the pool once no
     /// thread executes in one or has an address inside one on its stack
     /// (a return address of a timer subroutine, a signal frame's saved
@@ -791,9 +834,28 @@ impl Process {
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut busy = vec![false; self.retired.len()];
         let retired = &self.retired;
+        // A thread about to execute a retired probe's call record (its PC
+        // on the record's `call`, or that PC in a signal frame) would call
+        // whatever the record calls next: the record is busy with the
+        // trampoline. (Return points are not: returning through any record
+        // leads to the exit handler, whatever the record is used for.)
+        let records: Vec<Option<std::ops::Range<u64>>> = {
+            let first = self
+                .runtime
+                .as_ref()
+                .map_or(0, |rt| rt.region.header().call_records);
+            retired
+                .iter()
+                .map(|r| {
+                    let probe = self.probes.iter().find(|p| &p.trampoline == r)?;
+                    let at = first + u64::from(probe.record?) * weft_codegen::RECORD_SIZE;
+                    Some(at..at + weft_codegen::RECORD_RETURN)
+                })
+                .collect()
+        };
         let mark = |busy: &mut Vec<bool>, value: u64| {
             for (i, r) in retired.iter().enumerate() {
-                if r.contains(&value) {
+                if r.contains(&value) || records[i].as_ref().is_some_and(|c| c.contains(&value)) {
                     busy[i] = true;
                 }
             }
@@ -830,6 +892,9 @@ impl Process {
             self.pool.release(range.clone());
             if let Some(i) = self.probes.iter().position(|p| p.trampoline == range) {
                 self.quiet.push(i);
+                if let Some(record) = self.probes[i].record.take() {
+                    self.free_records.push(record);
+                }
             }
         }
         self.retired = still;
@@ -1165,7 +1230,8 @@ impl Process {
         };
         // Clocks before the words: a running timer's value then never
         // exceeds what its stop will record. One reading serves the row.
-        let wall_now = wall.now();
+        let wall_now = wall.raw();
+        let q32 = region.header().timer_ns_per_tick_q32;
         for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
             let first = probe.calls_word as usize;
             let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
@@ -1182,7 +1248,7 @@ impl Process {
                     None => continue,
                 }
             }
-            let value = timer_value(&words, wall_now, cpu_now);
+            let value = timer_value(&words, wall_now, cpu_now, q32);
             let at = |off: i32| first + (off / 8) as usize;
             if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_WALL_TOTAL)) {
                 *w = value.wall_ns;

@@ -349,8 +349,6 @@ mod tests {
         assert_eq!(
             exported,
             [
-                "__jit_debug_descriptor",
-                "__jit_debug_register_code",
                 "weft_rt_enable_exits",
                 "weft_rt_init",
                 "weft_rt_personality",

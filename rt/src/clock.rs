@@ -374,6 +374,73 @@ impl WallClock {
         // SAFETY: self is a valid WallClock for the duration of the call.
         unsafe { weft_rt_wall_now(self) }
     }
+
+    /// The raw timer reading timers store at a start: the TSC when it is
+    /// the wall clock, else CLOCK_MONOTONIC nanoseconds. Differences
+    /// convert to ns with [`WallClock::units`].
+    #[inline]
+    pub fn raw(&self) -> u64 {
+        if self.kind == WALL_TSC {
+            rdtsc()
+        } else {
+            monotonic_ns()
+        }
+    }
+
+    /// How raw readings ([`WallClock::raw`], and the CPU clock's
+    /// [`ThreadCpuClock::ticks`]) convert to nanoseconds.
+    pub fn units(&self) -> TimerUnits {
+        if self.kind != WALL_TSC || self.cal.mult == 0 || self.cal.shift > 32 {
+            return TimerUnits::NANOSECONDS;
+        }
+        let ns_per_tick_q32 = u64::from(self.cal.mult) << (32 - self.cal.shift);
+        let ticks_per_ns_q32 =
+            u64::try_from((1u128 << (32 + self.cal.shift)) / u128::from(self.cal.mult))
+                .unwrap_or(u64::MAX);
+        TimerUnits {
+            ns_per_tick_q32,
+            ticks_per_ns_q32,
+        }
+    }
+}
+
+/// The unit of raw timer readings, as two 32.32 fixed-point factors.
+/// Generated code stores raw readings at a timer's start and converts only
+/// the difference at its stop (one `mul`), so the hot path never converts a
+/// clock reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimerUnits {
+    /// Nanoseconds per tick, times 2^32.
+    pub ns_per_tick_q32: u64,
+    /// Ticks per nanosecond, times 2^32.
+    pub ticks_per_ns_q32: u64,
+}
+
+impl TimerUnits {
+    /// Raw readings that are nanoseconds already (CLOCK_MONOTONIC).
+    pub const NANOSECONDS: TimerUnits = TimerUnits {
+        ns_per_tick_q32: 1 << 32,
+        ticks_per_ns_q32: 1 << 32,
+    };
+
+    /// `ticks` in nanoseconds: `(ticks * ns_per_tick_q32) >> 32`, exactly
+    /// what generated code computes (saturating instead of wrapping).
+    #[inline]
+    pub fn to_ns(&self, ticks: u64) -> u64 {
+        q32_mul(ticks, self.ns_per_tick_q32)
+    }
+
+    /// `ns` nanoseconds in ticks.
+    #[inline]
+    pub fn to_ticks(&self, ns: u64) -> u64 {
+        q32_mul(ns, self.ticks_per_ns_q32)
+    }
+}
+
+/// `(a * q) >> 32`, saturating at `u64::MAX`.
+#[inline]
+pub fn q32_mul(a: u64, q: u64) -> u64 {
+    u64::try_from((u128::from(a) * u128::from(q)) >> 32).unwrap_or(u64::MAX)
 }
 
 // ---------------------------------------------------------------------------
@@ -674,7 +741,17 @@ impl fmt::Display for CpuSource {
 /// | 72 | `scratch: [u64; 2]` | timespec written by the raw syscall |
 /// | 88 | `fd: i32` | the perf event, -1 if none owned |
 /// | 92 | `why: i32` | errno / reason behind [`ThreadCpuClock::source`] |
-/// | 96 | `max_age_tsc: u64` | anchor mode: re-anchor once the anchor is this many TSC ticks old |
+/// | 96 | `max_age_tsc: u64` | anchor mode: re-anchor once the anchor is this many TSC ticks old; 0 in the other modes |
+/// | 112 | `ticks_offset: u64` | anchor mode: the CPU time in ticks is `tsc + ticks_offset` while the anchor holds |
+/// | 120 | `to_ticks_q32: u64` | ticks per ns, 32.32 fixed point ([`TimerUnits::ticks_per_ns_q32`]) |
+///
+/// Generated timer code reads the CPU clock in *ticks* (the wall clock's
+/// raw unit, see [`TimerUnits`]) inline: while the page's `lock` equals
+/// `anchor_lock` and the anchor is younger than `max_age_tsc`, it is `tsc +
+/// ticks_offset`, one `add`; otherwise it calls `weft_rt_cpu_ticks`. Every
+/// re-anchor stores `anchor_lock` = 1 first (odd: a settled page lock is
+/// always even, so no reader, not even a signal handler on this thread,
+/// takes the fast path on a half-written anchor) and the new lock last.
 ///
 /// Why an anchor ages out: between two context switches the TSC also counts
 /// time the hypervisor steals from the vCPU (and interrupt time), which the
@@ -701,6 +778,8 @@ pub struct ThreadCpuClock {
     /// 1 when the page mapping is ours to unmap although `fd` is closed
     /// ([`ThreadCpuClock::close_fd`]).
     owns_page: u32,
+    ticks_offset: u64,
+    to_ticks_q32: u64,
 }
 
 /// How old (in running time) an anchor may get before a read re-anchors.
@@ -740,6 +819,12 @@ pub const CPU_OFF_SYSCALLS: usize = 64;
 pub const CPU_OFF_MAX_AGE: usize = 96;
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_SCRATCH: usize = 72;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_TICKS_OFFSET: usize = 112;
+/// See [`CPU_OFF_PAGE`].
+pub const CPU_OFF_TO_TICKS: usize = 120;
+/// An `anchor_lock` no settled page lock equals (see [`ThreadCpuClock`]).
+const LOCK_INVALID: u32 = 1;
 const _: () = {
     assert!(offset_of!(ThreadCpuClock, page) == CPU_OFF_PAGE);
     assert!(offset_of!(ThreadCpuClock, mode) == CPU_OFF_MODE);
@@ -756,6 +841,8 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, scratch) == CPU_OFF_SCRATCH);
     assert!(offset_of!(ThreadCpuClock, fd) == 88);
     assert!(offset_of!(ThreadCpuClock, why) == 92);
+    assert!(offset_of!(ThreadCpuClock, ticks_offset) == CPU_OFF_TICKS_OFFSET);
+    assert!(offset_of!(ThreadCpuClock, to_ticks_q32) == CPU_OFF_TO_TICKS);
     assert!(size_of::<ThreadCpuClock>() == 128);
 };
 
@@ -807,6 +894,7 @@ impl ThreadCpuClock {
             let perf = clock.perf_time_ns().unwrap_or(0);
             clock.base_ns = cpu.wrapping_sub(perf);
         } else {
+            clock.max_age_tsc = ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift);
             clock.reanchor();
         }
         clock
@@ -852,8 +940,12 @@ impl ThreadCpuClock {
             scratch: [0; 2],
             fd: -1,
             why: WHY_CPU_FORCED,
-            max_age_tsc: ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift),
+            // The inline fast path is for anchor mode only: with 0 its age
+            // test always fails (before it touches the page).
+            max_age_tsc: 0,
             owns_page: 0,
+            ticks_offset: 0,
+            to_ticks_q32: wall.units().ticks_per_ns_q32,
         }
     }
 
@@ -959,9 +1051,15 @@ impl ThreadCpuClock {
         let tsc = rdtsc();
         let after = self.page_lock_raw();
         if before == after {
-            self.anchor_lock = after;
+            // The fast paths (Rust, assembly, generated) must never see a
+            // half-written anchor, not even from a signal handler.
+            self.anchor_lock = LOCK_INVALID;
+            compiler_fence(Ordering::SeqCst);
             self.anchor_cpu_ns = cpu;
             self.anchor_tsc = tsc;
+            self.ticks_offset = q32_mul(cpu, self.to_ticks_q32).wrapping_sub(tsc);
+            compiler_fence(Ordering::SeqCst);
+            self.anchor_lock = after;
         }
         // Otherwise the thread was switched out around the syscall and the
         // TSC may include off-CPU time: keep the stale anchor so the next
@@ -1011,6 +1109,37 @@ impl ThreadCpuClock {
     pub fn now_asm(&mut self) -> u64 {
         // SAFETY: self is this thread's valid clock state.
         unsafe { weft_rt_cpu_now(self) }
+    }
+
+    /// The thread's CPU time in raw timer ticks ([`TimerUnits`]), as
+    /// generated code reads it: `tsc + ticks_offset` while the anchor holds
+    /// (`tsc` is the caller's raw wall reading, taken just before), else
+    /// [`ThreadCpuClock::now`] converted. Must be called on the thread that
+    /// created the clock.
+    pub fn ticks(&mut self, tsc: u64) -> u64 {
+        if tsc.wrapping_sub(self.anchor_tsc) < self.max_age_tsc
+            && self.page_lock_raw() == self.anchor_lock
+        {
+            return tsc.wrapping_add(self.ticks_offset);
+        }
+        q32_mul(self.now(), self.to_ticks_q32)
+    }
+
+    /// Same as [`ThreadCpuClock::ticks`], through the assembly slow path
+    /// generated code calls (`weft_rt_cpu_ticks`).
+    pub fn ticks_asm(&mut self, tsc: u64) -> u64 {
+        let out: u64;
+        // SAFETY: self is this thread's valid clock state; the routine
+        // preserves every register but rax and the flags.
+        unsafe {
+            asm!(
+                "call {f}",
+                f = sym weft_rt_cpu_ticks,
+                inout("rax") tsc => out,
+                in("rdx") self as *mut Self,
+            );
+        }
+        out
     }
 }
 
@@ -1068,6 +1197,26 @@ extern "C" {
     /// mode), `syscalls`, the anchor fields and `scratch` through a raw
     /// `syscall` of clock_gettime(CLOCK_THREAD_CPUTIME_ID).
     pub fn weft_rt_cpu_now(clock: *mut ThreadCpuClock) -> u64;
+
+    /// Slow path of the inline CPU clock of generated code (not a C
+    /// function: call it from assembly only).
+    ///
+    /// Contract: `rdx` = `*mut ThreadCpuClock` of the calling thread, `rax`
+    /// = the caller's raw wall reading (ignored); result: the thread's CPU
+    /// time in raw ticks ([`TimerUnits`]) in `rax`, re-anchoring in anchor
+    /// mode. Preserves every other general register (`rdx` included);
+    /// clobbers the flags; no vector or x87 instruction; 72 bytes of stack
+    /// plus `weft_rt_cpu_now`'s.
+    pub fn weft_rt_cpu_ticks();
+
+    /// Raw wall reading for generated code when the TSC is not the wall
+    /// clock (not a C function: call it from assembly only).
+    ///
+    /// Contract: `rax` = `*const WallClock`; result in `rax`: the TSC for a
+    /// TSC wall clock, else CLOCK_MONOTONIC ns (a raw `syscall`).
+    /// Preserves every other general register; clobbers the flags; no
+    /// vector or x87 instruction; 56 bytes of stack.
+    pub fn weft_rt_wall_raw();
 }
 
 // The mul/shift sequence used by both readers, on rax (value), with the
@@ -1229,13 +1378,86 @@ global_asm!(
     "add rdx, qword ptr [r8 + {C_SCRATCH} + 8]",
     "cmp ecx, r10d",
     "jne 41f", // switched around the syscall: value good, anchor not
-    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], ecx",
+    // Invalidate, write the anchor and its tick offset, then publish the
+    // lock (see ThreadCpuClock): no fast path sees a half-written anchor.
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
     "mov qword ptr [r8 + {C_ANCHOR_TSC}], rax",
     "mov qword ptr [r8 + {C_ANCHOR_CPU}], rdx",
+    "mov r11, rax", // tsc
+    "mov r10, rdx", // cpu ns
+    "mov rax, rdx",
+    "mul qword ptr [r8 + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32", // cpu in ticks
+    "sub rax, r11",
+    "mov qword ptr [r8 + {C_TICKS_OFFSET}], rax",
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], ecx",
+    "mov rdx, r10",
     "41:",
     "mov rax, rdx",
     "jmp 50b",
     ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
+    // ---- weft_rt_cpu_ticks ------------------------------------------------
+    ".globl weft_rt_cpu_ticks",
+    ".type weft_rt_cpu_ticks,@function",
+    ".p2align 4",
+    "weft_rt_cpu_ticks:",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "mov rdi, rdx",
+    "call weft_rt_cpu_now", // rax = ns; rdi preserved
+    "mul qword ptr [rdi + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "ret",
+    ".size weft_rt_cpu_ticks, . - weft_rt_cpu_ticks",
+    // ---- weft_rt_wall_raw -------------------------------------------------
+    ".globl weft_rt_wall_raw",
+    ".type weft_rt_wall_raw,@function",
+    ".p2align 4",
+    "weft_rt_wall_raw:",
+    "cmp dword ptr [rax + {W_KIND}], 0",
+    "jne 2f",
+    "push rdx",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "pop rdx",
+    "ret",
+    "2:",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r11",
+    "sub rsp, 16",
+    "mov rsi, rsp",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "syscall",
+    "mov rax, qword ptr [rsp]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [rsp + 8]",
+    "add rsp, 16",
+    "pop r11",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "ret",
+    ".size weft_rt_wall_raw, . - weft_rt_wall_raw",
     ".popsection",
     W_KIND = const WALL_OFF_KIND,
     W_MULT = const WALL_OFF_MULT,
@@ -1255,6 +1477,9 @@ global_asm!(
     C_READS = const CPU_OFF_READS,
     C_SYSCALLS = const CPU_OFF_SYSCALLS,
     C_SCRATCH = const CPU_OFF_SCRATCH,
+    C_TICKS_OFFSET = const CPU_OFF_TICKS_OFFSET,
+    C_TO_TICKS = const CPU_OFF_TO_TICKS,
+    LOCK_INVALID = const LOCK_INVALID,
     P_LOCK = const PAGE_OFF_LOCK,
     P_CAPS = const PAGE_OFF_CAPABILITIES,
     P_RUNNING = const PAGE_OFF_TIME_RUNNING,

@@ -34,7 +34,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The cache-line size every row is aligned and padded to.
 pub const CACHE_LINE: usize = 64;
 /// Byte offset of the ack array from the start of the region.
@@ -92,27 +92,36 @@ pub struct RegionHeader {
     pub rows_reused: AtomicU64,
     /// Non-zero when the runtime disabled itself (e.g. in a forked child).
     pub disabled: AtomicI64,
-    /// Address (in the target) of `weft_rt_wall_now`, the GPR-only wall
-    /// clock reader generated timer code calls.
-    pub wall_now_fn: u64,
-    /// Address (in the target) of `weft_rt_cpu_now`, the GPR-only thread
-    /// CPU clock reader.
-    pub cpu_now_fn: u64,
-    /// Address (in the target) of [`RegionHeader::wall`] itself: the state
-    /// generated code passes to `weft_rt_wall_now`.
+    /// Address (in the target) of `weft_rt_wall_raw`: generated timer code
+    /// calls it for the raw wall clock when the TSC is not the wall clock
+    /// (with a TSC wall clock it reads `rdtsc` itself).
+    pub wall_raw_fn: u64,
+    /// Address (in the target) of `weft_rt_cpu_ticks`, the slow path of
+    /// the thread CPU clock generated timer code reads inline.
+    pub cpu_ticks_fn: u64,
+    /// Address (in the target) of [`RegionHeader::wall`] itself.
     pub wall_address: u64,
-    /// Address (in the target) of `weft_rt_exit_trampoline`, which every
-    /// return slot calls: it jumps to the exit handler the injector
-    /// installed last ([`crate::weft_rt_enable_exits`]).
-    pub exit_trampoline: u64,
-    /// Activations per return-slot block; 0 while exits are not enabled.
+    /// Address (in the target) of call record 0 (`weft_rt_call_records`):
+    /// [`CALL_RECORDS`] records of [`RECORD_SIZE`] bytes, through which timed
+    /// functions are called (see [`metric`] and `weft_codegen::exit`).
+    pub call_records: u64,
+    /// Address (in the target) of the call records' targets
+    /// (`weft_rt_call_targets`, one `u64` per record, written by the
+    /// injector).
+    pub call_targets: u64,
+    /// Address (in the target) of the word every call record jumps through
+    /// to reach the exit handler the injector installed last.
+    pub exit_handler_slot: u64,
+    /// Activations per thread; 0 while exits are not enabled.
     pub exit_capacity: AtomicU32,
-    /// Threads whose return-slot block could not be allocated (their exits
+    /// Threads whose activation stack could not be allocated (their exits
     /// are not hooked: counted as `unhooked`).
     pub blocks_failed: AtomicU32,
-    /// Address (in the target) of `weft_rt_personality`, the personality
-    /// routine of the return slots' unwind information.
-    pub personality_fn: u64,
+    /// Nanoseconds per raw timer tick, as a 32.32 fixed-point number: raw
+    /// timer readings (the TSC, or CLOCK_MONOTONIC nanoseconds when the
+    /// TSC is not the wall clock) convert to ns as `(ticks * q32) >> 32`.
+    /// See [`crate::clock::TimerUnits`].
+    pub timer_ns_per_tick_q32: u64,
     /// The process's wall clock, calibrated when the runtime was loaded. A
     /// reader in another process on the same machine computes the same
     /// clock with [`crate::clock::WallClock::now`] (the TSC is shared).
@@ -146,11 +155,13 @@ pub struct RowHeader {
 /// by the owning thread (and by the runtime when it hands the row over).
 #[repr(C)]
 pub struct ThreadState {
-    /// Address of the thread's return-slot block; 0 = exits not hooked.
-    /// Kept with the row when the row is handed to a new thread.
-    pub block: AtomicU64,
-    /// Open activations in the block.
-    pub depth: AtomicU64,
+    /// Address of the thread's first activation cell; 0 = exits not
+    /// hooked. The cells stay with the row when the row is handed to a new
+    /// thread.
+    pub cells: AtomicU64,
+    /// Address of the first free cell: the thread's open activations are
+    /// the cells in `[cells, top)`.
+    pub top: AtomicU64,
     /// Lowest address of the thread's stack.
     pub stack_lo: AtomicU64,
     /// One past the highest address of the thread's stack.
@@ -163,8 +174,11 @@ pub struct ThreadState {
     /// The `why` behind a syscall-mode CPU clock (errno of
     /// `perf_event_open`, or a negative reason), for reports.
     pub cpu_why: AtomicI32,
+    /// One past the thread's last cell (0 = no cells): a thread with
+    /// `top == cells_end` has no room for another activation.
+    pub cells_end: AtomicU64,
     /// Unused.
-    pub reserved: [u64; 2],
+    pub reserved: u64,
 }
 
 /// No CPU clock for the thread.
@@ -182,27 +196,40 @@ const _: () = assert!(
     core::mem::align_of::<crate::clock::ThreadCpuClock>() <= core::mem::align_of::<ClockStorage>()
 );
 
-/// Row byte offset of [`ThreadState::block`] (what generated code reads).
-pub const ROW_BLOCK: usize = 64;
-/// Row byte offset of [`ThreadState::depth`].
-pub const ROW_DEPTH: usize = 72;
+/// Row byte offset of [`ThreadState::cells`] (what generated code reads).
+pub const ROW_CELLS: usize = 64;
+/// Row byte offset of [`ThreadState::top`].
+pub const ROW_TOP: usize = 72;
 /// Row byte offset of [`ThreadState::stack_lo`] (`stack_hi` follows).
 pub const ROW_STACK_BOUNDS: usize = 80;
 /// Row byte offset of [`ThreadState::cpu_clock`].
 pub const ROW_CPU_CLOCK: usize = 96;
+/// Row byte offset of [`ThreadState::cells_end`].
+pub const ROW_CELLS_END: usize = 112;
 /// Row byte offset of [`RowHeader::clock`].
 pub const ROW_CLOCK_STORAGE: usize = 128;
 const _: () = {
     use core::mem::offset_of;
-    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, block) == ROW_BLOCK);
-    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, depth) == ROW_DEPTH);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cells) == ROW_CELLS);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, top) == ROW_TOP);
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, stack_lo) == ROW_STACK_BOUNDS);
     assert!(
         offset_of!(RowHeader, thread) + offset_of!(ThreadState, stack_hi) == ROW_STACK_BOUNDS + 8
     );
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cpu_clock) == ROW_CPU_CLOCK);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cells_end) == ROW_CELLS_END);
     assert!(offset_of!(RowHeader, clock) == ROW_CLOCK_STORAGE);
 };
+
+/// Call records in the runtime (each timed function uses one while it is
+/// instrumented).
+pub const CALL_RECORDS: usize = 8192;
+/// Bytes per call record: `call qword [rip + target]` (6 bytes), `jmp
+/// qword [rip + handler]` (6 bytes), `int3` padding.
+pub const RECORD_SIZE: usize = 16;
+/// Offset in a record of its return point (the end of its `call`): the
+/// return address a timed function sees.
+pub const RECORD_RETURN: usize = 6;
 
 /// Offsets from a function's metric base of the exit-hook and timer words,
 /// as the generated code (`weft_codegen::exit`, `weft_codegen::timer`) lays
@@ -221,24 +248,32 @@ pub mod metric {
     pub const NESTING: usize = 32;
     /// Timer seqlock.
     pub const SEQ: usize = 40;
-    /// Closed wall time.
+    /// Closed wall time, ns.
     pub const WALL_TOTAL: usize = 48;
-    /// Wall clock at the start; 0 = not running.
+    /// Raw wall clock at the start (timer ticks); 0 = not running.
     pub const WALL_START: usize = 56;
-    /// Closed CPU time.
+    /// Closed CPU time, ns.
     pub const CPU_TOTAL: usize = 64;
-    /// CPU clock at the start; 0 = not running.
+    /// Raw thread CPU clock at the start (timer ticks); 0 = not running.
     pub const CPU_START: usize = 72;
     /// Bytes per timed function.
     pub const TIMED_LEN: usize = 80;
-    /// Bytes per code slot / data cell of a return-slot block.
-    pub const SLOT_SIZE: usize = 32;
-    /// Offset in a data cell of the original return address.
+    /// Bytes per activation cell.
+    pub const CELL_SIZE: usize = 32;
+    /// Offset in a cell of the original return address.
     pub const CELL_RETURN_ADDRESS: usize = 0;
-    /// Offset in a data cell of the metric base (i32).
-    pub const CELL_METRIC: usize = 16;
-    /// Offset in a code slot of the `call` (redirected return addresses).
-    pub const SLOT_ENTRY: usize = 1;
+    /// Offset in a cell of the entry `rsp` (the address the return address
+    /// was at).
+    pub const CELL_ENTRY_RSP: usize = 8;
+    /// Offset in a cell of the caller's `rbx` (the function runs with `rbx`
+    /// = its cell, which is how unwinders find the cell).
+    pub const CELL_RBX: usize = 16;
+    /// Offset in a cell of the metric base (i32).
+    pub const CELL_METRIC: usize = 24;
+    /// Offset in a cell of its flags (u32).
+    pub const CELL_FLAGS: usize = 28;
+    /// Cell flag: the metric base has the timer words.
+    pub const CELL_TIMED: u32 = 1;
 }
 
 /// Four name bytes, stored atomically so concurrent readers are sound.

@@ -23,11 +23,9 @@ pub mod layout;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod exits;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod gdb_jit;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod runtime;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use exits::{block_sizes, weft_rt_enable_exits};
+pub use exits::{call_record_addresses, cells_len, weft_rt_enable_exits};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use runtime::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};

@@ -215,16 +215,18 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
         ptr::addr_of_mut!((*header).region_size).write(size);
         ptr::addr_of_mut!((*header).tls_offset).write(weft_rt_tls_offset());
         ptr::addr_of_mut!((*header).register_fn).write(weft_rt_register_thread as *const () as u64);
-        ptr::addr_of_mut!((*header).wall_now_fn)
-            .write(crate::clock::weft_rt_wall_now as *const () as u64);
-        ptr::addr_of_mut!((*header).cpu_now_fn)
-            .write(crate::clock::weft_rt_cpu_now as *const () as u64);
-        ptr::addr_of_mut!((*header).wall).write(wall_clock());
+        ptr::addr_of_mut!((*header).wall_raw_fn)
+            .write(crate::clock::weft_rt_wall_raw as *const () as u64);
+        ptr::addr_of_mut!((*header).cpu_ticks_fn)
+            .write(crate::clock::weft_rt_cpu_ticks as *const () as u64);
+        let wall = wall_clock();
+        ptr::addr_of_mut!((*header).wall).write(wall);
         ptr::addr_of_mut!((*header).wall_address).write(ptr::addr_of!((*header).wall) as u64);
-        ptr::addr_of_mut!((*header).personality_fn)
-            .write(crate::exits::weft_rt_personality as *const () as u64);
-        ptr::addr_of_mut!((*header).exit_trampoline)
-            .write(crate::exits::weft_rt_exit_trampoline as *const () as u64);
+        ptr::addr_of_mut!((*header).timer_ns_per_tick_q32).write(wall.units().ns_per_tick_q32);
+        let (records, targets, slot) = crate::exits::call_record_addresses();
+        ptr::addr_of_mut!((*header).call_records).write(records);
+        ptr::addr_of_mut!((*header).call_targets).write(targets);
+        ptr::addr_of_mut!((*header).exit_handler_slot).write(slot);
         (*header)
             .pid
             .store(libc::getpid() as u32, Ordering::Relaxed);
@@ -249,7 +251,6 @@ extern "C" fn on_load() {
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
     }
-    crate::exits::find_register_frame();
     // The TSC calibration sleeps ~10 ms: here the target's other threads
     // run meanwhile, unlike in `weft_rt_init`.
     calibrate_wall();
