@@ -147,10 +147,9 @@ enum Under {
     Bpftrace,
 }
 
-/// ns per call as the target measured it (best of its 3 repetitions,
-/// averaged over threads). Under weft, checks the report: every call
-/// counted, and for timers: per thread, CPU time <= wall time, both
-/// non-zero.
+/// Thread CPU ns per call as the target measured it (best of its 3
+/// repetitions, averaged over threads). Under weft, checks the report
+/// against the target's own clocks (`check_report`).
 fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
     let t = threads.to_string();
     let n = calls.to_string();
@@ -194,28 +193,69 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
         .find_map(|l| l.trim().parse::<f64>().ok())
         .expect("the target prints ns per call");
     if let Under::Weft(metrics) = under {
-        check_report(&report, metrics, threads as u64 * calls * 3);
+        let own: Vec<ThreadClocks> = text.lines().filter_map(ThreadClocks::parse).collect();
+        assert_eq!(own.len(), threads, "the target's per-thread lines: {text}");
+        check_report(&report, metrics, threads as u64 * calls * 3, &own);
     }
     ns
 }
 
-/// Nothing measured less: the report counts every call, and timers look
-/// like time.
-fn check_report(path: &Path, metrics: &str, calls: u64) {
+/// A target thread's own clocks around its loops.
+struct ThreadClocks {
+    tid: u64,
+    wall_ns: u64,
+    cpu_ns: u64,
+}
+
+impl ThreadClocks {
+    /// `thread tid=T wall_ns=W cpu_ns=C`.
+    fn parse(line: &str) -> Option<ThreadClocks> {
+        let mut fields = line
+            .strip_prefix("thread ")?
+            .split(' ')
+            .map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse::<u64>().ok()));
+        Some(ThreadClocks {
+            tid: fields.next()??,
+            wall_ns: fields.next()??,
+            cpu_ns: fields.next()??,
+        })
+    }
+}
+
+/// Nothing measured less: the report counts every call, and each thread's
+/// timers agree with its own clocks: the timed time of `work` lies inside
+/// the thread's loops (their wall and CPU time, +1% and 1 ms), is at least
+/// a tenth of it (the body and half the hook are timed), and its CPU time
+/// is its wall time (the thread spins) unless threads outnumber CPUs.
+fn check_report(path: &Path, metrics: &str, calls: u64, own: &[ThreadClocks]) {
     let text = std::fs::read_to_string(path).expect("reading weft's report");
     let r: serde_json::Value = serde_json::from_str(&text).expect("weft's report is JSON");
     let f = &r["functions"][0];
     assert_eq!(f["calls"].as_u64(), Some(calls), "not every call counted");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for t in r["threads"].as_array().into_iter().flatten() {
         let c = &t["functions"]["work"];
+        let Some(clocks) = own.iter().find(|o| t["tid"].as_u64() == Some(o.tid)) else {
+            continue; // the main thread: it does not call work()
+        };
+        let within = |timed: u64, real: u64, what: &str| {
+            assert!(
+                timed <= real + real / 100 + 1_000_000 && timed >= real / 10,
+                "{what}: weft timed {timed} ns of the thread's own {real} ns: {c}"
+            );
+        };
+        let wall = c["wall_ns"].as_u64().unwrap_or(0);
+        let cpu = c["cpu_ns"].as_u64().unwrap_or(0);
         if metrics.contains("wall") {
-            assert!(c["wall_ns"].as_u64().unwrap_or(0) > 0, "no wall time: {c}");
+            within(wall, clocks.wall_ns, "wall");
         }
         if metrics.contains("cpu") {
-            let cpu = c["cpu_ns"].as_u64().unwrap_or(0);
-            assert!(cpu > 0, "no CPU time: {c}");
-            if let Some(wall) = c["wall_ns"].as_u64() {
-                assert!(cpu <= wall + wall / 20, "CPU time above wall time: {c}");
+            within(cpu, clocks.cpu_ns, "cpu");
+            if metrics.contains("wall") && own.len() <= cpus {
+                assert!(
+                    cpu <= wall + wall / 20 && cpu >= wall / 2,
+                    "a spinning thread's CPU time is its wall time: {c}"
+                );
             }
         }
     }
@@ -238,31 +278,48 @@ fn unsafe_is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// ns per pair of back-to-back `rdtsc`s in this process: the floor of a
+/// timer that reads the TSC at both ends of a call.
+fn rdtsc_pair_ns() -> f64 {
+    let n = 2_000_000u64;
+    best_of(5, || {
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        for _ in 0..n {
+            x ^= weft_rt::clock::rdtsc() ^ weft_rt::clock::rdtsc();
+        }
+        std::hint::black_box(x);
+        t0.elapsed().as_secs_f64() * 1e9 / n as f64
+    })
+}
+
 fn section_per_call(quick: bool) {
     let calls: u64 = if quick { 300_000 } else { 10_000_000 };
     let rounds = if quick { 1 } else { 3 };
     let exe = build_overhead_target();
     let bpf = have_bpftrace();
     println!(
-        "## Per call: ns added to an empty call ({calls} calls x 3 per thread, best of {rounds})"
+        "## Per call: thread-CPU ns added to an empty call ({calls} calls x 3 per thread, best of {rounds})"
     );
     if !bpf {
         println!(
             "(bpftrace not installed or not root: its column is skipped; apt-get install bpftrace)"
         );
     }
+    let floor = rdtsc_pair_ns();
+    println!("two back-to-back rdtsc here: {floor:.1} ns (the floor of any TSC timer)");
     println!(
         "{:>7} {:>8} {:>8} {:>12} {:>16} {:>10}",
         "threads", "plain", "calls", "calls,wall", "calls,wall,cpu", "bpftrace"
     );
-    let mut added_calls = Vec::new();
+    let metric_sets = ["calls", "calls,wall", "calls,wall,cpu"];
+    let mut added: Vec<Vec<f64>> = Vec::new();
     for threads in [1usize, 2, 4] {
         let plain = best_of(rounds, || per_call(&exe, Under::Plain, threads, calls));
-        let mut row = vec![plain];
-        for m in ["calls", "calls,wall", "calls,wall,cpu"] {
+        let mut row = Vec::new();
+        for m in metric_sets {
             row.push(best_of(rounds, || per_call(&exe, Under::Weft(m), threads, calls)) - plain);
         }
-        added_calls.push(row[1]);
         let bpf_cell = if bpf {
             // Thousands of times slower: fewer calls keep it short.
             let n = (calls / 20).max(20_000);
@@ -271,13 +328,22 @@ fn section_per_call(quick: bool) {
             "-".into()
         };
         println!(
-            "{threads:>7} {:>8.2} {:>+8.2} {:>+12.1} {:>+16.1} {bpf_cell:>10}",
-            row[0], row[1], row[2], row[3]
+            "{threads:>7} {plain:>8.2} {:>+8.2} {:>+12.1} {:>+16.1} {bpf_cell:>10}",
+            row[0], row[1], row[2]
+        );
+        added.push(row);
+    }
+    for (i, m) in metric_sets.iter().enumerate() {
+        println!(
+            "{m}: added cost at 2 threads / 1 thread = {:.2}, 4 / 1 = {:.2} (1.0: no shared cache line)",
+            added[1][i] / added[0][i].max(0.01),
+            added[2][i] / added[0][i].max(0.01)
         );
     }
     println!(
-        "calls: added cost at 2 threads / 1 thread = {:.2} (1.0: no shared cache line)",
-        added_calls[1] / added_calls[0].max(0.01)
+        "above the rdtsc floor at 1 thread: calls,wall +{:.1} ns, calls,wall,cpu +{:.1} ns",
+        added[0][1] - floor,
+        added[0][2] - floor
     );
 }
 
@@ -363,37 +429,68 @@ fn section_sampling(quick: bool) {
     p.hold().expect("hold");
     p.insert(&f, Metrics::ALL).expect("insert");
     p.release().expect("release");
-    // Every thread runs every function within 200 ms (then sleeps again:
-    // the report is measured on a quiet machine, as a sampler would run).
+    // Every thread runs every function within 200 ms, then sleeps 200 ms:
+    // at 10 Hz about half the rows have changed between two samples.
     std::thread::sleep(Duration::from_millis(500));
-    let reports = if quick { 5 } else { 20 };
-    // A sample: every thread's values now (running timers counted up to
-    // now), as a sampler or the Performance Consultant reads them.
+    let samples = if quick { 10 } else { 50 };
+    let mut sampler = weft::Sampler::new();
+    // The first sample reads every row.
     let cpu0 = thread_cpu();
-    let mut rows = 0;
-    for _ in 0..reports {
-        rows = p.snapshot().len();
+    let rows = sampler.sample(&p).count();
+    let cold = thread_cpu() - cpu0;
+    let mut spent = 0.0;
+    let (mut read, mut cpu_reads) = (0u64, 0u64);
+    for _ in 0..samples {
+        std::thread::sleep(Duration::from_millis(100));
+        let before: u64 = calls_in(&p);
+        let cpu0 = thread_cpu();
+        let sampled: u64 = sampler
+            .sample(&p)
+            .map(|t| t.values.iter().map(|v| v.calls).sum::<u64>())
+            .sum();
+        spent += thread_cpu() - cpu0;
+        let after: u64 = calls_in(&p);
+        // Nothing measured less: a sample holds every call made before it.
+        assert!(
+            before <= sampled && sampled <= after,
+            "a sample counted {sampled} calls, between {before} and {after} expected"
+        );
+        read += u64::from(sampler.stats().rows_read);
+        cpu_reads += u64::from(sampler.stats().cpu_reads);
     }
-    let sample = (thread_cpu() - cpu0) / reports as f64;
-    // A whole report: the same plus names, maps and totals for people.
+    let sample = spent / samples as f64;
+    // A whole report: every row copied, names, maps and totals for people.
+    let reports = if quick { 3 } else { 10 };
     let cpu0 = thread_cpu();
     for _ in 0..reports {
         std::hint::black_box(p.report());
     }
     let report = (thread_cpu() - cpu0) / reports as f64;
     println!(
-        "## Sampling {rows} threads x {functions} timed functions (target quiet, not stopped)"
+        "## Sampling {rows} threads x {functions} timed functions at 10 Hz (target running, not stopped)"
     );
     println!(
-        "sample (values): {:.2} ms CPU, at 10 Hz {:.1}% of a core; full report: {:.2} ms CPU, {:.1}%",
+        "sample: {:.3} ms CPU ({:.0} changed rows read, {:.1} CPU times read per sample), \
+         at 10 Hz {:.2}% of a core; first sample (every row): {:.2} ms; full report: {:.1} ms",
         sample * 1e3,
+        read as f64 / samples as f64,
+        cpu_reads as f64 / samples as f64,
         sample * 10.0 * 100.0,
-        report * 1e3,
-        report * 10.0 * 100.0
+        cold * 1e3,
+        report * 1e3
     );
     p.hold().expect("hold");
     p.remove_all().expect("remove");
     p.release().expect("release");
+}
+
+/// Calls counted so far in every live row (a full snapshot).
+fn calls_in(p: &Process) -> u64 {
+    p.snapshot()
+        .iter()
+        .filter(|r| r.state != weft_rt::layout::ROW_FREE)
+        .map(|r| r.words.iter().step_by(10).sum::<u64>())
+        .sum()
 }
 
 /// This thread's CPU time, seconds.

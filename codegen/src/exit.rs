@@ -147,6 +147,9 @@ pub struct ActivationRow {
     /// The `[lo, hi)` pair of the thread's stack, if used (`None`: every
     /// `rsp` counts as on the thread's stack).
     pub stack_bounds: Option<i32>,
+    /// The row's activity word (see [`ThreadRow::activity`](crate::ThreadRow)),
+    /// bumped by the exit handler once a timed exit has updated the row.
+    pub activity: Option<i32>,
 }
 
 /// The runtime's call records (see the module docs).
@@ -224,6 +227,7 @@ impl ExitHooks {
             Some(row.top),
             Some(row.end),
             row.stack_bounds,
+            row.activity,
         ]
         .into_iter()
         .flatten()
@@ -391,16 +395,23 @@ pub(crate) fn enter_snippet(
     hooks: &ExitHooks,
     metric: i32,
     record: u32,
+    activity: Option<i32>,
     ip: u64,
 ) -> Result<Vec<u8>, BuildError> {
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
-    enter_asm(&mut a, hooks, metric, record).map_err(asm_err)?;
+    enter_asm(&mut a, hooks, metric, record, activity).map_err(asm_err)?;
     a.assemble(ip).map_err(asm_err)
 }
 
-/// Exact length of [`enter_snippet`] (it does not depend on `ip`).
-pub(crate) fn enter_snippet_len(hooks: &ExitHooks, metric: i32, record: u32) -> usize {
-    enter_snippet(hooks, metric, record, 0).map_or(0, |b| b.len())
+/// Upper bound of [`enter_snippet`]'s length (it does not depend on `ip`;
+/// any `Some` activity offset gives at most this length).
+pub(crate) fn enter_snippet_len(
+    hooks: &ExitHooks,
+    metric: i32,
+    record: u32,
+    activity: Option<i32>,
+) -> usize {
+    enter_snippet(hooks, metric, record, activity.map(|_| 1 << 20), 0).map_or(0, |b| b.len())
 }
 
 fn enter_asm(
@@ -408,6 +419,7 @@ fn enter_asm(
     h: &ExitHooks,
     metric: i32,
     record: u32,
+    activity: Option<i32>,
 ) -> Result<(), IcedError> {
     let m = i64::from(metric);
     let row = h.row;
@@ -445,6 +457,9 @@ fn enter_asm(
     a.mov(d(rdi, CELL_FLAGS), h.flags() as i32)?;
     if let Some(spec) = &h.timers {
         crate::timer::emit_start(a, spec, metric, &mut slow)?;
+    }
+    if let Some(activity) = activity {
+        a.inc(q(rcx, activity))?; // after every word of this entry
     }
     a.mov(rbx, rdi)?;
     a.mov(eax, esi)?;
@@ -734,6 +749,9 @@ fn emit_handler(
     a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
     a.set_label(&mut keep_rbx)?;
     a.mov(q(rcx, row.top), rdi)?;
+    if let Some(activity) = row.activity {
+        a.inc(q(rcx, activity))?; // after every word of this exit
+    }
     a.set_label(&mut restore)?;
     a.mov(eax, esi)?;
     a.add(al, 0x7f)?;
@@ -845,6 +863,7 @@ mod tests {
         top: 8,
         end: 16,
         stack_bounds: Some(24),
+        activity: Some(48),
     };
     const RECORDS: CallRecords = CallRecords {
         first: 0x7000_0000,
@@ -929,8 +948,9 @@ mod tests {
                 iced_x86::DecoderOptions::NONE,
             );
             assert_eq!(dec.decode().code(), Code::Lea_r64_m);
-            let len = enter_snippet_len(&hooks, 256, 3);
-            assert_eq!(enter_snippet(&hooks, 256, 3, 0x5000).unwrap().len(), len);
+            let len = enter_snippet_len(&hooks, 256, 3, Some(48));
+            let built = enter_snippet(&hooks, 256, 3, Some(48), 0x5000).unwrap();
+            assert!(built.len() <= len, "{} > {len}", built.len());
         }
     }
 }

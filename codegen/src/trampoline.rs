@@ -17,6 +17,10 @@ pub struct ThreadRow {
     /// Absolute address of the registration stub built by [`register_stub`];
     /// it must be within `call rel32` reach of every trampoline using it.
     pub register_stub: u64,
+    /// Row byte offset of the row's *activity* word, bumped (`inc qword`)
+    /// after the snippets have updated the row, so that a sampler can tell
+    /// an unchanged row with one load; `None`: no such word.
+    pub activity: Option<i32>,
 }
 
 /// Instrumentation code run at a patched entry, with `rcx` holding the
@@ -72,7 +76,7 @@ impl Snippet {
                 metric,
                 record,
                 hooks,
-            } => crate::exit::enter_snippet_len(hooks, *metric, *record),
+            } => crate::exit::enter_snippet_len(hooks, *metric, *record, Some(0)),
         }
     }
 }
@@ -156,12 +160,15 @@ const EPILOGUE_LEN: usize = 5;
 const SLOW_LEN: usize = 5 + 3 + 6 + 5;
 /// Upper bound of one snippet's length (`inc qword [rcx+disp32]` is 7).
 const SNIPPET_MAX_LEN: usize = 8;
+/// Length of the activity bump (`inc qword [rcx+disp32]`).
+const ACTIVITY_LEN: usize = 7;
 
 /// An upper bound on `build_trampoline(spec).bytes.len()` for any address, so
 /// the injector can reserve room before choosing addresses.
 pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
     HEAD_LEN
         + snippets.iter().map(Snippet::max_len).sum::<usize>()
+        + ACTIVITY_LEN
         + EPILOGUE_LEN
         + max_relocated_len(site)
         + SLOW_LEN
@@ -233,10 +240,16 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
                 record,
                 ref hooks,
             } => {
-                let code = crate::exit::enter_snippet(hooks, metric, record, e.ip())?;
+                let code = crate::exit::enter_snippet(hooks, metric, record, row.activity, e.ip())?;
                 e.raw(&code);
             }
         }
+    }
+    if let Some(activity) = row.activity {
+        e.emit(Instruction::with1(
+            Code::Inc_rm64,
+            MemoryOperand::with_base_displ(Register::RCX, i64::from(activity)),
+        ))?;
     }
     let done = e.ip();
     e.emit(Instruction::with2(Code::Add_AL_imm8, Register::AL, 0x7f))?;

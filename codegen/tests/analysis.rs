@@ -352,6 +352,7 @@ fn rip_relative_out_of_reach_is_an_error() {
         row: ThreadRow {
             tls_offset: -8,
             register_stub: A + 0x1_8000_0000,
+            activity: None,
         },
         snippets: &[],
     });
@@ -469,6 +470,7 @@ fn trampoline_layout() {
         row: ThreadRow {
             tls_offset: -0x58,
             register_stub: stub,
+            activity: None,
         },
         snippets: &snippets,
     })
@@ -533,6 +535,7 @@ fn trampoline_layout() {
     let far = ThreadRow {
         tls_offset: -8,
         register_stub: addr + 3 * GIB as u64,
+        activity: None,
     };
     let err = build_trampoline(&TrampolineSpec {
         address: addr,

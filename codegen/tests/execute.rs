@@ -15,6 +15,8 @@ use iced_x86::BlockEncoderOptions;
 use weft_codegen::*;
 
 const ROW_WORDS: usize = 64;
+/// Row word the trampolines bump after counting (the activity word).
+const ACTIVITY_WORD: usize = ROW_WORDS - 1;
 
 thread_local! {
     /// This thread's row; the generated code reads it with `mov rcx, fs:[off]`.
@@ -156,6 +158,7 @@ impl Lab {
     fn patch(&mut self, addr: u64, len: usize) -> (usize, PatchSite) {
         let idx = self.next_counter;
         self.next_counter += 1;
+        assert!(idx < ACTIVITY_WORD);
         let code = self.bytes(addr, len).to_vec();
         let padding = self.bytes(addr + len as u64, 16).to_vec();
         let site = analyze_entry(&FunctionCode {
@@ -171,6 +174,7 @@ impl Lab {
         let row = ThreadRow {
             tls_offset: tls_offset(),
             register_stub: self.stub,
+            activity: Some(8 * ACTIVITY_WORD as i32),
         };
         let t = build_trampoline(&TrampolineSpec {
             address: t_addr,
@@ -422,6 +426,7 @@ fn probes(lab: &mut Lab) -> Vec<Probe> {
 /// this thread's counters.
 fn exercise(probes: &[Probe], rounds: u64) {
     let before: Vec<u64> = probes.iter().map(|p| counter(p.counter)).collect();
+    let activity = counter(ACTIVITY_WORD);
     for _ in 0..rounds {
         for p in probes {
             let (got, want) = (p.call)();
@@ -432,6 +437,7 @@ fn exercise(probes: &[Probe], rounds: u64) {
             );
         }
     }
+    let mut calls = 0;
     for (p, b) in probes.iter().zip(before) {
         // jcc_short calls its function twice per round.
         let per_round = if p.name == "jcc_short" { 2 } else { 1 };
@@ -441,7 +447,10 @@ fn exercise(probes: &[Probe], rounds: u64) {
             "counter of {}",
             p.name
         );
+        calls += rounds * per_round;
     }
+    // The activity word moved once per counted call.
+    assert_eq!(counter(ACTIVITY_WORD) - activity, calls, "activity word");
 }
 
 fn run_lab(save: VectorSave) {

@@ -157,6 +157,12 @@ fn multiple_rets_tail_calls_and_recursion() {
     let cells = lab.cells();
     install_row(cells);
     exercise(&f, 3);
+    // The activity word moved after every entry and every hooked exit.
+    let moves: u64 = [f.m_multi_ret, f.m_tail, f.m_tail_i, f.m_times3_i, f.m_rec]
+        .iter()
+        .map(|&m| counts(m)[0] + counts(m)[1])
+        .sum();
+    assert_eq!(word(ACTIVITY), moves);
     // The recursion used 1,001 cells and no more; cell 0 holds the RA of
     // the last outermost call, into this test.
     assert_ne!(lab.read(cell(1000) + CELL_RETURN_ADDRESS as u64), 0);

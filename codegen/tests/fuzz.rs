@@ -112,6 +112,7 @@ fn random_functions_never_break_relocation() {
         let row = ThreadRow {
             tls_offset: -16,
             register_stub: new_ip + 0x10_0000,
+            activity: None,
         };
         if let Ok(t) = build_trampoline(&TrampolineSpec {
             address: new_ip,

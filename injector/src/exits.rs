@@ -14,7 +14,8 @@ use weft_codegen::{
     Timers, WallRead,
 };
 use weft_rt::layout::{
-    RegionHeader, CALL_RECORDS, ROW_CELLS, ROW_CELLS_END, ROW_CPU_CLOCK, ROW_STACK_BOUNDS, ROW_TOP,
+    RegionHeader, CALL_RECORDS, ROW_ACTIVITY, ROW_CELLS, ROW_CELLS_END, ROW_CPU_CLOCK,
+    ROW_STACK_BOUNDS, ROW_TOP,
 };
 
 /// Activations one thread can have open at once (deeper ones are counted
@@ -165,6 +166,7 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
         top: ROW_TOP as i32,
         end: ROW_CELLS_END as i32,
         stack_bounds: Some(ROW_STACK_BOUNDS as i32),
+        activity: Some(ROW_ACTIVITY as i32),
     };
     let records = CallRecords {
         first: header.call_records,

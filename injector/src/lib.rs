@@ -19,6 +19,7 @@ pub mod ptrace;
 pub mod region;
 pub mod report;
 pub mod runtime;
+pub mod sample;
 pub mod trampolines;
 
 pub use error::Error;
@@ -26,6 +27,7 @@ pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
 pub use process::{Function, Probe, ProbeId, Process, Refused};
 pub use report::Report;
+pub use sample::Sampler;
 
 /// Bytes with the alignment an ELF parser needs for zero-copy reads.
 #[repr(C, align(16))]

@@ -695,6 +695,7 @@ impl Process {
                 row: ThreadRow {
                     tls_offset,
                     register_stub: stub,
+                    activity: Some(weft_rt::layout::ROW_ACTIVITY as i32),
                 },
                 snippets: &snippets,
             };
@@ -1275,6 +1276,11 @@ impl Process {
         self.harvested
             .extend(rows.into_iter().filter(|r| r.words.iter().any(|&w| w != 0)));
         n
+    }
+
+    /// The shared region, once the runtime is loaded.
+    pub(crate) fn region(&self) -> Option<&crate::region::Region> {
+        self.runtime.as_ref().map(|rt| &rt.region)
     }
 
     /// Rows the runtime has handed out, and how many threads reused a row.

@@ -235,6 +235,35 @@ impl Region {
         unsafe { std::ptr::read_volatile(self.row(index).add(offset) as *const u64) }
     }
 
+    /// Row `index`'s first `words` metric words, as atomics (`words` at
+    /// most the geometry's; `index` at most the scratch row, higher indices
+    /// are clamped to it). The owning thread writes them concurrently:
+    /// `Relaxed` loads are single aligned loads, never torn.
+    pub fn row_words(&self, index: u32, words: u32) -> &[std::sync::atomic::AtomicU64] {
+        let index = index.min(self.geometry.scratch_row());
+        let words = words.min(self.geometry.metric_words) as usize;
+        // SAFETY: the words lie inside the row (words <= metric_words), which
+        // lies inside the mapping (checked when mapping); they are 8-byte
+        // aligned, and AtomicU64 has u64's layout. The mapping lives as long
+        // as `self`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.row(index).add(Geometry::metric_offset(0) as usize)
+                    as *const std::sync::atomic::AtomicU64,
+                words,
+            )
+        }
+    }
+
+    /// The header of row `index` (`index` at most the scratch row; higher
+    /// indices are clamped to it).
+    pub fn row_header(&self, index: u32) -> &RowHeader {
+        let index = index.min(self.geometry.scratch_row());
+        // SAFETY: `row` points at a RowHeader inside the mapping, which
+        // lives as long as `self`; its fields are atomics.
+        unsafe { &*(self.row(index) as *const RowHeader) }
+    }
+
     fn row(&self, index: u32) -> *const u8 {
         // SAFETY: callers pass index <= max_rows; region_size() <= len was
         // checked when mapping.

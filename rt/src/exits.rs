@@ -333,6 +333,9 @@ pub(crate) fn close_from(header: &RegionHeader, row_ptr: *mut u8, from: u64) {
     loop {
         let top = state.top.load(Ordering::Relaxed);
         if top <= from || top > end {
+            // A sampler must see the words this changed (see
+            // RowHeader::activity).
+            row.activity.fetch_add(1, Ordering::Release);
             return;
         }
         let cell = top - size;

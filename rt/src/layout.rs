@@ -141,8 +141,13 @@ pub struct RowHeader {
     pub generation: AtomicU32,
     /// Thread name (`comm`) when registered and again when it exits.
     pub name: [AtomicU8x4; NAME_LEN / 4],
-    /// Unused (keeps [`RowHeader::thread`] at [`ROW_BLOCK`]).
-    pub reserved: [u64; 4],
+    /// Bumped by the thread's instrumented code after every entry and
+    /// every timed exit has updated the row's words: a sampler that finds
+    /// it (and `state`, `generation`) unchanged since its last read knows
+    /// the words are unchanged, except for timers that were running.
+    pub activity: AtomicU64,
+    /// Unused (keeps [`RowHeader::thread`] at [`ROW_CELLS`]).
+    pub reserved: [u64; 3],
     /// Per-thread state of the exit hooks and timers, read by generated
     /// code at fixed row offsets ([`ROW_BLOCK`] and the rest).
     pub thread: ThreadState,
@@ -196,6 +201,8 @@ const _: () = assert!(
     core::mem::align_of::<crate::clock::ThreadCpuClock>() <= core::mem::align_of::<ClockStorage>()
 );
 
+/// Row byte offset of [`RowHeader::activity`].
+pub const ROW_ACTIVITY: usize = 32;
 /// Row byte offset of [`ThreadState::cells`] (what generated code reads).
 pub const ROW_CELLS: usize = 64;
 /// Row byte offset of [`ThreadState::top`].
@@ -219,6 +226,7 @@ const _: () = {
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cpu_clock) == ROW_CPU_CLOCK);
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cells_end) == ROW_CELLS_END);
     assert!(offset_of!(RowHeader, clock) == ROW_CLOCK_STORAGE);
+    assert!(offset_of!(RowHeader, activity) == ROW_ACTIVITY);
 };
 
 /// Call records in the runtime (each timed function uses one while it is

@@ -30,6 +30,7 @@ pub const TOP: i32 = 8;
 pub const BOUNDS: i32 = 16; // [lo, hi)
 pub const END: i32 = 32;
 pub const CPU_STATE: i32 = 40;
+pub const ACTIVITY: i32 = 48;
 pub const METRICS: i32 = 64;
 pub const ROW_WORDS: usize = 1024;
 /// Activations per thread.
@@ -41,6 +42,7 @@ pub const ROW: ActivationRow = ActivationRow {
     top: TOP,
     end: END,
     stack_bounds: Some(BOUNDS),
+    activity: Some(ACTIVITY),
 };
 
 thread_local! {
@@ -335,6 +337,7 @@ impl Lab {
             row: ThreadRow {
                 tls_offset: tls_offset(),
                 register_stub: self.stub,
+                activity: Some(ACTIVITY),
             },
             snippets: &snippets,
         })

@@ -1,0 +1,369 @@
+//! Sampling: every live thread's current value of every probe, read in
+//! place from the shared region, cheaply enough to repeat many times a
+//! second (a live display, a Performance Consultant's tests, an OpenMetrics
+//! scrape) without stopping the target.
+//!
+//! A [`Sampler`] keeps the values it read last time. A row whose *activity*
+//! word (bumped by the thread's generated code after every entry and every
+//! timed exit has updated the row, `weft_rt::layout::RowHeader::activity`),
+//! state, generation and thread are unchanged since then has unchanged
+//! words: the sampler reuses its values after one load, and only brings
+//! the timers that were running then up to now. A changed row is read
+//! whole: every probe's counter and, for timed probes, a consistent
+//! (seqlock) copy of its timer words.
+//!
+//! Why that is exact: the thread writes its words, then bumps the activity
+//! word; the sampler loads the activity word, then the words (x86-64 keeps
+//! stores in order and loads in order). A sampler that sees the same
+//! activity value twice saw every update that was complete before the
+//! first reading; an update in progress then is seen at the next change.
+//!
+//! [`Process::report`](crate::Process::report) is the full, slower reading
+//! for people (names, exited threads whose rows were reused, totals).
+
+use crate::region::Region;
+use crate::{Metrics, ProbeId, Process};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use weft_codegen::{timer_value, TimerWords};
+use weft_rt::layout::ROW_FREE;
+
+/// One probe's value on one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Value {
+    /// Calls (entries).
+    pub calls: u64,
+    /// Inclusive wall time of the outermost activations, ns (0 without a
+    /// wall timer); a running one counted up to the sample.
+    pub wall_ns: u64,
+    /// Inclusive CPU time, ns (0 without a CPU timer); a running one counted
+    /// up to the sample.
+    pub cpu_ns: u64,
+}
+
+/// One thread's values, in the order of [`Sampler::probes`].
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadValues<'a> {
+    /// The thread's row (its small index).
+    pub row: u32,
+    /// Its kernel thread id (0 for the shared overflow row).
+    pub tid: u32,
+    /// Whether it has exited (its values are final).
+    pub exited: bool,
+    /// One value per probe.
+    pub values: &'a [Value],
+}
+
+/// A probe as the sampler reads it.
+#[derive(Clone, Copy, Debug)]
+struct Sampled {
+    id: ProbeId,
+    /// Index of its first metric word.
+    word: usize,
+    metrics: Metrics,
+}
+
+/// What the sampler knows of one row.
+#[derive(Clone, Debug, Default)]
+struct RowState {
+    /// Read at least once (the fields below are meaningful).
+    known: bool,
+    state: u32,
+    generation: u32,
+    tid: u32,
+    activity: u64,
+    values: Vec<Value>,
+    /// Timers that were running when the row was last read: (probe index,
+    /// their words then).
+    running: Vec<(usize, TimerWords)>,
+}
+
+/// Counts of the last [`Sampler::sample`], for callers that watch its cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleStats {
+    /// Rows sampled.
+    pub rows: u32,
+    /// Rows read whole (new or changed since the sample before).
+    pub rows_read: u32,
+    /// Thread CPU times read from `/proc` (threads with a running CPU
+    /// timer).
+    pub cpu_reads: u32,
+}
+
+/// A reusable sampler of a process's probes; see the module docs.
+#[derive(Debug)]
+pub struct Sampler {
+    probes: Vec<Sampled>,
+    rows: Vec<RowState>,
+    order: Vec<u32>,
+    stats: SampleStats,
+    /// The process's probe count when `probes` was built: a sampler follows
+    /// probes inserted later.
+    seen_probes: usize,
+    /// Metric words a row read needs (past the last probe's).
+    words: u32,
+}
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sampler {
+    /// A sampler with nothing read yet.
+    pub fn new() -> Sampler {
+        Sampler {
+            probes: Vec::new(),
+            rows: Vec::new(),
+            order: Vec::new(),
+            stats: SampleStats::default(),
+            seen_probes: usize::MAX,
+            words: 0,
+        }
+    }
+
+    /// The probes the values are of, in order: every probe of the process
+    /// whose words are still its own (active or removed), as of the last
+    /// sample.
+    pub fn probes(&self) -> impl Iterator<Item = ProbeId> + '_ {
+        self.probes.iter().map(|p| p.id)
+    }
+
+    /// What the last sample cost.
+    pub fn stats(&self) -> SampleStats {
+        self.stats
+    }
+
+    /// Takes a sample of `process` and returns every live (or exited, not
+    /// yet reused) thread's values. Never stops the target; allocates only
+    /// when the number of rows or probes grew.
+    pub fn sample<'a>(&'a mut self, process: &Process) -> impl Iterator<Item = ThreadValues<'a>> {
+        self.stats = SampleStats::default();
+        self.order.clear();
+        if let Some(region) = process.region() {
+            self.follow_probes(process);
+            self.read(process.pid(), region);
+        }
+        let rows = &self.rows;
+        self.order.iter().map(move |&index| {
+            let r = &rows[index as usize];
+            ThreadValues {
+                row: index,
+                tid: r.tid,
+                exited: r.state == weft_rt::layout::ROW_EXITED,
+                values: &r.values,
+            }
+        })
+    }
+
+    fn follow_probes(&mut self, process: &Process) {
+        if process.probes().len() == self.seen_probes {
+            return;
+        }
+        self.seen_probes = process.probes().len();
+        self.probes = process
+            .probes()
+            .iter()
+            .filter(|p| !p.words_recycled)
+            .map(|p| Sampled {
+                id: p.id,
+                word: p.calls_word as usize,
+                metrics: p.metrics,
+            })
+            .collect();
+        self.words = self
+            .probes
+            .iter()
+            .map(|p| (p.word + TIMED_WORDS) as u32)
+            .max()
+            .unwrap_or(0);
+        // Every row is read afresh with the new probe list.
+        self.rows.iter_mut().for_each(|r| r.known = false);
+    }
+
+    fn read(&mut self, pid: i32, region: &Region) {
+        let geometry = region.geometry();
+        let header = region.header();
+        let q32 = header.timer_ns_per_tick_q32;
+        let used = header.rows_used.load(Ordering::Acquire);
+        let overflow = (used > geometry.max_rows).then_some(geometry.overflow_row());
+        let needed = overflow.unwrap_or(used) as usize + usize::from(overflow.is_some());
+        if self.rows.len() < needed {
+            self.rows.resize_with(needed, RowState::default);
+        }
+        // One wall reading serves the sample, taken before any word.
+        let wall_now = header.wall.raw();
+        for index in (0..used.min(geometry.max_rows)).chain(overflow) {
+            let row = region.row_header(index);
+            // The activity word first (see the module docs).
+            let activity = row.activity.load(Ordering::Acquire);
+            let (state, generation, tid) = (
+                row.state.load(Ordering::Acquire),
+                row.generation.load(Ordering::Acquire),
+                row.tid.load(Ordering::Acquire),
+            );
+            if state == ROW_FREE || state == weft_rt::layout::ROW_CLAIMED {
+                continue;
+            }
+            self.stats.rows += 1;
+            self.order.push(index);
+            let r = &mut self.rows[index as usize];
+            let same = r.known
+                && r.activity == activity
+                && r.state == state
+                && r.generation == generation
+                && r.tid == tid;
+            if same {
+                refresh_running(r, pid, wall_now, q32, &mut self.stats);
+                continue;
+            }
+            self.stats.rows_read += 1;
+            let words = region.row_words(index, self.words);
+            read_row(
+                r,
+                &self.probes,
+                words,
+                tid,
+                pid,
+                wall_now,
+                q32,
+                &mut self.stats,
+            );
+            (r.known, r.activity, r.state, r.generation, r.tid) =
+                (true, activity, state, generation, tid);
+        }
+    }
+}
+
+/// Words per timed probe.
+const TIMED_WORDS: usize = (weft_codegen::TIMER_METRIC_LEN / 8) as usize;
+
+/// Offsets (in words) of the timer words the sampler reads.
+const W_ENTRIES: usize = (weft_codegen::METRIC_ENTRIES / 8) as usize;
+const W_SEQ: usize = (weft_codegen::METRIC_SEQ / 8) as usize;
+const W_WALL_TOTAL: usize = (weft_codegen::METRIC_WALL_TOTAL / 8) as usize;
+const W_WALL_START: usize = (weft_codegen::METRIC_WALL_START / 8) as usize;
+const W_CPU_TOTAL: usize = (weft_codegen::METRIC_CPU_TOTAL / 8) as usize;
+const W_CPU_START: usize = (weft_codegen::METRIC_CPU_START / 8) as usize;
+
+/// A consistent copy of a timed probe's words `w` (the seqlock of
+/// `weft_codegen::read_timer_words`, on the row in place), or None after
+/// `tries` attempts (a writer stuck mid-update: descheduled, or killed).
+fn timer_words(w: &[AtomicU64], tries: u32) -> Option<TimerWords> {
+    for _ in 0..tries {
+        let seq = w[W_SEQ].load(Ordering::Acquire);
+        if seq & 1 == 0 {
+            let words = TimerWords {
+                nesting: 0,
+                seq,
+                wall_total: w[W_WALL_TOTAL].load(Ordering::Relaxed),
+                wall_start: w[W_WALL_START].load(Ordering::Relaxed),
+                cpu_total: w[W_CPU_TOTAL].load(Ordering::Relaxed),
+                cpu_start: w[W_CPU_START].load(Ordering::Relaxed),
+            };
+            // Loads are not reordered with loads on x86-64; the fence keeps
+            // the compiler from doing it.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if w[W_SEQ].load(Ordering::Relaxed) == seq {
+                return Some(words);
+            }
+        }
+        std::hint::spin_loop();
+    }
+    None
+}
+
+/// Reads a row whole, from its metric words `words`.
+#[allow(clippy::too_many_arguments)]
+fn read_row(
+    r: &mut RowState,
+    probes: &[Sampled],
+    words: &[AtomicU64],
+    tid: u32,
+    pid: i32,
+    wall_now: u64,
+    q32: u64,
+    stats: &mut SampleStats,
+) {
+    r.values.clear();
+    r.values.resize(probes.len(), Value::default());
+    r.running.clear();
+    let mut cpu_now: Option<u64> = None;
+    for (i, p) in probes.iter().enumerate() {
+        // (The row is long enough unless the geometry is smaller than the
+        // probes: then the probe reads 0.)
+        let end = (p.word + TIMED_WORDS).min(words.len());
+        let Some(w) = words.get(p.word..end) else {
+            continue;
+        };
+        let calls = w.get(W_ENTRIES).map_or(0, |c| c.load(Ordering::Relaxed));
+        if !p.metrics.hooks_exit() || w.len() < TIMED_WORDS {
+            r.values[i] = Value {
+                calls,
+                ..Value::default()
+            };
+            continue;
+        }
+        let Some(mut t) = timer_words(w, 10_000) else {
+            // The totals, not counting the open interval.
+            r.values[i] = Value {
+                calls,
+                wall_ns: w[W_WALL_TOTAL].load(Ordering::Relaxed),
+                cpu_ns: w[W_CPU_TOTAL].load(Ordering::Relaxed),
+            };
+            continue;
+        };
+        if t.wall_start == 0 && t.cpu_start == 0 {
+            // Not running: the totals are the values.
+            r.values[i] = Value {
+                calls,
+                wall_ns: if p.metrics.wall { t.wall_total } else { 0 },
+                cpu_ns: if p.metrics.cpu { t.cpu_total } else { 0 },
+            };
+            continue;
+        }
+        if p.metrics.cpu && t.cpu_start != 0 && cpu_now.is_none() {
+            // The thread's CPU time, then the words again (see
+            // `timer_value`).
+            cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, tid).ok();
+            stats.cpu_reads += 1;
+            if let Some(again) = timer_words(w, 10_000) {
+                t = again;
+            }
+        }
+        let v = timer_value(&t, wall_now, cpu_now, q32);
+        if v.running {
+            r.running.push((i, t));
+        }
+        r.values[i] = Value {
+            calls,
+            wall_ns: if p.metrics.wall { v.wall_ns } else { 0 },
+            cpu_ns: if p.metrics.cpu { v.cpu_ns } else { 0 },
+        };
+    }
+}
+
+/// Brings the timers that were running at the row's last read up to now
+/// (they still run: a stop would have moved the activity word).
+fn refresh_running(r: &mut RowState, pid: i32, wall_now: u64, q32: u64, stats: &mut SampleStats) {
+    if r.running.is_empty() {
+        return;
+    }
+    let cpu_now = if r.running.iter().any(|(_, w)| w.cpu_start != 0) {
+        stats.cpu_reads += 1;
+        weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, r.tid).ok()
+    } else {
+        None
+    };
+    for &(i, words) in &r.running {
+        let v = timer_value(&words, wall_now, cpu_now, q32);
+        let value = &mut r.values[i];
+        if value.wall_ns != 0 || words.wall_start != 0 {
+            value.wall_ns = value.wall_ns.max(v.wall_ns);
+        }
+        if words.cpu_start != 0 {
+            value.cpu_ns = value.cpu_ns.max(v.cpu_ns);
+        }
+    }
+}
