@@ -371,3 +371,36 @@ fn run_many_short_lived_threads_reuses_rows() {
         "threads overflowed".into()
     });
 }
+
+/// Threads with the smallest stack the system allows (16 KiB here) call an
+/// instrumented function: their first call registers them on that stack
+/// (the registration stub saves the vector state there, without the AMX
+/// tiles' 8 KiB) and every call is counted, timed or not. Before the AMX
+/// state was left out, such a thread crashed at its first call.
+#[test]
+fn run_threads_with_the_smallest_stacks() {
+    let ctx = Ctx::new("run_threads_with_the_smallest_stacks");
+    let exe = smallstack().to_str().unwrap().to_string();
+    for metrics in ["calls", "calls,wall,cpu"] {
+        let mut weft = ctx.weft(&[
+            "run", "--format", "json", "-m", metrics, "-f", "work", "--", &exe, "8", "1000",
+        ]);
+        weft.wait_code(0);
+        let out = weft.stdout_text();
+        let mut lines = out.lines();
+        let own: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+        let report: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+        ctx.check(own["calls"] == 8_000, || {
+            format!("{metrics}: the target said {own}")
+        });
+        let threads = report["threads"].as_array().cloned().unwrap_or_default();
+        let thousands = threads
+            .iter()
+            .filter(|t| t["functions"]["work"]["calls"] == 1_000)
+            .count();
+        ctx.check(
+            report["functions"][0]["calls"] == 8_000 && thousands == 8,
+            || format!("{metrics}: weft counted {report}"),
+        );
+    }
+}

@@ -46,7 +46,7 @@ pub use timer::{
 };
 pub use trampoline::{
     build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,
-    ThreadRow, Trampoline, TrampolineSpec, VectorSave,
+    ThreadRow, Trampoline, TrampolineSpec, VectorSave, XSAVE_UNUSED_BY_WEFT,
 };
 
 /// Length in bytes of the `jmp rel32` written over a function entry.

@@ -86,7 +86,7 @@ pub const SAVED_SIGMASK: u64 = 18;
 pub fn stub_size(save: VectorSave, image_len: u64) -> u64 {
     let area = match save {
         VectorSave::Fxsave64 => 512,
-        VectorSave::Xsave { area_size } => u64::from(area_size).max(image_len),
+        VectorSave::Xsave { area_size, .. } => u64::from(area_size).max(image_len),
     };
     (STUB_XSAVE + area).next_multiple_of(4096).max(STUB_SIZE)
 }
@@ -273,7 +273,10 @@ mod tests {
     #[test]
     fn stub_decodes_to_the_documented_sequence() {
         let at = 0x7f00_0000_0000;
-        let save = VectorSave::Xsave { area_size: 832 };
+        let save = VectorSave::Xsave {
+            area_size: 832,
+            mask: u64::MAX,
+        };
         let stub = remote_stub(at, save, stub_size(save, 0)).unwrap();
         assert_eq!(&stub.bytes[..8], b"WEFTSTB1");
         assert_eq!(stub.bytes.len() as u64, STUB_SIZE);
@@ -315,11 +318,17 @@ mod tests {
     #[test]
     fn stub_grows_with_the_vector_state() {
         // AVX-512 with AMX tiles: 11,008 bytes of XSAVE image.
-        let amx = VectorSave::Xsave { area_size: 11_008 };
+        let amx = VectorSave::Xsave {
+            area_size: 11_008,
+            mask: u64::MAX,
+        };
         assert_eq!(stub_size(amx, 0), 16_384);
         assert_eq!(stub_size(amx, 0) - STUB_XSAVE, 12_288);
         // The kernel's regset image counts too, when larger than CPUID's.
-        let small = VectorSave::Xsave { area_size: 2_696 };
+        let small = VectorSave::Xsave {
+            area_size: 2_696,
+            mask: u64::MAX,
+        };
         assert_eq!(stub_size(small, 0), STUB_SIZE);
         assert_eq!(stub_size(small, 4_097), 12_288);
         assert_eq!(stub_size(VectorSave::Fxsave64, 0), STUB_SIZE);

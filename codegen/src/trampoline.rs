@@ -319,13 +319,46 @@ pub enum VectorSave {
     /// `fxsave64`/`fxrstor64`: x87, MMX, SSE and `mxcsr` only (512 bytes). For
     /// CPUs without XSAVE.
     Fxsave64,
-    /// `xsave64`/`xrstor64` with every component enabled in XCR0 (mask
-    /// `edx:eax` = all ones).
+    /// `xsave64`/`xrstor64` of the components in `mask` (`edx:eax`),
+    /// standard (non-compacted) format.
     Xsave {
-        /// Size of the XSAVE area for the enabled components:
-        /// `CPUID.(EAX=0DH,ECX=0):EBX` on the target's CPU (at least 576).
+        /// Size of the XSAVE area for those components: the end of the
+        /// last one (`CPUID.(EAX=0DH,ECX=i)`: offset EBX + size EAX), at
+        /// least 576. [`VectorSave::xsave`] computes it.
         area_size: u32,
+        /// The requested-feature bitmap (`u64::MAX`: everything XCR0
+        /// enables).
+        mask: u64,
     },
+}
+
+/// XSAVE components the registration stub leaves alone: AMX tile
+/// configuration and data (bits 17, 18: 8 KiB of state no code weft runs
+/// uses, which would otherwise go on the thread's stack at its first
+/// instrumented call).
+pub const XSAVE_UNUSED_BY_WEFT: u64 = (1 << 17) | (1 << 18);
+
+impl VectorSave {
+    /// XSAVE of the components enabled in `xcr0` except `excluded`, with
+    /// `component(i)` = `(size, offset)` of component `i` (`CPUID.(EAX=0DH,
+    /// ECX=i)`: EAX, EBX). Components 0 and 1 (x87, SSE) live in the legacy
+    /// area; the result's area ends after the last saved component.
+    pub fn xsave(xcr0: u64, excluded: u64, component: impl Fn(u32) -> (u32, u32)) -> VectorSave {
+        let mask = xcr0 & !excluded;
+        let end = (2..64)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| {
+                let (size, offset) = component(i);
+                offset.saturating_add(size)
+            })
+            .max()
+            .unwrap_or(0)
+            .max(576);
+        VectorSave::Xsave {
+            area_size: end,
+            mask,
+        }
+    }
 }
 
 /// The save-area size for `save`, rounded up to the 64 bytes that XSAVE's
@@ -333,10 +366,10 @@ pub enum VectorSave {
 fn area_len(save: VectorSave) -> Result<u32, BuildError> {
     let raw = match save {
         VectorSave::Fxsave64 => 512,
-        VectorSave::Xsave { area_size } if area_size < 576 => {
+        VectorSave::Xsave { area_size, .. } if area_size < 576 => {
             return Err(BuildError::XsaveAreaTooSmall { area_size });
         }
-        VectorSave::Xsave { area_size } => area_size,
+        VectorSave::Xsave { area_size, .. } => area_size,
     };
     Ok(raw.div_ceil(64) * 64)
 }
@@ -346,11 +379,13 @@ fn area_len(save: VectorSave) -> Result<u32, BuildError> {
 ///
 /// Contract: entered by `call`, with any stack alignment. It saves flags,
 /// `rax`, `rdx`, `rsi`, `rdi`, `r8`-`r11` (the caller-saved registers other
-/// than `rcx`), clears DF, aligns `rsp` down to 64, saves the full vector
-/// state, and calls the `extern "C" fn() -> *mut u8` at the absolute address
-/// `register_fn` (`movabs rax, imm64; call rax`, so the runtime may be
-/// anywhere). It returns with that function's result in `rcx` and every other
-/// register, all flags and the vector state exactly as on entry.
+/// than `rcx`), clears DF, aligns `rsp` down to 64, saves the vector state
+/// `save` names (on the thread's stack: keep it small, threads may have
+/// 16 KiB stacks), and calls the `extern "C" fn() -> *mut u8` at the
+/// absolute address `register_fn` (`movabs rax, imm64; call rax`, so the
+/// runtime may be anywhere), which must not touch the components `save`
+/// leaves out. It returns with that function's result in `rcx` and every
+/// other register, all flags and the vector state exactly as on entry.
 ///
 /// For [`VectorSave::Xsave`], the XSAVE header (bytes 512..576 of the area)
 /// is zeroed first: XSAVE writes only its first 8 bytes (`XSTATE_BV`), and
@@ -407,7 +442,7 @@ pub fn register_stub(
     let rsp = MemoryOperand::with_base(Register::RSP);
     match save {
         VectorSave::Fxsave64 => e.emit(Instruction::with1(Code::Fxsave64_m512byte, rsp))?,
-        VectorSave::Xsave { .. } => {
+        VectorSave::Xsave { mask, .. } => {
             e.emit(Instruction::with2(
                 Code::Xor_r32_rm32,
                 Register::EAX,
@@ -421,7 +456,7 @@ pub fn register_stub(
                     Register::RAX,
                 ))?;
             }
-            emit_all_ones_mask(&mut e)?;
+            emit_mask(&mut e, mask)?;
             e.emit(Instruction::with1(Code::Xsave64_mem, rsp))?;
         }
     }
@@ -438,8 +473,8 @@ pub fn register_stub(
     ))?;
     match save {
         VectorSave::Fxsave64 => e.emit(Instruction::with1(Code::Fxrstor64_m512byte, rsp))?,
-        VectorSave::Xsave { .. } => {
-            emit_all_ones_mask(&mut e)?;
+        VectorSave::Xsave { mask, .. } => {
+            emit_mask(&mut e, mask)?;
             e.emit(Instruction::with1(Code::Xrstor64_mem, rsp))?;
         }
     }
@@ -456,18 +491,18 @@ pub fn register_stub(
     Ok(e.finish())
 }
 
-/// `mov eax, -1; mov edx, -1`: the XSAVE/XRSTOR requested-feature mask
-/// (intersected with XCR0 by the CPU).
-fn emit_all_ones_mask(e: &mut Emitter) -> Result<(), IcedError> {
+/// `mov eax, mask_lo; mov edx, mask_hi`: the XSAVE/XRSTOR
+/// requested-feature mask (intersected with XCR0 by the CPU).
+fn emit_mask(e: &mut Emitter, mask: u64) -> Result<(), IcedError> {
     e.emit(Instruction::with2(
         Code::Mov_r32_imm32,
         Register::EAX,
-        u32::MAX,
+        mask as u32,
     ))?;
     e.emit(Instruction::with2(
         Code::Mov_r32_imm32,
         Register::EDX,
-        u32::MAX,
+        (mask >> 32) as u32,
     ))
 }
 
@@ -475,4 +510,52 @@ fn emit_all_ones_mask(e: &mut Emitter) -> Result<(), IcedError> {
 /// invalid (see [`BuildError::XsaveAreaTooSmall`]).
 pub fn register_stub_len(save: VectorSave) -> usize {
     register_stub(0, 0, save).map_or(0, |stub| stub.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout of a Sapphire Rapids with AVX-512 and AMX (XCR0 0x602e7):
+    /// (size, offset) per component.
+    fn spr(i: u32) -> (u32, u32) {
+        match i {
+            2 => (256, 576),
+            5 => (64, 1088),
+            6 => (512, 1152),
+            7 => (1024, 1664),
+            9 => (8, 2688),
+            17 => (64, 2752),
+            18 => (8192, 2816),
+            _ => (0, 0),
+        }
+    }
+
+    #[test]
+    fn xsave_areas_follow_the_components_saved() {
+        let all = VectorSave::xsave(0x602e7, 0, spr);
+        assert_eq!(
+            all,
+            VectorSave::Xsave {
+                area_size: 11_008,
+                mask: 0x602e7
+            }
+        );
+        let weft = VectorSave::xsave(0x602e7, XSAVE_UNUSED_BY_WEFT, spr);
+        assert_eq!(
+            weft,
+            VectorSave::Xsave {
+                area_size: 2_696,
+                mask: 0x2e7
+            }
+        );
+        // x87 and SSE only: the legacy area and the header.
+        assert_eq!(
+            VectorSave::xsave(0x3, 0, spr),
+            VectorSave::Xsave {
+                area_size: 576,
+                mask: 0x3
+            }
+        );
+    }
 }

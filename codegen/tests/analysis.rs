@@ -550,7 +550,13 @@ fn trampoline_layout() {
 
 #[test]
 fn register_stub_shape() {
-    for save in [VectorSave::Fxsave64, VectorSave::Xsave { area_size: 2696 }] {
+    for save in [
+        VectorSave::Fxsave64,
+        VectorSave::Xsave {
+            area_size: 2696,
+            mask: u64::MAX,
+        },
+    ] {
         let stub = register_stub(0x7000_0000, 0x7fff_1234_5678, save).unwrap();
         assert_eq!(stub.len(), register_stub_len(save));
         let i = decode_all(&stub, 0x7000_0000);
@@ -571,7 +577,14 @@ fn register_stub_shape() {
         assert_eq!(pushes, pops);
     }
     assert_eq!(
-        register_stub(0, 0, VectorSave::Xsave { area_size: 512 }),
+        register_stub(
+            0,
+            0,
+            VectorSave::Xsave {
+                area_size: 512,
+                mask: u64::MAX,
+            }
+        ),
         Err(BuildError::XsaveAreaTooSmall { area_size: 512 })
     );
 }

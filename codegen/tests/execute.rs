@@ -497,7 +497,32 @@ fn patched_functions_run_with_xsave() {
         eprintln!("no XSAVE: skipped");
         return;
     };
-    run_lab(VectorSave::Xsave { area_size });
+    run_lab(VectorSave::Xsave {
+        area_size,
+        mask: u64::MAX,
+    });
+}
+
+/// The registration stub as weft builds it: every component but AMX's.
+#[test]
+fn patched_functions_run_with_xsave_without_amx() {
+    if xsave_area_size().is_none() {
+        eprintln!("no XSAVE: skipped");
+        return;
+    }
+    let xcr0: u64;
+    // SAFETY: XSAVE/OSXSAVE are supported (checked above); xgetbv(0) only
+    // reads XCR0.
+    unsafe {
+        let (lo, hi): (u32, u32);
+        std::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack));
+        xcr0 = (u64::from(hi) << 32) | u64::from(lo);
+    }
+    let save = VectorSave::xsave(xcr0, XSAVE_UNUSED_BY_WEFT, |i| {
+        let leaf = std::arch::x86_64::__cpuid_count(0xd, i);
+        (leaf.eax, leaf.ebx)
+    });
+    run_lab(save);
 }
 
 #[test]

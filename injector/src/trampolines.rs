@@ -166,12 +166,21 @@ pub fn vector_save() -> VectorSave {
     if !xsave {
         return VectorSave::Fxsave64;
     }
-    // SAFETY: leaf 0xD exists when XSAVE is supported. EBX is the area size
-    // for the features enabled in XCR0.
-    let leaf_d = core::arch::x86_64::__cpuid_count(0xd, 0);
-    VectorSave::Xsave {
-        area_size: leaf_d.ebx,
+    let xcr0: u64;
+    // SAFETY: OSXSAVE is set (checked above), so xgetbv(0) reads XCR0 and
+    // touches nothing else.
+    unsafe {
+        let (lo, hi): (u32, u32);
+        core::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags));
+        xcr0 = (u64::from(hi) << 32) | u64::from(lo);
     }
+    // Leaf 0xD sub-leaf i: EAX = size, EBX = offset of component i. The
+    // AMX tiles are left out: 8 KiB on the thread's stack for state the
+    // runtime never touches.
+    VectorSave::xsave(xcr0, weft_codegen::XSAVE_UNUSED_BY_WEFT, |i| {
+        let leaf = core::arch::x86_64::__cpuid_count(0xd, i);
+        (leaf.eax, leaf.ebx)
+    })
 }
 
 impl Pool {

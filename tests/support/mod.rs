@@ -245,6 +245,14 @@ pub fn signals() -> &'static Path {
     P.get_or_init(|| build_simple_c("signals", "signals.c", &[]))
 }
 
+/// Threads with the smallest stack allowed calling `work`
+/// (`smallstack [THREADS] [CALLS]`).
+#[allow(dead_code)]
+pub fn smallstack() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("smallstack", "smallstack.c", &[]))
+}
+
 /// Two threads calling `hot` in a tight loop until told to stop.
 pub fn cycles() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
