@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod analyze;
+pub mod cfg;
 mod encode;
 mod exit;
 mod relocate;
@@ -26,6 +27,7 @@ mod timer;
 mod trampoline;
 
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
+pub use cfg::{analyze_function, Disassembly};
 pub use exit::{
     exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, LayoutError,
     CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_RBX, CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED,
