@@ -9,6 +9,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod branches;
+pub mod code;
 mod error;
 pub mod exits;
 pub mod inspect;
