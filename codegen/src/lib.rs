@@ -20,6 +20,7 @@ mod analyze;
 pub mod cfg;
 mod encode;
 mod exit;
+mod probe;
 mod relocate;
 mod remote_stub;
 mod scan;
@@ -33,6 +34,10 @@ pub use exit::{
     CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_RBX, CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED,
     EXIT_CODE_STALE_ENTRY, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED,
     METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
+};
+pub use probe::{
+    Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION, CTX_POINT,
+    CTX_RET, CTX_RET2, CTX_RSP, CTX_SIZE, CTX_THREAD, CTX_USER, POINT_ENTRY, POINT_EXIT,
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use remote_stub::{

@@ -65,6 +65,10 @@ pub enum Snippet {
         /// The exit-hook layout (and timers).
         hooks: crate::ExitHooks,
     },
+    /// Calls a user probe function with the function's arguments (see the
+    /// `probe` module and [`ProbeCall`](crate::ProbeCall)); skipped when
+    /// its predicate is false.
+    CallProbe(crate::ProbeCall),
 }
 
 impl Snippet {
@@ -77,6 +81,7 @@ impl Snippet {
                 record,
                 hooks,
             } => crate::exit::enter_snippet_len(hooks, *metric, *record, Some(0)),
+            Snippet::CallProbe(call) => crate::probe::entry_snippet_len(call),
         }
     }
 }
@@ -243,6 +248,10 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
                 let code = crate::exit::enter_snippet(hooks, metric, record, row.activity, e.ip())?;
                 e.raw(&code);
             }
+            Snippet::CallProbe(ref call) => {
+                let code = crate::probe::entry_snippet(call, e.ip())?;
+                e.raw(&code);
+            }
         }
     }
     if let Some(activity) = row.activity {
@@ -363,7 +372,7 @@ impl VectorSave {
 
 /// The save-area size for `save`, rounded up to the 64 bytes that XSAVE's
 /// alignment requires (so the area keeps `rsp` aligned).
-fn area_len(save: VectorSave) -> Result<u32, BuildError> {
+pub(crate) fn area_len(save: VectorSave) -> Result<u32, BuildError> {
     let raw = match save {
         VectorSave::Fxsave64 => 512,
         VectorSave::Xsave { area_size, .. } if area_size < 576 => {

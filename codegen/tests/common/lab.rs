@@ -31,6 +31,8 @@ pub const BOUNDS: i32 = 16; // [lo, hi)
 pub const END: i32 = 32;
 pub const CPU_STATE: i32 = 40;
 pub const ACTIVITY: i32 = 48;
+/// The thread's index (u32), for probe contexts.
+pub const ROW_INDEX: i32 = 56;
 pub const METRICS: i32 = 64;
 pub const ROW_WORDS: usize = 1024;
 /// Activations per thread.
@@ -366,6 +368,12 @@ impl Lab {
             hooks: self.hooks,
         };
         self.patch(f, snippet, self.hooks.metric_len())
+    }
+
+    /// Patches the function at `f` with `snippet`; returns the metric base
+    /// the lab reserved (unused by snippets without words).
+    pub fn patch_with(&mut self, f: (u64, usize), snippet: Snippet) -> i32 {
+        self.patch(f, snippet, 8)
     }
 
     /// Patches the function with an entry counter only; returns its word.

@@ -1,0 +1,290 @@
+//! User probes, executed: a function patched with `Snippet::CallProbe`
+//! calls a Rust `extern "C"` probe with its integer, pointer and
+//! floating-point arguments, its entry `rsp`, the user constant and the
+//! thread's index; predicates skip it; everything the function sees, and
+//! its result, is as without the probe, although the probe clobbers every
+//! register it may.
+#![cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+
+#[path = "common/lab.rs"]
+mod lab;
+
+use std::sync::Mutex;
+
+use iced_x86::code_asm::*;
+use lab::*;
+use weft_codegen::*;
+
+/// What the probe saw, per call.
+static SEEN: Mutex<Vec<ProbeContext>> = Mutex::new(Vec::new());
+
+extern "C" fn probe(ctx: *const ProbeContext) {
+    // SAFETY: the generated code passes a pointer to a live context.
+    let ctx = unsafe { *ctx };
+    SEEN.lock().unwrap().push(ctx);
+    // Use the vector unit and many registers, as any C code may.
+    let mut acc = [0f64; 8];
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = (ctx.fargs[i] * 3.0).sqrt() + i as f64;
+    }
+    std::hint::black_box(acc);
+}
+
+/// `f(a, b, c, d, e, g, x0..x7)`: returns a + 2b + 3c + 4d + 5e + 6g +
+/// trunc(x0 + 2 x1 + ... + 8 x7), and reads its 7th integer argument from
+/// the stack (added too).
+fn build_f(lab: &mut Lab) -> (u64, usize) {
+    lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.mov(rax, rdi).unwrap();
+        a.lea(rax, qword_ptr(rax + rsi * 2)).unwrap();
+        a.imul_3(rbx, rdx, 3).unwrap();
+        a.add(rax, rbx).unwrap();
+        a.lea(rax, qword_ptr(rax + rcx * 4)).unwrap();
+        a.imul_3(rbx, r8, 5).unwrap();
+        a.add(rax, rbx).unwrap();
+        a.imul_3(rbx, r9, 6).unwrap();
+        a.add(rax, rbx).unwrap();
+        // 7th integer argument: [rsp + 16] (after the push).
+        a.add(rax, qword_ptr(rsp + 16)).unwrap();
+        // x0 + 2 x1 + ... + 8 x7
+        for (i, x) in [xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7]
+            .iter()
+            .enumerate()
+        {
+            a.mov(rbx, (i as f64 + 2.0).to_bits()).unwrap();
+            a.movq(xmm8, rbx).unwrap();
+            a.mulsd(*x, xmm8).unwrap();
+            a.addsd(xmm0, *x).unwrap();
+        }
+        a.cvttsd2si(rbx, xmm0).unwrap();
+        a.add(rax, rbx).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    })
+}
+
+type F =
+    extern "C" fn(i64, i64, i64, i64, i64, i64, f64, f64, f64, f64, f64, f64, f64, f64, i64) -> i64;
+
+fn call(f: F, k: i64) -> i64 {
+    let x = k as f64;
+    f(
+        k,
+        k + 1,
+        k + 2,
+        k + 3,
+        k + 4,
+        k + 5,
+        x + 0.5,
+        x + 1.5,
+        x + 2.5,
+        x + 3.5,
+        x + 4.5,
+        x + 5.5,
+        x + 6.5,
+        x + 7.5,
+        1000 * k,
+    )
+}
+
+fn expected(k: i64) -> i64 {
+    let x = k as f64;
+    let ints = k + 2 * (k + 1) + 3 * (k + 2) + 4 * (k + 3) + 5 * (k + 4) + 6 * (k + 5) + 1000 * k;
+    let floats: f64 = (0..8)
+        .map(|i| (i as f64 + 1.0) * (x + i as f64 + 0.5))
+        .sum();
+    ints + floats.trunc() as i64
+}
+
+fn probe_call(instrumented: u64, predicate: Option<Predicate>, save: VectorSave) -> ProbeCall {
+    ProbeCall {
+        function: probe as *const () as u64,
+        user: 0xfeed_beef,
+        predicate,
+        save,
+        row_index: ROW_INDEX,
+        instrumented,
+    }
+}
+
+fn vector_save() -> VectorSave {
+    let xcr0: u64;
+    // SAFETY: xgetbv(0) reads XCR0 (x86-64 Linux machines have OSXSAVE).
+    unsafe {
+        let (lo, hi): (u32, u32);
+        std::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack));
+        xcr0 = (u64::from(hi) << 32) | u64::from(lo);
+    }
+    VectorSave::xsave(xcr0, XSAVE_UNUSED_BY_WEFT, |i| {
+        let leaf = std::arch::x86_64::__cpuid_count(0xd, i);
+        (leaf.eax, leaf.ebx)
+    })
+}
+
+#[test]
+fn probes_see_every_argument_and_change_nothing() {
+    for save in [vector_save(), VectorSave::Fxsave64] {
+        let mut lab = Lab::new();
+        let f = build_f(&mut lab);
+        lab.patch_with(f, Snippet::CallProbe(probe_call(f.0, None, save)));
+        let row = install_row(lab.cells());
+        row[(ROW_INDEX / 8) as usize] = 7;
+        // SAFETY: `f` is a C-ABI function with this signature.
+        let fun: F = unsafe { std::mem::transmute(f.0 as usize) };
+        SEEN.lock().unwrap().clear();
+        for k in 0..20 {
+            assert_eq!(call(fun, k), expected(k), "{save:?}: f({k})");
+        }
+        let seen = SEEN.lock().unwrap().clone();
+        assert_eq!(seen.len(), 20, "{save:?}");
+        for (k, ctx) in seen.iter().enumerate() {
+            let k = k as i64;
+            let args: Vec<i64> = ctx.args.iter().map(|&a| a as i64).collect();
+            assert_eq!(args, (k..k + 6).collect::<Vec<_>>());
+            let fargs: Vec<f64> = (0..8).map(|i| k as f64 + i as f64 + 0.5).collect();
+            assert_eq!(ctx.fargs.to_vec(), fargs);
+            assert_eq!((ctx.ret, ctx.ret2, ctx.fret), (0, 0, 0.0));
+            assert_eq!(ctx.function, f.0);
+            assert_eq!(ctx.user, 0xfeed_beef);
+            assert_eq!((ctx.thread, ctx.point), (7, POINT_ENTRY));
+            // The 7th integer argument, read through the entry rsp.
+            // SAFETY: recorded during the call; only compared, not read.
+            assert_ne!(ctx.rsp, 0);
+        }
+        drop(lab);
+    }
+}
+
+#[test]
+fn predicates_select_the_calls() {
+    let mut lab = Lab::new();
+    let f = build_f(&mut lab);
+    let g = build_f(&mut lab);
+    let h = build_f(&mut lab);
+    let save = vector_save();
+    // f: only when its 4th argument (rcx) is 13; g: when the 1st is 5;
+    // h: only in thread 3.
+    lab.patch_with(
+        f,
+        Snippet::CallProbe(probe_call(
+            f.0,
+            Some(Predicate::ArgEquals { arg: 3, value: 13 }),
+            save,
+        )),
+    );
+    lab.patch_with(
+        g,
+        Snippet::CallProbe(probe_call(
+            g.0,
+            Some(Predicate::ArgEquals { arg: 0, value: 5 }),
+            save,
+        )),
+    );
+    lab.patch_with(
+        h,
+        Snippet::CallProbe(probe_call(h.0, Some(Predicate::Thread(3)), save)),
+    );
+    let row = install_row(lab.cells());
+    row[(ROW_INDEX / 8) as usize] = 2;
+    // SAFETY: C-ABI functions with this signature.
+    let (ff, gf, hf): (F, F, F) = unsafe {
+        (
+            std::mem::transmute(f.0 as usize),
+            std::mem::transmute(g.0 as usize),
+            std::mem::transmute(h.0 as usize),
+        )
+    };
+    SEEN.lock().unwrap().clear();
+    for k in 0..20 {
+        assert_eq!(call(ff, k), expected(k));
+        assert_eq!(call(gf, k), expected(k));
+        assert_eq!(call(hf, k), expected(k)); // thread 2: never
+    }
+    let seen: Vec<(u64, u64)> = SEEN
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.function, c.args[0]))
+        .collect();
+    assert_eq!(seen, vec![(g.0, 5), (f.0, 10)]);
+    row[(ROW_INDEX / 8) as usize] = 3;
+    SEEN.lock().unwrap().clear();
+    assert_eq!(call(hf, 1), expected(1));
+    assert_eq!(SEEN.lock().unwrap().len(), 1);
+}
+
+/// Every general register, the flags and xmm8 as the function sees them at
+/// its entry are what its caller set, with a probe that clobbers them.
+#[test]
+fn the_function_sees_its_callers_registers() {
+    const GPRS: [AsmRegister64; 15] = [
+        rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15,
+    ];
+    let value =
+        |i: usize| 0x0101_0101_0101_0101u64.wrapping_mul(i as u64 + 3) ^ 0x8000_0000_0000_0f00;
+    let mut lab = Lab::new();
+    let seen_at = lab.alloc(8 * 17, 8);
+    // f: stores every register, the flags and xmm8, then returns.
+    let f = lab.assemble(|a, end| {
+        a.push(rax).unwrap();
+        a.pushfq().unwrap();
+        a.mov(rax, seen_at).unwrap();
+        a.pop(qword_ptr(rax + 8 * 15)).unwrap();
+        for (i, r) in GPRS.iter().enumerate().skip(1) {
+            a.mov(qword_ptr(rax + 8 * i as i32), *r).unwrap();
+        }
+        a.pop(qword_ptr(rax)).unwrap();
+        a.movq(qword_ptr(rax + 8 * 16), xmm8).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    lab.patch_with(f, Snippet::CallProbe(probe_call(f.0, None, vector_save())));
+    install_row(lab.cells());
+    // caller(f): sets every register to a known value and calls f.
+    let caller = lab.assemble(|a, end| {
+        for r in [rbx, rbp, r12, r13, r14, r15] {
+            a.push(r).unwrap();
+        }
+        a.mov(rax, rdi).unwrap();
+        a.push(rax).unwrap(); // f, at [rsp]
+        for (i, r) in GPRS.iter().enumerate() {
+            a.mov(*r, value(i)).unwrap();
+        }
+        a.mov(rax, 0x1234_5678_9abc_def0u64).unwrap();
+        a.movq(xmm8, rax).unwrap();
+        a.mov(rax, value(0)).unwrap();
+        a.push(0x8d5).unwrap(); // OF SF ZF PF CF (and the reserved bit 1)
+        a.popfq().unwrap();
+        a.call(qword_ptr(rsp)).unwrap();
+        a.pop(rax).unwrap();
+        for r in [r15, r14, r13, r12, rbp, rbx] {
+            a.pop(r).unwrap();
+        }
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    // SAFETY: `caller` preserves the callee-saved registers and follows the
+    // C ABI; its stack stays aligned for the call.
+    unsafe {
+        std::arch::asm!("call {c}", c = in(reg) caller.0, in("rdi") f.0, clobber_abi("C"));
+    }
+    for (i, r) in GPRS.iter().enumerate() {
+        assert_eq!(
+            lab.read(seen_at + 8 * i as u64),
+            value(i),
+            "{r:?} at f's entry"
+        );
+    }
+    assert_eq!(
+        lab.read(seen_at + 8 * 15) & 0xcd5,
+        0x8d5,
+        "flags at f's entry"
+    );
+    assert_eq!(
+        lab.read(seen_at + 8 * 16),
+        0x1234_5678_9abc_def0,
+        "xmm8 at f's entry"
+    );
+}
