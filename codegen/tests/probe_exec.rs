@@ -68,6 +68,12 @@ fn build_f(lab: &mut Lab) -> (u64, usize) {
 type F =
     extern "C" fn(i64, i64, i64, i64, i64, i64, f64, f64, f64, f64, f64, f64, f64, f64, i64) -> i64;
 
+/// `addr` as an `F`.
+fn as_f(addr: u64) -> F {
+    // SAFETY: callers pass functions built by `build_f`, of this signature.
+    unsafe { std::mem::transmute::<usize, F>(addr as usize) }
+}
+
 fn call(f: F, k: i64) -> i64 {
     let x = k as f64;
     f(
@@ -131,8 +137,7 @@ fn probes_see_every_argument_and_change_nothing() {
         lab.patch_with(f, Snippet::CallProbe(probe_call(f.0, None, save)));
         let row = install_row(lab.cells());
         row[(ROW_INDEX / 8) as usize] = 7;
-        // SAFETY: `f` is a C-ABI function with this signature.
-        let fun: F = unsafe { std::mem::transmute(f.0 as usize) };
+        let fun = as_f(f.0);
         SEEN.lock().unwrap().clear();
         for k in 0..20 {
             assert_eq!(call(fun, k), expected(k), "{save:?}: f({k})");
@@ -188,14 +193,7 @@ fn predicates_select_the_calls() {
     );
     let row = install_row(lab.cells());
     row[(ROW_INDEX / 8) as usize] = 2;
-    // SAFETY: C-ABI functions with this signature.
-    let (ff, gf, hf): (F, F, F) = unsafe {
-        (
-            std::mem::transmute(f.0 as usize),
-            std::mem::transmute(g.0 as usize),
-            std::mem::transmute(h.0 as usize),
-        )
-    };
+    let (ff, gf, hf) = (as_f(f.0), as_f(g.0), as_f(h.0));
     SEEN.lock().unwrap().clear();
     for k in 0..20 {
         assert_eq!(call(ff, k), expected(k));
