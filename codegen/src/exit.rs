@@ -112,6 +112,29 @@ pub const CELL_FLAGS: i32 = 28;
 /// [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) bytes of the `timer`
 /// module).
 pub const CELL_TIMED: u32 = 1;
+/// Cell flag: the exit calls the user probe of the function's call record
+/// (the record's index is in the flags' bits from [`CELL_RECORD_SHIFT`]
+/// up; see [`ExitProbes`]).
+pub const CELL_PROBE: u32 = 2;
+/// Where a cell's flags keep the function's call record index.
+pub const CELL_RECORD_SHIFT: u32 = 8;
+
+/// Where the exit code finds the user probes of exits: a table with one
+/// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
+/// +0, its constant at +8, the instrumented function at +16), written by
+/// the injector before it patches the function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitProbes {
+    /// Address of entry 0.
+    pub table: u64,
+    /// The vector state saved around a probe.
+    pub save: crate::VectorSave,
+    /// Row byte offset of the thread's index (u32).
+    pub row_index: i32,
+}
+
+/// Bytes per entry of the exit-probe table.
+pub const EXIT_PROBE_SIZE: u64 = 32;
 
 /// Offset from a metric base of the entries counter (u64).
 pub const METRIC_ENTRIES: i32 = 0;
@@ -182,6 +205,10 @@ pub struct ExitHooks {
     records: CallRecords,
     exit_code: u64,
     timers: Option<TimerSpec>,
+    probes: Option<ExitProbes>,
+    /// Entry snippets built from this layout mark their activations for
+    /// the exit probe.
+    probe_exit: bool,
 }
 
 /// An invalid [`ExitHooks`] layout.
@@ -242,7 +269,48 @@ impl ExitHooks {
             records,
             exit_code,
             timers: None,
+            probes: None,
+            probe_exit: false,
         })
+    }
+
+    /// The same layout with user probes at exits: the exit code calls the
+    /// probe of a function whose activation an entry built with
+    /// [`ExitHooks::probing_exits`] marked.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::Records`] for a null or misaligned table,
+    /// [`LayoutError::RowOffset`] for a bad thread-index offset.
+    pub fn with_exit_probes(self, probes: ExitProbes) -> Result<Self, LayoutError> {
+        if probes.table == 0 || probes.table % 8 != 0 {
+            return Err(LayoutError::Records(probes.table));
+        }
+        if probes.row_index < 0 || probes.row_index % 4 != 0 {
+            return Err(LayoutError::RowOffset(probes.row_index));
+        }
+        Ok(Self {
+            probes: Some(probes),
+            ..self
+        })
+    }
+
+    /// The layout for the entry snippet of a function whose exits call its
+    /// user probe (the session's exit code must have been built
+    /// [`ExitHooks::with_exit_probes`]); without timers when
+    /// `timed` is false (the function's words are then
+    /// [`METRIC_LEN`] bytes).
+    pub fn probing_exits(self, timed: bool) -> Self {
+        Self {
+            probe_exit: true,
+            timers: if timed { self.timers } else { None },
+            ..self
+        }
+    }
+
+    /// The exit probes, if configured.
+    pub fn exit_probes(&self) -> Option<&ExitProbes> {
+        self.probes.as_ref()
     }
 
     /// The same layout with inclusive timers (see the `timer` module): the
@@ -317,12 +385,17 @@ impl ExitHooks {
         }
     }
 
-    fn flags(&self) -> u32 {
+    /// The flags an entry stores in its cell for the function of call
+    /// record `record`.
+    fn flags(&self, record: u32) -> u32 {
+        let mut flags = 0;
         if self.timers.is_some() {
-            CELL_TIMED
-        } else {
-            0
+            flags |= CELL_TIMED;
         }
+        if self.probe_exit {
+            flags |= CELL_PROBE | (record << CELL_RECORD_SHIFT);
+        }
+        flags
     }
 }
 
@@ -454,7 +527,7 @@ fn enter_asm(
     a.mov(q(rdi, CELL_RETURN_ADDRESS), rdx)?;
     a.mov(q(rdi, CELL_RBX), rbx)?;
     a.mov(d(rdi, CELL_METRIC), metric)?;
-    a.mov(d(rdi, CELL_FLAGS), h.flags() as i32)?;
+    a.mov(d(rdi, CELL_FLAGS), h.flags(record) as i32)?;
     if let Some(spec) = &h.timers {
         crate::timer::emit_start(a, spec, metric, &mut slow)?;
     }
@@ -617,10 +690,22 @@ pub fn exit_code_len(tls_offset: i32, hooks: &ExitHooks) -> usize {
 fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, h: &ExitHooks) -> Result<CodeLabel, IcedError> {
     let mut close_from = a.create_label();
     let mut stop = a.create_label();
+    let mut exit_probe = a.create_label();
     emit_stale_closer(a, h, close_from)?;
-    let handler = emit_handler(a, tls_offset, h, close_from, stop)?;
+    let handler = emit_handler(
+        a,
+        tls_offset,
+        h,
+        close_from,
+        stop,
+        h.probes.is_some().then_some(exit_probe),
+    )?;
     a.set_label(&mut close_from)?;
     emit_close_from(a, h, stop)?;
+    if let Some(probes) = &h.probes {
+        a.set_label(&mut exit_probe)?;
+        emit_exit_probe(a, probes)?;
+    }
     a.set_label(&mut stop)?;
     match &h.timers {
         Some(spec) => crate::timer::emit_stop(a, spec)?,
@@ -683,6 +768,7 @@ fn emit_handler(
     h: &ExitHooks,
     close_from: CodeLabel,
     stop: CodeLabel,
+    exit_probe: Option<CodeLabel>,
 ) -> Result<CodeLabel, IcedError> {
     let row = h.row;
     let size = CELL_SIZE as i32;
@@ -732,10 +818,20 @@ fn emit_handler(
     a.add(r8, rcx)?;
     a.inc(q(r8, METRIC_EXITS))?;
     if h.timers.is_some() {
+        let mut untimed = a.create_label();
         a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_TIMED as i32)?;
-        a.jz(popped)?;
+        a.jz(untimed)?;
         a.push(rdi)?;
         a.call(stop)?;
+        a.pop(rdi)?;
+        a.set_label(&mut untimed)?;
+        a.nop()?; // the label needs an instruction
+    }
+    if let Some(probe) = exit_probe {
+        a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_PROBE as i32)?;
+        a.jz(popped)?;
+        a.push(rdi)?;
+        a.call(probe)?;
         a.pop(rdi)?;
     }
     a.set_label(&mut popped)?;
@@ -812,6 +908,67 @@ fn emit_handler(
     a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
     a.jmp(restore)?;
     Ok(handler)
+}
+
+/// The exit-probe routine: called by the handler with `rdi` = the cell,
+/// `rcx` = the row, the handler's frame above its return address (saved
+/// `rax` at +56, `rdx` at +48, the function's entry `rsp` = +72, see
+/// `emit_handler`); calls the probe of the cell's record with a context of
+/// the return values. May clobber `rax`, `rdx`, `rdi`, `r8`, `r9` (the
+/// handler's scratch registers); preserves every other register, the
+/// flags and the vector state.
+fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedError> {
+    use crate::probe::*;
+    for r in [rbp, r10, r11, rsi, rcx, rbx] {
+        a.push(r)?;
+    }
+    a.pushfq()?;
+    a.cld()?;
+    a.mov(rbp, rsp)?;
+    // The handler's rsp before its `push rdi; call`: our 7 pushes, the
+    // return address and its push up.
+    let frame = 8 * 7 + 8 + 8;
+    a.mov(r8, rdi)?;
+    crate::probe::save_vector(a, p.save)?;
+    a.sub(rsp, CTX_SIZE)?;
+    a.xor(eax, eax)?;
+    for i in 0..6 {
+        a.mov(qword_ptr(rsp + i64::from(CTX_ARGS + 8 * i)), rax)?;
+    }
+    for i in 0..8 {
+        a.mov(qword_ptr(rsp + i64::from(CTX_FARGS + 8 * i)), rax)?;
+    }
+    a.mov(rax, qword_ptr(rbp + (frame + 48)))?;
+    a.mov(qword_ptr(rsp + i64::from(CTX_RET)), rax)?;
+    a.mov(rax, qword_ptr(rbp + (frame + 40)))?;
+    a.mov(qword_ptr(rsp + i64::from(CTX_RET2)), rax)?;
+    a.movq(qword_ptr(rsp + i64::from(CTX_FRET)), xmm0)?;
+    a.lea(rax, qword_ptr(rbp + (frame + 64)))?;
+    a.mov(qword_ptr(rsp + i64::from(CTX_RSP)), rax)?;
+    // The record's entry: flags >> 8 = record; entry = table + 32 * record.
+    a.mov(r9d, d(r8, CELL_FLAGS))?;
+    a.shr(r9d, CELL_RECORD_SHIFT)?;
+    const _: () = assert!(EXIT_PROBE_SIZE == 1 << 5);
+    a.shl(r9, 5)?;
+    a.mov(rax, p.table)?;
+    a.add(r9, rax)?;
+    a.mov(rax, qword_ptr(r9 + 16))?;
+    a.mov(qword_ptr(rsp + i64::from(CTX_FUNCTION)), rax)?;
+    a.mov(rax, qword_ptr(r9 + 8))?;
+    a.mov(qword_ptr(rsp + i64::from(CTX_USER)), rax)?;
+    a.mov(eax, dword_ptr(rcx + i64::from(p.row_index)))?;
+    a.mov(dword_ptr(rsp + i64::from(CTX_THREAD)), eax)?;
+    a.mov(dword_ptr(rsp + i64::from(CTX_POINT)), POINT_EXIT as i32)?;
+    a.mov(rdi, rsp)?;
+    a.call(qword_ptr(r9))?;
+    a.add(rsp, CTX_SIZE)?;
+    crate::probe::restore_vector(a, p.save)?;
+    a.mov(rsp, rbp)?;
+    a.popfq()?;
+    for r in [rbx, rcx, rsi, r11, r10, rbp] {
+        a.pop(r)?;
+    }
+    a.ret()
 }
 
 /// close_from: rcx = row, rdi = lowest cell to close; closes every open

@@ -30,10 +30,11 @@ mod trampoline;
 pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
 pub use cfg::{analyze_function, Disassembly};
 pub use exit::{
-    exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, LayoutError,
-    CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_RBX, CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED,
-    EXIT_CODE_STALE_ENTRY, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED,
-    METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
+    exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, ExitProbes,
+    LayoutError, CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_PROBE, CELL_RBX, CELL_RECORD_SHIFT,
+    CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED, EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE,
+    METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN,
+    RECORD_SIZE,
 };
 pub use probe::{
     Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION, CTX_POINT,

@@ -286,3 +286,99 @@ fn the_function_sees_its_callers_registers() {
         "xmm8 at f's entry"
     );
 }
+
+/// One entry per call record: (probe, constant, instrumented function,
+/// unused), as `ExitProbes` documents.
+static mut EXIT_TABLE: [[u64; 4]; 8192] = [[0; 4]; 8192];
+
+fn exit_table() -> u64 {
+    // Only the address is taken.
+    std::ptr::addr_of_mut!(EXIT_TABLE) as u64
+}
+
+fn set_exit_probe(record: u32, user: u64, instrumented: u64) {
+    let at = exit_table() + EXIT_PROBE_SIZE * u64::from(record);
+    // SAFETY: inside the table; no thread runs the record's function yet.
+    unsafe {
+        let e = at as *mut u64;
+        e.write(probe as *const () as u64);
+        e.add(1).write(user);
+        e.add(2).write(instrumented);
+    }
+}
+
+/// Exit probes see the return values (integer, 128-bit pair, double) and
+/// the caller gets them unchanged; with timers on the same function too.
+#[test]
+fn exit_probes_see_the_return_values() {
+    let both = Timers {
+        wall: true,
+        cpu: true,
+    };
+    let wall = Box::leak(Box::new(weft_rt::clock::WallClock::new(
+        weft_rt::clock::WallPreference::Auto,
+    )));
+    let mut lab = Lab::with_exit_probes(
+        Some(timer_spec(both, wall)),
+        ExitProbes {
+            table: exit_table(),
+            save: vector_save(),
+            row_index: ROW_INDEX,
+        },
+    );
+    // pair(a, b) = (2a, b + 1) in rax:rdx; dbl(x) = 2x in xmm0.
+    let pair = lab.assemble(|a, end| {
+        a.lea(rax, qword_ptr(rdi + rdi)).unwrap();
+        a.lea(rdx, qword_ptr(rsi + 1)).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let dbl = lab.assemble(|a, end| {
+        a.movq(xmm0, rdi).unwrap();
+        a.addsd(xmm0, xmm0).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let hooks = lab.hooks();
+    // pair: probe only; dbl: probe and timers.
+    let m_pair = lab.hook_as(pair, hooks.probing_exits(false));
+    set_exit_probe(lab.last_record, 11, pair.0);
+    let m_dbl = lab.hook_as(dbl, hooks.probing_exits(true));
+    set_exit_probe(lab.last_record, 22, dbl.0);
+    let row = install_row(lab.cells());
+    row[(ROW_INDEX / 8) as usize] = 4;
+    #[repr(C)]
+    #[derive(Debug, PartialEq)]
+    struct Pair(u64, u64);
+    // SAFETY: C-ABI functions of these signatures.
+    let pair_fn: extern "C" fn(u64, u64) -> Pair =
+        unsafe { std::mem::transmute::<usize, extern "C" fn(u64, u64) -> Pair>(pair.0 as usize) };
+    // SAFETY: as above.
+    let dbl_fn: extern "C" fn(u64) -> f64 =
+        unsafe { std::mem::transmute::<usize, extern "C" fn(u64) -> f64>(dbl.0 as usize) };
+    SEEN.lock().unwrap().clear();
+    assert_eq!(pair_fn(21, 41), Pair(42, 42));
+    assert_eq!(dbl_fn(1.25f64.to_bits()), 2.5);
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        (
+            seen[0].ret,
+            seen[0].ret2,
+            seen[0].user,
+            seen[0].function,
+            seen[0].point,
+            seen[0].thread
+        ),
+        (42, 42, 11, pair.0, POINT_EXIT, 4)
+    );
+    assert_eq!(
+        (seen[1].fret, seen[1].user, seen[1].function),
+        (2.5, 22, dbl.0)
+    );
+    assert_eq!(counts(m_pair), [1, 1, 0, 0]);
+    assert_eq!(counts(m_dbl), [1, 1, 0, 0]);
+    let (wall_ns, _, nesting) = totals(m_dbl);
+    assert!(wall_ns > 0 && nesting == 0);
+    assert_eq!(depth(), 0);
+}

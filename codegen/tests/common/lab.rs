@@ -212,6 +212,15 @@ impl Lab {
     /// A lab of `len` bytes; its exit code is built for `timers` and
     /// installed as the runtime's exit handler.
     pub fn with(timers: Option<TimerSpec>, len: usize) -> Lab {
+        Lab::build(timers, None, len)
+    }
+
+    /// A lab whose exit code also calls exit probes from `probes`' table.
+    pub fn with_exit_probes(timers: Option<TimerSpec>, probes: ExitProbes) -> Lab {
+        Lab::build(timers, Some(probes), 16 << 20)
+    }
+
+    fn build(timers: Option<TimerSpec>, probes: Option<ExitProbes>, len: usize) -> Lab {
         let exclusive = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a fresh anonymous mapping; no existing memory is affected.
         let base = unsafe {
@@ -226,11 +235,14 @@ impl Lab {
         };
         assert_ne!(base, libc::MAP_FAILED);
         let layout = |at: u64| {
-            let hooks = ExitHooks::new(ROW, records(), at).unwrap();
-            match timers {
-                Some(spec) => hooks.with_timers(spec).unwrap(),
-                None => hooks,
+            let mut hooks = ExitHooks::new(ROW, records(), at).unwrap();
+            if let Some(spec) = timers {
+                hooks = hooks.with_timers(spec).unwrap();
             }
+            if let Some(p) = probes {
+                hooks = hooks.with_exit_probes(p).unwrap();
+            }
+            hooks
         };
         let mut lab = Lab {
             base: base.cast(),
@@ -359,15 +371,22 @@ impl Lab {
     /// Patches the function with an exit-hooking (timed, per the lab's
     /// layout) trampoline; returns its metric base.
     pub fn hook(&mut self, f: (u64, usize)) -> i32 {
+        let hooks = self.hooks;
+        self.hook_as(f, hooks)
+    }
+
+    /// Patches the function with an exit-hooking trampoline built from
+    /// `hooks` (the lab's, changed per function); returns its metric base.
+    pub fn hook_as(&mut self, f: (u64, usize), hooks: ExitHooks) -> i32 {
         let record = next_record();
         self.last_record = record;
         let metric = self.next_metric;
         let snippet = Snippet::CountCallHookExit {
             metric,
             record,
-            hooks: self.hooks,
+            hooks,
         };
-        self.patch(f, snippet, self.hooks.metric_len())
+        self.patch(f, snippet, hooks.metric_len())
     }
 
     /// Patches the function at `f` with `snippet`; returns the metric base
