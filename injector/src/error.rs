@@ -91,6 +91,9 @@ pub enum Error {
     /// Target memory access failed.
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
+    /// A library could not be loaded into the target.
+    #[error(transparent)]
+    Library(#[from] crate::library::LibraryError),
 }
 
 fn suggest(names: &[String]) -> String {

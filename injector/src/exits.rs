@@ -10,11 +10,11 @@ use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
 use crate::trampolines::Pool;
 use crate::Error;
 use weft_codegen::{
-    exit_code, exit_code_len, ActivationRow, CallRecords, CpuClockLayout, ExitHooks, TimerSpec,
-    Timers, WallRead,
+    exit_code, exit_code_len, ActivationRow, CallRecords, CpuClockLayout, ExitHooks, ExitProbes,
+    TimerSpec, Timers, WallRead,
 };
 use weft_rt::layout::{
-    RegionHeader, CALL_RECORDS, ROW_ACTIVITY, ROW_CELLS, ROW_CELLS_END, ROW_CPU_CLOCK,
+    RegionHeader, CALL_RECORDS, ROW_ACTIVITY, ROW_CELLS, ROW_CELLS_END, ROW_CPU_CLOCK, ROW_INDEX,
     ROW_STACK_BOUNDS, ROW_TOP,
 };
 
@@ -181,6 +181,12 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
         }
     };
     ExitHooks::new(row, records, exit_code)
+        .map_err(internal)?
+        .with_exit_probes(ExitProbes {
+            table: header.exit_probes,
+            save: crate::trampolines::vector_save(),
+            row_index: ROW_INDEX as i32,
+        })
         .map_err(internal)?
         .with_timers(TimerSpec {
             timers,

@@ -14,6 +14,7 @@ mod error;
 pub mod exits;
 pub mod inspect;
 pub mod launch;
+pub mod library;
 pub mod memory;
 pub mod process;
 pub mod ptrace;
@@ -26,7 +27,7 @@ pub mod trampolines;
 pub use error::Error;
 pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
-pub use process::{Function, Probe, ProbeId, Process, Refused};
+pub use process::{Function, Probe, ProbeId, ProbeSpec, Process, Refused, UserProbe};
 pub use report::Report;
 pub use sample::Sampler;
 

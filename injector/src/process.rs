@@ -80,6 +80,79 @@ pub struct Probe {
     /// The runtime call record a probe with exit hooks calls the function
     /// through (freed with its trampoline).
     pub record: Option<u32>,
+    /// Metric words the probe owns from `calls_word` on.
+    pub words: u32,
+    /// The user probe called at the function's entry, if any.
+    pub on_entry: Option<UserProbe>,
+    /// The user probe called at the function's exits, if any.
+    pub on_exit: Option<UserProbe>,
+}
+
+impl Probe {
+    /// Whether the probe hooks the function's exit (timers, or a user
+    /// probe at exits).
+    pub fn hooks_exit(&self) -> bool {
+        self.metrics.hooks_exit() || self.on_exit.is_some()
+    }
+}
+
+/// A call to a function of a library loaded into the target
+/// ([`Process::load_library`]) at a function's entry or exits: the probe
+/// function gets a `const struct weft_probe *` (see `include/weft_probe.h`
+/// and [`weft_codegen::ProbeContext`]) with the arguments or return
+/// values, the thread's index and `user`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserProbe {
+    /// Address of the probe function in the target
+    /// ([`Library::symbol`](crate::library::Library::symbol)).
+    pub function: u64,
+    /// A constant passed to every call.
+    pub user: u64,
+    /// Entry probes only: call it only when this holds (None: always).
+    pub predicate: Option<weft_codegen::Predicate>,
+}
+
+/// One function to instrument and what to do there ([`Process::insert_probes`]).
+#[derive(Clone, Debug)]
+pub struct ProbeSpec {
+    /// The function.
+    pub function: Function,
+    /// Its calls are always counted; wall and CPU time hook its exit.
+    pub metrics: Metrics,
+    /// A user probe at its entry.
+    pub on_entry: Option<UserProbe>,
+    /// A user probe at its exits (every `ret`, tail call and the like:
+    /// the function is called through a record, see
+    /// `docs/exits-and-timers.md`); the probe sees the return values.
+    pub on_exit: Option<UserProbe>,
+}
+
+impl ProbeSpec {
+    /// Counting (and timing, per `metrics`) only.
+    pub fn measure(function: Function, metrics: Metrics) -> ProbeSpec {
+        ProbeSpec {
+            function,
+            metrics,
+            on_entry: None,
+            on_exit: None,
+        }
+    }
+
+    fn hooks_exit(&self) -> bool {
+        self.metrics.hooks_exit() || self.on_exit.is_some()
+    }
+
+    /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
+    /// (timers).
+    fn words(&self) -> u32 {
+        if self.metrics.hooks_exit() {
+            (weft_codegen::TIMER_METRIC_LEN / 8) as u32
+        } else if self.on_exit.is_some() {
+            (weft_codegen::METRIC_LEN / 8) as u32
+        } else {
+            1
+        }
+    }
 }
 
 /// A function that could not be instrumented, and why.
@@ -518,13 +591,21 @@ impl Process {
             }
             let mut cell = cells;
             while cell < top {
+                // The metric base and the flags, next to each other.
                 let at = cell + weft_codegen::CELL_METRIC as u64;
-                let mut metric = [0u8; 4];
-                if tracer.memory().read(at, &mut metric).is_err() {
+                let mut fields = [0u8; 8];
+                if tracer.memory().read(at, &mut fields).is_err() {
                     break; // the thread and its cells are gone
                 }
-                if bases.contains(&i32::from_le_bytes(metric)) {
-                    tracer.memory().write(at, &sink.to_le_bytes())?;
+                let metric = i32::from_le_bytes(fields[..4].try_into().expect("4 bytes"));
+                if bases.contains(&metric) {
+                    // Its words go to the sink, and its exit calls no user
+                    // probe: the record may serve another function by then.
+                    let flags = u32::from_le_bytes(fields[4..].try_into().expect("4 bytes"))
+                        & !weft_codegen::CELL_PROBE;
+                    fields[..4].copy_from_slice(&sink.to_le_bytes());
+                    fields[4..].copy_from_slice(&flags.to_le_bytes());
+                    tracer.memory().write(at, &fields)?;
                 }
                 cell += size;
             }
@@ -593,22 +674,51 @@ impl Process {
         functions: &[Function],
         metrics: Metrics,
     ) -> Result<Vec<ProbeId>, Error> {
+        let specs: Vec<ProbeSpec> = functions
+            .iter()
+            .map(|f| ProbeSpec::measure(f.clone(), metrics))
+            .collect();
+        self.insert_probes(&specs)
+    }
+
+    /// Splices every probe of `specs` in, in one stop of the world (the
+    /// process must be held): counters, timers, user probes at entries
+    /// and exits. All or nothing: functions that cannot be patched safely
+    /// (or whose exit must not be hooked) are returned in the error, and
+    /// nothing is changed then. One probe per function: a function already
+    /// instrumented is skipped.
+    pub fn insert_probes(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
-        // Resolve IFUNCs first: the resolver may need the runtime-free world.
-        let mut targets = Vec::with_capacity(functions.len());
-        for f in functions {
-            match f.kind {
-                FunctionKind::Ifunc { resolver } => targets.push(self.resolve_ifunc(f, resolver)?),
-                _ => targets.push(f.clone()),
+        for spec in specs {
+            if spec.on_exit.is_some_and(|p| p.predicate.is_some()) {
+                return Err(Error::Internal(format!(
+                    "{}: predicates are for entry probes only (an exit probe can test its \
+                     return value itself)",
+                    spec.function.name
+                )));
             }
         }
+        // Resolve IFUNCs first: the resolver may need the runtime-free world.
+        let mut requests = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let function = match spec.function.kind {
+                FunctionKind::Ifunc { resolver } => self.resolve_ifunc(&spec.function, resolver)?,
+                _ => spec.function.clone(),
+            };
+            requests.push(ProbeSpec {
+                function,
+                ..spec.clone()
+            });
+        }
+        let targets: Vec<Function> = requests.iter().map(|r| r.function.clone()).collect();
         self.remove_leftover_probes(&targets)?;
         // Plan every site before touching anything.
         let mut plans = Vec::new();
         let mut refused = Vec::new();
-        for f in &targets {
+        for request in &requests {
+            let f = &request.function;
             if self
                 .probes
                 .iter()
@@ -616,7 +726,7 @@ impl Process {
             {
                 continue; // already instrumented: one probe per address
             }
-            if metrics.hooks_exit() {
+            if request.hooks_exit() {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
                     .find_map(|n| crate::exits::never_hook_exit(n));
@@ -629,7 +739,7 @@ impl Process {
                 }
             }
             match self.plan(f) {
-                Ok(site) => plans.push((f.clone(), site)),
+                Ok(site) => plans.push((request.clone(), site)),
                 Err(reason) => refused.push(Refused {
                     function: f.clone(),
                     reason,
@@ -639,21 +749,20 @@ impl Process {
         if !refused.is_empty() {
             return Err(Error::Refused(refused));
         }
-        let words_per_probe = if metrics.hooks_exit() {
-            (weft_codegen::TIMER_METRIC_LEN / 8) as usize
-        } else {
-            1
-        };
         self.ensure_runtime()?;
-        let hooks = if metrics.hooks_exit() {
-            Some(self.ensure_exits(metrics)?)
+        let wanted = requests
+            .iter()
+            .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
+        let hooks = if requests.iter().any(ProbeSpec::hooks_exit) {
+            Some(self.ensure_exits(wanted)?)
         } else {
             None
         };
+        let save = crate::trampolines::vector_save();
         let rt = self.runtime.as_ref().expect("loaded above");
         let header = rt.region.header();
         let (tls_offset, register_fn) = (header.tls_offset, header.register_fn);
-        let call_targets = header.call_targets;
+        let (call_targets, exit_probes) = (header.call_targets, header.exit_probes);
         let mmap_fn = self
             .image
             .symbol_address("libc.so", "mmap")
@@ -664,21 +773,39 @@ impl Process {
         // Build and write every trampoline (unreachable until patched).
         let mut new_probes = Vec::new();
         let call_tid = self.call_thread()?;
-        for (f, site) in plans {
-            let word = self.allocate_words(words_per_probe as u32)?;
+        for (request, site) in plans {
+            let f = request.function.clone();
+            let words = request.words();
+            let word = self.allocate_words(words)?;
             let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
-            let record = match hooks {
-                Some(_) => Some(self.allocate_record()?),
-                None => None,
+            let record = match (hooks, request.hooks_exit()) {
+                (Some(_), true) => Some(self.allocate_record()?),
+                _ => None,
             };
-            let snippets = [match (hooks, record) {
+            let mut snippets = Vec::with_capacity(2);
+            if let Some(entry) = request.on_entry {
+                snippets.push(Snippet::CallProbe(weft_codegen::ProbeCall {
+                    function: entry.function,
+                    user: entry.user,
+                    predicate: entry.predicate,
+                    save,
+                    row_index: weft_rt::layout::ROW_INDEX as i32,
+                    instrumented: f.address,
+                }));
+            }
+            snippets.push(match (hooks, record) {
                 (Some(hooks), Some(record)) => Snippet::CountCallHookExit {
                     metric: offset,
                     record,
-                    hooks,
+                    // Without timers when only a user probe hooks the exit
+                    // (4 words, not 10); marked for the exit probe.
+                    hooks: match request.on_exit {
+                        Some(_) => hooks.probing_exits(request.metrics.hooks_exit()),
+                        None => hooks,
+                    },
                 },
                 _ => Snippet::CountCall { offset },
-            }];
+            });
             let len = weft_codegen::max_trampoline_len(&site, &snippets) as u64;
             let tracer = self.tracer.as_mut().expect("held");
             let (at, stub) = self.pool.reserve(
@@ -711,22 +838,31 @@ impl Process {
             original.copy_from_slice(&site.original[..5]);
             // The record lets a later weft take this probe out if this
             // weft dies while it is live.
-            let record = crate::trampolines::record(
+            let leftover_record = crate::trampolines::record(
                 site.patch_address,
                 original,
                 trampoline.bytes.len() as u64,
             );
             tracer
                 .memory()
-                .write(at - crate::trampolines::RECORD_LEN, &record)?;
+                .write(at - crate::trampolines::RECORD_LEN, &leftover_record)?;
             tracer.memory().write(at, &trampoline.bytes)?;
-            if let Snippet::CountCallHookExit { record, .. } = snippets[0] {
+            if let Some(record) = record {
                 // The call record calls the trampoline's copy of the
                 // displaced instructions, which continue into the body.
                 let body = at + trampoline.relocated_offset as u64;
                 tracer
                     .memory()
                     .write(call_targets + 8 * u64::from(record), &body.to_le_bytes())?;
+                if let Some(exit) = request.on_exit {
+                    // The exit code calls this record's probe.
+                    let entry: Vec<u8> = [exit.function, exit.user, f.address, 0]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect();
+                    let at = exit_probes + weft_codegen::EXIT_PROBE_SIZE * u64::from(record);
+                    tracer.memory().write(at, &entry)?;
+                }
             }
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
@@ -736,13 +872,13 @@ impl Process {
                 patch,
                 trampoline: at..at + trampoline.bytes.len() as u64,
                 calls_word: word,
-                metrics,
+                metrics: request.metrics,
                 words_recycled: false,
                 active: false,
-                record: match snippets[0] {
-                    Snippet::CountCallHookExit { record, .. } => Some(record),
-                    _ => None,
-                },
+                record,
+                words,
+                on_entry: request.on_entry,
+                on_exit: request.on_exit,
             });
         }
 
@@ -778,13 +914,7 @@ impl Process {
             self.next_word += len;
             return Ok(word);
         }
-        let width = |p: &Probe| {
-            if p.metrics.hooks_exit() {
-                (weft_codegen::TIMER_METRIC_LEN / 8) as u32
-            } else {
-                1
-            }
-        };
+        let width = |p: &Probe| p.words;
         let Some(at) = self
             .quiet
             .iter()
@@ -1084,7 +1214,7 @@ impl Process {
         let hooked: Vec<i32> = self
             .probes
             .iter()
-            .filter(|p| ids.contains(&p.id) && p.metrics.hooks_exit())
+            .filter(|p| ids.contains(&p.id) && p.hooks_exit())
             .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
             .collect();
         self.retire_open_activations(&hooked)?;
@@ -1276,6 +1406,42 @@ impl Process {
         self.harvested
             .extend(rows.into_iter().filter(|r| r.words.iter().any(|&w| w != 0)));
         n
+    }
+
+    /// Loads the shared library at `path` into the target with the target's
+    /// own `dlopen` (its constructors run; the other threads run
+    /// meanwhile, so a lock one of them holds cannot deadlock the loader).
+    /// The process must be held. Loading it again returns the same library
+    /// (dlopen counts references). Look its probe functions up with
+    /// [`Library::symbol`](crate::library::Library::symbol).
+    pub fn load_library(
+        &mut self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<crate::library::Library, Error> {
+        let given = path.as_ref();
+        let path =
+            std::fs::canonicalize(given).map_err(|source| crate::library::LibraryError::Path {
+                path: given.to_path_buf(),
+                source,
+            })?;
+        if self.tracer.is_none() {
+            return Err(Error::NotHeld);
+        }
+        let tid = self.call_thread()?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let handle = crate::library::dlopen(tracer, &mut self.image, tid, &path)?;
+        self.image.refresh()?;
+        let base = self
+            .image
+            .modules()
+            .iter()
+            .find(|m| m.path() == path)
+            .map(|m| m.base())
+            .ok_or_else(|| crate::library::LibraryError::Dlopen {
+                path: path.clone(),
+                message: "dlopen returned a handle but the library is not mapped".into(),
+            })?;
+        Ok(crate::library::Library { path, handle, base })
     }
 
     /// The shared region, once the runtime is loaded.

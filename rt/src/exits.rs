@@ -77,6 +77,13 @@ global_asm!(
     "weft_rt_call_targets:",
     ".zero 8 * {RECORDS}",
     ".popsection",
+    ".pushsection .bss.weft_rt_exit_probes,\"aw\",@nobits",
+    ".globl weft_rt_exit_probes",
+    ".hidden weft_rt_exit_probes",
+    ".p2align 6",
+    "weft_rt_exit_probes:",
+    ".zero 32 * {RECORDS}",
+    ".popsection",
     ".pushsection .data.weft_rt_exit_handler_slot,\"aw\",@progbits",
     ".globl weft_rt_exit_handler_slot",
     ".hidden weft_rt_exit_handler_slot",
@@ -110,6 +117,15 @@ extern "C" {
     /// built for its own row layout, and activations left open by an
     /// earlier session still return through it.
     pub static weft_rt_exit_handler_slot: AtomicU64;
+    /// The exit-probe table: per call record, the probe function, its
+    /// constant and the instrumented function (`weft_codegen::ExitProbes`),
+    /// written by the injector.
+    static weft_rt_exit_probes: [[AtomicU64; 4]; CALL_RECORDS];
+}
+
+/// Address of the exit-probe table.
+pub(crate) fn exit_probe_table() -> u64 {
+    ptr::addr_of!(weft_rt_exit_probes) as u64
 }
 
 /// Largest activation capacity accepted.

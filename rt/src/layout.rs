@@ -112,6 +112,10 @@ pub struct RegionHeader {
     /// Address (in the target) of the word every call record jumps through
     /// to reach the exit handler the injector installed last.
     pub exit_handler_slot: u64,
+    /// Address (in the target) of the exit-probe table: one 32-byte entry
+    /// per call record (probe function, its constant, the instrumented
+    /// function), written by the injector.
+    pub exit_probes: u64,
     /// Activations per thread; 0 while exits are not enabled.
     pub exit_capacity: AtomicU32,
     /// Threads whose activation stack could not be allocated (their exits
@@ -146,8 +150,13 @@ pub struct RowHeader {
     /// it (and `state`, `generation`) unchanged since its last read knows
     /// the words are unchanged, except for timers that were running.
     pub activity: AtomicU64,
+    /// The row's index (weft's index of its thread, what user probes get
+    /// as `thread`); written when a thread takes the row.
+    pub index: AtomicU32,
+    /// Unused.
+    pub reserved0: u32,
     /// Unused (keeps [`RowHeader::thread`] at [`ROW_CELLS`]).
-    pub reserved: [u64; 3],
+    pub reserved: [u64; 2],
     /// Per-thread state of the exit hooks and timers, read by generated
     /// code at fixed row offsets ([`ROW_BLOCK`] and the rest).
     pub thread: ThreadState,
@@ -203,6 +212,8 @@ const _: () = assert!(
 
 /// Row byte offset of [`RowHeader::activity`].
 pub const ROW_ACTIVITY: usize = 32;
+/// Row byte offset of [`RowHeader::index`].
+pub const ROW_INDEX: usize = 40;
 /// Row byte offset of [`ThreadState::cells`] (what generated code reads).
 pub const ROW_CELLS: usize = 64;
 /// Row byte offset of [`ThreadState::top`].
@@ -227,6 +238,7 @@ const _: () = {
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cells_end) == ROW_CELLS_END);
     assert!(offset_of!(RowHeader, clock) == ROW_CLOCK_STORAGE);
     assert!(offset_of!(RowHeader, activity) == ROW_ACTIVITY);
+    assert!(offset_of!(RowHeader, index) == ROW_INDEX);
 };
 
 /// Call records in the runtime (each timed function uses one while it is

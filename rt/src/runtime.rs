@@ -227,6 +227,7 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
         ptr::addr_of_mut!((*header).call_records).write(records);
         ptr::addr_of_mut!((*header).call_targets).write(targets);
         ptr::addr_of_mut!((*header).exit_handler_slot).write(slot);
+        ptr::addr_of_mut!((*header).exit_probes).write(crate::exits::exit_probe_table());
         (*header)
             .pid
             .store(libc::getpid() as u32, Ordering::Relaxed);
@@ -466,6 +467,8 @@ fn register_in(base: *mut u8, header: &RegionHeader, geometry: Geometry) -> *mut
     };
     // SAFETY: the row is ours alone: handed out once, or claimed by CAS.
     let row = unsafe { &*(row_ptr as *const RowHeader) };
+    let index = (row_ptr as u64 - base as u64 - geometry.rows_offset()) / geometry.row_stride();
+    row.index.store(index as u32, Ordering::Relaxed);
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     row.tid.store(tid, Ordering::Relaxed);

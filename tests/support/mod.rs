@@ -253,6 +253,38 @@ pub fn smallstack() -> &'static Path {
     P.get_or_init(|| build_simple_c("smallstack", "smallstack.c", &[]))
 }
 
+/// Functions with integer, pointer and floating-point arguments, called
+/// in rounds on command (see tests/targets/probed.c).
+#[allow(dead_code)]
+pub fn probed() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("probed", "probed.c", &[]))
+}
+
+/// The user probes of tests/targets/probe_lib.c, as a shared library.
+#[allow(dead_code)]
+pub fn probe_lib() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let lib = variant_dir("probe_lib").join("libprobe.so");
+        let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../include");
+        run_build(gcc(
+            &[
+                "-O2",
+                "-shared",
+                "-fPIC",
+                "-I",
+                include.to_str().unwrap(),
+                "-o",
+                lib.to_str().unwrap(),
+                src("probe_lib.c").to_str().unwrap(),
+            ],
+            &[],
+        ));
+        lib
+    })
+}
+
 /// Two threads calling `hot` in a tight loop until told to stop.
 pub fn cycles() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

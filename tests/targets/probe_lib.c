@@ -1,0 +1,29 @@
+/* probe_lib: user probes for tests/targets/probed.c, loaded with
+ * Process::load_library. Each writes one line to the target's stdout
+ * (fd 1, unbuffered) with what it saw. */
+#include "weft_probe.h"
+
+#include <stdio.h>
+
+void on_add3(const struct weft_probe *p)
+{
+    dprintf(1, "probe entry add3 %ld %ld %ld user=%lu thread=%u point=%u\n", (long)p->args[0],
+            (long)p->args[1], (long)p->args[2], (unsigned long)p->user, p->thread, p->point);
+}
+
+void on_add3_exit(const struct weft_probe *p)
+{
+    dprintf(1, "probe exit add3 ret=%ld point=%u\n", (long)p->ret, p->point);
+}
+
+void on_scale(const struct weft_probe *p)
+{
+    dprintf(1, "probe entry scale %.2f k=%.2f\n", p->fargs[0], *(const double *)p->args[0]);
+}
+
+void on_scale_exit(const struct weft_probe *p) { dprintf(1, "probe exit scale %.2f\n", p->fret); }
+
+void on_pick_exit(const struct weft_probe *p)
+{
+    dprintf(1, "probe exit pick %s\n", (const char *)p->ret);
+}

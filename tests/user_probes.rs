@@ -1,0 +1,203 @@
+//! User probes through the library API (issue #6): a library of C probe
+//! functions loaded into a running target, called at entries with the
+//! integer, pointer and floating-point arguments and at exits with the
+//! return values, a predicate on an argument, and the target back to normal
+//! after removal. Checked from inside the target: the probes write to its
+//! own stdout, between the lines the target prints itself.
+
+mod support;
+
+use support::*;
+use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};
+use weft_codegen::Predicate;
+
+/// The target's lines for `run n`, up to `round n done`.
+fn run_round(t: &mut Proc, n: u32) -> Vec<String> {
+    t.send(&format!("run {n}"));
+    let mut lines = Vec::new();
+    loop {
+        let l = t.expect_stdout("a line of the round", |_| true);
+        let done = l == format!("round {n} done");
+        lines.push(l);
+        if done {
+            return lines;
+        }
+    }
+}
+
+/// The target's own lines for round `n` (what it prints without probes).
+fn plain_round(n: u32) -> Vec<String> {
+    let mut v: Vec<String> = (1..=n)
+        .map(|i| {
+            format!(
+                "call {i} add3={} scale={:.2} pick={}",
+                6 * i,
+                2.0 * (f64::from(i) + 0.5),
+                if i % 2 == 1 { "odd" } else { "even" }
+            )
+        })
+        .collect();
+    v.push(format!("round {n} done"));
+    v
+}
+
+#[test]
+fn probes_see_arguments_and_results_and_leave_nothing_behind() {
+    let ctx = Ctx::new("probes_see_arguments_and_results_and_leave_nothing_behind");
+    let mut t = ctx.target(probed(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{what}: {e}")) };
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| fail("open", e));
+    let find = |p: &mut Process, name: &str| {
+        p.find_functions(&[Pattern::parse(name).unwrap()])
+            .unwrap_or_else(|e| ctx.fail(format!("find {name}: {e}")))
+            .remove(0)
+    };
+    let (add3, scale, pick) = (
+        find(&mut p, "add3"),
+        find(&mut p, "scale"),
+        find(&mut p, "pick"),
+    );
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = p
+        .load_library(probe_lib())
+        .unwrap_or_else(|e| fail("load_library", e));
+    let sym = |p: &mut Process, name: &str| {
+        lib.symbol(p.image(), name)
+            .unwrap_or_else(|| ctx.fail(format!("{name} not found in {}", lib.path.display())))
+    };
+    let probe = |p: &mut Process, name: &str, user: u64| UserProbe {
+        function: sym(p, name),
+        user,
+        predicate: None,
+    };
+    let specs = vec![
+        ProbeSpec {
+            on_entry: Some(probe(&mut p, "on_add3", 7)),
+            on_exit: Some(probe(&mut p, "on_add3_exit", 0)),
+            ..ProbeSpec::measure(add3.clone(), Metrics::CALLS)
+        },
+        ProbeSpec {
+            on_entry: Some(probe(&mut p, "on_scale", 0)),
+            on_exit: Some(probe(&mut p, "on_scale_exit", 0)),
+            // Timers and an exit probe on one function.
+            ..ProbeSpec::measure(scale.clone(), Metrics::ALL)
+        },
+        ProbeSpec {
+            on_exit: Some(probe(&mut p, "on_pick_exit", 0)),
+            ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
+        },
+    ];
+    let ids = p
+        .insert_probes(&specs)
+        .unwrap_or_else(|e| fail("insert_probes", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+
+    let lines = run_round(&mut t, 3);
+    let thread = lines
+        .first()
+        .and_then(|l| l.split("thread=").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| ctx.fail(format!("no probe line first: {lines:?}")))
+        .to_string();
+    let mut expected = Vec::new();
+    for i in 1..=3u32 {
+        let x = f64::from(i) + 0.5;
+        expected.push(format!(
+            "probe entry add3 {i} {} {} user=7 thread={thread} point=0",
+            2 * i,
+            3 * i
+        ));
+        expected.push(format!("probe exit add3 ret={} point=1", 6 * i));
+        expected.push(format!("probe entry scale {x:.2} k=2.00"));
+        expected.push(format!("probe exit scale {:.2}", 2.0 * x));
+        expected.push(format!(
+            "probe exit pick {}",
+            if i % 2 == 1 { "odd" } else { "even" }
+        ));
+        expected.push(plain_round(3)[(i - 1) as usize].clone());
+    }
+    expected.push("round 3 done".into());
+    ctx.check(lines == expected, || {
+        format!("with probes, round 3 printed\n{lines:#?}\nexpected\n{expected:#?}")
+    });
+    let report = p.report();
+    ctx.check(report.functions.iter().all(|f| f.calls == 3), || {
+        format!("every instrumented function was called 3 times: {report:?}")
+    });
+
+    // Out again: the target prints only its own lines.
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    ctx.check(lines == plain_round(2), || {
+        format!("after removal, round 2 printed {lines:#?}")
+    });
+
+    // A predicate: add3's entry probe only when its first argument is 2.
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let only_two = UserProbe {
+        predicate: Some(Predicate::ArgEquals { arg: 0, value: 2 }),
+        ..probe(&mut p, "on_add3", 9)
+    };
+    p.insert_probes(&[ProbeSpec {
+        on_entry: Some(only_two),
+        ..ProbeSpec::measure(add3.clone(), Metrics::CALLS)
+    }])
+    .unwrap_or_else(|e| fail("insert with a predicate", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 3);
+    let mut expected = plain_round(3);
+    expected.insert(
+        1,
+        format!("probe entry add3 2 4 6 user=9 thread={thread} point=0"),
+    );
+    ctx.check(lines == expected, || {
+        format!("with the predicate, round 3 printed {lines:#?}")
+    });
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove_all().unwrap_or_else(|e| fail("remove_all", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    t.send("quit");
+    t.wait_code(0);
+}
+
+/// Bad input gives errors that say what to do, and changes nothing.
+#[test]
+fn loading_what_is_not_a_library_fails_clearly() {
+    let ctx = Ctx::new("loading_what_is_not_a_library_fails_clearly");
+    let mut t = ctx.target(probed(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let missing = p
+        .load_library("/nonexistent/libnothing.so")
+        .unwrap_err()
+        .to_string();
+    ctx.check(
+        missing.contains("/nonexistent/libnothing.so") && missing.contains("-shared"),
+        || format!("missing library: {missing}"),
+    );
+    let not_elf = p
+        .load_library(src_path("probed.c"))
+        .unwrap_err()
+        .to_string();
+    ctx.check(not_elf.contains("dlopen refused"), || {
+        format!("a C source: {not_elf}")
+    });
+    p.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    let lines = run_round(&mut t, 1);
+    ctx.check(lines == plain_round(1), || {
+        format!("the target after the refusals: {lines:?}")
+    });
+    t.send("quit");
+    t.wait_code(0);
+}
+
+fn src_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/targets")
+        .join(name)
+}
