@@ -4,6 +4,15 @@
 
 mod support;
 
+/// weft's tracer collects ptrace events with `waitpid(-1)`: two processes
+/// held from one program would take each other's events. The tests in this
+/// file take turns.
+static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 use support::*;
 use weft::code::{demangle, function_code, LineTable};
 use weft::{Pattern, Process};
@@ -11,6 +20,7 @@ use weft_codegen::cfg::{CallTarget, ExitKind};
 
 #[test]
 fn a_functions_code_calls_exits_and_source_lines() {
+    let _turn = one_tracer();
     let ctx = Ctx::new("a_functions_code_calls_exits_and_source_lines");
     let mut t = ctx.target(gdbwait(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -100,4 +110,64 @@ fn cpp_names_demangle() {
             format!("no `{want}` among the demangled names {names:?}")
         });
     }
+}
+
+/// Memory and registers of a held process: the target's constant changed
+/// through `write_memory` changes what it computes; a blocked thread's
+/// registers show the system call it waits in, and setting them back
+/// unchanged leaves it working.
+#[test]
+fn memory_and_registers_of_a_held_process() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("memory_and_registers_of_a_held_process");
+    let mut t = ctx.target(probed(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let exe = p
+        .image()
+        .executable()
+        .unwrap_or_else(|| ctx.fail("no executable module"));
+    let factor = exe
+        .image()
+        .ok()
+        .and_then(|elf| elf.symbol_vaddr("factor").ok().flatten())
+        .map(|v| exe.runtime_address(v))
+        .unwrap_or_else(|| ctx.fail("no symbol `factor`"));
+    let bytes = p
+        .read_memory(factor, 8)
+        .unwrap_or_else(|e| ctx.fail(format!("read: {e}")));
+    ctx.check(bytes == 2.0f64.to_le_bytes(), || {
+        format!("factor reads {bytes:?}")
+    });
+    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let tid = p.threads().unwrap()[0];
+    let regs = p
+        .registers(tid)
+        .unwrap_or_else(|e| ctx.fail(format!("registers: {e}")));
+    // Blocked in read(0, ...) for the next command.
+    ctx.check(
+        regs.orig_rax == libc::SYS_read as u64 && regs.rdi == 0,
+        || {
+            format!(
+                "the thread waits in syscall {} with rdi {}",
+                regs.orig_rax, regs.rdi
+            )
+        },
+    );
+    p.set_registers(tid, &regs)
+        .unwrap_or_else(|e| ctx.fail(format!("set_registers: {e}")));
+    p.write_memory(factor, &3.0f64.to_le_bytes())
+        .unwrap_or_else(|e| ctx.fail(format!("write: {e}")));
+    p.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    t.send("run 1");
+    t.expect_stdout("the call with factor 3", |l| {
+        l == "call 1 add3=6 scale=4.50 pick=odd"
+    });
+    t.expect_stdout("the end of the round", |l| l == "round 1 done");
+    ctx.check(p.write_memory(factor, &[0]).is_err(), || {
+        "write_memory on a process weft does not hold must fail".into()
+    });
+    t.send("quit");
+    t.wait_code(0);
 }

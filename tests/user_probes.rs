@@ -7,6 +7,15 @@
 
 mod support;
 
+/// weft's tracer collects ptrace events with `waitpid(-1)`: two processes
+/// held from one program would take each other's events. The tests in this
+/// file take turns.
+static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 use support::*;
 use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};
 use weft_codegen::Predicate;
@@ -43,6 +52,7 @@ fn plain_round(n: u32) -> Vec<String> {
 
 #[test]
 fn probes_see_arguments_and_results_and_leave_nothing_behind() {
+    let _turn = one_tracer();
     let ctx = Ctx::new("probes_see_arguments_and_results_and_leave_nothing_behind");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -166,6 +176,7 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
 /// Bad input gives errors that say what to do, and changes nothing.
 #[test]
 fn loading_what_is_not_a_library_fails_clearly() {
+    let _turn = one_tracer();
     let ctx = Ctx::new("loading_what_is_not_a_library_fails_clearly");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);

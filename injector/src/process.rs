@@ -1444,6 +1444,48 @@ impl Process {
         Ok(crate::library::Library { path, handle, base })
     }
 
+    /// The kernel thread IDs of the threads weft holds. The process must be
+    /// held.
+    pub fn threads(&self) -> Result<Vec<crate::ptrace::Tid>, Error> {
+        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+        Ok(tracer.threads().collect())
+    }
+
+    /// Reads `len` bytes of the target's memory at `address` (through
+    /// `/proc/PID/mem`: the process need not be held, but a running
+    /// thread may be changing what is read).
+    pub fn read_memory(&self, address: u64, len: usize) -> Result<Vec<u8>, Error> {
+        let memory = crate::memory::ProcessMemory::open(self.pid)?;
+        Ok(memory.read_vec(address, len)?)
+    }
+
+    /// Writes `bytes` into the target's memory at `address`, read-only
+    /// mappings (code) included, as a debugger does. The process must be
+    /// held: writing code a running thread executes is not safe (weft's own
+    /// patches check where every thread is; this does not).
+    pub fn write_memory(&mut self, address: u64, bytes: &[u8]) -> Result<(), Error> {
+        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+        Ok(tracer.memory().write(address, bytes)?)
+    }
+
+    /// The general registers of thread `tid`, stopped (the process must be
+    /// held).
+    pub fn registers(&self, tid: crate::ptrace::Tid) -> Result<crate::ptrace::Registers, Error> {
+        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+        Ok(tracer.registers(tid)?)
+    }
+
+    /// Sets the general registers of thread `tid`, stopped (the process must
+    /// be held); they take effect when it runs again.
+    pub fn set_registers(
+        &mut self,
+        tid: crate::ptrace::Tid,
+        registers: &crate::ptrace::Registers,
+    ) -> Result<(), Error> {
+        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+        Ok(tracer.set_registers(tid, registers)?)
+    }
+
     /// The shared region, once the runtime is loaded.
     pub(crate) fn region(&self) -> Option<&crate::region::Region> {
         self.runtime.as_ref().map(|rt| &rt.region)

@@ -4,7 +4,7 @@
  * Prints "ready pid=P threads=1"; then for each line on stdin:
  *   "run N"  for i = 1..N:
  *              a = add3(i, 2i, 3i)          (= 6i)
- *              s = scale(i + 0.5, &two)     (= 2i + 1)
+ *              s = scale(i + 0.5, &factor)  (= 2i + 1; factor is 2.0)
  *              p = pick(i, "odd", "even")
  *            prints "call i add3=a scale=s pick=p", then "round N done"
  *   "quit"   exit 0
@@ -25,9 +25,11 @@ __attribute__((noinline, noipa)) const char *pick(int i, const char *odd, const 
     return i & 1 ? odd : even;
 }
 
+/* Global, so that a tool can find and change it. */
+const double factor = 2.0;
+
 int main(void)
 {
-    static const double two = 2.0;
     char line[64];
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("ready pid=%d threads=1\n", (int)getpid());
@@ -36,7 +38,7 @@ int main(void)
             int n = atoi(line + 4);
             for (int i = 1; i <= n; i++) {
                 long a = add3(i, 2L * i, 3L * i);
-                double s = scale(i + 0.5, &two);
+                double s = scale(i + 0.5, &factor);
                 const char *p = pick(i, "odd", "even");
                 printf("call %d add3=%ld scale=%.2f pick=%s\n", i, a, s, p);
             }
