@@ -53,8 +53,9 @@ pub use timer::{
     METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
 };
 pub use trampoline::{
-    build_trampoline, max_trampoline_len, register_stub, register_stub_len, BuildError, Snippet,
-    ThreadRow, Trampoline, TrampolineSpec, VectorSave, XSAVE_UNUSED_BY_WEFT,
+    build_redirect, build_trampoline, max_redirect_len, max_trampoline_len, register_stub,
+    register_stub_len, BuildError, Redirect, Snippet, ThreadRow, Trampoline, TrampolineSpec,
+    VectorSave, XSAVE_UNUSED_BY_WEFT,
 };
 
 /// Length in bytes of the `jmp rel32` written over a function entry.

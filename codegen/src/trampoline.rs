@@ -568,3 +568,61 @@ mod tests {
         );
     }
 }
+
+/// A redirect: what a function's patch jumps to when the function is
+/// replaced by another ([`build_redirect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// Address the code was built for; the patch jumps here.
+    pub address: u64,
+    /// The code.
+    pub bytes: Vec<u8>,
+    /// The original function, still callable: the displaced instructions,
+    /// relocated, then a jump back into the function's body. A replacement
+    /// that wants the original behaviour calls this address.
+    pub original: u64,
+}
+
+/// Builds, for code at `address` (within ±2 GiB of the patch site and of
+/// the displaced instructions' RIP-relative targets):
+///
+/// ```text
+///     jmp qword [rip + 0]      ; to the replacement, anywhere
+///     dq replacement
+/// original:
+///     <the displaced instructions, relocated>
+///     jmp site.end()           ; into the rest of the original function
+/// ```
+///
+/// Every register, the flags and the stack reach the replacement exactly
+/// as the caller left them: it is entered as the original would have been.
+///
+/// # Errors
+///
+/// [`BuildError::Relocate`] when the displaced instructions cannot run at
+/// this address.
+pub fn build_redirect(
+    address: u64,
+    site: &PatchSite,
+    replacement: u64,
+) -> Result<Redirect, BuildError> {
+    let mut e = Emitter::new(address);
+    e.emit(Instruction::with1(
+        Code::Jmp_rm64,
+        MemoryOperand::with_base_displ(Register::RIP, (address + 6) as i64),
+    ))?;
+    e.raw(&replacement.to_le_bytes());
+    let original = e.ip();
+    let relocated = relocate(site, original)?;
+    e.raw(&relocated.bytes);
+    Ok(Redirect {
+        address,
+        bytes: e.finish(),
+        original,
+    })
+}
+
+/// An upper bound of [`build_redirect`]'s length.
+pub fn max_redirect_len(site: &PatchSite) -> usize {
+    6 + 8 + max_relocated_len(site)
+}

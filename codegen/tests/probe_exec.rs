@@ -382,3 +382,48 @@ fn exit_probes_see_the_return_values() {
     assert!(wall_ns > 0 && nesting == 0);
     assert_eq!(depth(), 0);
 }
+
+/// The original of the replaced function, for the replacement to call.
+static ORIGINAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn replacement(x: i64) -> i64 {
+    let original = ORIGINAL.load(std::sync::atomic::Ordering::Relaxed);
+    10 * fn1(original)(x)
+}
+
+/// A function redirected to another, which calls the original; the
+/// original bytes back, the function is itself again.
+#[test]
+fn a_replaced_function_calls_its_original() {
+    let mut lab = Lab::new();
+    let f = lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.lea(rax, qword_ptr(rdi + 1)).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let code = lab.bytes(f.0, f.1);
+    let padding = lab.bytes(f.0 + f.1 as u64, 16);
+    let site = analyze_entry(&FunctionCode {
+        address: f.0,
+        bytes: &code,
+        padding: &padding,
+    })
+    .unwrap();
+    let at = lab.alloc(max_redirect_len(&site), 16);
+    let r = build_redirect(at, &site, replacement as *const () as u64).unwrap();
+    assert!(r.bytes.len() <= max_redirect_len(&site));
+    lab.write(at, &r.bytes);
+    ORIGINAL.store(r.original, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(fn1(f.0)(4), 5);
+    let original_bytes = lab.bytes(site.patch_address, 5);
+    lab.write(
+        site.patch_address,
+        &jmp_rel32(site.patch_address, at).unwrap(),
+    );
+    assert_eq!(fn1(f.0)(4), 50);
+    assert_eq!(fn1(r.original)(4), 5);
+    lab.write(site.patch_address, &original_bytes);
+    assert_eq!(fn1(f.0)(4), 5);
+}
