@@ -212,3 +212,52 @@ fn src_path(name: &str) -> std::path::PathBuf {
         .join("../tests/targets")
         .join(name)
 }
+
+/// A function redirected to one from a loaded library, which calls the
+/// original; removing the replacement puts the original back.
+#[test]
+fn a_replaced_function_and_back() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("a_replaced_function_and_back");
+    let mut t = ctx.target(probed(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{what}: {e}")) };
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| fail("open", e));
+    let add3 = p
+        .find_functions(&[Pattern::parse("add3").unwrap()])
+        .unwrap_or_else(|e| fail("find", e))
+        .remove(0);
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = p
+        .load_library(probe_lib())
+        .unwrap_or_else(|e| fail("load_library", e));
+    let with = lib
+        .symbol(p.image(), "add3_times10")
+        .unwrap_or_else(|| ctx.fail("no add3_times10"));
+    let slot = lib
+        .symbol(p.image(), "add3_original")
+        .unwrap_or_else(|| ctx.fail("no add3_original"));
+    let r = p
+        .replace_function(&add3, with)
+        .unwrap_or_else(|e| fail("replace_function", e));
+    p.write_memory(slot, &r.original.to_le_bytes())
+        .unwrap_or_else(|e| fail("write the original's address", e));
+    // A second probe on a replaced function is refused, nothing changed.
+    let again = p.insert(std::slice::from_ref(&add3), Metrics::CALLS);
+    ctx.check(again.is_ok_and(|ids| ids.is_empty()), || {
+        "instrumenting a replaced function must be skipped".into()
+    });
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    let mut expected = plain_round(2);
+    expected[0] = expected[0].replace("add3=6", "add3=60");
+    expected[1] = expected[1].replace("add3=12", "add3=120");
+    ctx.check(lines == expected, || format!("replaced: {lines:#?}"));
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove(&[r.id]).unwrap_or_else(|e| fail("remove", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    ctx.check(lines == plain_round(2), || format!("restored: {lines:#?}"));
+    t.send("quit");
+    t.wait_code(0);
+}

@@ -86,6 +86,20 @@ pub struct Probe {
     pub on_entry: Option<UserProbe>,
     /// The user probe called at the function's exits, if any.
     pub on_exit: Option<UserProbe>,
+    /// For a replaced function ([`Process::replace_function`]): the
+    /// function it is redirected to. Such a probe has no words.
+    pub replaced_by: Option<u64>,
+}
+
+/// A function redirected to another ([`Process::replace_function`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replacement {
+    /// Its handle: [`Process::remove`] puts the original back.
+    pub id: ProbeId,
+    /// The original function, still callable (its first instructions,
+    /// relocated, then the rest of its body): a replacement that wants the
+    /// original behaviour calls this address.
+    pub original: u64,
 }
 
 impl Probe {
@@ -879,6 +893,7 @@ impl Process {
                 words,
                 on_entry: request.on_entry,
                 on_exit: request.on_exit,
+                replaced_by: None,
             });
         }
 
@@ -903,6 +918,101 @@ impl Process {
             self.live_since = Some(Instant::now());
         }
         Ok(ids)
+    }
+
+    /// Redirects every call of `f` to `with` (a function of the same
+    /// signature in the target, e.g. from [`Process::load_library`]), in one
+    /// stop of the world (the process must be held). The returned
+    /// [`Replacement`] says where the original is, for `with` to call;
+    /// [`Process::remove`] with its id puts the original back. Refused, and
+    /// nothing changed, when `f` cannot be patched safely or is already
+    /// instrumented.
+    pub fn replace_function(&mut self, f: &Function, with: u64) -> Result<Replacement, Error> {
+        if self.tracer.is_none() {
+            return Err(Error::NotHeld);
+        }
+        let f = match f.kind {
+            FunctionKind::Ifunc { resolver } => self.resolve_ifunc(f, resolver)?,
+            _ => f.clone(),
+        };
+        self.remove_leftover_probes(std::slice::from_ref(&f))?;
+        let refuse = |reason: String| {
+            Error::Refused(vec![Refused {
+                function: f.clone(),
+                reason,
+            }])
+        };
+        if self
+            .probes
+            .iter()
+            .any(|p| p.active && p.function.address == f.address)
+        {
+            return Err(refuse(
+                "it is already instrumented: remove its probe first".into(),
+            ));
+        }
+        let site = self.plan(&f).map_err(refuse)?;
+        self.ensure_runtime()?;
+        let register_fn = self
+            .runtime
+            .as_ref()
+            .expect("loaded above")
+            .region
+            .header()
+            .register_fn;
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        let call_tid = self.call_thread()?;
+        let tracer = self.tracer.as_mut().expect("held");
+        let len = weft_codegen::max_redirect_len(&site) as u64;
+        let (at, _) = self.pool.reserve(
+            tracer,
+            call_tid,
+            mmap_fn,
+            register_fn,
+            site.patch_address,
+            len,
+        )?;
+        let redirect =
+            weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.to_string()))?;
+        let patch =
+            jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
+        let mut original = [0u8; 5];
+        original.copy_from_slice(&site.original[..5]);
+        let record =
+            crate::trampolines::record(site.patch_address, original, redirect.bytes.len() as u64);
+        tracer
+            .memory()
+            .write(at - crate::trampolines::RECORD_LEN, &record)?;
+        tracer.memory().write(at, &redirect.bytes)?;
+        let (start, end) = (site.patch_address, site.patch_address + 5);
+        self.wait_until_outside(|pc| start < pc && pc < end, "a patch site")?;
+        let tracer = self.tracer.as_mut().expect("held");
+        tracer.memory().write(site.patch_address, &patch)?;
+        let id = ProbeId(self.probes.len() as u32);
+        self.probes.push(Probe {
+            id,
+            function: f,
+            patch_address: site.patch_address,
+            original,
+            patch,
+            trampoline: at..at + redirect.bytes.len() as u64,
+            calls_word: 0,
+            metrics: Metrics::CALLS,
+            words_recycled: false,
+            active: true,
+            record: None,
+            words: 0,
+            on_entry: None,
+            on_exit: None,
+            replaced_by: Some(with),
+        });
+        Ok(Replacement {
+            id,
+            original: redirect.original,
+        })
     }
 
     /// `len` consecutive metric words for a new probe: fresh ones, or, when
@@ -1041,6 +1151,14 @@ impl Process {
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut leftovers = Vec::new();
         for f in functions {
+            // This session's own probes are not leftovers.
+            if self
+                .probes
+                .iter()
+                .any(|p| p.active && p.function.address == f.address)
+            {
+                continue;
+            }
             // After an endbr64, where weft patches, or at the entry.
             for at in [f.address, f.address + 4] {
                 if let Some(probe) = crate::trampolines::leftover_probe(tracer.memory(), &maps, at)
@@ -1519,7 +1637,7 @@ impl Process {
         let probes: Vec<ProbeInfo> = self
             .probes
             .iter()
-            .filter(|p| !p.words_recycled)
+            .filter(|p| !p.words_recycled && p.words > 0)
             .map(|p| ProbeInfo {
                 name: p.function.name.clone(),
                 module: p.function.module.clone(),

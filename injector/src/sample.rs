@@ -165,7 +165,7 @@ impl Sampler {
         self.probes = process
             .probes()
             .iter()
-            .filter(|p| !p.words_recycled)
+            .filter(|p| !p.words_recycled && p.words > 0)
             .map(|p| Sampled {
                 id: p.id,
                 word: p.calls_word as usize,

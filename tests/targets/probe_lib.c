@@ -27,3 +27,9 @@ void on_pick_exit(const struct weft_probe *p)
 {
     dprintf(1, "probe exit pick %s\n", (const char *)p->ret);
 }
+
+/* A replacement for probed's add3, calling the original through the
+ * pointer the tool writes (Process::replace_function's `original`). */
+long (*add3_original)(long, long, long);
+
+long add3_times10(long a, long b, long c) { return 10 * add3_original(a, b, c); }
