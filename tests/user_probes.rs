@@ -36,18 +36,23 @@ fn run_round(t: &mut Proc, n: u32) -> Vec<String> {
 
 /// The target's own lines for round `n` (what it prints without probes).
 fn plain_round(n: u32) -> Vec<String> {
-    let mut v: Vec<String> = (1..=n)
-        .map(|i| {
-            format!(
-                "call {i} add3={} scale={:.2} pick={}",
-                6 * i,
-                2.0 * (f64::from(i) + 0.5),
-                if i % 2 == 1 { "odd" } else { "even" }
-            )
-        })
-        .collect();
+    let mut v = Vec::new();
+    for i in 1..=n {
+        v.push(format!("note {i}"));
+        v.push(call_line(i));
+    }
     v.push(format!("round {n} done"));
     v
+}
+
+/// The target's own line for call `i`.
+fn call_line(i: u32) -> String {
+    format!(
+        "call {i} add3={} scale={:.2} pick={}",
+        6 * i,
+        2.0 * (f64::from(i) + 0.5),
+        if i % 2 == 1 { "odd" } else { "even" }
+    )
 }
 
 #[test]
@@ -125,7 +130,8 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
             "probe exit pick {}",
             if i % 2 == 1 { "odd" } else { "even" }
         ));
-        expected.push(plain_round(3)[(i - 1) as usize].clone());
+        expected.push(format!("note {i}"));
+        expected.push(call_line(i));
     }
     expected.push("round 3 done".into());
     ctx.check(lines == expected, || {
@@ -159,8 +165,9 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     p.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 3);
     let mut expected = plain_round(3);
+    // Before call 2's lines ("note 2", "call 2 ...").
     expected.insert(
-        1,
+        2,
         format!("probe entry add3 2 4 6 user=9 thread={thread} point=0"),
     );
     ctx.check(lines == expected, || {
@@ -250,11 +257,79 @@ fn a_replaced_function_and_back() {
     p.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     let mut expected = plain_round(2);
-    expected[0] = expected[0].replace("add3=6", "add3=60");
-    expected[1] = expected[1].replace("add3=12", "add3=120");
+    expected[1] = expected[1].replace("add3=6", "add3=60");
+    expected[3] = expected[3].replace("add3=12", "add3=120");
     ctx.check(lines == expected, || format!("replaced: {lines:#?}"));
     p.hold().unwrap_or_else(|e| fail("hold", e));
     p.remove(&[r.id]).unwrap_or_else(|e| fail("remove", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    ctx.check(lines == plain_round(2), || format!("restored: {lines:#?}"));
+    t.send("quit");
+    t.wait_code(0);
+}
+
+/// One call site of `main` redirected to another function, another taken
+/// out; both back after removal. The sites come from the code inspection
+/// API (main's direct calls to `scale` and `note`).
+#[test]
+fn call_sites_redirected_and_removed_and_back() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("call_sites_redirected_and_removed_and_back");
+    let mut t = ctx.target(probed(), &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{what}: {e}")) };
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| fail("open", e));
+    let find = |p: &mut Process, name: &str| {
+        p.find_functions(&[Pattern::parse(name).unwrap()])
+            .unwrap_or_else(|e| ctx.fail(format!("find {name}: {e}")))
+            .remove(0)
+    };
+    let (main, scale, note) = (
+        find(&mut p, "main"),
+        find(&mut p, "scale"),
+        find(&mut p, "note"),
+    );
+    let code = weft::code::function_code(p.image(), &main)
+        .unwrap_or_else(|e| ctx.fail(format!("main's code: {e}")));
+    let site_of = |target: u64| {
+        code.calls
+            .iter()
+            .find(|c| c.target == weft_codegen::cfg::CallTarget::Direct(target))
+            .map(|c| c.address)
+            .unwrap_or_else(|| ctx.fail(format!("main has no direct call to {target:#x}")))
+    };
+    let (scale_site, note_site) = (site_of(scale.address), site_of(note.address));
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = p
+        .load_library(probe_lib())
+        .unwrap_or_else(|e| fail("load_library", e));
+    let negated = lib
+        .symbol(p.image(), "scale_negated")
+        .unwrap_or_else(|| ctx.fail("no scale_negated"));
+    let a = p
+        .redirect_call(scale_site, negated)
+        .unwrap_or_else(|e| fail("redirect_call", e));
+    let b = p
+        .remove_call(note_site)
+        .unwrap_or_else(|e| fail("remove_call", e));
+    // Not a call: refused, with the reason.
+    let refused = p.remove_call(main.address).unwrap_err().to_string();
+    ctx.check(refused.contains("not a direct call"), || {
+        format!("refusal: {refused}")
+    });
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    let expected: Vec<String> = vec![
+        call_line(1).replace("scale=3.00", "scale=-3.00"),
+        call_line(2).replace("scale=5.00", "scale=-5.00"),
+        "round 2 done".into(),
+    ];
+    ctx.check(lines == expected, || {
+        format!("changed call sites: {lines:#?}")
+    });
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove(&[a, b]).unwrap_or_else(|e| fail("remove", e));
     p.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     ctx.check(lines == plain_round(2), || format!("restored: {lines:#?}"));

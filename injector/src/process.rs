@@ -987,18 +987,140 @@ impl Process {
             .memory()
             .write(at - crate::trampolines::RECORD_LEN, &record)?;
         tracer.memory().write(at, &redirect.bytes)?;
-        let (start, end) = (site.patch_address, site.patch_address + 5);
-        self.wait_until_outside(|pc| start < pc && pc < end, "a patch site")?;
-        let tracer = self.tracer.as_mut().expect("held");
-        tracer.memory().write(site.patch_address, &patch)?;
+        let id = self.splice_wordless(
+            f,
+            site.patch_address,
+            original,
+            patch,
+            at..at + redirect.bytes.len() as u64,
+            with,
+        )?;
+        Ok(Replacement {
+            id,
+            original: redirect.original,
+        })
+    }
+
+    /// Makes the `call rel32` at `site` (inside a function of the target,
+    /// e.g. from [`crate::code::function_code`]'s call sites) call `to`
+    /// instead, in one stop of the world (the process must be held). The
+    /// callee returns where the original would have. [`Process::remove`]
+    /// with the id puts the original call back.
+    pub fn redirect_call(&mut self, site: u64, to: u64) -> Result<ProbeId, Error> {
+        let (f, original) = self.call_site(site)?;
+        let direct = weft_codegen::jmp_rel32(site, to).ok().map(|mut call| {
+            call[0] = 0xe8; // the same displacement, as a call
+            call
+        });
+        let (patch, trampoline) = match direct {
+            Some(call) => (call, site..site),
+            None => {
+                // Out of rel32 reach: call a `jmp [rip]` next to the site.
+                self.ensure_runtime()?;
+                let register_fn = self
+                    .runtime
+                    .as_ref()
+                    .expect("loaded above")
+                    .region
+                    .header()
+                    .register_fn;
+                let mmap_fn = self
+                    .image
+                    .symbol_address("libc.so", "mmap")
+                    .ok_or(Error::MissingLibc("mmap"))?;
+                let tid = self.call_thread()?;
+                let tracer = self.tracer.as_mut().expect("held");
+                let (at, _) = self
+                    .pool
+                    .reserve(tracer, tid, mmap_fn, register_fn, site, 14)?;
+                let mut code = vec![0xff, 0x25, 0, 0, 0, 0];
+                code.extend_from_slice(&to.to_le_bytes());
+                tracer.memory().write(at, &code)?;
+                let mut call = weft_codegen::jmp_rel32(site, at)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                call[0] = 0xe8;
+                (call, at..at + code.len() as u64)
+            }
+        };
+        self.splice_wordless(f, site, original, patch, trampoline, to)
+    }
+
+    /// Takes the `call rel32` at `site` out (a 5-byte `nop` instead), in one
+    /// stop of the world (the process must be held): the caller goes on as
+    /// if the callee had returned at once, with the registers as they were
+    /// (a result the caller uses is then whatever was in `rax`).
+    /// [`Process::remove`] with the id puts the call back.
+    pub fn remove_call(&mut self, site: u64) -> Result<ProbeId, Error> {
+        let (f, original) = self.call_site(site)?;
+        const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        self.splice_wordless(f, site, original, NOP5, site..site, 0)
+    }
+
+    /// The function holding the `call rel32` at `site`, and its 5 bytes;
+    /// refused when it is not one, or already changed.
+    fn call_site(&mut self, site: u64) -> Result<(Function, [u8; 5]), Error> {
+        if self.tracer.is_none() {
+            return Err(Error::NotHeld);
+        }
+        let f = self.image.function_at(site)?.unwrap_or_else(|| Function {
+            name: format!("{site:#x}"),
+            module: String::new(),
+            module_path: Default::default(),
+            address: site,
+            vaddr: site,
+            size: 0,
+            kind: FunctionKind::Plain,
+            source: crate::inspect::SymbolSource::Symtab,
+            padding: 0,
+            aliases: Vec::new(),
+        });
+        let refuse = |reason: String| {
+            Error::Refused(vec![Refused {
+                function: f.clone(),
+                reason,
+            }])
+        };
+        let tracer = self.tracer.as_ref().expect("held");
+        let mut bytes = [0u8; 5];
+        tracer.memory().read(site, &mut bytes)?;
+        if bytes[0] != 0xe8 {
+            return Err(refuse(format!(
+                "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
+            )));
+        }
+        if self
+            .probes
+            .iter()
+            .any(|p| p.active && p.patch_address == site)
+        {
+            return Err(refuse(format!("the call at {site:#x} is already changed")));
+        }
+        Ok((f, bytes))
+    }
+
+    /// Writes `patch` over the 5 bytes at `at` with no thread inside them,
+    /// and records it as an active word-less probe (a replacement),
+    /// removable like any other.
+    fn splice_wordless(
+        &mut self,
+        function: Function,
+        at: u64,
+        original: [u8; 5],
+        patch: [u8; 5],
+        trampoline: std::ops::Range<u64>,
+        replaced_by: u64,
+    ) -> Result<ProbeId, Error> {
+        self.wait_until_outside(|pc| at < pc && pc < at + 5, "a patch site")?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        tracer.memory().write(at, &patch)?;
         let id = ProbeId(self.probes.len() as u32);
         self.probes.push(Probe {
             id,
-            function: f,
-            patch_address: site.patch_address,
+            function,
+            patch_address: at,
             original,
             patch,
-            trampoline: at..at + redirect.bytes.len() as u64,
+            trampoline,
             calls_word: 0,
             metrics: Metrics::CALLS,
             words_recycled: false,
@@ -1007,12 +1129,9 @@ impl Process {
             words: 0,
             on_entry: None,
             on_exit: None,
-            replaced_by: Some(with),
+            replaced_by: Some(replaced_by),
         });
-        Ok(Replacement {
-            id,
-            original: redirect.original,
-        })
+        Ok(id)
     }
 
     /// `len` consecutive metric words for a new probe: fresh ones, or, when

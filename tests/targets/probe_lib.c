@@ -33,3 +33,6 @@ void on_pick_exit(const struct weft_probe *p)
 long (*add3_original)(long, long, long);
 
 long add3_times10(long a, long b, long c) { return 10 * add3_original(a, b, c); }
+
+/* Where a redirected call site of probed's scale lands instead. */
+double scale_negated(double x, const double *k) { return -(x * *k); }

@@ -6,6 +6,7 @@
  *              a = add3(i, 2i, 3i)          (= 6i)
  *              s = scale(i + 0.5, &factor)  (= 2i + 1; factor is 2.0)
  *              p = pick(i, "odd", "even")
+ *              note(i)                      (prints "note i")
  *            prints "call i add3=a scale=s pick=p", then "round N done"
  *   "quit"   exit 0
  * stdout is line-buffered: a probe writing to fd 1 during a call shows
@@ -25,6 +26,8 @@ __attribute__((noinline, noipa)) const char *pick(int i, const char *odd, const 
     return i & 1 ? odd : even;
 }
 
+__attribute__((noinline, noipa)) void note(int i) { printf("note %d\n", i); }
+
 /* Global, so that a tool can find and change it. */
 const double factor = 2.0;
 
@@ -40,6 +43,7 @@ int main(void)
                 long a = add3(i, 2L * i, 3L * i);
                 double s = scale(i + 0.5, &factor);
                 const char *p = pick(i, "odd", "even");
+                note(i);
                 printf("call %d add3=%ld scale=%.2f pick=%s\n", i, a, s, p);
             }
             printf("round %d done\n", n);
