@@ -177,3 +177,71 @@ fn remove_while_many_threads_spin_through_the_function() {
         )
     });
 }
+
+/// A batch of 1,000 probes applies in one stop of the world (the target is
+/// stopped once, by `hold`, and resumed once), and every one counts.
+#[test]
+fn thousand_probes_in_one_stop() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("thousand_probes_in_one_stop");
+    let exe = many_functions(1001);
+    let mut t = ctx.target(&exe, &["2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let mut f: Vec<weft::Function> = p
+        .find_functions(&[Pattern::parse("f*").unwrap()])
+        .unwrap_or_else(|e| ctx.fail(format!("find: {e}")))
+        .into_iter()
+        .filter(|f| f.name[1..].parse::<u32>().is_ok())
+        .collect();
+    f.sort_by_key(|f| f.name[1..].parse::<u32>().unwrap());
+    ctx.check(f.len() == 1001, || format!("{} functions found", f.len()));
+    p.prepare(&f)
+        .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
+    // The runtime first (its loading lets the world run).
+    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    p.insert(&f[..1], Metrics::CALLS)
+        .unwrap_or_else(|e| ctx.fail(format!("insert f0: {e}")));
+    p.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    let before = p.stops();
+    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let ids = p
+        .insert(&f[1..], Metrics::CALLS)
+        .unwrap_or_else(|e| ctx.fail(format!("insert 1000: {e}")));
+    p.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    let stops = p.stops() - before;
+    ctx.check(ids.len() == 1000 && stops == 1, || {
+        format!(
+            "{} probes inserted in {stops} stops of the world",
+            ids.len()
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let rows = p.snapshot();
+    let words: Vec<u32> = ids
+        .iter()
+        .map(|id| p.probes()[id.0 as usize].calls_word)
+        .collect();
+    let silent: Vec<u32> = words
+        .iter()
+        .copied()
+        .filter(|&w| {
+            rows.iter()
+                .map(|r| r.words.get(w as usize).copied().unwrap_or(0))
+                .sum::<u64>()
+                == 0
+        })
+        .collect();
+    ctx.check(silent.is_empty(), || {
+        format!("{} probes counted nothing", silent.len())
+    });
+    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    p.remove_all()
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    p.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    t.close_stdin();
+    t.wait_code(0);
+}

@@ -202,6 +202,8 @@ pub struct Process {
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
     /// The exit code installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
+    /// Stops of the world by tracers released before the current one.
+    stops_before: u64,
     /// Call records given back by removed probes, and the first never
     /// used.
     free_records: Vec<u32>,
@@ -298,6 +300,7 @@ impl Process {
             quiet: Vec::new(),
             free_records: Vec::new(),
             next_record: 0,
+            stops_before: 0,
         }
     }
 
@@ -1469,6 +1472,7 @@ impl Process {
     /// longer attached (its signals, clones and exits never wait for weft).
     pub fn release(&mut self) -> Result<(), Error> {
         if let Some(mut tracer) = self.tracer.take() {
+            self.stops_before += tracer.stop_count();
             tracer.detach()?;
         }
         self.ever_released = true;
@@ -1679,6 +1683,14 @@ impl Process {
                 message: "dlopen returned a handle but the library is not mapped".into(),
             })?;
         Ok(crate::library::Library { path, handle, base })
+    }
+
+    /// How many times weft has stopped the whole process so far (each
+    /// [`Process::hold`], and each time a remote call let the other threads
+    /// run and stopped them again): what a tool checks to know its batch of
+    /// changes was applied in one stop.
+    pub fn stops(&self) -> u64 {
+        self.stops_before + self.tracer.as_ref().map_or(0, |t| t.stop_count())
     }
 
     /// The kernel thread IDs of the threads weft holds. The process must be

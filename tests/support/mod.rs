@@ -253,6 +253,57 @@ pub fn smallstack() -> &'static Path {
     P.get_or_init(|| build_simple_c("smallstack", "smallstack.c", &[]))
 }
 
+/// A target with `n` functions `f0`..: each of its THREADS threads
+/// (`many THREADS`, default 2) calls all of them every 10 ms, until stdin
+/// closes. Prints "ready pid=P threads=T" once every thread made a round.
+#[allow(dead_code)]
+pub fn many_functions(n: usize) -> PathBuf {
+    let dir = variant_dir(&format!("many_{n}"));
+    let src = dir.join("many.c");
+    let exe = dir.join("many");
+    if exe.exists() {
+        return exe;
+    }
+    let mut c = String::from(
+        "#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         #include <stdatomic.h>\n",
+    );
+    for i in 0..n {
+        c.push_str(&format!(
+            "__attribute__((noinline, noipa)) long f{i}(long x) {{ return x * {} + {i}; }}\n",
+            2 * i + 3
+        ));
+    }
+    c.push_str("typedef long (*fn_t)(long);\nstatic fn_t table[] = {");
+    for i in 0..n {
+        c.push_str(&format!("f{i},"));
+    }
+    c.push_str(
+        "};\nstatic atomic_int started;\n\
+         static void *run(void *a) { long x = (long)a; int first = 1; for (;;) {\n\
+           for (unsigned i = 0; i < sizeof table / sizeof *table; i++) x = table[i](x);\n\
+           if (first) { first = 0; atomic_fetch_add(&started, 1); }\n\
+           usleep(10000); } return (void *)x; }\n\
+         int main(int argc, char **argv) { int n = argc > 1 ? atoi(argv[1]) : 2;\n\
+           for (int i = 0; i < n; i++) { pthread_t t; if (pthread_create(&t, 0, run, (void *)(long)i)) return 1; }\n\
+           while (atomic_load(&started) < n) usleep(1000);\n\
+           printf(\"ready pid=%d threads=%d\\n\", (int)getpid(), n + 1); fflush(stdout);\n\
+           char buf[16]; while (read(0, buf, sizeof buf) > 0) {} return 0; }\n",
+    );
+    std::fs::write(&src, c).expect("writing the generated target");
+    run_build(gcc(
+        &[
+            "-O2",
+            "-pthread",
+            "-o",
+            exe.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    exe
+}
+
 /// Functions with integer, pointer and floating-point arguments, called
 /// in rounds on command (see tests/targets/probed.c).
 #[allow(dead_code)]
