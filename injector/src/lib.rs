@@ -7,6 +7,7 @@
 //! it works.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
 
 pub mod branches;
 pub mod code;

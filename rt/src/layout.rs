@@ -158,7 +158,7 @@ pub struct RowHeader {
     /// Unused (keeps [`RowHeader::thread`] at [`ROW_CELLS`]).
     pub reserved: [u64; 2],
     /// Per-thread state of the exit hooks and timers, read by generated
-    /// code at fixed row offsets ([`ROW_BLOCK`] and the rest).
+    /// code at fixed row offsets ([`ROW_CELLS`] and the rest).
     pub thread: ThreadState,
     /// Storage for the thread's [`crate::clock::ThreadCpuClock`]
     /// ([`ThreadState::cpu_clock`] points here when it is set up).

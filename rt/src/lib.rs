@@ -16,6 +16,7 @@
 //! `extern "C"` and reached from the target's threads.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
 
 pub mod clock;
 pub mod layout;
