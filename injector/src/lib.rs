@@ -12,6 +12,7 @@
 pub mod branches;
 pub mod code;
 mod error;
+pub mod events;
 pub mod exits;
 pub mod inspect;
 pub mod launch;

@@ -304,6 +304,30 @@ pub fn many_functions(n: usize) -> PathBuf {
     exe
 }
 
+/// A target that dlopens a library and starts threads on command (see
+/// tests/targets/lateload.c), and libwork.so for it to load.
+#[allow(dead_code)]
+pub fn lateload() -> (&'static Path, &'static Path) {
+    static P: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    let (exe, lib) = P.get_or_init(|| {
+        let dir = variant_dir("lateload");
+        let lib = dir.join("libwork.so");
+        run_build(gcc(
+            &[
+                "-O2",
+                "-shared",
+                "-fPIC",
+                "-o",
+                lib.to_str().unwrap(),
+                src("libwork.c").to_str().unwrap(),
+            ],
+            &[],
+        ));
+        (build_simple_c("lateload", "lateload.c", &["-ldl"]), lib)
+    });
+    (exe, lib)
+}
+
 /// Functions with integer, pointer and floating-point arguments, called
 /// in rounds on command (see tests/targets/probed.c).
 #[allow(dead_code)]
