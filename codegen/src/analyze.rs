@@ -98,6 +98,18 @@ pub enum ShortReason {
 /// and why it prevents patching; callers prefix the function's name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// An instruction point's address is not the first byte of one of the
+    /// function's instructions.
+    #[error(
+        "{address:#x} is not the start of an instruction of the function at {function:#x} \
+         (decoded from its entry): a point must be an instruction boundary"
+    )]
+    NotAnInstruction {
+        /// The address asked for.
+        address: u64,
+        /// The function's entry.
+        function: u64,
+    },
     /// The instructions from the patch address to the end of the function
     /// cover fewer than [`JMP_REL32_LEN`] bytes and padding cannot be borrowed.
     #[error(
@@ -212,7 +224,42 @@ pub fn analyze_entry(code: &FunctionCode<'_>) -> Result<PatchSite, Refusal> {
     let skipped_endbr64 = code.bytes.starts_with(&ENDBR64);
     let patch_offset = if skipped_endbr64 { ENDBR64.len() } else { 0 };
     let patch_address = code.address.wrapping_add(patch_offset as u64);
+    analyze_site(code, patch_address, skipped_endbr64)
+}
 
+/// Finds how the instruction at `address` inside the function `code` can be
+/// patched (an *instruction point*): as [`analyze_entry`] for an entry,
+/// with `address` checked to be the first byte of an instruction of the
+/// function's linear sweep. The trampoline of an instruction point must
+/// step over the red zone ([`TrampolineSpec::red_zone`](crate::TrampolineSpec)):
+/// inside a function, the 128 bytes below `rsp` may be in use.
+///
+/// # Errors
+///
+/// [`Refusal::NotAnInstruction`] when `address` is not an instruction
+/// boundary of the function, else as [`analyze_entry`].
+pub fn analyze_at(code: &FunctionCode<'_>, address: u64) -> Result<PatchSite, Refusal> {
+    let end = code.address.wrapping_add(code.bytes.len() as u64);
+    let boundary = address >= code.address
+        && address < end
+        && decode_all(code.address, code.bytes)
+            .iter()
+            .any(|i| i.ip() == address && i.code() != Code::INVALID);
+    if !boundary {
+        return Err(Refusal::NotAnInstruction {
+            address,
+            function: code.address,
+        });
+    }
+    analyze_site(code, address, false)
+}
+
+fn analyze_site(
+    code: &FunctionCode<'_>,
+    patch_address: u64,
+    skipped_endbr64: bool,
+) -> Result<PatchSite, Refusal> {
+    let patch_offset = patch_address.wrapping_sub(code.address) as usize;
     let all = decode_all(code.address, code.bytes);
 
     // The sweep starts at the entry, and an endbr64 is one 4-byte

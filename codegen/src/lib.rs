@@ -27,7 +27,7 @@ mod scan;
 mod timer;
 mod trampoline;
 
-pub use analyze::{analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
+pub use analyze::{analyze_at, analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
 pub use cfg::{analyze_function, Disassembly};
 pub use exit::{
     exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, ExitProbes,
@@ -53,9 +53,9 @@ pub use timer::{
     METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
 };
 pub use trampoline::{
-    build_redirect, build_trampoline, max_redirect_len, max_trampoline_len, register_stub,
-    register_stub_len, BuildError, Redirect, Snippet, ThreadRow, Trampoline, TrampolineSpec,
-    VectorSave, XSAVE_UNUSED_BY_WEFT,
+    build_instruction_trampoline, build_redirect, build_trampoline, max_redirect_len,
+    max_trampoline_len, register_stub, register_stub_len, BuildError, Redirect, Snippet, ThreadRow,
+    Trampoline, TrampolineSpec, VectorSave, XSAVE_UNUSED_BY_WEFT,
 };
 
 /// Length in bytes of the `jmp rel32` written over a function entry.

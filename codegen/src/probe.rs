@@ -176,22 +176,25 @@ pub(crate) fn validate(call: &ProbeCall) -> Result<(), BuildError> {
 ///     pop rbp ; ... ; pop rdx ; popfq ; pop rax ; pop rcx
 /// .skip:
 /// ```
-pub(crate) fn entry_snippet(call: &ProbeCall, ip: u64) -> Result<Vec<u8>, BuildError> {
+///
+/// `above` is how far the point's `rsp` is above the trampoline's (128 for
+/// an instruction point, which steps over the red zone; 0 at an entry).
+pub(crate) fn entry_snippet(call: &ProbeCall, above: i32, ip: u64) -> Result<Vec<u8>, BuildError> {
     validate(call)?;
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
-    entry_asm(&mut a, call).map_err(asm_err)?;
+    entry_asm(&mut a, call, above).map_err(asm_err)?;
     a.assemble(ip).map_err(asm_err)
 }
 
-/// Exact length of [`entry_snippet`] (it does not depend on `ip`).
+/// Upper bound of [`entry_snippet`]'s length (it does not depend on `ip`).
 pub(crate) fn entry_snippet_len(call: &ProbeCall) -> usize {
-    entry_snippet(call, 0).map_or(0, |b| b.len())
+    entry_snippet(call, 1 << 20, 0).map_or(0, |b| b.len())
 }
 
 /// Saved by the call sequence, after `rcx`, `rax` and the flags.
 const SAVED: [AsmRegister64; 8] = [rdx, rsi, rdi, r8, r9, r10, r11, rbp];
 
-fn entry_asm(a: &mut CodeAssembler, call: &ProbeCall) -> Result<(), IcedError> {
+fn entry_asm(a: &mut CodeAssembler, call: &ProbeCall, above: i32) -> Result<(), IcedError> {
     let mut skip = a.create_label();
     emit_predicate(a, call, skip)?;
     a.push(rcx)?;
@@ -205,7 +208,7 @@ fn entry_asm(a: &mut CodeAssembler, call: &ProbeCall) -> Result<(), IcedError> {
     // flags at 64, rax (ax: the trampoline's flags) at 72, the row at 80,
     // the original rcx at 88 and rax at 96 (the trampoline's pushes), the
     // return address at 104.
-    let entry_rsp = 104;
+    let entry_rsp = 104 + i64::from(above);
     a.mov(rbp, rsp)?;
     save_vector(a, call.save)?;
     a.sub(rsp, CTX_SIZE)?;

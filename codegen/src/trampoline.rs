@@ -167,6 +167,10 @@ const SLOW_LEN: usize = 5 + 3 + 6 + 5;
 const SNIPPET_MAX_LEN: usize = 8;
 /// Length of the activity bump (`inc qword [rcx+disp32]`).
 const ACTIVITY_LEN: usize = 7;
+/// Length of `lea rsp, [rsp - 128]` (disp8).
+const RED_ZONE_LEN: usize = 5;
+/// Length of `lea rsp, [rsp + 128]` (disp32).
+const RED_ZONE_BACK_LEN: usize = 8;
 
 /// An upper bound on `build_trampoline(spec).bytes.len()` for any address, so
 /// the injector can reserve room before choosing addresses.
@@ -174,6 +178,9 @@ pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
     HEAD_LEN
         + snippets.iter().map(Snippet::max_len).sum::<usize>()
         + ACTIVITY_LEN
+        // Instruction points step over the red zone and back.
+        + RED_ZONE_LEN
+        + RED_ZONE_BACK_LEN
         + EPILOGUE_LEN
         + max_relocated_len(site)
         + SLOW_LEN
@@ -208,12 +215,50 @@ pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
 /// this address, [`BuildError::StubOutOfReach`] when the registration stub
 /// is more than ±2 GiB away.
 pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildError> {
+    build(spec, false)
+}
+
+/// [`build_trampoline`] for an *instruction point* (a site from
+/// [`analyze_at`](crate::analyze_at), inside a function): the trampoline
+/// first steps over the red zone (`lea rsp, [rsp - 128]`: a leaf function
+/// may keep data in the 128 bytes below `rsp`) and steps back before the
+/// displaced instructions. [`Snippet::CallProbe`]'s context then holds the
+/// registers and `rsp` at that instruction. [`Snippet::CountCallHookExit`]
+/// is refused: an exit hook belongs to a function's entry.
+///
+/// # Errors
+///
+/// As [`build_trampoline`], and [`BuildError::Encode`] for an exit hook.
+pub fn build_instruction_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildError> {
+    if spec
+        .snippets
+        .iter()
+        .any(|s| matches!(s, Snippet::CountCallHookExit { .. }))
+    {
+        return Err(BuildError::Encode(
+            "an exit hook belongs to a function's entry, not to an instruction point".into(),
+        ));
+    }
+    build(spec, true)
+}
+
+/// Bytes below `rsp` an instruction-point trampoline leaves alone.
+const RED_ZONE: i64 = 128;
+
+fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildError> {
     let row = spec.row;
     // Layout is decided front to back; only the `jz .slow` in the head needs
     // an address known later, and it is always the 6-byte rel32 form, so the
     // head is emitted twice: once to measure, once with the real target.
     let emit_head = |slow: u64| -> Result<Emitter, BuildError> {
         let mut e = Emitter::new(spec.address);
+        if red_zone {
+            e.emit(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSP,
+                MemoryOperand::with_base_displ(Register::RSP, -RED_ZONE),
+            ))?;
+        }
         e.emit(Instruction::with1(Code::Push_r64, Register::RAX))?;
         e.emit(Instruction::with1(Code::Push_r64, Register::RCX))?;
         e.emit(Instruction::with1(Code::Seto_rm8, Register::AL))?;
@@ -232,7 +277,8 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
         Ok(e)
     };
     let mut e = emit_head(spec.address)?;
-    debug_assert_eq!(e.len(), HEAD_LEN);
+    let head_len = e.len();
+    debug_assert_eq!(head_len, HEAD_LEN + if red_zone { RED_ZONE_LEN } else { 0 });
     let have = e.ip();
     for snippet in spec.snippets {
         match *snippet {
@@ -249,7 +295,8 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
                 e.raw(&code);
             }
             Snippet::CallProbe(ref call) => {
-                let code = crate::probe::entry_snippet(call, e.ip())?;
+                let above = if red_zone { RED_ZONE as i32 } else { 0 };
+                let code = crate::probe::entry_snippet(call, above, e.ip())?;
                 e.raw(&code);
             }
         }
@@ -265,6 +312,13 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
     e.emit(Ok(Instruction::with(Code::Sahf)))?;
     e.emit(Instruction::with1(Code::Pop_r64, Register::RCX))?;
     e.emit(Instruction::with1(Code::Pop_r64, Register::RAX))?;
+    if red_zone {
+        e.emit(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            MemoryOperand::with_base_displ(Register::RSP, RED_ZONE),
+        ))?;
+    }
 
     let relocated_offset = e.len();
     let relocated = relocate(spec.site, e.ip())?;
@@ -291,6 +345,7 @@ pub fn build_trampoline(spec: &TrampolineSpec<'_>) -> Result<Trampoline, BuildEr
     e.emit(Instruction::with_branch(Code::Jmp_rel32_64, have))?;
 
     // Re-emit the head now that `.slow` is known, and splice it in.
+    let _ = head_len;
     let head = emit_head(slow)?.finish();
     let mut bytes = e.finish();
     bytes[..head.len()].copy_from_slice(&head);

@@ -427,3 +427,84 @@ fn a_replaced_function_calls_its_original() {
     lab.write(site.patch_address, &original_bytes);
     assert_eq!(fn1(f.0)(4), 5);
 }
+
+/// Instruction points inside a leaf function that keeps data in its red
+/// zone: a counter and a probe there leave the data alone, and the probe
+/// sees the registers and `rsp` at that instruction.
+#[test]
+fn instruction_points_leave_the_red_zone_alone() {
+    let mut lab = Lab::new();
+    // leaf(a, b): stores a and b below rsp (the red zone), computes, then
+    // reads them back: a * 1000 + b.
+    let leaf = lab.assemble(|a, end| {
+        a.mov(qword_ptr(rsp - 8), rdi).unwrap();
+        a.mov(qword_ptr(rsp - 120), rsi).unwrap();
+        a.imul_3(rax, rdi, 1000).unwrap(); // the instruction point
+        a.add(rax, 0).unwrap();
+        a.mov(rdx, qword_ptr(rsp - 8)).unwrap();
+        a.cmp(rdx, rdi).unwrap();
+        a.mov(rdx, -1i64).unwrap();
+        a.cmovne(rax, rdx).unwrap();
+        a.add(rax, qword_ptr(rsp - 120)).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    // The point: after the two stores (5 bytes each).
+    let point = leaf.0 + 10;
+    lab.patch_instruction(leaf, point, Snippet::CountCall { offset: 8 * 100 });
+    let leaf2 = lab.assemble(|a, end| {
+        a.mov(qword_ptr(rsp - 8), rdi).unwrap();
+        a.mov(qword_ptr(rsp - 120), rsi).unwrap();
+        a.imul_3(rax, rdi, 1000).unwrap();
+        a.add(rax, 0).unwrap();
+        a.mov(rdx, qword_ptr(rsp - 8)).unwrap();
+        a.cmp(rdx, rdi).unwrap();
+        a.mov(rdx, -1i64).unwrap();
+        a.cmovne(rax, rdx).unwrap();
+        a.add(rax, qword_ptr(rsp - 120)).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    lab.patch_instruction(
+        leaf2,
+        leaf2.0 + 10,
+        Snippet::CallProbe(probe_call(leaf2.0, None, vector_save())),
+    );
+    let row = install_row(lab.cells());
+    row[(ROW_INDEX / 8) as usize] = 1;
+    // SAFETY: C-ABI functions of this signature.
+    let (f, g) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(i64, i64) -> i64>(leaf.0 as usize),
+            std::mem::transmute::<usize, extern "C" fn(i64, i64) -> i64>(leaf2.0 as usize),
+        )
+    };
+    SEEN.lock().unwrap().clear();
+    for k in 0..10 {
+        assert_eq!(f(k, 7), k * 1000 + 7, "counted leaf({k})");
+        assert_eq!(g(k, 9), k * 1000 + 9, "probed leaf({k})");
+    }
+    assert_eq!(word(8 * 100), 10);
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(seen.len(), 10);
+    for (k, ctx) in seen.iter().enumerate() {
+        assert_eq!((ctx.args[0], ctx.args[1]), (k as u64, 9));
+        // rsp at the point: the caller's rsp minus the return address, so
+        // the data stored below it is there.
+        // SAFETY: read only to compare; the stack above the point is the
+        // test's own frame, alive (the values were recorded in the call).
+        assert_eq!(ctx.rsp % 8, 0);
+    }
+    // Not an instruction boundary: refused.
+    let code = lab.bytes(leaf2.0, leaf2.1);
+    let err = analyze_at(
+        &FunctionCode {
+            address: leaf2.0,
+            bytes: &code,
+            padding: &[],
+        },
+        leaf2.0 + 11,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Refusal::NotAnInstruction { .. }), "{err}");
+}

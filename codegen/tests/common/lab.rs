@@ -389,6 +389,41 @@ impl Lab {
         self.patch(f, snippet, hooks.metric_len())
     }
 
+    /// Patches the instruction at `at` inside the function `f` with an
+    /// instruction-point trampoline running `snippet`.
+    pub fn patch_instruction(&mut self, (addr, len): (u64, usize), at: u64, snippet: Snippet) {
+        let code = self.bytes(addr, len);
+        let padding = self.bytes(addr + len as u64, 16);
+        let site = analyze_at(
+            &FunctionCode {
+                address: addr,
+                bytes: &code,
+                padding: &padding,
+            },
+            at,
+        )
+        .unwrap();
+        let snippets = [snippet];
+        let t_addr = self.alloc(max_trampoline_len(&site, &snippets), 64);
+        let t = build_instruction_trampoline(&TrampolineSpec {
+            address: t_addr,
+            site: &site,
+            row: ThreadRow {
+                tls_offset: tls_offset(),
+                register_stub: self.stub,
+                activity: Some(ACTIVITY),
+            },
+            snippets: &snippets,
+        })
+        .unwrap();
+        assert!(t.bytes.len() <= max_trampoline_len(&site, &snippets));
+        self.write(t_addr, &t.bytes);
+        self.write(
+            site.patch_address,
+            &jmp_rel32(site.patch_address, t_addr).unwrap(),
+        );
+    }
+
     /// Patches the function at `f` with `snippet`; returns the metric base
     /// the lab reserved (unused by snippets without words).
     pub fn patch_with(&mut self, f: (u64, usize), snippet: Snippet) -> i32 {
