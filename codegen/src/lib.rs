@@ -37,8 +37,8 @@ pub use exit::{
     RECORD_SIZE,
 };
 pub use probe::{
-    Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION, CTX_POINT,
-    CTX_RET, CTX_RET2, CTX_RSP, CTX_SIZE, CTX_THREAD, CTX_USER, POINT_ENTRY, POINT_EXIT,
+    CallTargets, Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION,
+    CTX_POINT, CTX_RET, CTX_RET2, CTX_RSP, CTX_SIZE, CTX_THREAD, CTX_USER, POINT_ENTRY, POINT_EXIT,
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use remote_stub::{

@@ -314,3 +314,198 @@ pub(crate) fn restore_vector(a: &mut CodeAssembler, save: VectorSave) -> Result<
         }
     }
 }
+
+/// Recording where an indirect call goes ([`Snippet::RecordCallTarget`]
+/// (crate::Snippet)): the call's target, computed from its operand as the
+/// call will, goes into the thread's table for the site: `slots` pairs of
+/// (target, count) at row byte offset `table`, then one overflow counter
+/// (calls to targets beyond the slots). Only the thread itself writes its
+/// table; a reader sees, per thread, which functions the site reached and
+/// how often.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTargets {
+    /// Row byte offset of the table (8-byte aligned).
+    pub table: i32,
+    /// (target, count) pairs in it.
+    pub slots: u32,
+}
+
+impl CallTargets {
+    /// Bytes of row the table takes.
+    pub fn len(&self) -> i32 {
+        16 * self.slots as i32 + 8
+    }
+
+    /// Whether the table has no slot (only the overflow counter).
+    pub fn is_empty(&self) -> bool {
+        self.slots == 0
+    }
+}
+
+/// The snippet recording the target of the indirect call `call` (decoded
+/// at its address, the instruction point's first displaced instruction),
+/// for an instruction-point trampoline (`above` = 128: the red zone).
+///
+/// Contract: the trampoline's snippet contract (`rcx` = row, `ax` = flags,
+/// the original `rcx` at `[rsp]`, `rax` at `[rsp+8]`); clobbers the flags
+/// only.
+pub(crate) fn record_target_snippet(
+    call: &iced_x86::Instruction,
+    targets: &CallTargets,
+    above: i32,
+    ip: u64,
+) -> Result<Vec<u8>, BuildError> {
+    let mut a = CodeAssembler::new(64).map_err(asm_err)?;
+    record_target_asm(&mut a, call, targets, above).map_err(|e| match e {
+        RecordError::Iced(e) => asm_err(e),
+        RecordError::Unsupported(why) => BuildError::Encode(why),
+    })?;
+    a.assemble(ip).map_err(asm_err)
+}
+
+enum RecordError {
+    Iced(IcedError),
+    Unsupported(String),
+}
+
+impl From<IcedError> for RecordError {
+    fn from(e: IcedError) -> Self {
+        RecordError::Iced(e)
+    }
+}
+
+fn reg64(r: iced_x86::Register) -> Option<AsmRegister64> {
+    use iced_x86::Register as R;
+    Some(match r {
+        R::RAX => rax,
+        R::RBX => rbx,
+        R::RCX => rcx,
+        R::RDX => rdx,
+        R::RSI => rsi,
+        R::RDI => rdi,
+        R::RBP => rbp,
+        R::RSP => rsp,
+        R::R8 => r8,
+        R::R9 => r9,
+        R::R10 => r10,
+        R::R11 => r11,
+        R::R12 => r12,
+        R::R13 => r13,
+        R::R14 => r14,
+        R::R15 => r15,
+        _ => return None,
+    })
+}
+
+/// `dst` = the value register `r` had at the instruction point. Our saves
+/// are, from `rsp`: rsi (0), rdx (8), the trampoline's rcx (16) and rax
+/// (24); the point's `rsp` is `rsp + 32 + above`.
+fn load_original(
+    a: &mut CodeAssembler,
+    dst: AsmRegister64,
+    r: iced_x86::Register,
+    above: i32,
+) -> Result<(), RecordError> {
+    use iced_x86::Register as R;
+    match r {
+        R::RAX => a.mov(dst, qword_ptr(rsp + 24))?,
+        R::RCX => a.mov(dst, qword_ptr(rsp + 16))?,
+        R::RDX => a.mov(dst, qword_ptr(rsp + 8))?,
+        R::RSI => a.mov(dst, qword_ptr(rsp))?,
+        R::RSP => a.lea(dst, qword_ptr(rsp + (32 + above)))?,
+        other => {
+            let src = reg64(other).ok_or_else(|| {
+                RecordError::Unsupported(format!("a call through {other:?} cannot be followed"))
+            })?;
+            if src != dst {
+                a.mov(dst, src)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn record_target_asm(
+    a: &mut CodeAssembler,
+    call: &iced_x86::Instruction,
+    t: &CallTargets,
+    above: i32,
+) -> Result<(), RecordError> {
+    use iced_x86::{OpKind, Register as R};
+    if !matches!(call.code(), iced_x86::Code::Call_rm64) {
+        return Err(RecordError::Unsupported(format!(
+            "{:?} is not an indirect near call (call r/m64)",
+            call.code()
+        )));
+    }
+    a.push(rdx)?;
+    a.push(rsi)?;
+    // rdx = the target.
+    match call.op0_kind() {
+        OpKind::Register => load_original(a, rdx, call.op0_register(), above)?,
+        OpKind::Memory => {
+            if call.segment_prefix() != R::None {
+                return Err(RecordError::Unsupported(
+                    "a call through a segment-relative pointer cannot be followed".into(),
+                ));
+            }
+            if call.is_ip_rel_memory_operand() {
+                a.mov(rdx, call.ip_rel_memory_address())?;
+            } else {
+                let disp = call.memory_displacement64() as i64;
+                match call.memory_base() {
+                    R::None => a.mov(rdx, disp as u64)?,
+                    base => {
+                        load_original(a, rdx, base, above)?;
+                        if disp != 0 {
+                            a.mov(rsi, disp as u64)?;
+                            a.add(rdx, rsi)?;
+                        }
+                    }
+                }
+                if call.memory_index() != R::None {
+                    load_original(a, rsi, call.memory_index(), above)?;
+                    match call.memory_index_scale() {
+                        1 => {}
+                        2 => a.shl(rsi, 1)?,
+                        4 => a.shl(rsi, 2)?,
+                        _ => a.shl(rsi, 3)?,
+                    }
+                    a.add(rdx, rsi)?;
+                }
+            }
+            a.mov(rdx, qword_ptr(rdx))?;
+        }
+        other => {
+            return Err(RecordError::Unsupported(format!(
+                "a call operand of kind {other:?} cannot be followed"
+            )))
+        }
+    }
+    // Find or claim the target's slot; count it.
+    let mut done = a.create_label();
+    for i in 0..t.slots as i32 {
+        let target = qword_ptr(rcx + i64::from(t.table + 16 * i));
+        let count = qword_ptr(rcx + i64::from(t.table + 16 * i + 8));
+        let mut next = a.create_label();
+        let mut claim = a.create_label();
+        a.cmp(target, rdx)?;
+        a.jne(claim)?;
+        a.inc(count)?;
+        a.jmp(done)?;
+        a.set_label(&mut claim)?;
+        a.cmp(target, 0)?;
+        a.jne(next)?;
+        // The count first: a reader that sees the target sees its count.
+        a.inc(count)?;
+        a.mov(target, rdx)?;
+        a.jmp(done)?;
+        a.set_label(&mut next)?;
+        a.nop()?;
+    }
+    a.inc(qword_ptr(rcx + i64::from(t.table + 16 * t.slots as i32)))?;
+    a.set_label(&mut done)?;
+    a.pop(rsi)?;
+    a.pop(rdx)?;
+    Ok(())
+}

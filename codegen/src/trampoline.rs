@@ -69,6 +69,11 @@ pub enum Snippet {
     /// `probe` module and [`ProbeCall`](crate::ProbeCall)); skipped when
     /// its predicate is false.
     CallProbe(crate::ProbeCall),
+    /// At an instruction point on an indirect call (`call reg`, `call
+    /// [mem]`): records in the thread's table which function the call is
+    /// about to reach (see [`CallTargets`](crate::CallTargets)). Only in
+    /// [`build_instruction_trampoline`].
+    RecordCallTarget(crate::CallTargets),
 }
 
 impl Snippet {
@@ -82,6 +87,9 @@ impl Snippet {
                 hooks,
             } => crate::exit::enter_snippet_len(hooks, *metric, *record, Some(0)),
             Snippet::CallProbe(call) => crate::probe::entry_snippet_len(call),
+            // Per slot: two compares, branches, an inc and a store; then the
+            // operand's evaluation.
+            Snippet::RecordCallTarget(t) => 64 + 48 * t.slots as usize,
         }
     }
 }
@@ -297,6 +305,19 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
             Snippet::CallProbe(ref call) => {
                 let above = if red_zone { RED_ZONE as i32 } else { 0 };
                 let code = crate::probe::entry_snippet(call, above, e.ip())?;
+                e.raw(&code);
+            }
+            Snippet::RecordCallTarget(ref targets) => {
+                let call = spec.site.instructions.first().ok_or_else(|| {
+                    BuildError::Encode("an instruction point with no instruction".into())
+                })?;
+                if !red_zone {
+                    return Err(BuildError::Encode(
+                        "call targets are recorded at an instruction point".into(),
+                    ));
+                }
+                let code =
+                    crate::probe::record_target_snippet(call, targets, RED_ZONE as i32, e.ip())?;
                 e.raw(&code);
             }
         }

@@ -508,3 +508,103 @@ fn instruction_points_leave_the_red_zone_alone() {
     .unwrap_err();
     assert!(matches!(err, Refusal::NotAnInstruction { .. }), "{err}");
 }
+
+extern "C" fn plus_one(x: i64) -> i64 {
+    x + 1
+}
+extern "C" fn times_two(x: i64) -> i64 {
+    x * 2
+}
+extern "C" fn negate(x: i64) -> i64 {
+    -x
+}
+
+/// Dynamic call sites: the targets of `call [rsi + 0x100]` and `call [rax +
+/// 0x1000_0000]` (6 bytes each: the call is the last instruction the patch
+/// displaces) recorded per thread, with counts, and an overflow past the
+/// slots; the calls themselves unchanged.
+#[test]
+fn indirect_call_targets_are_recorded() {
+    let mut lab = Lab::new();
+    // via_table(x, table): call [table + 0x100]; via_slot(x): rax = slot -
+    // 0x1000_0000, call [rax + 0x1000_0000] (rax, which the trampoline
+    // saves, in the operand).
+    let slot_at = lab.alloc(8, 8);
+    let via_reg = lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.call(qword_ptr(rsi + 0x100)).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let via_mem = lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.mov(rax, slot_at - 0x1000_0000).unwrap();
+        a.call(qword_ptr(rax + 0x1000_0000)).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let reg_table = CallTargets {
+        table: 8 * 200,
+        slots: 2,
+    };
+    let mem_table = CallTargets {
+        table: 8 * 300,
+        slots: 4,
+    };
+    // The calls: after `push rbx` (1 byte); after `push rbx; mov rax, imm64`
+    // (1 + 10 bytes).
+    lab.patch_instruction(via_reg, via_reg.0 + 1, Snippet::RecordCallTarget(reg_table));
+    lab.patch_instruction(
+        via_mem,
+        via_mem.0 + 11,
+        Snippet::RecordCallTarget(mem_table),
+    );
+    install_row(lab.cells());
+    // SAFETY: C-ABI functions of these signatures.
+    let (by_table, by_slot) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(i64, *const u64) -> i64>(via_reg.0 as usize),
+            std::mem::transmute::<usize, extern "C" fn(i64) -> i64>(via_mem.0 as usize),
+        )
+    };
+    // A table whose word at +0x100 is the target.
+    let table_for = |f: u64| {
+        let mut t = vec![0u64; 0x100 / 8 + 1];
+        t[0x100 / 8] = f;
+        t
+    };
+    let set_slot = |lab: &Lab, f: u64| lab.write(slot_at, &f.to_le_bytes());
+    let (p1, t2, ng) = (
+        plus_one as *const () as u64,
+        times_two as *const () as u64,
+        negate as *const () as u64,
+    );
+    let (tp1, tt2, tng) = (table_for(p1), table_for(t2), table_for(ng));
+    for _ in 0..5 {
+        assert_eq!(by_table(10, tp1.as_ptr()), 11);
+    }
+    for _ in 0..3 {
+        assert_eq!(by_table(10, tt2.as_ptr()), 20);
+    }
+    assert_eq!(by_table(10, tng.as_ptr()), -10); // a third target: two slots, overflow
+    for (i, f) in [p1, t2, ng].into_iter().enumerate() {
+        set_slot(&lab, f);
+        for _ in 0..=i {
+            assert_eq!(by_slot(5), [6, 10, -5][i]);
+        }
+    }
+    let slot = |t: &CallTargets, i: i32| (word(t.table + 16 * i), word(t.table + 16 * i + 8));
+    assert_eq!(
+        (slot(&reg_table, 0), slot(&reg_table, 1)),
+        ((p1, 5), (t2, 3))
+    );
+    assert_eq!(word(reg_table.table + 32), 1, "overflow");
+    assert_eq!(
+        (0..3).map(|i| slot(&mem_table, i)).collect::<Vec<_>>(),
+        vec![(p1, 1), (t2, 2), (ng, 3)]
+    );
+    assert_eq!(slot(&mem_table, 3), (0, 0));
+    assert_eq!(word(mem_table.table + 64), 0, "no overflow");
+}
