@@ -18,8 +18,13 @@
 //! | thread exit | removed | removed |
 //! | `exec` | error: the image weft inspected is gone | same |
 //!
-//! Waiting uses `waitpid(-1, __WALL | WNOHANG)`: the tracer must be the only
-//! code in the process that waits for children while it works.
+//! Waiting uses `waitpid(__WALL | WNOHANG)`, for one thread or for any
+//! (`-1`): the tracer must be the only code in the process that waits for
+//! children while it works. Between
+//! polls it sleeps in `sigtimedwait` for the `SIGCHLD` the kernel sends at
+//! every tracee stop (blocked in the tracing thread while a [`Tracer`]
+//! exists), never longer than a millisecond: weft may run at real-time
+//! priority and must never spin.
 
 mod remote;
 mod sys;
@@ -137,9 +142,13 @@ pub enum TraceError {
 /// system permits (root or `CAP_SYS_NICE`), and restores the old policy.
 ///
 /// On 2 cores, a target's resumed (or not yet stopped) threads otherwise
-/// preempt weft one after the other: stopping or resuming 200 busy threads
-/// takes hundreds of milliseconds at normal priority and well under one at
-/// real-time priority, and every millisecond is a pause of the target.
+/// preempt weft one after the other: once preempted by 200 busy threads,
+/// weft waits 100-400 ms for its next turn, in any phase of its work, and
+/// while it holds the target every millisecond is a pause. At real-time
+/// priority nothing of the target's preempts it. Whoever holds a guard must
+/// never spin: weft sleeps in `sigtimedwait` or `nanosleep` whenever it
+/// waits. `SCHED_RESET_ON_FORK` keeps a child forked meanwhile (`weft run`'s
+/// program) from inheriting the priority.
 #[derive(Debug)]
 pub struct RealtimeGuard {
     policy: i32,
@@ -155,13 +164,21 @@ impl RealtimeGuard {
         unsafe {
             let policy = libc::sched_getscheduler(0);
             let mut param: libc::sched_param = std::mem::zeroed();
-            if policy < 0 || libc::sched_getparam(0, &mut param) != 0 || policy == libc::SCHED_FIFO
+            if policy < 0
+                || libc::sched_getparam(0, &mut param) != 0
+                || matches!(
+                    policy & !libc::SCHED_RESET_ON_FORK,
+                    libc::SCHED_FIFO | libc::SCHED_RR
+                )
             {
+                // Already real-time (an outer guard, or the user's choice).
                 return None;
             }
             let fifo = libc::sched_param { sched_priority: 1 };
-            (libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) == 0)
-                .then_some(RealtimeGuard { policy, param })
+            let raised =
+                libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &fifo)
+                    == 0;
+            raised.then_some(RealtimeGuard { policy, param })
         }
     }
 }
@@ -180,11 +197,17 @@ impl Drop for RealtimeGuard {
 pub struct Tracer {
     /// Dropped (priority restored) after the threads are detached.
     _realtime: Option<RealtimeGuard>,
+    /// SIGCHLD blocked in the tracing thread, to sleep on it.
+    _sigchld: sys::SigchldBlocked,
     pid: i32,
     threads: BTreeMap<Tid, Thread>,
     memory: ProcessMemory,
     exit: Option<ProcessExit>,
     stop_events: u64,
+    /// When the current stop of the world began (its first interrupt).
+    stopped_since: Option<Instant>,
+    /// The longest stop of the world so far.
+    longest_stop: Duration,
     /// Where remote calls return (see `weft_codegen::remote_stub`), once
     /// installed.
     return_stub: Option<remote::StubInfo>,
@@ -195,6 +218,8 @@ pub struct Tracer {
 pub(crate) const OPTIONS: i64 =
     (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD) as i64;
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest sleep between two polls for tracee events.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// Kernel thread ids of `pid`, from `/proc/PID/task`.
 pub fn list_threads(pid: i32) -> Result<Vec<Tid>, TraceError> {
@@ -239,11 +264,14 @@ impl Tracer {
         })?;
         let mut tracer = Tracer {
             _realtime: RealtimeGuard::raise(),
+            _sigchld: sys::SigchldBlocked::new(),
             pid,
             threads: BTreeMap::new(),
             memory,
             exit: None,
             stop_events: 0,
+            stopped_since: None,
+            longest_stop: Duration::ZERO,
             return_stub: None,
         };
         let result = tracer.seize_all().and_then(|_| tracer.stop_all());
@@ -269,11 +297,14 @@ impl Tracer {
         );
         Ok(Tracer {
             _realtime: RealtimeGuard::raise(),
+            _sigchld: sys::SigchldBlocked::new(),
             pid,
             threads,
             memory,
             exit: None,
             stop_events: 0,
+            stopped_since: None,
+            longest_stop: Duration::ZERO,
             return_stub: None,
         })
     }
@@ -357,6 +388,27 @@ impl Tracer {
         self.stop_events
     }
 
+    /// The longest time the world was stopped at once, from the first
+    /// interrupt to the last thread resumed (the current stop included).
+    pub fn longest_stop(&self) -> Duration {
+        self.longest_stop
+            .max(self.stopped_since.map_or(Duration::ZERO, |s| s.elapsed()))
+    }
+
+    /// The current stop of the world (if any) is over.
+    fn stop_ended(&mut self) {
+        if let Some(since) = self.stopped_since.take() {
+            self.longest_stop = self.longest_stop.max(since.elapsed());
+        }
+    }
+
+    /// Whether any known thread is running.
+    pub fn any_running(&self) -> bool {
+        self.threads
+            .values()
+            .any(|t| t.state == ThreadState::Running)
+    }
+
     /// Why `tid` is stopped, or `None` when it is running.
     pub fn stop_of(&self, tid: Tid) -> Option<Stop> {
         match self.threads.get(&tid)?.state {
@@ -375,6 +427,9 @@ impl Tracer {
     /// Stops every thread (threads created meanwhile included).
     pub fn stop_all(&mut self) -> Result<(), TraceError> {
         self.stop_events += 1;
+        if self.stopped_since.is_none() {
+            self.stopped_since = Some(Instant::now());
+        }
         let running: Vec<Tid> = self
             .threads
             .iter()
@@ -398,18 +453,50 @@ impl Tracer {
             if self.exit.is_some() {
                 return Err(self.exited_error());
             }
-            let running = self
+            let running: Vec<Tid> = self
                 .threads
-                .values()
-                .filter(|t| t.state == ThreadState::Running)
-                .count();
-            if running == 0 {
+                .iter()
+                .filter(|(_, t)| t.state == ThreadState::Running)
+                .map(|(&tid, _)| tid)
+                .collect();
+            if running.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(TraceError::StopTimeout(running, self.pid, STOP_TIMEOUT));
+                return Err(TraceError::StopTimeout(
+                    running.len(),
+                    self.pid,
+                    STOP_TIMEOUT,
+                ));
             }
-            self.wait_and_dispatch(true, None, deadline)?;
+            // Collect each thread's stop by its id (`waitpid(-1)` scans
+            // every tracee each time: quadratic in the threads stopped),
+            // then anything else (a new thread's first stop).
+            let still = running.len();
+            let mut collected = false;
+            for tid in running {
+                if let Some((t, status)) = self.poll(tid)? {
+                    self.dispatch(t, status, true, None)?;
+                    collected = true;
+                }
+            }
+            if !collected {
+                if let Some((t, status)) = self.poll(-1)? {
+                    self.dispatch(t, status, true, None)?;
+                    collected = true;
+                }
+            }
+            if !collected {
+                // An interrupted thread stops within microseconds of being
+                // scheduled, but waking weft (real-time, so it preempts a
+                // thread about to stop) for each stop costs more than the
+                // stop: 200 busy threads on 2 cores stop in 0.5 ms, and in
+                // 3 ms when weft wakes at every SIGCHLD. Sleep a little per
+                // thread still running, then collect them together.
+                let pause = Duration::from_micros(2 * still as u64)
+                    .clamp(Duration::from_micros(20), MAX_SLEEP);
+                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            }
         }
     }
 
@@ -417,10 +504,9 @@ impl Tracer {
     /// was stopped.
     pub fn resume_all(&mut self) -> Result<(), TraceError> {
         let stopped: Vec<Tid> = self.threads.keys().copied().collect();
-        for tid in stopped {
-            self.resume(tid)?;
-        }
-        Ok(())
+        let resumed = stopped.into_iter().try_for_each(|tid| self.resume(tid));
+        self.stop_ended();
+        resumed
     }
 
     /// Resumes one thread if it is stopped.
@@ -468,37 +554,51 @@ impl Tracer {
         hold: Option<Tid>,
         deadline: Instant,
     ) -> Result<Option<(Tid, Stop)>, TraceError> {
-        let mut spins = 0u32;
         let (tid, status) = loop {
-            match sys::wait_any_nohang() {
-                Ok(Some(ev)) => break ev,
-                Ok(None) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
-                    if self.exit.is_none() {
-                        self.exit = Some(ProcessExit::Code(0));
-                    }
-                    self.threads.clear();
-                    return Err(self.exited_error());
-                }
-                Err(source) => {
-                    return Err(TraceError::Ptrace {
-                        op: "waitpid",
-                        tid: -1,
-                        source,
-                    })
+            // The held thread first, looked up directly (the others are
+            // stopped, or their events can wait for the next round).
+            if let Some(held) = hold {
+                if let Some(event) = self.poll(held)? {
+                    break event;
                 }
             }
-            if Instant::now() > deadline {
+            if let Some(event) = self.poll(-1)? {
+                break event;
+            }
+            let now = Instant::now();
+            if now >= deadline {
                 return Ok(None);
             }
-            spins += 1;
-            if spins < 20 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
-            }
+            // Sleep until a tracee changes state (or a little while, should
+            // another thread of ours take the SIGCHLD): never spin.
+            sys::wait_for_sigchld((deadline - now).min(MAX_SLEEP));
         };
         self.dispatch(tid, status, keep_stopped, hold)
+    }
+
+    /// One `waitpid(who, __WALL | WNOHANG)`: `who` is a thread, or -1 for
+    /// any tracee. A thread the kernel does not know as a tracee any more
+    /// has gone; no tracee at all means the process has.
+    fn poll(&mut self, who: Tid) -> Result<Option<(Tid, i32)>, TraceError> {
+        match sys::wait_nohang(who) {
+            Ok(event) => Ok(event),
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) && who > 0 => {
+                self.threads.remove(&who);
+                Ok(None)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                if self.exit.is_none() {
+                    self.exit = Some(ProcessExit::Code(0));
+                }
+                self.threads.clear();
+                Err(self.exited_error())
+            }
+            Err(source) => Err(TraceError::Ptrace {
+                op: "waitpid",
+                tid: who,
+                source,
+            }),
+        }
     }
 
     fn dispatch(
@@ -650,11 +750,7 @@ impl Tracer {
     /// runs on as if weft had never been there. Stops the world first if
     /// needed (a thread can only be detached from a ptrace-stop).
     pub fn detach(&mut self) -> Result<(), TraceError> {
-        if self
-            .threads
-            .values()
-            .any(|t| t.state == ThreadState::Running)
-        {
+        if self.any_running() {
             match self.stop_all() {
                 Ok(()) => {}
                 Err(TraceError::Exited { .. }) => return Ok(()),
@@ -687,6 +783,7 @@ impl Tracer {
             }
         }
         self.threads.clear();
+        self.stop_ended();
         first_error.map_or(Ok(()), Err)
     }
 }

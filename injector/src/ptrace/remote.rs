@@ -452,9 +452,9 @@ impl Tracer {
         }
         if others_run {
             let others: Vec<Tid> = self.threads.keys().copied().filter(|&t| t != tid).collect();
-            for other in others {
-                self.resume(other)?;
-            }
+            let resumed = others.into_iter().try_for_each(|other| self.resume(other));
+            self.stop_ended();
+            resumed?;
         }
         let follow_syscalls = stub.is_some();
         self.cont_held(tid, follow_syscalls)?;

@@ -160,15 +160,78 @@ pub(super) fn set_sigmask(tid: i32, mask: u64) -> io::Result<()> {
     .map(drop)
 }
 
-/// `waitpid(-1, __WALL | WNOHANG)`: `Ok(None)` when nothing is pending.
-pub(super) fn wait_any_nohang() -> io::Result<Option<(i32, i32)>> {
+/// `waitpid(pid, __WALL | WNOHANG)` (`pid` -1 for any tracee): `Ok(None)`
+/// when nothing is pending. For one thread the kernel looks it up directly
+/// instead of scanning every tracee, as `-1` does.
+pub(super) fn wait_nohang(pid: i32) -> io::Result<Option<(i32, i32)>> {
     let mut status = 0;
     // SAFETY: `status` is a valid out-pointer.
-    let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+    let pid = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
     match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(None),
         pid => Ok(Some((pid, status))),
+    }
+}
+
+fn sigchld_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set it is given.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    }
+}
+
+/// Blocks `SIGCHLD` in the calling thread while it exists (restoring it
+/// afterwards if it was not blocked before), so that [`wait_for_sigchld`]
+/// can sleep until a tracee changes state instead of polling.
+#[derive(Debug)]
+pub(super) struct SigchldBlocked {
+    was_blocked: bool,
+}
+
+impl SigchldBlocked {
+    pub(super) fn new() -> SigchldBlocked {
+        let set = sigchld_set();
+        // SAFETY: valid sigset pointers; only this thread's mask changes.
+        let was_blocked = unsafe {
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            libc::sigismember(&old, libc::SIGCHLD) == 1
+        };
+        SigchldBlocked { was_blocked }
+    }
+}
+
+impl Drop for SigchldBlocked {
+    fn drop(&mut self) {
+        if !self.was_blocked {
+            let set = sigchld_set();
+            // SAFETY: valid sigset pointer; only this thread's mask changes.
+            // A SIGCHLD still pending is delivered as usual.
+            unsafe {
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Sleeps until a `SIGCHLD` arrives (the kernel sends one to the tracer at
+/// every stop and exit of a tracee) or `timeout` passes, and consumes it.
+/// Only a hint that `waitpid` may have news: another thread of this
+/// process may take the signal, so callers bound the timeout and poll.
+pub(super) fn wait_for_sigchld(timeout: std::time::Duration) {
+    let set = sigchld_set();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: valid set and timespec pointers; a null siginfo is allowed.
+    // EAGAIN (timeout) and EINTR are both fine: the caller polls again.
+    unsafe {
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
     }
 }
 
