@@ -1,6 +1,7 @@
 //! Attach and detach while the target's threads sit in read(), nanosleep(),
 //! pthread_cond_wait() and a raw FUTEX_WAIT: no EINTR, no shortened sleep,
-//! exact `tick` counts.
+//! exact `tick` counts. And the first attach (weft's `dlopen` of its
+//! runtime) while threads hold the dynamic loader's lock.
 
 mod support;
 
@@ -212,4 +213,50 @@ fn weft_killed_mid_attach_leaves_target_healthy() {
         &expect_round(&lines, 1),
         &["tick"],
     );
+}
+
+/// The first attach, loading the runtime, while two threads take turns
+/// holding the dynamic loader's lock (2 ms at a time, in a
+/// `dl_iterate_phdr` callback): weft's `dlopen` runs with the other threads
+/// stopped, so it often finds the lock held by a stopped thread, and must
+/// let the others run while it waits for it instead of deadlocking.
+#[test]
+fn first_attach_while_threads_hold_the_loader_lock() {
+    let ctx = Ctx::new("first_attach_while_threads_hold_the_loader_lock");
+    let mut t = ctx.target(loaderlock(), &["2"]);
+    let (pid, _) = wait_ready(&mut t);
+    settle();
+    let (mut weft, a) = attach(&ctx, pid, &FLAGS, 1);
+    ctx.check(a.threads == 3, || {
+        format!("attached threads={}, the target has 3", a.threads)
+    });
+    settle();
+    let out = detach_with_sigint(&mut weft);
+    ctx.check(t.is_running(), || "the target died after detach".into());
+    check_not_traced_nor_stopped(&ctx, pid);
+    let before = ticks(&mut t);
+    settle();
+    ctx.check(ticks(&mut t) > before, || {
+        "the target's threads stopped ticking after weft detached".into()
+    });
+    t.send("quit");
+    t.expect_stdout("`done N`", |l| l.starts_with("done "));
+    t.wait_code(0);
+    let report = parse_report(&ctx, &out);
+    let counted: u64 = report
+        .threads
+        .iter()
+        .filter_map(|th| th.functions.get("tick"))
+        .map(|c| c.calls)
+        .sum();
+    ctx.check(counted > 0, || {
+        format!("no tick counted while attached:\n{out}")
+    });
+}
+
+/// The target's total ticks so far.
+fn ticks(t: &mut Proc) -> u64 {
+    t.send("count");
+    let line = t.expect_stdout("`ticks N`", |l| l.starts_with("ticks "));
+    line[6..].trim().parse().unwrap_or(0)
 }

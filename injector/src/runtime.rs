@@ -9,7 +9,7 @@
 //! mapping name and reused.
 
 use crate::inspect::ProcessImage;
-use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer};
+use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer, World};
 use crate::region::{Region, RegionError};
 use object::{Object, ObjectSymbol};
 use std::io::Write;
@@ -145,11 +145,10 @@ fn negative_errno(call: &'static str, value: u64) -> Result<u64, RuntimeError> {
 
 /// Loads (or finds) the runtime in the target and starts a session whose
 /// first `reset_words` metric words are zeroed. The world must be stopped.
-/// Only `dlopen` runs with the other threads running (it takes the loader
-/// and malloc locks, which a stopped thread could hold); the other remote
-/// calls are bare system calls or the runtime's own code and run with the
-/// world stopped, which saves a resume/stop cycle each (on 2 cores,
-/// resuming 200 threads at normal priority takes ~100 ms).
+/// Every remote call runs with the other threads stopped; `dlopen`, which
+/// takes the loader's and malloc's locks (a stopped thread may hold one),
+/// lets them run while it waits in a system call ([`World::WhenWaiting`]).
+/// The others are bare system calls or the runtime's own code.
 pub fn load(
     tracer: &mut Tracer,
     image: &mut ProcessImage,
@@ -206,14 +205,17 @@ pub fn load(
             let handle = match written {
                 Ok(()) => {
                     let path = format!("/proc/{own_pid}/fd/{fd}\0").into_bytes();
-                    tracer.call(
+                    tracer.call_in(
                         tid,
                         &RemoteCall::new(
                             "dlopen",
                             dlopen,
                             vec![RemoteArg::Bytes(path), RemoteArg::Value(flags)],
                         ),
-                        true,
+                        // It takes the loader's and malloc's locks, which a
+                        // stopped thread may hold: the others run whenever
+                        // it waits.
+                        World::WhenWaiting,
                     )
                 }
                 Err(_) => Ok(0),

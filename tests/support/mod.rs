@@ -232,6 +232,14 @@ pub fn brkloop() -> &'static Path {
     P.get_or_init(|| build_simple_c("brkloop", "brkloop.c", &[]))
 }
 
+/// Threads holding glibc's loader lock most of the time, in a callback of
+/// `dl_iterate_phdr` (see tests/targets/loaderlock.c).
+#[allow(dead_code)]
+pub fn loaderlock() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("loaderlock", "loaderlock.c", &[]))
+}
+
 /// fork, exec and plain calls on command (see tests/targets/events.c).
 pub fn events() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

@@ -29,7 +29,7 @@
 mod remote;
 mod sys;
 
-pub use remote::{RemoteArg, RemoteCall, RemoteError};
+pub use remote::{RemoteArg, RemoteCall, RemoteError, World, STOPPED_RUN_LIMIT};
 pub use sys::{Registers, XState};
 
 use crate::memory::{MemoryError, ProcessMemory};

@@ -54,6 +54,114 @@ const ASYNC_SIGNALS: u64 = {
     mask
 };
 
+/// What the target's other threads do while a remote call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum World {
+    /// They stay stopped: for calls that can take no lock another thread
+    /// could hold (bare system calls, the runtime's own code).
+    Stopped,
+    /// They run, so that a lock one of them holds is released eventually.
+    Running,
+    /// They stay stopped while the call computes and run while it waits:
+    /// weft follows the calling thread's system calls and lets the others
+    /// run during any that may wait for another thread (a futex wait, a
+    /// sleep, a read of a pipe: anything not on a short list of calls that
+    /// cannot), and for the rest of a call that computes for longer than
+    /// [`STOPPED_RUN_LIMIT`] (a spin on a lock held by a stopped thread). A
+    /// call that meets no held lock then runs alone at full speed instead
+    /// of competing for the CPUs with every other thread, and one that
+    /// does cannot deadlock.
+    WhenWaiting,
+}
+
+/// How long a [`World::WhenWaiting`] call may run with the others stopped
+/// before they are let run for the rest of it: more than loading weft's
+/// runtime takes (the loader ~2 ms; the runtime's constructor sleeps 10 ms
+/// to calibrate its clock, and its first perf event costs the kernel up to
+/// 12 ms), little next to a spin that waits for a stopped thread forever.
+/// Once the others run, the call competes with them for the CPUs: on 2
+/// cores with 200 busy threads, it then takes 150-250 ms more.
+pub const STOPPED_RUN_LIMIT: Duration = Duration::from_millis(50);
+
+/// System calls that cannot wait for another thread of the process (the
+/// calls `dlopen` makes on its way, and ones like them): while the calling
+/// thread makes them, the others may stay stopped. A `read` of a pipe
+/// could wait for a writer, but the loader only reads regular files; the
+/// time limit covers what this list gets wrong.
+fn cannot_wait_for_others(nr: u64, args: &[u64; 6]) -> bool {
+    const FUTEX_WAKE: u64 = 1;
+    const FUTEX_REQUEUE: u64 = 3;
+    const FUTEX_CMP_REQUEUE: u64 = 4;
+    const FUTEX_WAKE_OP: u64 = 5;
+    const FUTEX_UNLOCK_PI: u64 = 7;
+    const FUTEX_TRYLOCK_PI: u64 = 8;
+    const FUTEX_WAKE_BITSET: u64 = 10;
+    const FUTEX_CMD_MASK: u64 = 0x7f; // without PRIVATE and CLOCK_REALTIME
+    match nr as i64 {
+        libc::SYS_futex => matches!(
+            args[1] & FUTEX_CMD_MASK,
+            FUTEX_WAKE
+                | FUTEX_REQUEUE
+                | FUTEX_CMP_REQUEUE
+                | FUTEX_WAKE_OP
+                | FUTEX_UNLOCK_PI
+                | FUTEX_TRYLOCK_PI
+                | FUTEX_WAKE_BITSET
+        ),
+        libc::SYS_read
+        | libc::SYS_pread64
+        | libc::SYS_open
+        | libc::SYS_openat
+        | libc::SYS_close
+        | libc::SYS_stat
+        | libc::SYS_fstat
+        | libc::SYS_lstat
+        | libc::SYS_newfstatat
+        | libc::SYS_statx
+        | libc::SYS_lseek
+        | libc::SYS_access
+        | libc::SYS_faccessat
+        | libc::SYS_faccessat2
+        | libc::SYS_readlink
+        | libc::SYS_readlinkat
+        | libc::SYS_getcwd
+        | libc::SYS_getdents64
+        | libc::SYS_fcntl
+        | libc::SYS_mmap
+        | libc::SYS_mprotect
+        | libc::SYS_munmap
+        | libc::SYS_mremap
+        | libc::SYS_madvise
+        | libc::SYS_mincore
+        | libc::SYS_brk
+        | libc::SYS_memfd_create
+        | libc::SYS_rt_sigaction
+        | libc::SYS_rt_sigprocmask
+        | libc::SYS_sigaltstack
+        | libc::SYS_getpid
+        | libc::SYS_gettid
+        | libc::SYS_getuid
+        | libc::SYS_geteuid
+        | libc::SYS_getgid
+        | libc::SYS_getegid
+        | libc::SYS_uname
+        | libc::SYS_sysinfo
+        | libc::SYS_getrlimit
+        | libc::SYS_prlimit64
+        | libc::SYS_prctl
+        | libc::SYS_arch_prctl
+        | libc::SYS_set_robust_list
+        | libc::SYS_rseq
+        | libc::SYS_sched_getaffinity
+        | libc::SYS_clock_gettime
+        | libc::SYS_clock_getres
+        | libc::SYS_gettimeofday
+        | libc::SYS_getrandom
+        | libc::SYS_perf_event_open => true,
+        _ => false,
+    }
+}
+
 /// A function to call in the target.
 #[derive(Clone, Debug)]
 pub struct RemoteCall {
@@ -109,6 +217,21 @@ pub enum RemoteError {
     /// The return stub could not be installed.
     #[error("cannot install weft's remote-call return stub in the target: {0}")]
     Stub(String),
+}
+
+/// What the other threads do during a remote call.
+struct Others {
+    /// They run now.
+    run: bool,
+    /// They were let run for the system call the calling thread is in, and
+    /// are stopped again when it returns.
+    for_syscall: bool,
+    /// They are left as they are until the call is over ([`World::Stopped`]
+    /// and [`World::Running`]; or a [`World::WhenWaiting`] call that ran
+    /// too long with them stopped).
+    for_good: bool,
+    /// When they were last stopped.
+    stopped_since: Instant,
 }
 
 /// An installed return stub (see `weft_codegen::remote_stub`).
@@ -303,6 +426,22 @@ impl Tracer {
         call: &RemoteCall,
         others_run: bool,
     ) -> Result<u64, RemoteError> {
+        let world = if others_run {
+            World::Running
+        } else {
+            World::Stopped
+        };
+        self.call_in(tid, call, world)
+    }
+
+    /// [`Tracer::call`], the other threads doing what `world` says
+    /// meanwhile.
+    pub fn call_in(
+        &mut self,
+        tid: Tid,
+        call: &RemoteCall,
+        world: World,
+    ) -> Result<u64, RemoteError> {
         if call.args.len() > 6 {
             return Err(RemoteError::TooManyArgs(call.name.clone()));
         }
@@ -346,10 +485,14 @@ impl Tracer {
             tid,
             source,
         })?;
-        let result = self.run_call(tid, call, &saved, others_run, stub.as_ref());
+        let result = self.run_call(tid, call, &saved, world, stub.as_ref());
 
         // Whatever happened, put the world and the thread back as they were.
-        let stopped = if others_run { self.stop_all() } else { Ok(()) };
+        let stopped = if self.any_running() {
+            self.stop_all()
+        } else {
+            Ok(())
+        };
         if self.threads.contains_key(&tid) {
             // Stop the thread itself if the call was abandoned while running.
             if let Some(thread) = self.threads.get(&tid) {
@@ -400,7 +543,7 @@ impl Tracer {
         tid: Tid,
         call: &RemoteCall,
         saved: &sys::Registers,
-        others_run: bool,
+        world: World,
         stub: Option<&StubInfo>,
     ) -> Result<u64, RemoteError> {
         let return_address = stub.map_or(RETURN_ADDRESS, |s| s.entry);
@@ -450,13 +593,16 @@ impl Tracer {
                 thread.state = ThreadState::Stopped(Stop::Trap);
             }
         }
-        if others_run {
-            let others: Vec<Tid> = self.threads.keys().copied().filter(|&t| t != tid).collect();
-            let resumed = others.into_iter().try_for_each(|other| self.resume(other));
-            self.stop_ended();
-            resumed?;
+        let mut others = Others {
+            run: world == World::Running,
+            for_syscall: false,
+            for_good: world != World::WhenWaiting,
+            stopped_since: Instant::now(),
+        };
+        if others.run {
+            self.resume_others(tid)?;
         }
-        let follow_syscalls = stub.is_some();
+        let follow_syscalls = stub.is_some() || world == World::WhenWaiting;
         self.cont_held(tid, follow_syscalls)?;
         // Fault injection for tests: hold weft here while the call runs, so
         // a test can kill weft in the middle of a remote call.
@@ -467,7 +613,13 @@ impl Tracer {
 
         let deadline = Instant::now() + call.timeout;
         loop {
-            let event = self.wait_and_dispatch(!others_run, Some(tid), deadline)?;
+            let watch_progress = !others.run && !others.for_good;
+            let until = if watch_progress {
+                deadline.min(others.stopped_since + STOPPED_RUN_LIMIT)
+            } else {
+                deadline
+            };
+            let event = self.wait_and_dispatch(!others.run, Some(tid), until)?;
             if !self.threads.contains_key(&tid) {
                 return Err(self.exited_error().into());
             }
@@ -489,7 +641,12 @@ impl Tracer {
                             {
                                 return Ok(regs.rdi)
                             }
-                            _ => self.cont_held(tid, follow_syscalls)?,
+                            _ => {
+                                if !others.for_good {
+                                    self.others_at_syscall(tid, &mut others)?;
+                                }
+                                self.cont_held(tid, follow_syscalls)?
+                            }
                         },
                         Stop::Signal(
                             sig @ (libc::SIGSEGV
@@ -529,9 +686,91 @@ impl Tracer {
                         timeout: call.timeout,
                     });
                 }
+                None if watch_progress && others.stopped_since.elapsed() >= STOPPED_RUN_LIMIT => {
+                    // Still running after the limit: perhaps spinning on a
+                    // lock a stopped thread holds. Let them all run.
+                    self.resume_others(tid)?;
+                    others.run = true;
+                    others.for_good = true;
+                }
                 None => {}
             }
         }
+    }
+
+    /// [`World::WhenWaiting`]: the calling thread `tid` is at a system-call
+    /// stop. Lets the others run for a system call that may wait for one of
+    /// them, and stops them again when it returns.
+    fn others_at_syscall(&mut self, tid: Tid, others: &mut Others) -> Result<(), TraceError> {
+        match sys::syscall_stop(tid) {
+            Ok(sys::SyscallStop::Entry { nr, args }) if !others.run => {
+                let budget = (others.stopped_since + STOPPED_RUN_LIMIT)
+                    .saturating_duration_since(Instant::now());
+                if !cannot_wait_for_others(nr, &args) && !self.sleeps_within(nr, &args, budget) {
+                    self.resume_others(tid)?;
+                    others.run = true;
+                    others.for_syscall = true;
+                }
+            }
+            Ok(sys::SyscallStop::Exit) if others.for_syscall => {
+                // Back from its wait: the call computes again, alone.
+                self.stop_all()?;
+                others.run = false;
+                others.for_syscall = false;
+                others.stopped_since = Instant::now();
+            }
+            Ok(_) => {}
+            // Cannot tell: let the others run for the rest of the call.
+            Err(_) => {
+                if !others.run {
+                    self.resume_others(tid)?;
+                    others.run = true;
+                }
+                others.for_good = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether system call `nr` is a sleep for a set time of at most
+    /// `budget`: it waits for no other thread, so the others may stay
+    /// stopped meanwhile (the runtime's constructor sleeps 10 ms to
+    /// calibrate its clock; the whole load would otherwise wait for the
+    /// CPU behind every thread let run, hundreds of milliseconds on a busy
+    /// target).
+    fn sleeps_within(&self, nr: u64, args: &[u64; 6], budget: Duration) -> bool {
+        const TIMER_ABSTIME: u64 = 1;
+        let request = match nr as i64 {
+            libc::SYS_nanosleep => args[0],
+            // Wall-clock time only: a CPU-time clock would not advance
+            // with the process stopped.
+            libc::SYS_clock_nanosleep
+                if args[1] & TIMER_ABSTIME == 0
+                    && matches!(
+                        args[0] as i32,
+                        libc::CLOCK_REALTIME | libc::CLOCK_MONOTONIC | libc::CLOCK_BOOTTIME
+                    ) =>
+            {
+                args[2]
+            }
+            _ => return false,
+        };
+        let mut ts = [0u8; 16];
+        if self.memory.read(request, &mut ts).is_err() {
+            return false;
+        }
+        let secs = i64::from_le_bytes(ts[..8].try_into().expect("8 bytes"));
+        let nanos = i64::from_le_bytes(ts[8..].try_into().expect("8 bytes"));
+        (0..1_000_000_000).contains(&nanos)
+            && u64::try_from(secs).is_ok_and(|s| Duration::new(s, nanos as u32) <= budget)
+    }
+
+    /// Resumes every thread but `tid`.
+    fn resume_others(&mut self, tid: Tid) -> Result<(), TraceError> {
+        let others: Vec<Tid> = self.threads.keys().copied().filter(|&t| t != tid).collect();
+        let resumed = others.into_iter().try_for_each(|other| self.resume(other));
+        self.stop_ended();
+        resumed
     }
 
     /// Continues the held thread without delivering anything, stopping at

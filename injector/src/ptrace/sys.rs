@@ -160,6 +160,39 @@ pub(super) fn set_sigmask(tid: i32, mask: u64) -> io::Result<()> {
     .map(drop)
 }
 
+/// What a thread in a system-call stop is doing (`PTRACE_GET_SYSCALL_INFO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SyscallStop {
+    /// Entering system call `nr` with these arguments.
+    Entry { nr: u64, args: [u64; 6] },
+    /// Leaving a system call.
+    Exit,
+    /// Neither (or the kernel cannot tell).
+    Other,
+}
+
+/// Which side of a system call a thread in a system-call stop is on.
+pub(super) fn syscall_stop(tid: i32) -> io::Result<SyscallStop> {
+    // struct ptrace_syscall_info: op (u8) at 0, then arch, instruction and
+    // stack pointer; for an entry, nr at byte 24 and six arguments after it.
+    let mut info = [0u64; 12];
+    request(
+        libc::PTRACE_GET_SYSCALL_INFO,
+        tid,
+        std::mem::size_of_val(&info),
+        info.as_mut_ptr() as usize,
+    )?;
+    Ok(match (info[0] & 0xff) as u8 {
+        libc::PTRACE_SYSCALL_INFO_ENTRY => {
+            let mut args = [0u64; 6];
+            args.copy_from_slice(&info[4..10]);
+            SyscallStop::Entry { nr: info[3], args }
+        }
+        libc::PTRACE_SYSCALL_INFO_EXIT => SyscallStop::Exit,
+        _ => SyscallStop::Other,
+    })
+}
+
 /// `waitpid(pid, __WALL | WNOHANG)` (`pid` -1 for any tracee): `Ok(None)`
 /// when nothing is pending. For one thread the kernel looks it up directly
 /// instead of scanning every tracee, as `-1` does.
