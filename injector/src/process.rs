@@ -28,7 +28,7 @@
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
-use crate::ptrace::{ProcessExit, RemoteCall, Tid, TraceError, Tracer};
+use crate::ptrace::{ProcessExit, RealtimeGuard, RemoteCall, Tid, TraceError, Tracer};
 use crate::region::RowSnapshot;
 use crate::report::{ProbeInfo, Report};
 use crate::runtime::{self, Runtime, RuntimeOptions};
@@ -183,6 +183,9 @@ pub struct Refused {
 pub struct Process {
     pid: i32,
     tracer: Option<Tracer>,
+    /// Real-time priority from `open` or `hold` until `release` (see
+    /// [`Process::open`]).
+    boost: Option<RealtimeGuard>,
     image: ProcessImage,
     runtime: Option<Runtime>,
     pool: Pool,
@@ -255,18 +258,29 @@ impl Process {
     /// Opens a running process for inspection without stopping it: find
     /// functions and [`Process::prepare`] them first, then [`Process::hold`]
     /// it only for the splice, so the target's pause holds no file parsing.
+    ///
+    /// From `open` (or [`Process::hold`]) until [`Process::release`] the
+    /// calling thread runs at real-time priority (`SCHED_FIFO` 1) when the
+    /// system permits: a target with many busy threads on few cores would
+    /// otherwise keep weft waiting 100-400 ms for the CPU every time it is
+    /// preempted, before and after the pause as much as during it. Do no
+    /// long computation of your own in between.
     pub fn open(pid: i32) -> Result<Process, Error> {
         Process::open_with(pid, RuntimeOptions::default())
     }
 
     /// [`Process::open`] with a runtime geometry.
     pub fn open_with(pid: i32, options: RuntimeOptions) -> Result<Process, Error> {
+        let boost = RealtimeGuard::raise();
         preflight(pid)?;
+        runtime::warm_up(!runtime::is_loaded(pid));
         let image = ProcessImage::open(pid)?;
         if image.is_statically_linked() {
             return Err(Error::StaticallyLinked(pid));
         }
-        Ok(Process::new(pid, None, image, options, false))
+        let mut process = Process::new(pid, None, image, options, false);
+        process.boost = boost;
+        Ok(process)
     }
 
     fn new(
@@ -280,6 +294,7 @@ impl Process {
             pid,
             threads_at_attach: tracer.as_ref().map_or(0, Tracer::thread_count),
             tracer,
+            boost: None,
             image,
             runtime: None,
             pool: Pool::default(),
@@ -1471,24 +1486,40 @@ impl Process {
     /// Detaches: the process runs on, probes keep counting, weft is no
     /// longer attached (its signals, clones and exits never wait for weft).
     pub fn release(&mut self) -> Result<(), Error> {
-        if let Some(mut tracer) = self.tracer.take() {
-            self.stops_before += tracer.stop_count();
-            tracer.detach()?;
-        }
+        let detached = match self.tracer.take() {
+            Some(mut tracer) => {
+                self.stops_before += tracer.stop_count();
+                tracer.detach()
+            }
+            None => Ok(()),
+        };
+        // Normal priority again, whatever happened.
+        self.boost = None;
+        detached?;
         self.ever_released = true;
         Ok(())
     }
 
     /// Attaches again and stops every thread.
     pub fn hold(&mut self) -> Result<(), Error> {
-        if self.tracer.is_none() {
-            preflight(self.pid)?;
-            let tracer = Tracer::attach(self.pid)?;
-            if self.threads_at_attach == 0 {
-                self.threads_at_attach = tracer.thread_count();
-            }
-            self.tracer = Some(tracer);
+        if self.tracer.is_some() {
+            return Ok(());
         }
+        if self.boost.is_none() {
+            self.boost = RealtimeGuard::raise();
+        }
+        let attached = preflight(self.pid).and_then(|()| Ok(Tracer::attach(self.pid)?));
+        let tracer = match attached {
+            Ok(tracer) => tracer,
+            Err(e) => {
+                self.boost = None;
+                return Err(e);
+            }
+        };
+        if self.threads_at_attach == 0 {
+            self.threads_at_attach = tracer.thread_count();
+        }
+        self.tracer = Some(tracer);
         Ok(())
     }
 

@@ -110,6 +110,100 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// Does, on a short-lived real-time thread of weft's own, two things that
+/// would otherwise cost the target's pause, and returns at once:
+///
+/// * The code generator's first use initialises its encoder tables (0.8 ms
+///   here); every remote-call stub and trampoline needs it.
+/// * With `perf_events` (before a first load of the runtime): the
+///   runtime's constructor opens a perf event (to learn how the CPU clock
+///   can be read). The first task-bound perf event on a machine turns on
+///   the scheduler's perf hooks and waits for an RCU grace period (12 ms
+///   on the reference machine); they stay on while any such event exists
+///   and for a second after the last one closes. Paid inside the remote
+///   `dlopen`, that is 12 ms more of the target's pause; paid here while
+///   weft inspects the target, the target's own event is cheap.
+pub fn warm_up(perf_events: bool) {
+    extern "C" fn warm(perf_events: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: blocks every signal in this thread only, so that it
+        // never takes the SIGCHLD the tracing thread sleeps on.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+        }
+        // Pure computation, for its side effect on the encoder's tables.
+        let _ = weft_codegen::bootstrap_stub(0x1000_0000);
+        if !perf_events.is_null() {
+            // type = PERF_TYPE_SOFTWARE, size = 64 (PERF_ATTR_SIZE_VER0),
+            // config = PERF_COUNT_SW_TASK_CLOCK; flags: disabled,
+            // exclude_kernel, exclude_hv (bits 0, 5, 6).
+            let mut attr = [0u64; 8];
+            attr[0] = 1 | (64 << 32);
+            attr[1] = 1;
+            attr[5] = 1 | (1 << 5) | (1 << 6);
+            const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+            // SAFETY: a valid 64-byte attribute block, this thread, any
+            // CPU; the descriptor returned is closed at once.
+            unsafe {
+                let fd = libc::syscall(
+                    libc::SYS_perf_event_open,
+                    attr.as_ptr(),
+                    0,
+                    -1,
+                    -1,
+                    PERF_FLAG_FD_CLOEXEC,
+                );
+                if fd >= 0 {
+                    libc::close(fd as i32);
+                }
+            }
+        }
+        std::ptr::null_mut()
+    }
+    // Any non-null pointer says "perf events too"; the thread never reads it.
+    let arg = if perf_events {
+        std::ptr::NonNull::<libc::c_void>::dangling().as_ptr()
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: a detached thread running a function that touches nothing of
+    // ours; the attribute object is initialised, used and destroyed here.
+    // Real-time (set by pthread_create before it first runs): at normal
+    // priority a busy target would keep it from running until long after
+    // it could help. It computes for a millisecond and sleeps in the
+    // kernel, never spins. A thread that cannot be created (or made
+    // real-time) only leaves the attach slower.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return;
+        }
+        let fifo = libc::sched_param { sched_priority: 1 };
+        let realtime = libc::pthread_attr_setinheritsched(&mut attr, libc::PTHREAD_EXPLICIT_SCHED)
+            == 0
+            && libc::pthread_attr_setschedpolicy(&mut attr, libc::SCHED_FIFO) == 0
+            && libc::pthread_attr_setschedparam(&mut attr, &fifo) == 0;
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
+        let mut thread: libc::pthread_t = 0;
+        if libc::pthread_create(&mut thread, &attr, warm, arg) != 0 && realtime {
+            // Not permitted to be real-time: try at normal priority.
+            libc::pthread_attr_setinheritsched(&mut attr, libc::PTHREAD_INHERIT_SCHED);
+            libc::pthread_create(&mut thread, &attr, warm, arg);
+        }
+        libc::pthread_attr_destroy(&mut attr);
+    }
+}
+
+/// Whether the runtime is loaded in process `pid` (a mapping of its memfd
+/// in `/proc/PID/maps`); false when that cannot be read.
+pub fn is_loaded(pid: i32) -> bool {
+    let wanted = format!("/memfd:{MEMFD_NAME}");
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.lines().any(|l| l.contains(&wanted)))
+}
+
 /// Load address of an already loaded runtime: the offset-0 mapping of the
 /// memfd it was loaded from (its first PT_LOAD has vaddr 0).
 fn runtime_module_base(image: &mut ProcessImage) -> Result<Option<u64>, RuntimeError> {
