@@ -217,6 +217,8 @@ pub struct Process {
     /// words any more, which may be given to new probes when the row is
     /// full.
     quiet: Vec<usize>,
+    /// Where the remote-call return stub is in the target, once known.
+    stub_address: Option<u64>,
     /// First of the words activations of removed probes are pointed at
     /// (see [`Process::retire_open_activations`]); allocated with the
     /// first exit handler.
@@ -316,6 +318,7 @@ impl Process {
             free_records: Vec::new(),
             next_record: 0,
             stops_before: 0,
+            stub_address: None,
         }
     }
 
@@ -402,7 +405,11 @@ impl Process {
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
         let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
-        self.tracer()?.install_return_stub(tid, mmap_fn, cave)?;
+        let known = self.stub_address;
+        let stub = self
+            .tracer()?
+            .install_return_stub(tid, mmap_fn, cave, known)?;
+        self.stub_address = Some(stub);
         Ok(tid)
     }
 

@@ -208,9 +208,9 @@ pub fn is_loaded(pid: i32) -> bool {
 /// memfd it was loaded from (its first PT_LOAD has vaddr 0).
 fn runtime_module_base(image: &mut ProcessImage) -> Result<Option<u64>, RuntimeError> {
     image.refresh()?;
-    let maps = crate::inspect::maps::read_maps(image.pid())?;
     let wanted = format!("/memfd:{MEMFD_NAME}");
-    Ok(maps
+    Ok(image
+        .maps()
         .iter()
         .find(|m| {
             m.offset == 0

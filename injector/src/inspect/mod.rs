@@ -105,6 +105,9 @@ pub struct ProcessImage {
     maps: Vec<Mapping>,
     modules: Vec<Module>,
     skipped: Vec<SkippedModule>,
+    /// [`ProcessImage::symbol_address`] answers (a symbol table scan each),
+    /// until the modules change.
+    symbols: std::collections::HashMap<(String, String), Option<u64>>,
 }
 
 impl ProcessImage {
@@ -122,6 +125,7 @@ impl ProcessImage {
             maps: Vec::new(),
             modules: Vec::new(),
             skipped: Vec::new(),
+            symbols: Default::default(),
         };
         image.refresh()?;
         Ok(image)
@@ -139,6 +143,14 @@ impl ProcessImage {
             });
         }
         let mut new = module::modules_from_maps(self.pid, &maps);
+        let same = new.len() == self.modules.len()
+            && new
+                .iter()
+                .zip(&self.modules)
+                .all(|(a, b)| a.path() == b.path() && a.base() == b.base());
+        if !same {
+            self.symbols.clear();
+        }
         module::carry_over_images(&mut new, &mut self.modules);
         self.maps = maps;
         self.modules = new;
@@ -289,13 +301,20 @@ impl ProcessImage {
     /// whose file name starts with `module_name_prefix` and defines it, e.g.
     /// `("libc.so", "dlopen")`. For an IFUNC, the resolver's address.
     pub fn symbol_address(&mut self, module_name_prefix: &str, symbol: &str) -> Option<u64> {
-        self.modules
+        let key = (module_name_prefix.to_string(), symbol.to_string());
+        if let Some(&known) = self.symbols.get(&key) {
+            return known;
+        }
+        let found = self
+            .modules
             .iter()
             .filter(|m| m.name().starts_with(module_name_prefix))
             .find_map(|m| {
                 let vaddr = m.image().ok()?.symbol_vaddr(symbol).ok()??;
                 Some(m.runtime_address(vaddr))
-            })
+            });
+        self.symbols.insert(key, found);
+        found
     }
 
     /// Runtime addresses of the GOT slots that hold the implementation chosen

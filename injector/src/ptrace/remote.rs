@@ -277,18 +277,21 @@ pub(crate) fn restart_registers(saved: &sys::Registers) -> sys::Registers {
 
 impl Tracer {
     /// Installs the return stub remote calls come back through (or finds the
-    /// one an earlier attach left), using `mmap` at `mmap_fn` in the
-    /// target, called on `tid` the classic way (return to a faulting
-    /// address) — the only call made that way. From then on, a weft killed
-    /// in the middle of a remote call leaves the thread to put itself back.
+    /// one an earlier attach left: at `known`, when the caller remembers
+    /// where, else by its magic in the target's mappings), using `mmap` at
+    /// `mmap_fn` in the target, called on `tid` under a bootstrap stub in
+    /// `cave` (or the classic way, returning to a faulting address, without
+    /// one). From then on, a weft killed in the middle of a remote call
+    /// leaves the thread to put itself back. Returns the stub's address.
     pub fn install_return_stub(
         &mut self,
         tid: Tid,
         mmap_fn: u64,
         cave: Option<u64>,
-    ) -> Result<(), RemoteError> {
-        if self.return_stub.is_some() {
-            return Ok(());
+        known: Option<u64>,
+    ) -> Result<u64, RemoteError> {
+        if let Some(stub) = &self.return_stub {
+            return Ok(stub.regs_at - weft_codegen::STUB_REGS);
         }
         let save = crate::trampolines::vector_save();
         // The stub must hold the thread's whole XSAVE image (11,008 bytes
@@ -303,19 +306,31 @@ impl Tracer {
             .0
             .len() as u64;
         let size = weft_codegen::stub_size(save, image_len);
-        let existing = crate::inspect::read_maps(self.pid)
-            .map_err(|e| RemoteError::Stub(e.to_string()))?
-            .into_iter()
-            .filter(|m| m.perms.exec && !m.perms.write && m.inode == 0 && m.len() >= size)
-            .find(|m| {
-                self.memory.read_u64(m.start).ok() == Some(weft_codegen::STUB_MAGIC)
-                    && self
-                        .memory
-                        .read_u64(m.start + weft_codegen::STUB_SIZE_FIELD)
-                        .ok()
-                        == Some(m.len())
-            })
-            .map(|m| m.start);
+        // A stub is a page-aligned mapping of its own size that starts with
+        // the magic and records that size.
+        let is_stub = |start: u64, len: u64| {
+            len >= size
+                && self.memory.read_u64(start).ok() == Some(weft_codegen::STUB_MAGIC)
+                && self
+                    .memory
+                    .read_u64(start + weft_codegen::STUB_SIZE_FIELD)
+                    .ok()
+                    == Some(len)
+        };
+        let remembered = known.filter(|&at| {
+            self.memory
+                .read_u64(at + weft_codegen::STUB_SIZE_FIELD)
+                .is_ok_and(|len| is_stub(at, len))
+        });
+        let existing = match remembered {
+            Some(at) => Some(at),
+            None => crate::inspect::read_maps(self.pid)
+                .map_err(|e| RemoteError::Stub(e.to_string()))?
+                .into_iter()
+                .filter(|m| m.perms.exec && !m.perms.write && m.inode == 0)
+                .find(|m| is_stub(m.start, m.len()))
+                .map(|m| m.start),
+        };
         let address = match existing {
             Some(address) => address,
             None => {
@@ -348,7 +363,7 @@ impl Tracer {
                 (size - weft_codegen::STUB_XSAVE) as usize,
             )),
         });
-        Ok(())
+        Ok(address)
     }
 
     /// Makes the call that maps the stub page protected by a bootstrap
