@@ -137,13 +137,37 @@ enum Command {
     },
 }
 
+/// Real-time priority raised by [`boost_early`], for `main` to take.
+static EARLY_BOOST: std::sync::Mutex<Option<RealtimeGuard>> = std::sync::Mutex::new(None);
+
+/// An attach to a target whose threads keep the CPUs busy is at the
+/// scheduler's mercy from weft's first instruction on (preempted once, weft
+/// waits 100-400 ms for its next turn): real-time priority as early as the
+/// loader lets weft have it. This constructor runs before the others of
+/// the executable (its `.init_array` priority), among them `weft-rt`'s,
+/// linked in as a library, which sleeps 10 ms: woken at normal priority,
+/// weft then waited 150-400 ms behind a busy target's threads before `main`.
+/// Not for a setuid or setgid weft, which refuses to run at all.
+extern "C" fn boost_early() {
+    // SAFETY: these getters have no preconditions and cannot fail.
+    let setid = unsafe { libc::getuid() != libc::geteuid() || libc::getgid() != libc::getegid() };
+    if setid {
+        return;
+    }
+    if let Ok(mut slot) = EARLY_BOOST.lock() {
+        *slot = RealtimeGuard::raise();
+    }
+}
+
+#[used]
+#[link_section = ".init_array.00100"]
+static BOOST_EARLY: extern "C" fn() = boost_early;
+
 fn main() -> ExitCode {
-    // An attach to a target whose threads keep the CPUs busy is at the
-    // scheduler's mercy from weft's first instruction on (preempted once,
-    // weft waits 100-400 ms for its next turn): real-time priority before
-    // anything else, kept by `attach` until the probes are live, dropped at
-    // once by the other commands.
-    let boost = RealtimeGuard::raise();
+    // Kept by `attach` until the probes are live, dropped at once by the
+    // other commands.
+    let early = EARLY_BOOST.lock().ok().and_then(|mut slot| slot.take());
+    let boost = early.or_else(RealtimeGuard::raise);
     if std::env::var_os("WEFT_TIMING").is_some() {
         eprintln!(
             "weft: timing: weft's own start-up (process created to main, ±10 ms): {:.0} ms",
