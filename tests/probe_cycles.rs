@@ -1,7 +1,10 @@
 //! Removal under load: 1,000 insert/remove cycles on a function two threads
 //! call in a tight loop, through the library API. No crash, counts never go
 //! back within a window, the target's results unchanged, and the target
-//! memory weft uses stays bounded (removed trampolines are reused).
+//! memory weft uses stays bounded (removed trampolines are reused). And
+//! 200 functions planned while the target ran, inserted in one stop: all
+//! counted, results unchanged; a function whose code changed since it was
+//! planned makes the insertion change nothing.
 
 mod support;
 
@@ -244,4 +247,207 @@ fn thousand_probes_in_one_stop() {
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.close_stdin();
     t.wait_code(0);
+}
+
+/// The functions `f0`..`f199` of the `many_spare` target.
+fn spare_target_functions(ctx: &Ctx, process: &mut Process) -> Vec<weft::Function> {
+    let found: Vec<weft::Function> = process
+        .find_functions(&[Pattern::parse("f*").unwrap()])
+        .unwrap_or_else(|e| ctx.fail(format!("find: {e}")))
+        .into_iter()
+        .filter(|f| f.name[1..].parse::<u32>().is_ok())
+        .collect();
+    ctx.check(found.len() == 200, || {
+        format!("found {} of the 200 functions", found.len())
+    });
+    found
+}
+
+/// Ends the `many_spare` target and checks its threads' results.
+fn quit_many_spare(ctx: &Ctx, t: &mut Proc) {
+    t.send("quit");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    let out = t.stdout_text();
+    let threads: Vec<&str> = out.lines().filter(|l| l.starts_with("thread ")).collect();
+    ctx.check(
+        threads.len() == 2 && threads.iter().all(|l| l.ends_with(" failures 0")),
+        || format!("the target's results changed:\n{out}"),
+    );
+}
+
+/// The first `n` bytes of each function, as the target has them now.
+fn code_of(ctx: &Ctx, pid: u32, functions: &[weft::Function], n: usize) -> Vec<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap_or_else(|e| ctx.fail(format!("opening the target's memory: {e}")));
+    functions
+        .iter()
+        .map(|f| {
+            let mut bytes = vec![0u8; n];
+            mem.read_exact_at(&mut bytes, f.address)
+                .unwrap_or_else(|e| ctx.fail(format!("reading {}: {e}", f.name)));
+            bytes
+        })
+        .collect()
+}
+
+/// Opens the `many_spare` target, plans `functions` and loads the runtime
+/// with a first probe on `spare` (a later hold builds the others'
+/// trampolines before stopping the world).
+fn planned_with_runtime(ctx: &Ctx, pid: u32) -> (Process, Vec<weft::Function>, weft::Function) {
+    let mut process = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let functions = spare_target_functions(ctx, &mut process);
+    let spare = process
+        .find_functions(&[Pattern::parse("spare").unwrap()])
+        .unwrap_or_else(|e| ctx.fail(format!("find spare: {e}")))
+        .remove(0);
+    process
+        .prepare(&functions)
+        .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
+    process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    process
+        .insert(std::slice::from_ref(&spare), Metrics::CALLS)
+        .unwrap_or_else(|e| ctx.fail(format!("insert spare: {e}")));
+    process
+        .release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    (process, functions, spare)
+}
+
+/// 200 functions planned while the target ran, their trampolines built
+/// by `hold` before it stops the world: inserted in one stop, many patches
+/// to a page. Every function counts, the results stay right, and removal
+/// puts every byte back.
+#[test]
+fn two_hundred_planned_functions_in_one_stop() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("two_hundred_planned_functions_in_one_stop");
+    let mut t = ctx.target(many_spare(), &["2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let (mut process, functions, _) = planned_with_runtime(&ctx, pid);
+    let before = code_of(&ctx, pid, &functions, 16);
+    let stops = process.stops();
+    process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let ids = process
+        .insert(&functions, Metrics::CALLS)
+        .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
+    process
+        .release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    ctx.check(ids.len() == 200 && process.stops() == stops + 1, || {
+        format!(
+            "{} probes inserted in {} stops of the world",
+            ids.len(),
+            process.stops() - stops
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for id in &ids {
+        let probe = &process.probes()[id.0 as usize];
+        let counted = calls(&process, probe.calls_word);
+        ctx.check(counted > 0, || {
+            format!("{} counted no call in 300 ms", probe.function.name)
+        });
+    }
+    process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    process
+        .remove_all()
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    process
+        .release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    ctx.check(code_of(&ctx, pid, &functions, 16) == before, || {
+        "the functions' code is not as it was after removal".into()
+    });
+    quit_many_spare(&ctx, &mut t);
+}
+
+/// A function whose code changes after `prepare` planned it (and `hold`
+/// built its trampoline): the insertion is refused, naming it, and changes
+/// nothing, not even the other functions' code. Planned again (its plan
+/// was dropped), the insertion goes through once the code is back.
+#[test]
+fn code_changed_since_prepare_is_refused() {
+    use std::os::unix::fs::FileExt;
+    let _turn = one_tracer();
+    let ctx = Ctx::new("code_changed_since_prepare_is_refused");
+    let mut t = ctx.target(many_spare(), &["2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let (mut process, functions, _) = planned_with_runtime(&ctx, pid);
+    let before = code_of(&ctx, pid, &functions, 16);
+    // f7's first bytes are another tool's now (written back later; no
+    // thread runs them meanwhile, weft holds the target): the planned
+    // site no longer matches.
+    let victim = functions
+        .iter()
+        .find(|f| f.name == "f7")
+        .unwrap_or_else(|| ctx.fail("no f7"))
+        .clone();
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .unwrap_or_else(|e| ctx.fail(format!("opening the target's memory: {e}")));
+    process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let at = victim.address + 1;
+    let mut old = [0u8; 1];
+    mem.read_exact_at(&mut old, at).unwrap();
+    mem.write_all_at(&[old[0] ^ 0x5a], at).unwrap();
+    match process.insert(&functions, Metrics::CALLS) {
+        Err(weft::Error::Refused(refused)) => ctx.check(
+            refused.len() == 1
+                && refused[0].function.name == "f7"
+                && refused[0].reason.contains("changed"),
+            || format!("refused: {refused:?}"),
+        ),
+        Err(e) => ctx.fail(format!("insert failed otherwise: {e}")),
+        Ok(_) => ctx.fail("insert succeeded over changed code"),
+    }
+    ctx.check(
+        process
+            .probes()
+            .iter()
+            .filter(|p| p.active)
+            .all(|p| p.function.name == "spare"),
+        || "a probe is active after a refused insertion".into(),
+    );
+    let mut now = code_of(&ctx, pid, &functions, 16);
+    let i = functions.iter().position(|f| f.name == "f7").unwrap();
+    now[i][1] ^= 0x5a;
+    ctx.check(now == before, || {
+        "a refused insertion changed the functions' code".into()
+    });
+    mem.write_all_at(&old, at).unwrap();
+    let ids = process
+        .insert(&functions, Metrics::CALLS)
+        .unwrap_or_else(|e| ctx.fail(format!("insert once the code is back: {e}")));
+    ctx.check(ids.len() == 200, || {
+        format!("{} probes inserted", ids.len())
+    });
+    process
+        .release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    process
+        .remove_all()
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    process
+        .release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    ctx.check(code_of(&ctx, pid, &functions, 16) == before, || {
+        "the functions' code is not as it was after removal".into()
+    });
+    quit_many_spare(&ctx, &mut t);
 }

@@ -345,6 +345,12 @@ impl Timing {
         )
     }
 
+    fn note(&self, what: &str) {
+        if self.0.is_some() {
+            eprintln!("weft: timing: {what}");
+        }
+    }
+
     fn mark(&self, what: &str) {
         if let Some(last) = &self.0 {
             let now = std::time::Instant::now();
@@ -435,6 +441,10 @@ fn attach(
     let threads = process.threads_at_attach();
     process.release()?;
     timing.mark("detached");
+    timing.note(&format!(
+        "longest stop of the world: {:.2} ms",
+        process.longest_stop().as_secs_f64() * 1e3
+    ));
     eprintln!(
         "weft: attached pid={pid} threads={threads} functions={}",
         found.len()

@@ -55,6 +55,14 @@ impl ProcessMemory {
         Ok(ProcessMemory { pid, file })
     }
 
+    /// Opens `/proc/PID/mem` for reading only (which needs no attach, only
+    /// the right to trace the process).
+    pub fn open_read_only(pid: i32) -> Result<Self, MemoryError> {
+        let file = File::open(format!("/proc/{pid}/mem"))
+            .map_err(|source| MemoryError::Open { pid, source })?;
+        Ok(ProcessMemory { pid, file })
+    }
+
     /// The process this handle reads.
     pub fn pid(&self) -> i32 {
         self.pid

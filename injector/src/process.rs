@@ -34,9 +34,11 @@ use crate::report::{ProbeInfo, Report};
 use crate::runtime::{self, Runtime, RuntimeOptions};
 use crate::trampolines::Pool;
 use crate::Error;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_codegen::{
-    analyze_entry, build_trampoline, jmp_rel32, FunctionCode, Snippet, ThreadRow, TrampolineSpec,
+    analyze_entry, build_trampoline, jmp_rel32, FunctionCode, PatchSite, Snippet, ThreadRow,
+    TrampolineSpec,
 };
 
 /// Longest prefix of a function decoded to look for jumps into the patch.
@@ -44,6 +46,16 @@ const MAX_ANALYZED: u64 = 64 * 1024;
 /// How often weft lets the world run and looks again when a thread is
 /// stopped inside bytes it must change.
 const MOVE_ON_ATTEMPTS: u32 = 50;
+/// From this many planned functions on, [`Process::hold`] builds their
+/// counters' trampolines before it stops the world: ~5 µs each, which
+/// would otherwise all be pause.
+const STAGE_AT_LEAST: usize = 64;
+/// Page size, for grouping patch writes (one `pwrite` within one page is
+/// done whole or not at all, even if weft is killed).
+const PAGE: u64 = 4096;
+/// Sites this close share a planned area for their trampolines (a module's
+/// code, usually).
+const NEIGHBOURS: u64 = 64 << 20;
 
 /// A function of the target (see [`crate::inspect::FoundFunction`]).
 pub type Function = FoundFunction;
@@ -219,6 +231,17 @@ pub struct Process {
     quiet: Vec<usize>,
     /// Where the remote-call return stub is in the target, once known.
     stub_address: Option<u64>,
+    /// Sites planned ahead (by [`Process::prepare`], while the target runs),
+    /// by function address, size and padding; checked against the code
+    /// again, with the world stopped, before they are patched.
+    plans: AddressMap<(u64, u64, u64), Arc<PatchSite>>,
+    /// Counters built ahead for planned sites (by [`Process::hold`], before
+    /// it stops the world), by the same key.
+    staged: AddressMap<(u64, u64, u64), Staged>,
+    /// `/proc/PID/mem`, read-only, for planning while not held.
+    memory: Option<crate::memory::ProcessMemory>,
+    /// The longest stop of the world of the last hold, once released.
+    longest_stop: Duration,
     /// First of the words activations of removed probes are pointed at
     /// (see [`Process::retire_open_activations`]); allocated with the
     /// first exit handler.
@@ -319,6 +342,10 @@ impl Process {
             next_record: 0,
             stops_before: 0,
             stub_address: None,
+            plans: Default::default(),
+            staged: Default::default(),
+            memory: None,
+            longest_stop: Duration::ZERO,
         }
     }
 
@@ -740,29 +767,39 @@ impl Process {
             }
         }
         // Resolve IFUNCs first: the resolver may need the runtime-free world.
-        let mut requests = Vec::with_capacity(specs.len());
+        let mut requests: Vec<std::borrow::Cow<ProbeSpec>> = Vec::with_capacity(specs.len());
         for spec in specs {
-            let function = match spec.function.kind {
-                FunctionKind::Ifunc { resolver } => self.resolve_ifunc(&spec.function, resolver)?,
-                _ => spec.function.clone(),
-            };
-            requests.push(ProbeSpec {
-                function,
-                ..spec.clone()
+            requests.push(match spec.function.kind {
+                FunctionKind::Ifunc { resolver } => std::borrow::Cow::Owned(ProbeSpec {
+                    function: self.resolve_ifunc(&spec.function, resolver)?,
+                    ..spec.clone()
+                }),
+                _ => std::borrow::Cow::Borrowed(spec),
             });
         }
-        let targets: Vec<Function> = requests.iter().map(|r| r.function.clone()).collect();
-        self.remove_leftover_probes(&targets)?;
+        // Functions planned by `prepare` were checked for leftover probes
+        // then (and their code is checked again before patching).
+        let unplanned: Vec<Function> = requests
+            .iter()
+            .filter(|r| !self.plans.contains_key(&plan_key(&r.function)))
+            .map(|r| r.function.clone())
+            .collect();
+        if !unplanned.is_empty() {
+            self.remove_leftover_probes(&unplanned)?;
+        }
         // Plan every site before touching anything.
-        let mut plans = Vec::new();
+        let active: AddressSet<u64> = self
+            .probes
+            .iter()
+            .filter(|p| p.active)
+            .map(|p| p.function.address)
+            .collect();
+        let mut sites = AddressSet::default();
+        let mut plans: Vec<(&ProbeSpec, Arc<PatchSite>)> = Vec::with_capacity(requests.len());
         let mut refused = Vec::new();
         for request in &requests {
             let f = &request.function;
-            if self
-                .probes
-                .iter()
-                .any(|p| p.active && p.function.address == f.address)
-            {
+            if active.contains(&f.address) {
                 continue; // already instrumented: one probe per address
             }
             if request.hooks_exit() {
@@ -777,8 +814,14 @@ impl Process {
                     continue;
                 }
             }
-            match self.plan(f) {
-                Ok(site) => plans.push((request.clone(), site)),
+            let planned = match self.plans.get(&plan_key(f)) {
+                Some(site) => Ok(site.clone()),
+                None => self.plan(f).map(Arc::new),
+            };
+            match planned {
+                // One probe per site, even if two names lead to it.
+                Ok(site) if !sites.insert(site.patch_address) => {}
+                Ok(site) => plans.push((request, site)),
                 Err(reason) => refused.push(Refused {
                     function: f.clone(),
                     reason,
@@ -792,7 +835,7 @@ impl Process {
         let wanted = requests
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
-        let hooks = if requests.iter().any(ProbeSpec::hooks_exit) {
+        let hooks = if requests.iter().any(|r| r.hooks_exit()) {
             Some(self.ensure_exits(wanted)?)
         } else {
             None
@@ -809,10 +852,14 @@ impl Process {
         let tls_offset = i32::try_from(tls_offset)
             .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
 
-        // Build and write every trampoline (unreachable until patched).
-        let mut new_probes = Vec::new();
+        // Build and write every trampoline (unreachable until patched):
+        // counters built ahead by `hold` first, in one write per run of
+        // neighbours, then the others.
         let call_tid = self.call_thread()?;
+        let (mut new_probes, mut originals, plans) =
+            self.write_staged(plans, call_tid, mmap_fn, register_fn)?;
         for (request, site) in plans {
+            originals.push(site.clone());
             let f = request.function.clone();
             let words = request.words();
             let word = self.allocate_words(words)?;
@@ -845,7 +892,8 @@ impl Process {
                 },
                 _ => Snippet::CountCall { offset },
             });
-            let len = weft_codegen::max_trampoline_len(&site, &snippets) as u64;
+            let site = &*site;
+            let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
             let tracer = self.tracer.as_mut().expect("held");
             let (at, stub) = self.pool.reserve(
                 tracer,
@@ -857,7 +905,7 @@ impl Process {
             )?;
             let spec = TrampolineSpec {
                 address: at,
-                site: &site,
+                site,
                 row: ThreadRow {
                     tls_offset,
                     register_stub: stub,
@@ -876,16 +924,18 @@ impl Process {
             let mut original = [0u8; 5];
             original.copy_from_slice(&site.original[..5]);
             // The record lets a later weft take this probe out if this
-            // weft dies while it is live.
-            let leftover_record = crate::trampolines::record(
+            // weft dies while it is live; it goes out with the trampoline,
+            // in one write.
+            let mut bytes = crate::trampolines::record(
                 site.patch_address,
                 original,
                 trampoline.bytes.len() as u64,
-            );
+            )
+            .to_vec();
+            bytes.extend_from_slice(&trampoline.bytes);
             tracer
                 .memory()
-                .write(at - crate::trampolines::RECORD_LEN, &leftover_record)?;
-            tracer.memory().write(at, &trampoline.bytes)?;
+                .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
             if let Some(record) = record {
                 // The call record calls the trampoline's copy of the
                 // displaced instructions, which continue into the body.
@@ -923,18 +973,39 @@ impl Process {
         }
 
         // Never write bytes a stopped thread is in the middle of.
-        let sites: Vec<(u64, u64)> = new_probes
+        let patch_sites: Vec<(u64, u64)> = new_probes
             .iter()
             .map(|p| (p.patch_address, p.patch_address + 5))
             .collect();
-        self.wait_until_outside(
-            |pc| sites.iter().any(|&(s, e)| s < pc && pc < e),
+        let outside = self.wait_until_outside(
+            |pc| patch_sites.iter().any(|&(s, e)| s < pc && pc < e),
             "a patch site",
-        )?;
-        let tracer = self.tracer.as_mut().expect("held");
+        );
+        let spliced = outside.map_err(|e| (e, false)).and_then(|()| {
+            let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
+            let tracer = self.tracer.as_mut().ok_or((Error::NotHeld, false))?;
+            splice(tracer.memory(), &new_probes, &originals)
+        });
+        if let Err((e, patched)) = spliced {
+            if let Error::Refused(refused) = &e {
+                // Planned from code that has changed since: plan again.
+                for r in refused {
+                    self.plans.remove(&plan_key(&r.function));
+                }
+            }
+            // A trampoline a patch may still lead to must stay (a later
+            // weft finds that probe by its record); the others are free.
+            if !patched {
+                for p in &new_probes {
+                    self.pool.release(p.trampoline.clone());
+                    if let Some(record) = p.record {
+                        self.free_records.push(record);
+                    }
+                }
+            }
+            return Err(e);
+        }
         for probe in &mut new_probes {
-            // One pwrite per function: patched whole or not at all.
-            tracer.memory().write(probe.patch_address, &probe.patch)?;
             probe.active = true;
         }
         let ids = new_probes.iter().map(|p| p.id).collect();
@@ -943,6 +1014,209 @@ impl Process {
             self.live_since = Some(Instant::now());
         }
         Ok(ids)
+    }
+
+    /// Writes the trampolines [`Process::hold`] built ahead for the plain
+    /// counters among `plans` (mapping their planned areas first: a remote
+    /// `mmap` each, where they were planned), one `pwrite` per run of
+    /// neighbours, and returns their probes (not active yet) with their
+    /// sites, and the plans left to build. A staged trampoline whose area
+    /// could not be mapped where planned is built again with the others.
+    fn write_staged<'a>(
+        &mut self,
+        plans: Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
+        call_tid: Tid,
+        mmap_fn: u64,
+        register_fn: u64,
+    ) -> Result<StagedWrite<'a>, Error> {
+        let plain = |r: &ProbeSpec| {
+            r.metrics == Metrics::CALLS && r.on_entry.is_none() && r.on_exit.is_none()
+        };
+        let (mut use_staged, mut rest) = (Vec::new(), Vec::new());
+        for (request, site) in plans {
+            let key = plan_key(&request.function);
+            match self.staged.get(&key) {
+                Some(s) if plain(request) && Arc::ptr_eq(&s.site, &site) => {
+                    use_staged.push((request, self.staged.remove(&key).expect("found above")))
+                }
+                _ => rest.push((request, site)),
+            }
+        }
+        if use_staged.is_empty() {
+            return Ok((Vec::new(), Vec::new(), rest));
+        }
+        let mut areas: Vec<u64> = use_staged.iter().map(|(_, s)| s.area).collect();
+        areas.sort_unstable();
+        areas.dedup();
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mut lost = Vec::new();
+        for area in areas {
+            if !self
+                .pool
+                .map_planned(tracer, call_tid, mmap_fn, register_fn, area)?
+            {
+                lost.push(area);
+            }
+        }
+        let (mut probes, mut sites) = (Vec::new(), Vec::new());
+        // A run of adjacent trampolines: where it starts, and its bytes.
+        let mut run: Option<(u64, Vec<u8>)> = None;
+        for (request, s) in use_staged {
+            if lost.contains(&s.area) {
+                rest.push((request, s.site));
+                continue;
+            }
+            let start = s.at - crate::trampolines::RECORD_LEN;
+            run = match run.take() {
+                Some((at, mut so_far)) if at + so_far.len() as u64 == start => {
+                    so_far.extend_from_slice(&s.bytes);
+                    Some((at, so_far))
+                }
+                Some((at, so_far)) => {
+                    tracer.memory().write(at, &so_far)?;
+                    Some((start, s.bytes))
+                }
+                None => Some((start, s.bytes)),
+            };
+            probes.push(Probe {
+                id: ProbeId((self.probes.len() + probes.len()) as u32),
+                function: request.function.clone(),
+                patch_address: s.site.patch_address,
+                original: s.original,
+                patch: s.patch,
+                trampoline: s.at..s.at + s.trampoline_len,
+                calls_word: s.word,
+                metrics: Metrics::CALLS,
+                words_recycled: false,
+                active: false,
+                record: None,
+                words: 1,
+                on_entry: None,
+                on_exit: None,
+                replaced_by: None,
+            });
+            sites.push(s.site);
+        }
+        if let Some((at, bytes)) = run {
+            tracer.memory().write(at, &bytes)?;
+        }
+        Ok((probes, sites, rest))
+    }
+
+    /// Builds, while the target runs, the trampolines of counters for the
+    /// functions [`Process::prepare`] planned and no probe serves: with
+    /// the world stopped, inserting them is then writing bytes already
+    /// made. Needs the runtime loaded by an earlier hold of this process
+    /// (its thread-pointer offset) and at least [`STAGE_AT_LEAST`] such
+    /// functions; their areas are planned in gaps of the target's address
+    /// space and mapped only when they are written. Best effort: anything
+    /// that fails leaves the functions to be built when inserted.
+    fn stage_prepared(&mut self) {
+        let Some(rt) = &self.runtime else { return };
+        let Ok(tls_offset) = i32::try_from(rt.region.header().tls_offset) else {
+            return;
+        };
+        let active: AddressSet<u64> = self
+            .probes
+            .iter()
+            .filter(|p| p.active)
+            .map(|p| p.patch_address)
+            .collect();
+        let mut todo: Vec<((u64, u64, u64), Arc<PatchSite>)> = self
+            .plans
+            .iter()
+            .filter(|(key, site)| {
+                !self.staged.contains_key(key) && !active.contains(&site.patch_address)
+            })
+            .map(|(key, site)| (*key, site.clone()))
+            .collect();
+        if todo.len() < STAGE_AT_LEAST {
+            return;
+        }
+        todo.sort_by_key(|(_, site)| site.patch_address);
+        let Ok(maps) = crate::inspect::read_maps(self.pid) else {
+            return;
+        };
+        // One planned area per neighbourhood, for all of its trampolines.
+        let mut areas: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        for (_, site) in &todo {
+            let room = counter_room(site);
+            match areas
+                .iter_mut()
+                .find(|(near, _, _)| near.abs_diff(site.patch_address) < NEIGHBOURS)
+            {
+                Some((_, total, _)) => *total += room,
+                None => areas.push((site.patch_address, room, None)),
+            }
+        }
+        for (near, total, at) in &mut areas {
+            *at = self.pool.plan_area(&maps, *near, *total);
+        }
+        for (key, site) in todo {
+            let Some(area) = areas
+                .iter()
+                .find(|(near, _, _)| near.abs_diff(site.patch_address) < NEIGHBOURS)
+                .and_then(|(_, _, at)| *at)
+            else {
+                continue;
+            };
+            let Ok(staged) = self.stage(&site, area, tls_offset) else {
+                return;
+            };
+            self.staged.insert(key, staged);
+        }
+    }
+
+    /// A counter's trampoline for `site`, built for a place in the planned
+    /// `area`, and its metric word.
+    fn stage(
+        &mut self,
+        site: &Arc<PatchSite>,
+        area: u64,
+        tls_offset: i32,
+    ) -> Result<Staged, Error> {
+        let word = self.allocate_words(1)?;
+        let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
+        let snippets = [Snippet::CountCall { offset }];
+        let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
+        let (at, stub) = self
+            .pool
+            .reserve_planned(area, len)
+            .ok_or_else(|| Error::Internal("the planned area is full".into()))?;
+        let spec = TrampolineSpec {
+            address: at,
+            site,
+            row: ThreadRow {
+                tls_offset,
+                register_stub: stub,
+                activity: Some(weft_rt::layout::ROW_ACTIVITY as i32),
+            },
+            snippets: &snippets,
+        };
+        let trampoline = build_trampoline(&spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let patch =
+            jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
+        let mut original = [0u8; 5];
+        original.copy_from_slice(&site.original[..5]);
+        let mut bytes =
+            crate::trampolines::record(site.patch_address, original, trampoline.bytes.len() as u64)
+                .to_vec();
+        bytes.extend_from_slice(&trampoline.bytes);
+        // int3 up to the end of its space: neighbours go out in one write.
+        let room = crate::trampolines::RECORD_LEN + len.div_ceil(16) * 16;
+        if bytes.len() as u64 <= room {
+            bytes.resize(room as usize, 0xcc);
+        }
+        Ok(Staged {
+            site: site.clone(),
+            word,
+            area,
+            at,
+            trampoline_len: trampoline.bytes.len() as u64,
+            bytes,
+            original,
+            patch,
+        })
     }
 
     /// Redirects every call of `f` to `with` (a function of the same
@@ -1323,19 +1597,19 @@ impl Process {
 
     /// Decides how to patch `f`, or says why it cannot be done safely.
     fn plan(&mut self, f: &Function) -> Result<weft_codegen::PatchSite, String> {
-        let tracer = self.tracer.as_ref().expect("held");
+        // Code elsewhere in the module may jump into the patch too.
+        self.branch_index(f.address).map_err(|e| e.to_string())?;
+        let memory = self.reader().map_err(|e| e.to_string())?;
         let size = if f.size == 0 {
             16
         } else {
             f.size.min(MAX_ANALYZED)
         };
-        let code = tracer
-            .memory()
+        let code = memory
             .read_vec(f.address, size as usize)
             .map_err(|e| e.to_string())?;
         let padding = if f.padding > 0 {
-            tracer
-                .memory()
+            memory
                 .read_vec(f.address + f.size, f.padding.min(64) as usize)
                 .unwrap_or_default()
         } else {
@@ -1347,8 +1621,10 @@ impl Process {
             padding: &padding,
         })
         .map_err(|e| e.to_string())?;
-        // Code elsewhere in the module may jump into the patch too.
-        let index = self.branch_index(f.address).map_err(|e| e.to_string())?;
+        let index = self
+            .image
+            .module_of(f.address)
+            .and_then(|m| self.branch_indexes.get(m.path()));
         if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
             return Err(format!(
                 "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at {:#x} would overwrite",
@@ -1360,6 +1636,20 @@ impl Process {
             ));
         }
         Ok(site)
+    }
+
+    /// The target's memory for reading: the tracer's while held, else a
+    /// read-only handle of our own (reading needs no attach, only the
+    /// right to trace).
+    fn reader(&mut self) -> Result<&crate::memory::ProcessMemory, Error> {
+        if self.tracer.is_none() && self.memory.is_none() {
+            self.memory = Some(crate::memory::ProcessMemory::open_read_only(self.pid)?);
+        }
+        match (&self.tracer, &self.memory) {
+            (Some(tracer), _) => Ok(tracer.memory()),
+            (None, Some(memory)) => Ok(memory),
+            (None, None) => Err(Error::NotHeld),
+        }
     }
 
     /// Stops the world with no thread at a PC for which `inside` holds,
@@ -1496,7 +1786,9 @@ impl Process {
         let detached = match self.tracer.take() {
             Some(mut tracer) => {
                 self.stops_before += tracer.stop_count();
-                tracer.detach()
+                let detached = tracer.detach();
+                self.longest_stop = self.longest_stop.max(tracer.longest_stop());
+                detached
             }
             None => Ok(()),
         };
@@ -1515,6 +1807,10 @@ impl Process {
         if self.boost.is_none() {
             self.boost = RealtimeGuard::raise();
         }
+        self.longest_stop = Duration::ZERO;
+        // While the target still runs: what an insertion of the functions
+        // `prepare` planned would otherwise build in the pause.
+        self.stage_prepared();
         let attached = preflight(self.pid).and_then(|()| Ok(Tracer::attach(self.pid)?));
         let tracer = match attached {
             Ok(tracer) => tracer,
@@ -1531,12 +1827,43 @@ impl Process {
     }
 
     /// Does the work of planning that needs no stopped target — sweeping
-    /// the direct branches of the modules holding `functions` — so that it
+    /// the direct branches of the modules holding `functions`, reading each
+    /// function's first bytes and deciding how to patch it — so that it
     /// happens before [`Process::hold`] rather than inside the pause.
-    /// Optional: [`Process::insert_counters`] does it itself when needed.
+    /// Optional: [`Process::insert_counters`] does what is left itself.
+    /// Sites planned here are checked against the code again, with the
+    /// world stopped, right before they are patched. Once the runtime is
+    /// loaded (after a first insertion), `hold` also builds the counters'
+    /// trampolines of 64 or more planned functions before it stops the
+    /// world, for an insertion to find them made.
     pub fn prepare(&mut self, functions: &[Function]) -> Result<(), Error> {
         for f in functions {
             self.branch_index(f.address)?;
+        }
+        // Planning ahead is optional: on any trouble, `insert` plans.
+        let Ok(maps) = crate::inspect::read_maps(self.pid) else {
+            return Ok(());
+        };
+        for f in functions {
+            if f.kind != FunctionKind::Plain || self.plans.contains_key(&plan_key(f)) {
+                continue;
+            }
+            let Ok(memory) = self.reader() else {
+                break; // not readable without attaching: planned when held
+            };
+            // A probe an earlier weft left here is taken out first, when
+            // held: plan this one then.
+            let leftover = [f.address, f.address + 4]
+                .into_iter()
+                .any(|at| crate::trampolines::leftover_probe(memory, &maps, at).is_some());
+            if leftover {
+                continue;
+            }
+            // Refusals are not kept: the code may change (a debugger's
+            // breakpoint removed) before the insertion.
+            if let Ok(site) = self.plan(f) {
+                self.plans.insert(plan_key(f), Arc::new(site));
+            }
         }
         Ok(())
     }
@@ -1731,6 +2058,17 @@ impl Process {
         self.stops_before + self.tracer.as_ref().map_or(0, |t| t.stop_count())
     }
 
+    /// The longest time the target's threads were all stopped at once
+    /// during the current (or else the last) hold, from the first interrupt
+    /// to the last thread resumed.
+    pub fn longest_stop(&self) -> Duration {
+        let now = self
+            .tracer
+            .as_ref()
+            .map_or(Duration::ZERO, Tracer::longest_stop);
+        self.longest_stop.max(now)
+    }
+
     /// The kernel thread IDs of the threads weft holds. The process must be
     /// held.
     pub fn threads(&self) -> Result<Vec<crate::ptrace::Tid>, Error> {
@@ -1869,6 +2207,155 @@ fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::repo
             cpu.join("; ")
         },
     }
+}
+
+/// A hasher for keys made of addresses: a multiply and a rotate per word
+/// (SipHash, the default, costs more than the rest of planning a probe;
+/// these keys come from weft's own view of the target, not from input
+/// crafted to collide).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29);
+    }
+}
+
+type AddressMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<AddressHasher>>;
+type AddressSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<AddressHasher>>;
+
+/// What a cached plan is keyed by: the function's address and extent.
+fn plan_key(f: &Function) -> (u64, u64, u64) {
+    (f.address, f.size, f.padding)
+}
+
+/// A counter's trampoline built ahead ([`Process::stage_prepared`]).
+#[derive(Debug)]
+struct Staged {
+    /// The plan it was built from.
+    site: Arc<PatchSite>,
+    /// Its metric word.
+    word: u32,
+    /// The planned area it lies in.
+    area: u64,
+    /// The trampoline's address (its record is in front of it).
+    at: u64,
+    trampoline_len: u64,
+    /// The record, the trampoline, and int3 to the end of its space.
+    bytes: Vec<u8>,
+    original: [u8; 5],
+    patch: [u8; 5],
+}
+
+/// [`Process::write_staged`]: probes written, their sites, plans left.
+type StagedWrite<'a> = (
+    Vec<Probe>,
+    Vec<Arc<PatchSite>>,
+    Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
+);
+
+/// The most a counter's trampoline for `site` takes of a pool, its record
+/// included.
+fn counter_room(site: &PatchSite) -> u64 {
+    let len = weft_codegen::max_trampoline_len(site, &[Snippet::CountCall { offset: 0 }]) as u64;
+    len.div_ceil(16) * 16 + crate::trampolines::RECORD_LEN
+}
+
+/// Writes every probe's `jmp`, the world stopped: one read and one
+/// `pwrite` per page of patches (a write within a page is done whole or
+/// not at all, even if weft is killed; a patch across a page boundary gets
+/// its own write). First checks that the bytes each patch displaces are
+/// still `originals` (they were read when planned, perhaps while the
+/// target ran): if any changed, nothing is written. If a write fails, the
+/// pages already written are put back. The error says whether a patch may
+/// remain (only if putting a page back failed too).
+fn splice(
+    memory: &crate::memory::ProcessMemory,
+    probes: &[Probe],
+    originals: &[&[u8]],
+) -> Result<(), (Error, bool)> {
+    let mut order: Vec<usize> = (0..probes.len()).collect();
+    order.sort_by_key(|&i| probes[i].patch_address);
+    // Groups of probes (ranges of `order`) whose patches lie in one page.
+    let page_of = |i: usize| {
+        let at = probes[i].patch_address;
+        (at / PAGE == (at + 4) / PAGE).then_some(at / PAGE)
+    };
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    for (k, &i) in order.iter().enumerate() {
+        match groups.last_mut() {
+            Some(g) if page_of(i).is_some() && page_of(order[g.start]) == page_of(i) => {
+                g.end = k + 1
+            }
+            _ => groups.push(k..k + 1),
+        }
+    }
+    // Read and check every group first: nothing is written unless all the
+    // code is as planned.
+    let mut pages = Vec::with_capacity(groups.len());
+    let mut changed = Vec::new();
+    for g in &groups {
+        let members = &order[g.clone()];
+        let lo = probes[members[0]].patch_address;
+        let hi = members
+            .iter()
+            .map(|&i| probes[i].patch_address + originals[i].len().max(5) as u64)
+            .max()
+            .expect("groups are not empty");
+        let current = memory
+            .read_vec(lo, (hi - lo) as usize)
+            .map_err(|e| (e.into(), false))?;
+        let mut patched = current.clone();
+        for &i in members {
+            let off = (probes[i].patch_address - lo) as usize;
+            if current[off..off + originals[i].len()] != *originals[i] {
+                changed.push(Refused {
+                    function: probes[i].function.clone(),
+                    reason: "its code changed while weft prepared the patch (another tool, or \
+                             a library loaded again?): nothing was changed; try again"
+                        .into(),
+                });
+            }
+            patched[off..off + 5].copy_from_slice(&probes[i].patch);
+        }
+        // Only up to the last patched byte: the rest was read to check.
+        let end = members
+            .iter()
+            .map(|&i| probes[i].patch_address + 5)
+            .max()
+            .expect("groups are not empty");
+        let len = (end - lo) as usize;
+        pages.push((lo, current[..len].to_vec(), patched[..len].to_vec()));
+    }
+    if !changed.is_empty() {
+        return Err((Error::Refused(changed), false));
+    }
+    for (k, (lo, _, patched)) in pages.iter().enumerate() {
+        if let Err(e) = memory.write(*lo, patched) {
+            // Undo: the target must never keep half an insertion.
+            let kept = pages[..k]
+                .iter()
+                .any(|(lo, original, _)| memory.write(*lo, original).is_err());
+            return Err((e.into(), kept));
+        }
+    }
+    Ok(())
 }
 
 impl Drop for Process {

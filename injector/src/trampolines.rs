@@ -155,6 +155,8 @@ pub struct Pool {
     free: Vec<std::ops::Range<u64>>,
     /// Spans handed out, by start (a reused span may be longer than asked).
     given: std::collections::HashMap<u64, u64>,
+    /// Areas planned but not mapped yet ([`Pool::plan_area`]).
+    planned: Vec<Area>,
 }
 
 /// How the registration stub saves vector state on this machine (weft
@@ -231,6 +233,27 @@ impl Pool {
         near: u64,
         len: u64,
     ) -> Result<(u64, u64), PoolError> {
+        if let Some(got) = self.try_reserve(near, len) {
+            return Ok(got);
+        }
+        let size = area_size(len);
+        let maps: Vec<Mapping> = read_maps(tracer.pid())?;
+        let at = self
+            .free_gap(&maps, near, size)
+            .ok_or(PoolError::NoGap { near })?;
+        let got = map_area(tracer, call_tid, mmap_fn, register_fn, at, size)?;
+        if got != at {
+            return Err(PoolError::Mmap { at, got });
+        }
+        self.areas.push(Area::fresh(at, size));
+        Ok(self
+            .try_reserve(near, len)
+            .expect("a fresh area has room for what it was mapped for"))
+    }
+
+    /// [`Pool::reserve`] without mapping: `None` when no released span and
+    /// no mapped area near `near` has room.
+    pub fn try_reserve(&mut self, near: u64, len: u64) -> Option<(u64, u64)> {
         let len = len.div_ceil(16) * 16 + RECORD_LEN;
         // A released span first: the smallest one that fits and is near.
         let near_enough = |r: &std::ops::Range<u64>| {
@@ -252,59 +275,170 @@ impl Pool {
                 .iter()
                 .find(|a| a.start <= span.start && span.start < a.start + a.size)
                 .expect("released spans lie in areas");
-            return Ok((span.start + RECORD_LEN, area.stub));
+            return Some((span.start + RECORD_LEN, area.stub));
         }
-        let fits = |a: &Area| {
-            a.used + len <= a.size
-                && a.start.abs_diff(near) < MAX_DISTANCE
-                && (a.start + a.size).abs_diff(near) < MAX_DISTANCE
-        };
-        if let Some(area) = self.areas.iter_mut().find(|a| fits(a)) {
-            let at = area.start + area.used;
-            area.used += len;
-            self.given.insert(at, at + len);
-            return Ok((at + RECORD_LEN, area.stub));
-        }
-        let save = vector_save();
-        let stub_len = (register_stub_len(save) as u64).div_ceil(64) * 64;
-        let size = (AREA_HEADER + stub_len + len).max(AREA_SIZE).div_ceil(4096) * 4096;
-        let maps: Vec<Mapping> = read_maps(tracer.pid())?;
-        let at = crate::inspect::maps::free_gap_near(&maps, near, size, MAX_DISTANCE - size)
-            .ok_or(PoolError::NoGap { near })?;
-        let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-        let got = tracer.call(
-            call_tid,
-            &RemoteCall::new(
-                "mmap",
-                mmap_fn,
-                vec![
-                    RemoteArg::Value(at),
-                    RemoteArg::Value(size),
-                    RemoteArg::Value(prot),
-                    RemoteArg::Value(flags),
-                    RemoteArg::Value(u64::MAX),
-                    RemoteArg::Value(0),
-                ],
-            ),
-            false,
-        )?;
-        if got != at {
-            return Err(PoolError::Mmap { at, got });
-        }
-        let stub_at = at + AREA_HEADER;
-        let stub = register_stub(stub_at, register_fn, save)?;
-        tracer.memory().write(stub_at, &stub)?;
-        tracer.memory().write(at, &AREA_MAGIC.to_le_bytes())?;
-        let area = Area {
-            start: at,
-            size,
-            used: AREA_HEADER + stub_len + len,
-            stub: stub_at,
-        };
-        self.areas.push(area);
-        let span = stub_at + stub_len;
-        self.given.insert(span, span + len);
-        Ok((span + RECORD_LEN, stub_at))
+        let area = self.areas.iter_mut().find(|a| a.fits(near, len))?;
+        Some(area.take(len, &mut self.given))
     }
+
+    /// Plans an area for a batch of trampolines of `total` bytes (records
+    /// included) near `near`, in a gap of the target's `maps`, without
+    /// mapping it: trampolines can be reserved in it
+    /// ([`Pool::reserve_planned`]) and built for their final addresses while
+    /// the target runs, and the area is mapped, at that very address, when
+    /// they are written ([`Pool::map_planned`]). Returns its start.
+    pub fn plan_area(&mut self, maps: &[Mapping], near: u64, total: u64) -> Option<u64> {
+        let size = area_size(total.saturating_sub(RECORD_LEN));
+        let at = self.free_gap(maps, near, size)?;
+        self.planned.push(Area::fresh(at, size));
+        Some(at)
+    }
+
+    /// Reserves `len` bytes (and the record in front) in the planned area
+    /// starting at `area`: the trampoline's address and the area's
+    /// registration stub (written when the area is mapped).
+    pub fn reserve_planned(&mut self, area: u64, len: u64) -> Option<(u64, u64)> {
+        let len = len.div_ceil(16) * 16 + RECORD_LEN;
+        let area = self
+            .planned
+            .iter_mut()
+            .find(|a| a.start == area && a.used + len <= a.size)?;
+        Some(area.take(len, &mut self.given))
+    }
+
+    /// Maps the planned area starting at `area` where it was planned (a
+    /// remote `mmap`, `call_tid` stopped) and writes its header and
+    /// registration stub. `Ok(false)` when that address is no longer free:
+    /// the area and every reservation in it are dropped then, and so is an
+    /// area already mapped or unknown.
+    pub fn map_planned(
+        &mut self,
+        tracer: &mut Tracer,
+        call_tid: Tid,
+        mmap_fn: u64,
+        register_fn: u64,
+        area: u64,
+    ) -> Result<bool, PoolError> {
+        let Some(i) = self.planned.iter().position(|a| a.start == area) else {
+            return Ok(self.areas.iter().any(|a| a.start == area));
+        };
+        let planned = self.planned.swap_remove(i);
+        match map_area(tracer, call_tid, mmap_fn, register_fn, area, planned.size) {
+            Ok(got) if got == area => {
+                self.areas.push(planned);
+                Ok(true)
+            }
+            // Taken meanwhile (EEXIST), or elsewhere: reserve otherwise.
+            Ok(_) => {
+                self.given
+                    .retain(|&s, _| !(area <= s && s < area + planned.size));
+                Ok(false)
+            }
+            Err(e) => {
+                self.given
+                    .retain(|&s, _| !(area <= s && s < area + planned.size));
+                Err(e)
+            }
+        }
+    }
+
+    /// A gap of `size` bytes within reach of `near` in `maps` that no
+    /// planned area takes.
+    fn free_gap(&self, maps: &[Mapping], near: u64, size: u64) -> Option<u64> {
+        if self.planned.is_empty() {
+            return crate::inspect::maps::free_gap_near(maps, near, size, MAX_DISTANCE - size);
+        }
+        // The planned areas count as mappings.
+        let mut all: Vec<Mapping> = maps.to_vec();
+        all.extend(self.planned.iter().filter_map(|a| {
+            maps.first().map(|m| Mapping {
+                start: a.start,
+                end: a.start + a.size,
+                ..m.clone()
+            })
+        }));
+        all.sort_by_key(|m| m.start);
+        crate::inspect::maps::free_gap_near(&all, near, size, MAX_DISTANCE - size)
+    }
+}
+
+impl Area {
+    /// A new area of `size` bytes at `start`: its header and registration
+    /// stub, nothing handed out yet.
+    fn fresh(start: u64, size: u64) -> Area {
+        Area {
+            start,
+            size,
+            used: AREA_HEADER + stub_room(),
+            stub: start + AREA_HEADER,
+        }
+    }
+
+    fn fits(&self, near: u64, len: u64) -> bool {
+        self.used + len <= self.size
+            && self.start.abs_diff(near) < MAX_DISTANCE
+            && (self.start + self.size).abs_diff(near) < MAX_DISTANCE
+    }
+
+    /// Hands out the next `len` bytes (a record and a trampoline).
+    fn take(&mut self, len: u64, given: &mut std::collections::HashMap<u64, u64>) -> (u64, u64) {
+        let at = self.start + self.used;
+        self.used += len;
+        given.insert(at, at + len);
+        (at + RECORD_LEN, self.stub)
+    }
+}
+
+/// Bytes of an area's registration stub, rounded to a cache line.
+fn stub_room() -> u64 {
+    (register_stub_len(vector_save()) as u64).div_ceil(64) * 64
+}
+
+/// The size of an area with room for one trampoline of `len` bytes (and
+/// its record) after its header and stub: [`AREA_SIZE`] at least.
+fn area_size(len: u64) -> u64 {
+    let len = len.div_ceil(16) * 16 + RECORD_LEN;
+    (AREA_HEADER + stub_room() + len)
+        .max(AREA_SIZE)
+        .div_ceil(4096)
+        * 4096
+}
+
+/// Maps `size` bytes at `at` in the target (read and execute,
+/// `MAP_FIXED_NOREPLACE`) and writes an area's magic and registration
+/// stub there; returns what `mmap` returned (not `at`: nothing written).
+fn map_area(
+    tracer: &mut Tracer,
+    call_tid: Tid,
+    mmap_fn: u64,
+    register_fn: u64,
+    at: u64,
+    size: u64,
+) -> Result<u64, PoolError> {
+    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+    let got = tracer.call(
+        call_tid,
+        &RemoteCall::new(
+            "mmap",
+            mmap_fn,
+            vec![
+                RemoteArg::Value(at),
+                RemoteArg::Value(size),
+                RemoteArg::Value(prot),
+                RemoteArg::Value(flags),
+                RemoteArg::Value(u64::MAX),
+                RemoteArg::Value(0),
+            ],
+        ),
+        false,
+    )?;
+    if got != at {
+        return Ok(got);
+    }
+    let stub_at = at + AREA_HEADER;
+    let stub = register_stub(stub_at, register_fn, vector_save())?;
+    tracer.memory().write(stub_at, &stub)?;
+    tracer.memory().write(at, &AREA_MAGIC.to_le_bytes())?;
+    Ok(got)
 }

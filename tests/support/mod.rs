@@ -240,6 +240,15 @@ pub fn loaderlock() -> &'static Path {
     P.get_or_init(|| build_simple_c("loaderlock", "loaderlock.c", &[]))
 }
 
+/// 200 small functions `f0`..`f199` threads call in turn, checking every
+/// result, and `spare`, which nothing calls (`many_spare THREADS`, see
+/// tests/targets/many_spare.c).
+#[allow(dead_code)]
+pub fn many_spare() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("many_spare", "many_spare.c", &[]))
+}
+
 /// fork, exec and plain calls on command (see tests/targets/events.c).
 pub fn events() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
