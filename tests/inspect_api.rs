@@ -139,6 +139,9 @@ fn memory_and_registers_of_a_held_process() {
     ctx.check(bytes == 2.0f64.to_le_bytes(), || {
         format!("factor reads {bytes:?}")
     });
+    // The ready line can reach us before the target's write(2) returns:
+    // wait until the kernel reports it blocked in read(2).
+    wait_blocked_in_read(&ctx, pid as i32);
     p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
     let tid = p.threads().unwrap()[0];
     let regs = p
@@ -170,4 +173,20 @@ fn memory_and_registers_of_a_held_process() {
     });
     t.send("quit");
     t.wait_code(0);
+}
+
+/// Waits until the target's only thread is blocked in `read(2)`, as
+/// `/proc/PID/syscall` shows it (its first field is the system call).
+fn wait_blocked_in_read(ctx: &Ctx, pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        if now.split_whitespace().next() == Some(&libc::SYS_read.to_string()) {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            ctx.fail(format!("the target never blocked in read(2): {now:?}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
