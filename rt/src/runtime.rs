@@ -244,17 +244,46 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
     }
 }
 
-/// Registers the fork handler when the library is loaded (by `dlopen`, which
-/// weft runs while the target's other threads run): `pthread_atfork` takes
-/// a lock, and `weft_rt_init` runs with every other thread stopped.
+/// Registers the fork handler when the library is loaded, and calibrates
+/// the wall clock. `dlopen` runs in the target under
+/// `World::WhenWaiting`: the other threads are stopped while the loader
+/// computes and run while it waits, so the calibration's 10 ms sleep, spent
+/// here rather than in `weft_rt_init` (which runs with every other thread
+/// stopped), costs the target no pause. `pthread_atfork` takes a lock, so it
+/// too belongs here.
+///
+/// Linked into an executable instead (the `weft` binary and the test
+/// binaries use this crate for its layouts), there is no target to serve:
+/// the constructor does nothing rather than add 10 ms to every start.
 extern "C" fn on_load() {
+    if !loaded_as_library() {
+        return;
+    }
     // SAFETY: registering a handler that only uses async-signal-safe calls.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
     }
-    // The TSC calibration sleeps ~10 ms: here the target's other threads
-    // run meanwhile, unlike in `weft_rt_init`.
     calibrate_wall();
+}
+
+/// Whether this code lives in a shared object other than the main
+/// executable. When the loader cannot say, it answers yes: a runtime that
+/// does its set-up needlessly is better than one that skips it in a target.
+fn loaded_as_library() -> bool {
+    // SAFETY: dladdr only reads the loader's tables; both Dl_info structs
+    // are plain data it fills in, and getauxval has no preconditions.
+    unsafe {
+        let mut here: libc::Dl_info = core::mem::zeroed();
+        let mut main: libc::Dl_info = core::mem::zeroed();
+        let program_headers = libc::getauxval(libc::AT_PHDR);
+        if program_headers == 0
+            || libc::dladdr(on_load as *const libc::c_void, &mut here) == 0
+            || libc::dladdr(program_headers as *const libc::c_void, &mut main) == 0
+        {
+            return true;
+        }
+        here.dli_fbase != main.dli_fbase
+    }
 }
 
 #[used]
