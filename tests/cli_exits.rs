@@ -571,13 +571,20 @@ fn run_cxx_exceptions_through_instrumented_frames() {
             .get("middle_wall_ns")
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| ctx.fail(format!("no middle_wall_ns in {kv:?}")));
+        // The thread's own bracket starts before each call and ends after
+        // the return or at the handler, so weft's time lies inside it
+        // whatever the scheduler does; only the clocks' rates differ. The
+        // lower bound is loose: a preemption inside the bracket but outside
+        // middle (the rest of the unwind, the clock reads) inflates `own`
+        // alone, and on a loaded machine such preemptions add up.
         let idle = w.throws * 200_000;
         ctx.check(
-            middle <= own + own / 33 + 100_000 && middle >= own / 2,
+            middle <= own + own / 33 + 100_000 && middle >= own / 10,
             || {
                 format!(
-                    "tid {tid}: middle's wall_ns {middle} vs the thread's own {own} ns inside \
-                 middle (+3% +100 us); {idle} ns of idling after catches must not be in it"
+                    "tid {tid}: middle's wall_ns {middle} vs the thread's own {own} ns around \
+                 middle (at most +3% +100 us, at least a tenth); {idle} ns of idling after \
+                 catches must not be in it"
                 )
             },
         );

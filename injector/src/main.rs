@@ -144,9 +144,9 @@ static EARLY_BOOST: std::sync::Mutex<Option<RealtimeGuard>> = std::sync::Mutex::
 /// scheduler's mercy from weft's first instruction on (preempted once, weft
 /// waits 100-400 ms for its next turn): real-time priority as early as the
 /// loader lets weft have it. This constructor runs before the others of
-/// the executable (its `.init_array` priority), among them `weft-rt`'s,
-/// linked in as a library, which sleeps 10 ms: woken at normal priority,
-/// weft then waited 150-400 ms behind a busy target's threads before `main`.
+/// the executable (its `.init_array` priority): any sleep or page fault
+/// before `main` at normal priority (`weft-rt`'s constructor once slept
+/// 10 ms here) cost 150-400 ms behind a busy target's threads.
 /// Not for a setuid or setgid weft, which refuses to run at all.
 extern "C" fn boost_early() {
     // SAFETY: these getters have no preconditions and cannot fail.

@@ -1809,8 +1809,12 @@ impl Process {
         }
         self.longest_stop = Duration::ZERO;
         // While the target still runs: what an insertion of the functions
-        // `prepare` planned would otherwise build in the pause.
+        // `prepare` planned would otherwise build in the pause, and the
+        // wall clock a first load of the runtime hands over.
         self.stage_prepared();
+        if self.runtime.is_none() {
+            runtime::settle_wall_clock();
+        }
         let attached = preflight(self.pid).and_then(|()| Ok(Tracer::attach(self.pid)?));
         let tracer = match attached {
             Ok(tracer) => tracer,

@@ -13,6 +13,9 @@ use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer, World};
 use crate::region::{Region, RegionError};
 use object::{Object, ObjectSymbol};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use weft_rt::clock::{WallClock, WallPreference};
 
 /// The memfd name, which shows in `/proc/PID/maps` as `/memfd:weft-rt (deleted)`.
 /// Name of the memfd the runtime library is loaded from.
@@ -110,20 +113,41 @@ impl Default for RuntimeOptions {
     }
 }
 
-/// Does, on a short-lived real-time thread of weft's own, two things that
-/// would otherwise cost the target's pause, and returns at once:
+/// weft's wall clock, handed to the runtime's first `weft_rt_init`: the
+/// TSC's rate is the machine's, so weft measures it (a 10 ms sleep) while
+/// the target runs instead of the runtime measuring it in the pause.
+static WALL_CLOCK: OnceLock<WallClock> = OnceLock::new();
+/// Set once [`warm_up`] has a thread computing [`WALL_CLOCK`].
+static WALL_CLOCK_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// weft's wall clock (measuring it now, 10 ms, if no one has yet).
+pub fn wall_clock() -> WallClock {
+    *WALL_CLOCK.get_or_init(|| WallClock::new(WallPreference::Auto))
+}
+
+/// Waits for the wall clock [`warm_up`] is measuring, if it is: called
+/// before the world is stopped, so that loading the runtime never waits
+/// for it in the pause.
+pub fn settle_wall_clock() {
+    if WALL_CLOCK_STARTED.load(Ordering::Acquire) {
+        wall_clock();
+    }
+}
+
+/// Does, on a short-lived real-time thread of weft's own, what would
+/// otherwise cost the target's pause, and returns at once:
 ///
 /// * The code generator's first use initialises its encoder tables (0.8 ms
 ///   here); every remote-call stub and trampoline needs it.
-/// * With `perf_events` (before a first load of the runtime): the
-///   runtime's constructor opens a perf event (to learn how the CPU clock
-///   can be read). The first task-bound perf event on a machine turns on
-///   the scheduler's perf hooks and waits for an RCU grace period (12 ms
-///   on the reference machine); they stay on while any such event exists
-///   and for a second after the last one closes. Paid inside the remote
-///   `dlopen`, that is 12 ms more of the target's pause; paid here while
-///   weft inspects the target, the target's own event is cheap.
-pub fn warm_up(perf_events: bool) {
+/// * With `first_load` (the runtime is not in the target yet): measuring
+///   the wall clock the runtime will take ([`wall_clock`], a 10 ms
+///   sleep), and opening a perf event. The first task-bound perf event on
+///   a machine turns on the scheduler's perf hooks and waits for an RCU
+///   grace period (12 ms on the reference machine); they stay on while any
+///   such event exists and for a second after the last one closes. The
+///   target's threads open one each when they first run a CPU timer:
+///   with the hooks on, that is cheap.
+pub fn warm_up(first_load: bool) {
     extern "C" fn warm(perf_events: *mut libc::c_void) -> *mut libc::c_void {
         // SAFETY: blocks every signal in this thread only, so that it
         // never takes the SIGCHLD the tracing thread sleeps on.
@@ -158,11 +182,12 @@ pub fn warm_up(perf_events: bool) {
                     libc::close(fd as i32);
                 }
             }
+            wall_clock();
         }
         std::ptr::null_mut()
     }
-    // Any non-null pointer says "perf events too"; the thread never reads it.
-    let arg = if perf_events {
+    // Any non-null pointer says "first load"; the thread never reads it.
+    let arg = if first_load {
         std::ptr::NonNull::<libc::c_void>::dangling().as_ptr()
     } else {
         std::ptr::null_mut()
@@ -187,12 +212,16 @@ pub fn warm_up(perf_events: bool) {
         libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
         libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
         let mut thread: libc::pthread_t = 0;
-        if libc::pthread_create(&mut thread, &attr, warm, arg) != 0 && realtime {
+        let mut created = libc::pthread_create(&mut thread, &attr, warm, arg) == 0;
+        if !created && realtime {
             // Not permitted to be real-time: try at normal priority.
             libc::pthread_attr_setinheritsched(&mut attr, libc::PTHREAD_INHERIT_SCHED);
-            libc::pthread_create(&mut thread, &attr, warm, arg);
+            created = libc::pthread_create(&mut thread, &attr, warm, arg) == 0;
         }
         libc::pthread_attr_destroy(&mut attr);
+        if created && first_load {
+            WALL_CLOCK_STARTED.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -254,9 +283,12 @@ pub fn load(
     let init_offset = symbol_offset(&bytes, "weft_rt_init")?;
     let pid = tracer.pid();
 
+    // A runtime loaded by an earlier session has its clock already.
+    let mut wall = None;
     let base = match runtime_module_base(image)? {
         Some(base) => base,
         None => {
+            wall = Some(wall_clock());
             let memfd_create = libc_symbol(image, "memfd_create")
                 .ok_or(RuntimeError::MissingSymbol("memfd_create"))?;
             let (dlopen, flags) = match libc_symbol(image, "dlopen") {
@@ -361,6 +393,10 @@ pub fn load(
                 RemoteArg::Value(options.max_threads as u64),
                 RemoteArg::Value(options.metric_words as u64),
                 RemoteArg::Value(reset_words as u64),
+                match wall {
+                    Some(wall) => RemoteArg::Bytes(wall.to_bytes().to_vec()),
+                    None => RemoteArg::Value(0),
+                },
             ],
         ),
         // Only system calls and the runtime's own memory: no lock.

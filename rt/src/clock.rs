@@ -347,6 +347,52 @@ impl WallClock {
         }
     }
 
+    /// The clock's 32 bytes (the layout above), to hand to another
+    /// process on this machine: `weft_rt_init` takes the injector's clock
+    /// so that the target never sleeps 10 ms to calibrate its own.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out[0..4].copy_from_slice(&self.kind.to_le_bytes());
+        out[4..8].copy_from_slice(&self.why.to_le_bytes());
+        out[8..12].copy_from_slice(&self.cal.mult.to_le_bytes());
+        out[12..16].copy_from_slice(&self.cal.shift.to_le_bytes());
+        out[16..24].copy_from_slice(&self.cal.tsc_base.to_le_bytes());
+        out[24..32].copy_from_slice(&self.cal.ns_base.to_le_bytes());
+        out
+    }
+
+    /// A clock another process on this machine built, made this process's
+    /// own: the TSC's rate is the machine's, but CLOCK_MONOTONIC may be
+    /// offset here (a time namespace), so a TSC clock is re-based on a
+    /// pair read now. `None` when it does not fit this process: an unknown
+    /// kind, a rate out of range, or a TSC clock where the TSC is not
+    /// invariant.
+    pub fn adopt(theirs: &WallClock) -> Option<Self> {
+        match theirs.kind {
+            WALL_MONOTONIC => Some(Self {
+                cal: TscCalibration {
+                    mult: 0,
+                    shift: 0,
+                    tsc_base: 0,
+                    ns_base: 0,
+                },
+                ..*theirs
+            }),
+            WALL_TSC if theirs.cal.mult != 0 && theirs.cal.shift <= 32 && tsc_is_invariant() => {
+                let (tsc_base, ns_base) = TscCalibration::paired_sample();
+                Some(Self {
+                    cal: TscCalibration {
+                        tsc_base,
+                        ns_base,
+                        ..theirs.cal
+                    },
+                    ..*theirs
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Which source this clock reads.
     pub fn source(&self) -> WallSource {
         match self.why {

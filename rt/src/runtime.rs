@@ -29,29 +29,26 @@ global_asm!(
 static REGION: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
 /// The memfd behind [`REGION`], which the injector opens via `/proc/PID/fd`.
 static REGION_FD: AtomicI32 = AtomicI32::new(-1);
-/// The wall clock, calibrated when the library is loaded (see `on_load`),
-/// copied into the region's header by the first `weft_rt_init`.
+/// The wall clock: the injector's, handed to the first `weft_rt_init`
+/// (weft calibrates it while the target runs), else calibrated there.
 static mut WALL: core::mem::MaybeUninit<WallClock> = core::mem::MaybeUninit::uninit();
 static WALL_READY: AtomicU32 = AtomicU32::new(0);
 
-/// The calibrated wall clock (calibrating it now if the constructor did
-/// not run).
-fn wall_clock() -> WallClock {
+/// The wall clock, set up from `theirs` (the injector's) when it fits
+/// this process, else calibrated now (a 10 ms sleep). Only called under
+/// `INIT_BUSY`.
+fn wall_clock(theirs: Option<&WallClock>) -> WallClock {
     if WALL_READY.load(Ordering::Acquire) == 0 {
-        calibrate_wall();
-    }
-    // SAFETY: written once before WALL_READY was set, never again.
-    unsafe { (*ptr::addr_of!(WALL)).assume_init() }
-}
-
-fn calibrate_wall() {
-    let wall = WallClock::new(WallPreference::Auto);
-    if WALL_READY.load(Ordering::Acquire) == 0 {
-        // SAFETY: only the loading thread (constructor) or the injector's
-        // remote call (with the world stopped) get here, never both at once.
+        let wall = theirs
+            .and_then(WallClock::adopt)
+            .unwrap_or_else(|| WallClock::new(WallPreference::Auto));
+        // SAFETY: only `weft_rt_init` gets here, serialised by INIT_BUSY,
+        // and nothing reads WALL before WALL_READY is set.
         unsafe { (*ptr::addr_of_mut!(WALL)).write(wall) };
         WALL_READY.store(1, Ordering::Release);
     }
+    // SAFETY: written once before WALL_READY was set, never again.
+    unsafe { (*ptr::addr_of!(WALL)).assume_init() }
 }
 
 /// The region's header, once the region exists.
@@ -126,26 +123,45 @@ fn errno() -> i64 {
 /// their rows. The caller guarantees no trampoline writes those words
 /// meanwhile (the injector only calls this before splicing).
 ///
+/// `wall`, when not null, is the injector's wall clock
+/// ([`WallClock::to_bytes`]), taken by the first call if it fits this
+/// process ([`WallClock::adopt`]); otherwise that call calibrates one,
+/// sleeping 10 ms.
+///
 /// Returns the memfd (>= 0) or a negated errno: `-EINVAL` for a bad
 /// geometry, `-EEXIST` for one larger than the existing region, `-EBUSY`
 /// for a concurrent call.
+///
+/// # Safety
+///
+/// `wall` is null or points at 32 readable bytes.
 #[no_mangle]
-pub extern "C" fn weft_rt_init(max_rows: u32, metric_words: u32, reset_words: u32) -> i64 {
+pub unsafe extern "C" fn weft_rt_init(
+    max_rows: u32,
+    metric_words: u32,
+    reset_words: u32,
+    wall: *const WallClock,
+) -> i64 {
     if INIT_BUSY.swap(1, Ordering::Acquire) != 0 {
         return -i64::from(libc::EBUSY);
     }
+    // SAFETY: the caller passes null or 32 readable bytes; unaligned (a
+    // remote call copies them anywhere on the stack), and any bit pattern
+    // is a WallClock (plain integers), which `adopt` then checks.
+    let theirs = (!wall.is_null()).then(|| unsafe { wall.read_unaligned() });
     let result = init_locked(
         Geometry {
             max_rows,
             metric_words,
         },
         reset_words,
+        theirs.as_ref(),
     );
     INIT_BUSY.store(0, Ordering::Release);
     result
 }
 
-fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
+fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>) -> i64 {
     let existing = REGION.load(Ordering::Acquire);
     if !existing.is_null() {
         // SAFETY: REGION points at a live mapping that starts with a header.
@@ -219,7 +235,7 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
             .write(crate::clock::weft_rt_wall_raw as *const () as u64);
         ptr::addr_of_mut!((*header).cpu_ticks_fn)
             .write(crate::clock::weft_rt_cpu_ticks as *const () as u64);
-        let wall = wall_clock();
+        let wall = wall_clock(theirs);
         ptr::addr_of_mut!((*header).wall).write(wall);
         ptr::addr_of_mut!((*header).wall_address).write(ptr::addr_of!((*header).wall) as u64);
         ptr::addr_of_mut!((*header).timer_ns_per_tick_q32).write(wall.units().ns_per_tick_q32);
@@ -244,17 +260,14 @@ fn init_locked(geometry: Geometry, reset_words: u32) -> i64 {
     }
 }
 
-/// Registers the fork handler when the library is loaded, and calibrates
-/// the wall clock. `dlopen` runs in the target under
-/// `World::WhenWaiting`: the other threads are stopped while the loader
-/// computes and run while it waits, so the calibration's 10 ms sleep, spent
-/// here rather than in `weft_rt_init` (which runs with every other thread
-/// stopped), costs the target no pause. `pthread_atfork` takes a lock, so it
-/// too belongs here.
+/// Registers the fork handler when the library is loaded: `pthread_atfork`
+/// takes a lock, and `weft_rt_init` runs with every other thread stopped
+/// (a stopped thread may hold it), while `dlopen` runs under
+/// `World::WhenWaiting` (the others run whenever the loader waits).
 ///
 /// Linked into an executable instead (the `weft` binary and the test
-/// binaries use this crate for its layouts), there is no target to serve:
-/// the constructor does nothing rather than add 10 ms to every start.
+/// binaries use this crate for its layouts), there is no target to serve
+/// and the constructor does nothing.
 extern "C" fn on_load() {
     if !loaded_as_library() {
         return;
@@ -263,7 +276,6 @@ extern "C" fn on_load() {
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
     }
-    calibrate_wall();
 }
 
 /// Whether this code lives in a shared object other than the main

@@ -2,15 +2,37 @@
 //! names recorded, exit marked, sessions reset, geometry checked.
 
 use std::sync::atomic::Ordering;
+use weft_rt::clock::{tsc_is_invariant, WallClock, WallPreference, WALL_TSC};
 use weft_rt::layout::{Geometry, RegionHeader, RowHeader, MAGIC, ROW_EXITED, ROW_LIVE};
 use weft_rt::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};
+
+/// The wall clock every `init` hands over, as weft hands its own: a real
+/// one with its rate nudged by one part in 2^20 or so, so the region's
+/// copy shows whose it is.
+fn handed_clock() -> WallClock {
+    static CLOCK: std::sync::OnceLock<WallClock> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(|| {
+        let mut wall = WallClock::new(WallPreference::Auto);
+        if wall.kind == WALL_TSC {
+            wall.cal.mult += (wall.cal.mult >> 20).max(1);
+            wall.cal.ns_base = 12_345; // re-based by the runtime
+        }
+        wall
+    })
+}
+
+fn init(max_rows: u32, metric_words: u32, reset_words: u32) -> i64 {
+    let bytes = handed_clock().to_bytes();
+    // SAFETY: 32 readable bytes, as weft_rt_init wants.
+    unsafe { weft_rt_init(max_rows, metric_words, reset_words, bytes.as_ptr().cast()) }
+}
 
 fn region() -> *const u8 {
     // The region is mapped at an address only the runtime knows; find it
     // through a registered row: row 0 lies ROWS_OFFSET bytes past the start.
     let row = weft_rt_register_thread();
     assert!(!row.is_null());
-    let fd = weft_rt_init(64, 16, 0);
+    let fd = init(64, 16, 0);
     assert!(fd >= 0);
     let map = std::fs::read_to_string("/proc/self/maps").unwrap();
     let line = map
@@ -30,10 +52,10 @@ fn gettid() -> u32 {
 fn the_runtime_contract() {
     // Before init, registration counts nothing.
     assert!(weft_rt_register_thread().is_null());
-    let fd = weft_rt_init(64, 16, 0);
+    let fd = init(64, 16, 0);
     assert!(fd >= 0, "init failed: {fd}");
     // A larger geometry than the existing region is refused, a bad one too.
-    assert_eq!(weft_rt_init(65, 16, 0), -(libc::EEXIST as i64));
+    assert_eq!(init(65, 16, 0), -(libc::EEXIST as i64));
     assert!(
         weft_rt_tls_offset() < 0,
         "static TLS lies below the thread pointer"
@@ -44,6 +66,18 @@ fn the_runtime_contract() {
     let header = unsafe { &*(base as *const RegionHeader) };
     assert_eq!(header.magic, MAGIC);
     assert_eq!(header.tls_offset, weft_rt_tls_offset());
+    // The handed clock's rate, re-based on this process's own timeline.
+    let handed = handed_clock();
+    assert_eq!(header.wall.kind, handed.kind);
+    assert_eq!(header.wall.source(), handed.source());
+    if handed.kind == WALL_TSC {
+        assert!(tsc_is_invariant());
+        assert_eq!(header.wall.cal.mult, handed.cal.mult);
+        assert_eq!(header.wall.cal.shift, handed.cal.shift);
+        assert_ne!(header.wall.cal.ns_base, 12_345, "not re-based");
+        let skew = header.wall.now().abs_diff(weft_rt::clock::monotonic_ns());
+        assert!(skew < 1_000_000, "re-based clock off by {skew} ns");
+    }
     let geometry = Geometry {
         max_rows: header.max_rows,
         metric_words: header.metric_words,
@@ -108,7 +142,7 @@ fn the_runtime_contract() {
 
     // A new session zeroes the words it will use, rows and TIDs stay.
     let session = header.session.load(Ordering::Relaxed);
-    assert_eq!(weft_rt_init(64, 16, 4), fd);
+    assert_eq!(init(64, 16, 4), fd);
     assert_eq!(header.session.load(Ordering::Relaxed), session + 1);
     for (row, tid) in &rows {
         // SAFETY: as above.
