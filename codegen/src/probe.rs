@@ -315,8 +315,8 @@ pub(crate) fn restore_vector(a: &mut CodeAssembler, save: VectorSave) -> Result<
     }
 }
 
-/// Recording where an indirect call goes ([`Snippet::RecordCallTarget`]
-/// (crate::Snippet)): the call's target, computed from its operand as the
+/// Recording where an indirect call goes
+/// ([`Snippet::RecordCallTarget`](crate::Snippet::RecordCallTarget)): the call's target, computed from its operand as the
 /// call will, goes into the thread's table for the site: `slots` pairs of
 /// (target, count) at row byte offset `table`, then one overflow counter
 /// (calls to targets beyond the slots). Only the thread itself writes its

@@ -732,7 +732,11 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
             // Never decreasing (a torn read that drops an interval would).
             worst_wall = worst_wall.max(prev.wall_ns.saturating_sub(v.wall_ns));
             worst_cpu = worst_cpu.max(prev.cpu_ns.saturating_sub(v.cpu_ns));
-            assert!(v.wall_ns + 2 * US >= prev.wall_ns, "{prev:?} -> {v:?}");
+            // A stop's rdtsc may execute before its seqlock store is
+            // visible here (not ordered with it: see `timer_value`), which
+            // shows as a decrease of up to 1-3 us on a loaded machine; a
+            // dropped 20 us interval would exceed the bound.
+            assert!(v.wall_ns + 10 * US >= prev.wall_ns, "{prev:?} -> {v:?}");
             assert!(v.cpu_ns + 20 * US >= prev.cpu_ns, "{prev:?} -> {v:?}");
             prev = v;
             if finished {

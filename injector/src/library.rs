@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::inspect::ProcessImage;
-use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
+use crate::ptrace::{RemoteArg, RemoteCall, RemoteError, Tid, Tracer, World};
 
 /// A library `dlopen`ed into the target.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,37 +56,58 @@ pub enum LibraryError {
 }
 
 /// `dlopen(path, RTLD_NOW)` on thread `tid`, the others running (the loader
-/// takes locks a stopped thread could hold); returns the handle, or
-/// `dlerror()`'s message.
+/// takes locks a stopped thread could hold, and a tool's library may do
+/// anything in its constructors); returns the handle, or `dlerror()`'s
+/// message.
 pub(crate) fn dlopen(
     tracer: &mut Tracer,
     image: &mut ProcessImage,
     tid: Tid,
     path: &Path,
 ) -> Result<u64, crate::Error> {
-    let (dlopen, flags) = match image.symbol_address("libc.so", "dlopen") {
-        Some(f) => (f, libc::RTLD_NOW as u64),
-        // glibc < 2.34 keeps dlopen in libdl; libc has the internal one.
-        None => (
-            image
-                .symbol_address("libc.so", "__libc_dlopen_mode")
-                .ok_or(LibraryError::NoDlopen)?,
-            libc::RTLD_NOW as u64 | 0x8000_0000,
-        ),
-    };
     let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
     bytes.push(0);
-    let handle = tracer.call(
+    match call_dlopen(tracer, image, tid, bytes, World::Running)? {
+        Some(Ok(handle)) => Ok(handle),
+        Some(Err(message)) => Err(LibraryError::Dlopen {
+            path: path.to_path_buf(),
+            message,
+        }
+        .into()),
+        None => Err(LibraryError::NoDlopen.into()),
+    }
+}
+
+/// The target's `dlopen(path, RTLD_NOW)` (`path` NUL-terminated) on thread
+/// `tid`, the others doing as `world` says: the handle, or `dlerror()`'s
+/// message; `None` when the target's C library has no `dlopen`.
+pub(crate) fn call_dlopen(
+    tracer: &mut Tracer,
+    image: &mut ProcessImage,
+    tid: Tid,
+    path: Vec<u8>,
+    world: World,
+) -> Result<Option<Result<u64, String>>, RemoteError> {
+    let (dlopen, flags) = match image.symbol_address("libc.so", "dlopen") {
+        Some(f) => (f, libc::RTLD_NOW as u64),
+        // glibc < 2.34 keeps dlopen in libdl; libc has the internal one
+        // (the high bit: __RTLD_DLOPEN, as libdl's dlopen passes it).
+        None => match image.symbol_address("libc.so", "__libc_dlopen_mode") {
+            Some(f) => (f, libc::RTLD_NOW as u64 | 0x8000_0000),
+            None => return Ok(None),
+        },
+    };
+    let handle = tracer.call_in(
         tid,
         &RemoteCall::new(
             "dlopen",
             dlopen,
-            vec![RemoteArg::Bytes(bytes), RemoteArg::Value(flags)],
+            vec![RemoteArg::Bytes(path), RemoteArg::Value(flags)],
         ),
-        true,
+        world,
     )?;
     if handle != 0 {
-        return Ok(handle);
+        return Ok(Some(Ok(handle)));
     }
     let message = match image.symbol_address("libc.so", "dlerror") {
         Some(dlerror) => {
@@ -102,9 +123,5 @@ pub(crate) fn dlopen(
         }
         None => "unknown error".to_string(),
     };
-    Err(LibraryError::Dlopen {
-        path: path.to_path_buf(),
-        message,
-    }
-    .into())
+    Ok(Some(Err(message)))
 }

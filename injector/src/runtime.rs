@@ -291,15 +291,6 @@ pub fn load(
             wall = Some(wall_clock());
             let memfd_create = libc_symbol(image, "memfd_create")
                 .ok_or(RuntimeError::MissingSymbol("memfd_create"))?;
-            let (dlopen, flags) = match libc_symbol(image, "dlopen") {
-                Some(f) => (f, libc::RTLD_NOW as u64),
-                // glibc < 2.34 keeps dlopen in libdl; libc has the internal one.
-                None => (
-                    libc_symbol(image, "__libc_dlopen_mode")
-                        .ok_or(RuntimeError::MissingSymbol("dlopen"))?,
-                    libc::RTLD_NOW as u64 | 0x8000_0000,
-                ),
-            };
             let close = libc_symbol(image, "close").ok_or(RuntimeError::MissingSymbol("close"))?;
 
             let name = format!("{MEMFD_NAME}\0").into_bytes();
@@ -329,25 +320,19 @@ pub fn load(
             // keeps naming the library.
             let own_pid = crate::inspect::procfs::own_view_pid(pid).unwrap_or(pid);
             let handle = match written {
-                Ok(()) => {
-                    let path = format!("/proc/{own_pid}/fd/{fd}\0").into_bytes();
-                    tracer.call_in(
-                        tid,
-                        &RemoteCall::new(
-                            "dlopen",
-                            dlopen,
-                            vec![RemoteArg::Bytes(path), RemoteArg::Value(flags)],
-                        ),
-                        // It takes the loader's and malloc's locks, which a
-                        // stopped thread may hold: the others run whenever
-                        // it waits.
-                        World::WhenWaiting,
-                    )
-                }
-                Err(_) => Ok(0),
+                // It takes the loader's and malloc's locks, which a stopped
+                // thread may hold: the others run whenever it waits.
+                Ok(()) => crate::library::call_dlopen(
+                    tracer,
+                    image,
+                    tid,
+                    format!("/proc/{own_pid}/fd/{fd}\0").into_bytes(),
+                    World::WhenWaiting,
+                ),
+                Err(_) => Ok(Some(Ok(0))),
             };
             // Kept open when loaded: debuggers read the library through it.
-            if written.is_err() || !matches!(handle, Ok(h) if h != 0) {
+            if written.is_err() || !matches!(handle, Ok(Some(Ok(h))) if h != 0) {
                 let _ = tracer.call(
                     tid,
                     &RemoteCall::new("close", close, vec![RemoteArg::Value(fd as u64)]),
@@ -357,26 +342,10 @@ pub fn load(
             if let Err(source) = written {
                 return Err(RuntimeError::Write { pid, fd, source });
             }
-            if handle? == 0 {
-                let message = match libc_symbol(image, "dlerror") {
-                    Some(dlerror) => {
-                        let text = tracer.call(
-                            tid,
-                            &RemoteCall::new("dlerror", dlerror, vec![]),
-                            false,
-                        )?;
-                        if text == 0 {
-                            "unknown error".to_string()
-                        } else {
-                            tracer
-                                .memory()
-                                .read_c_string(text, 1024)
-                                .unwrap_or_default()
-                        }
-                    }
-                    None => "unknown error".to_string(),
-                };
-                return Err(RuntimeError::Dlopen(message));
+            match handle? {
+                Some(Ok(_)) => {}
+                Some(Err(message)) => return Err(RuntimeError::Dlopen(message)),
+                None => return Err(RuntimeError::MissingSymbol("dlopen")),
             }
             runtime_module_base(image)?.ok_or_else(|| {
                 RuntimeError::Dlopen("dlopen succeeded but the library is not mapped".into())

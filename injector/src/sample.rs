@@ -18,6 +18,14 @@
 //! activity value twice saw every update that was complete before the
 //! first reading; an update in progress then is seen at the next change.
 //!
+//! A thread's values never decrease from one sample to the next. A stop
+//! reads the clock before its seqlock write is visible to other cores (the
+//! `rdtsc` is not ordered with the stores before it; ordering it would add
+//! ~20 ns to every timed call), by up to a microsecond or two measured
+//! here, so a running timer counted up to one sample can exceed what its
+//! stop then records: the sampler keeps the larger value for as long as the
+//! row serves the same thread and the probe list is unchanged.
+//!
 //! [`Process::report`](crate::Process::report) is the full, slower reading
 //! for people (names, exited threads whose rows were reused, totals).
 
@@ -220,8 +228,10 @@ impl Sampler {
             }
             self.stats.rows_read += 1;
             let words = region.row_words(index, self.words);
+            let same_thread = r.known && r.generation == generation && r.tid == tid;
             read_row(
                 r,
+                same_thread,
                 &self.probes,
                 words,
                 tid,
@@ -278,6 +288,7 @@ fn timer_words(w: &[AtomicU64], tries: u32) -> Option<TimerWords> {
 #[allow(clippy::too_many_arguments)]
 fn read_row(
     r: &mut RowState,
+    same_thread: bool,
     probes: &[Sampled],
     words: &[AtomicU64],
     tid: u32,
@@ -286,6 +297,12 @@ fn read_row(
     q32: u64,
     stats: &mut SampleStats,
 ) {
+    // The last sample's values of the same thread: a floor (module docs).
+    let floor = if same_thread {
+        std::mem::take(&mut r.values)
+    } else {
+        Vec::new()
+    };
     r.values.clear();
     r.values.resize(probes.len(), Value::default());
     r.running.clear();
@@ -342,6 +359,11 @@ fn read_row(
             cpu_ns: if p.metrics.cpu { v.cpu_ns } else { 0 },
         };
     }
+    for (value, before) in r.values.iter_mut().zip(&floor) {
+        value.calls = value.calls.max(before.calls);
+        value.wall_ns = value.wall_ns.max(before.wall_ns);
+        value.cpu_ns = value.cpu_ns.max(before.cpu_ns);
+    }
 }
 
 /// Brings the timers that were running at the row's last read up to now
@@ -365,5 +387,51 @@ fn refresh_running(r: &mut RowState, pid: i32, wall_now: u64, q32: u64, stats: &
         if words.cpu_start != 0 {
             value.cpu_ns = value.cpu_ns.max(v.cpu_ns);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One timed probe's words, stopped, with these totals.
+    fn stopped_words(calls: u64, wall: u64, cpu: u64) -> Vec<AtomicU64> {
+        let w: Vec<AtomicU64> = (0..TIMED_WORDS).map(|_| AtomicU64::new(0)).collect();
+        w[W_ENTRIES].store(calls, Ordering::Relaxed);
+        w[W_WALL_TOTAL].store(wall, Ordering::Relaxed);
+        w[W_CPU_TOTAL].store(cpu, Ordering::Relaxed);
+        w
+    }
+
+    fn read(r: &mut RowState, same_thread: bool, words: &[AtomicU64]) -> Value {
+        let probes = [Sampled {
+            id: ProbeId(0),
+            word: 0,
+            metrics: Metrics::ALL,
+        }];
+        let mut stats = SampleStats::default();
+        read_row(r, same_thread, &probes, words, 1, 1, 0, 1 << 32, &mut stats);
+        r.values[0]
+    }
+
+    /// A stop that recorded less than the last sample counted up to (its
+    /// clock read before its seqlock write was visible) does not make the
+    /// thread's values go back; a row that now serves another thread
+    /// starts from its own words.
+    #[test]
+    fn a_threads_values_never_go_back() {
+        let mut r = RowState::default();
+        assert_eq!(
+            read(&mut r, false, &stopped_words(5, 1_000, 900)),
+            Value {
+                calls: 5,
+                wall_ns: 1_000,
+                cpu_ns: 900
+            }
+        );
+        let v = read(&mut r, true, &stopped_words(6, 990, 950));
+        assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (6, 1_000, 950));
+        let v = read(&mut r, false, &stopped_words(1, 10, 10));
+        assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (1, 10, 10));
     }
 }
