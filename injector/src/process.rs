@@ -1251,29 +1251,9 @@ impl Process {
             ));
         }
         let site = self.plan(&f).map_err(refuse)?;
-        self.ensure_runtime()?;
-        let register_fn = self
-            .runtime
-            .as_ref()
-            .expect("loaded above")
-            .region
-            .header()
-            .register_fn;
-        let mmap_fn = self
-            .image
-            .symbol_address("libc.so", "mmap")
-            .ok_or(Error::MissingLibc("mmap"))?;
-        let call_tid = self.call_thread()?;
-        let tracer = self.tracer.as_mut().expect("held");
         let len = weft_codegen::max_redirect_len(&site) as u64;
-        let (at, _) = self.pool.reserve(
-            tracer,
-            call_tid,
-            mmap_fn,
-            register_fn,
-            site.patch_address,
-            len,
-        )?;
+        let at = self.reserve_near(site.patch_address, len)?;
+        let tracer = self.tracer.as_mut().expect("held");
         let redirect =
             weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.to_string()))?;
         let patch =
@@ -1300,6 +1280,30 @@ impl Process {
         })
     }
 
+    /// Reserves `len` bytes of trampoline space within `rel32` reach of
+    /// `near` (loading the runtime first: new areas register with it), with
+    /// a leftover record's room in front. The process must be held.
+    fn reserve_near(&mut self, near: u64, len: u64) -> Result<u64, Error> {
+        self.ensure_runtime()?;
+        let register_fn = self
+            .runtime
+            .as_ref()
+            .expect("loaded above")
+            .region
+            .header()
+            .register_fn;
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        let tid = self.call_thread()?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let (at, _) = self
+            .pool
+            .reserve(tracer, tid, mmap_fn, register_fn, near, len)?;
+        Ok(at)
+    }
+
     /// Makes the `call rel32` at `site` (inside a function of the target,
     /// e.g. from [`crate::code::function_code`]'s call sites) call `to`
     /// instead, in one stop of the world (the process must be held). The
@@ -1315,23 +1319,8 @@ impl Process {
             Some(call) => (call, site..site),
             None => {
                 // Out of rel32 reach: call a `jmp [rip]` next to the site.
-                self.ensure_runtime()?;
-                let register_fn = self
-                    .runtime
-                    .as_ref()
-                    .expect("loaded above")
-                    .region
-                    .header()
-                    .register_fn;
-                let mmap_fn = self
-                    .image
-                    .symbol_address("libc.so", "mmap")
-                    .ok_or(Error::MissingLibc("mmap"))?;
-                let tid = self.call_thread()?;
+                let at = self.reserve_near(site, 14)?;
                 let tracer = self.tracer.as_mut().expect("held");
-                let (at, _) = self
-                    .pool
-                    .reserve(tracer, tid, mmap_fn, register_fn, site, 14)?;
                 let mut code = vec![0xff, 0x25, 0, 0, 0, 0];
                 code.extend_from_slice(&to.to_le_bytes());
                 tracer.memory().write(at, &code)?;
