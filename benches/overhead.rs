@@ -322,7 +322,7 @@ fn section_per_call(quick: bool) {
         let bpf_cell = if bpf {
             // Thousands of times slower: fewer calls keep it short.
             let n = (calls / 20).max(20_000);
-            format!("{:.0}", per_call(&exe, Under::Bpftrace, threads, n) - plain)
+            format!("{:+.0}", per_call(&exe, Under::Bpftrace, threads, n) - plain)
         } else {
             "-".into()
         };
