@@ -18,6 +18,11 @@
 
 #define WEFT_POINT_ENTRY 0u
 #define WEFT_POINT_EXIT 1u
+/* At an instruction point (weft::Process::insert_points), before the
+ * instruction runs: args are rdi..r9 there, ret/ret2/fret are rax, rdx and
+ * xmm0 there (right after a call: its results), rsp is rsp there and
+ * function the instruction's address. */
+#define WEFT_POINT_INSTRUCTION 2u
 
 struct weft_probe {
     /* Integer and pointer arguments at the entry, System V order
@@ -38,7 +43,7 @@ struct weft_probe {
     uint64_t user;
     /* weft's index of the calling thread. */
     uint32_t thread;
-    /* WEFT_POINT_ENTRY or WEFT_POINT_EXIT. */
+    /* WEFT_POINT_ENTRY, WEFT_POINT_EXIT or WEFT_POINT_INSTRUCTION. */
     uint32_t point;
 };
 

@@ -46,6 +46,11 @@ pub struct PatchSite {
     /// (0 unless the function is shorter than the patch). Padding is never
     /// executed, so it is overwritten but not relocated.
     pub borrowed_padding: usize,
+    /// For an instruction point patched from an earlier instruction of its
+    /// basic block ([`analyze_at`]): how many displaced instructions run
+    /// before the point's own, which is `instructions[lead]`. 0 at an entry
+    /// and when the point is where the patch starts.
+    pub lead: usize,
 }
 
 impl PatchSite {
@@ -58,6 +63,42 @@ impl PatchSite {
     /// Number of bytes covered by the displaced instructions.
     pub fn instructions_len(&self) -> usize {
         self.original.len() - self.borrowed_padding
+    }
+
+    /// Address of the instruction the snippets run before: the patch
+    /// address, or for a site with a [`lead`](PatchSite::lead), the
+    /// instruction point's.
+    pub fn point(&self) -> u64 {
+        self.instructions
+            .get(self.lead)
+            .map_or(self.patch_address, |i| i.ip())
+    }
+
+    /// The site split at its point: the lead instructions (run before the
+    /// snippets, continuing into them) and the rest, each as a site of its
+    /// own; `None` for the first when there is no lead.
+    pub(crate) fn split_at_point(&self) -> (Option<PatchSite>, PatchSite) {
+        if self.lead == 0 {
+            return (None, self.clone());
+        }
+        let cut = (self.point() - self.patch_address) as usize;
+        let lead = PatchSite {
+            patch_address: self.patch_address,
+            original: self.original[..cut].to_vec(),
+            instructions: self.instructions[..self.lead].to_vec(),
+            skipped_endbr64: self.skipped_endbr64,
+            borrowed_padding: 0,
+            lead: 0,
+        };
+        let rest = PatchSite {
+            patch_address: self.point(),
+            original: self.original[cut..].to_vec(),
+            instructions: self.instructions[self.lead..].to_vec(),
+            skipped_endbr64: false,
+            borrowed_padding: self.borrowed_padding,
+            lead: 0,
+        };
+        (Some(lead), rest)
     }
 }
 
@@ -179,6 +220,24 @@ pub enum Refusal {
         /// Address of the `call`.
         address: u64,
     },
+    /// An instruction point would displace more than one instruction, and
+    /// the function has an indirect jump whose targets are not known
+    /// statically (a jump table, most likely): one of them could be a
+    /// displaced instruction after the first, which would then land in the
+    /// middle of the patch.
+    #[error(
+        "the patch at {patch_address:#x} would overwrite {displaced} instructions, and the \
+         indirect jump at {from:#x} (a jump table?) may go to any of them but the first; an \
+         instruction of 5 bytes or more can be patched alone"
+    )]
+    IndirectJumpMayEnter {
+        /// Where the patch would go.
+        patch_address: u64,
+        /// Instructions it would displace.
+        displaced: usize,
+        /// The indirect jump.
+        from: u64,
+    },
     /// An `int3` is already in the overwritten bytes: a debugger or another
     /// tool owns this site, and the original instruction is unknown.
     #[error(
@@ -224,40 +283,110 @@ pub fn analyze_entry(code: &FunctionCode<'_>) -> Result<PatchSite, Refusal> {
     let skipped_endbr64 = code.bytes.starts_with(&ENDBR64);
     let patch_offset = if skipped_endbr64 { ENDBR64.len() } else { 0 };
     let patch_address = code.address.wrapping_add(patch_offset as u64);
-    analyze_site(code, patch_address, skipped_endbr64)
+    analyze_site(code, patch_address, skipped_endbr64, patch_address)
 }
 
 /// Finds how the instruction at `address` inside the function `code` can be
 /// patched (an *instruction point*): as [`analyze_entry`] for an entry,
 /// with `address` checked to be the first byte of an instruction of the
 /// function's linear sweep. The trampoline of an instruction point must
-/// step over the red zone ([`TrampolineSpec::red_zone`](crate::TrampolineSpec)):
+/// step over the red zone
+/// ([`build_instruction_trampoline`](crate::build_instruction_trampoline)):
 /// inside a function, the 128 bytes below `rsp` may be in use.
+///
+/// The patch starts at `address` when it can. When it cannot — the
+/// instruction is short and followed by a call (a thread in the callee
+/// would return into the patch) or by the start of another basic block —
+/// it starts at an earlier instruction of the same block, up to 5 bytes
+/// back, so that the displaced instructions end with the point's own: the
+/// site then has a [`lead`](PatchSite::lead), the instructions the
+/// trampoline runs before the snippets. That is how a 2-byte `call rax`
+/// (a virtual call, a function pointer) gets a point of its own.
 ///
 /// # Errors
 ///
 /// [`Refusal::NotAnInstruction`] when `address` is not an instruction
-/// boundary of the function, else as [`analyze_entry`].
+/// boundary of the function; [`Refusal::IndirectJumpMayEnter`] when the
+/// patch displaces several instructions and the function has a jump whose
+/// targets are unknown (a jump table); else as [`analyze_entry`].
 pub fn analyze_at(code: &FunctionCode<'_>, address: u64) -> Result<PatchSite, Refusal> {
-    let end = code.address.wrapping_add(code.bytes.len() as u64);
-    let boundary = address >= code.address
-        && address < end
-        && decode_all(code.address, code.bytes)
-            .iter()
-            .any(|i| i.ip() == address && i.code() != Code::INVALID);
-    if !boundary {
+    let all = decode_all(code.address, code.bytes);
+    let Some(k) = all
+        .iter()
+        .position(|i| i.ip() == address && i.code() != Code::INVALID)
+    else {
         return Err(Refusal::NotAnInstruction {
             address,
             function: code.address,
         });
+    };
+    let first = match analyze_point(code, &all, address, address, address) {
+        Ok(site) => return Ok(site),
+        Err(e) => e,
+    };
+    // A short instruction followed by a call or the start of another block
+    // cannot start a patch; an earlier instruction of its block may, with
+    // the displaced instructions ending at the point's (so a call there is
+    // the last one moved). The patch is at most 5 bytes before the point,
+    // plus one instruction.
+    let point_end = all[k].next_ip();
+    for start in all[..k].iter().rev() {
+        if start.code() == Code::INVALID || is_terminator(start) {
+            break;
+        }
+        if let Ok(site) = analyze_point(code, &all, start.ip(), address, point_end) {
+            return Ok(site);
+        }
+        if address - start.ip() >= JMP_REL32_LEN as u64 {
+            break;
+        }
     }
-    analyze_site(code, address, false)
+    Err(first)
 }
 
+/// [`analyze_site`] from `start` for the instruction point `point`,
+/// displacing at least up to `until`, with the jump-table check.
+fn analyze_point(
+    code: &FunctionCode<'_>,
+    all: &[Instruction],
+    start: u64,
+    point: u64,
+    until: u64,
+) -> Result<PatchSite, Refusal> {
+    let mut site = analyze_site(code, start, false, until)?;
+    // `until` is the point's end: the point is displaced.
+    site.lead = site
+        .instructions
+        .iter()
+        .position(|i| i.ip() == point)
+        .unwrap_or(0);
+    // An entry is only jumped to at its first byte; an instruction inside
+    // a function may be a jump table's target, and so may the instructions
+    // after it. `jmp [rip + disp]` is a tail call through a GOT slot, not a
+    // table.
+    if site.instructions.len() > 1 {
+        let table = all.iter().find(|i| {
+            i.flow_control() == FlowControl::IndirectBranch && !i.is_ip_rel_memory_operand()
+        });
+        if let Some(jump) = table {
+            return Err(Refusal::IndirectJumpMayEnter {
+                patch_address: start,
+                displaced: site.instructions.len(),
+                from: jump.ip(),
+            });
+        }
+    }
+    Ok(site)
+}
+
+/// The site of a patch at `patch_address`, displacing whole instructions
+/// until they cover the patch and reach `until` (the end of an instruction
+/// point's own instruction, or `patch_address`).
 fn analyze_site(
     code: &FunctionCode<'_>,
     patch_address: u64,
     skipped_endbr64: bool,
+    until: u64,
 ) -> Result<PatchSite, Refusal> {
     let patch_offset = patch_address.wrapping_sub(code.address) as usize;
     let all = decode_all(code.address, code.bytes);
@@ -267,7 +396,7 @@ fn analyze_site(
     let mut instructions = Vec::new();
     let mut covered = 0usize;
     for instr in all.iter().filter(|i| i.ip() >= patch_address) {
-        if covered >= JMP_REL32_LEN {
+        if covered >= JMP_REL32_LEN && instr.ip() >= until {
             break;
         }
         check_displaceable(instr)?;
@@ -310,6 +439,7 @@ fn analyze_site(
         instructions,
         skipped_endbr64,
         borrowed_padding,
+        lead: 0,
     };
 
     // Nothing in the function may point strictly inside the overwritten

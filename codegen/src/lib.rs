@@ -39,6 +39,7 @@ pub use exit::{
 pub use probe::{
     CallTargets, Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION,
     CTX_POINT, CTX_RET, CTX_RET2, CTX_RSP, CTX_SIZE, CTX_THREAD, CTX_USER, POINT_ENTRY, POINT_EXIT,
+    POINT_INSTRUCTION,
 };
 pub use relocate::{max_relocated_len, relocate, RelocError, Relocated};
 pub use remote_stub::{

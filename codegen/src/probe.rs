@@ -53,7 +53,7 @@ pub struct ProbeContext {
     pub user: u64,
     /// weft's index of the calling thread (its row).
     pub thread: u32,
-    /// [`POINT_ENTRY`] or [`POINT_EXIT`].
+    /// [`POINT_ENTRY`], [`POINT_EXIT`] or [`POINT_INSTRUCTION`].
     pub point: u32,
 }
 
@@ -61,6 +61,11 @@ pub struct ProbeContext {
 pub const POINT_ENTRY: u32 = 0;
 /// `ProbeContext::point` at a function's exit.
 pub const POINT_EXIT: u32 = 1;
+/// `ProbeContext::point` at an instruction point (before the instruction
+/// runs): `args` are `rdi`..`r9` there, `ret`/`ret2`/`fret` are `rax`,
+/// `rdx` and `xmm0` there (right after a call: its results), `rsp` is
+/// `rsp` there and `function` the instruction's address.
+pub const POINT_INSTRUCTION: u32 = 2;
 
 /// Byte offsets in [`ProbeContext`].
 pub const CTX_ARGS: i32 = 0;
@@ -223,9 +228,23 @@ fn entry_asm(a: &mut CodeAssembler, call: &ProbeCall, above: i32) -> Result<(), 
     {
         a.movq(qword_ptr(rsp + i64::from(CTX_FARGS + 8 * i as i32)), *x)?;
     }
-    for off in [CTX_RET, CTX_RET2, CTX_FRET] {
-        a.mov(qword_ptr(rsp + i64::from(off)), 0)?;
-    }
+    // Only an instruction point (which steps over the red zone) is past
+    // the function's entry: there `rax`, `rdx` and `xmm0` hold whatever
+    // they hold (right after a call: what it returned); at an entry they
+    // mean nothing yet.
+    let point = if above == 0 {
+        for off in [CTX_RET, CTX_RET2, CTX_FRET] {
+            a.mov(qword_ptr(rsp + i64::from(off)), 0)?;
+        }
+        POINT_ENTRY
+    } else {
+        a.mov(rax, qword_ptr(rbp + 96))?; // the trampoline's saved rax
+        a.mov(qword_ptr(rsp + i64::from(CTX_RET)), rax)?;
+        a.mov(rax, qword_ptr(rbp + 56))?; // rdx
+        a.mov(qword_ptr(rsp + i64::from(CTX_RET2)), rax)?;
+        a.movq(qword_ptr(rsp + i64::from(CTX_FRET)), xmm0)?;
+        POINT_INSTRUCTION
+    };
     a.lea(rax, qword_ptr(rbp + entry_rsp))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_RSP)), rax)?;
     a.mov(rax, call.instrumented)?;
@@ -235,7 +254,7 @@ fn entry_asm(a: &mut CodeAssembler, call: &ProbeCall, above: i32) -> Result<(), 
     a.mov(rax, qword_ptr(rbp + 80))?; // the row
     a.mov(eax, dword_ptr(rax + i64::from(call.row_index)))?;
     a.mov(dword_ptr(rsp + i64::from(CTX_THREAD)), eax)?;
-    a.mov(dword_ptr(rsp + i64::from(CTX_POINT)), POINT_ENTRY as i32)?;
+    a.mov(dword_ptr(rsp + i64::from(CTX_POINT)), point as i32)?;
     a.mov(rdi, rsp)?;
     a.mov(rax, call.function)?;
     a.call(rax)?;

@@ -137,6 +137,18 @@ impl FreshIps {
 /// for an `xbegin`; [`RelocError::Encode`] if the encoder rejects an
 /// instruction.
 pub fn relocate(site: &PatchSite, new_ip: u64) -> Result<Relocated, RelocError> {
+    relocate_continuing(site, new_ip, true)
+}
+
+/// [`relocate`], but with `jump_back` false the moved instructions fall
+/// through at their end instead of jumping to `site.end()` (the lead of an
+/// instruction point, followed by its snippets). `site` must then not end
+/// with a call.
+pub(crate) fn relocate_continuing(
+    site: &PatchSite,
+    new_ip: u64,
+    jump_back: bool,
+) -> Result<Relocated, RelocError> {
     let displaced = &site.instructions;
     let encode_error = |message: String| RelocError::Encode { new_ip, message };
 
@@ -195,8 +207,8 @@ pub fn relocate(site: &PatchSite, new_ip: u64) -> Result<Relocated, RelocError> 
                 .map_err(|e| encode_error(e.to_string()))?;
             false
         }
-        (None, Some(last)) => !is_terminator(last),
-        (None, None) => true,
+        (None, Some(last)) => jump_back && !is_terminator(last),
+        (None, None) => jump_back,
     };
     if jumps_back {
         let mut back = Instruction::with_branch(Code::Jmp_rel32_64, site.end())

@@ -118,7 +118,9 @@ pub struct Trampoline {
     pub bytes: Vec<u8>,
     /// Offset in `bytes` of the relocated displaced instructions. A thread
     /// stopped at or after this offset (and before `slow_path_offset`) has
-    /// left the instrumentation and is running the function's own code.
+    /// left the instrumentation and is running the function's own code (so
+    /// has one before the head, in the lead of an instruction point patched
+    /// from an earlier instruction: see [`PatchSite::lead`]).
     pub relocated_offset: usize,
     /// Length of the relocated displaced instructions (with their jump back).
     pub relocated_len: usize,
@@ -191,6 +193,8 @@ pub fn max_trampoline_len(site: &PatchSite, snippets: &[Snippet]) -> usize {
         + RED_ZONE_BACK_LEN
         + EPILOGUE_LEN
         + max_relocated_len(site)
+        // A lead is relocated on its own (see `build`).
+        + if site.lead > 0 { 64 } else { 0 }
         + SLOW_LEN
 }
 
@@ -255,11 +259,27 @@ const RED_ZONE: i64 = 128;
 
 fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildError> {
     let row = spec.row;
+    // An instruction point patched from an earlier instruction of its
+    // block: that instruction and the others before the point run first,
+    // as they would have, and fall into the snippets.
+    let (lead, site) = spec.site.split_at_point();
+    let lead = match &lead {
+        Some(lead) if red_zone => {
+            crate::relocate::relocate_continuing(lead, spec.address, false)?.bytes
+        }
+        Some(_) => {
+            return Err(BuildError::Encode(
+                "a site with a lead is an instruction point's".into(),
+            ))
+        }
+        None => Vec::new(),
+    };
+    let head_at = spec.address + lead.len() as u64;
     // Layout is decided front to back; only the `jz .slow` in the head needs
     // an address known later, and it is always the 6-byte rel32 form, so the
     // head is emitted twice: once to measure, once with the real target.
     let emit_head = |slow: u64| -> Result<Emitter, BuildError> {
-        let mut e = Emitter::new(spec.address);
+        let mut e = Emitter::new(head_at);
         if red_zone {
             e.emit(Instruction::with2(
                 Code::Lea_r64_m,
@@ -284,7 +304,7 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
         e.emit(Instruction::with_branch(Code::Je_rel32_64, slow))?;
         Ok(e)
     };
-    let mut e = emit_head(spec.address)?;
+    let mut e = emit_head(head_at)?;
     let head_len = e.len();
     debug_assert_eq!(head_len, HEAD_LEN + if red_zone { RED_ZONE_LEN } else { 0 });
     let have = e.ip();
@@ -308,7 +328,7 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
                 e.raw(&code);
             }
             Snippet::RecordCallTarget(ref targets) => {
-                let call = spec.site.instructions.first().ok_or_else(|| {
+                let call = site.instructions.first().ok_or_else(|| {
                     BuildError::Encode("an instruction point with no instruction".into())
                 })?;
                 if !red_zone {
@@ -341,11 +361,11 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
         ))?;
     }
 
-    let relocated_offset = e.len();
-    let relocated = relocate(spec.site, e.ip())?;
+    let relocated_offset = lead.len() + e.len();
+    let relocated = relocate(&site, e.ip())?;
     e.raw(&relocated.bytes);
 
-    let slow_path_offset = e.len();
+    let slow_path_offset = lead.len() + e.len();
     let slow = e.ip();
     let stub = row.register_stub;
     rel32(slow, 5, stub).ok_or(BuildError::StubOutOfReach {
@@ -368,8 +388,10 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
     // Re-emit the head now that `.slow` is known, and splice it in.
     let _ = head_len;
     let head = emit_head(slow)?.finish();
-    let mut bytes = e.finish();
-    bytes[..head.len()].copy_from_slice(&head);
+    let head_offset = lead.len();
+    let mut bytes = lead;
+    bytes.extend_from_slice(&e.finish());
+    bytes[head_offset..head_offset + head.len()].copy_from_slice(&head);
     Ok(Trampoline {
         address: spec.address,
         bytes,

@@ -588,3 +588,30 @@ fn register_stub_shape() {
         Err(BuildError::XsaveAreaTooSmall { area_size: 512 })
     );
 }
+
+#[test]
+fn instruction_points_beside_a_jump_table_displace_one_instruction_only() {
+    // mov eax, 1 (5); sub rsp, 8 (4); xor eax, eax (2); jmp rax (2); ret
+    let code = [
+        0xb8, 1, 0, 0, 0, 0x48, 0x83, 0xec, 0x08, 0x31, 0xc0, 0xff, 0xe0, RET,
+    ];
+    let at = |address| analyze_at(&f(&code), address);
+    // One 5-byte instruction: a table jumping to it lands on the patch's
+    // first byte, which is fine.
+    assert_eq!(at(A).unwrap().instructions.len(), 1);
+    // sub + xor: the table could reach the xor, inside the patch.
+    match at(A + 5).unwrap_err() {
+        Refusal::IndirectJumpMayEnter {
+            patch_address,
+            displaced,
+            from,
+        } => assert_eq!((patch_address, displaced, from), (A + 5, 2, A + 11)),
+        other => panic!("{other}"),
+    }
+    // A tail call through a GOT slot (`jmp [rip + 0]`) is no table.
+    let mut got = code;
+    got[11..13].copy_from_slice(&[0xeb, 0x00]); // jmp short +0 (a direct jump)
+    let mut got = got.to_vec();
+    got.extend_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    assert_eq!(analyze_at(&f(&got), A + 5).unwrap().instructions.len(), 2);
+}

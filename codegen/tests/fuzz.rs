@@ -69,6 +69,7 @@ fn random_function(rng: &mut Rng) -> Vec<u8> {
 fn random_functions_never_break_relocation() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut analyzed, mut relocated, mut out_of_reach) = (0, 0, 0);
+    let (mut points, mut leads) = (0, 0);
     for _ in 0..100_000 {
         let bytes = random_function(&mut rng);
         let padding: Vec<u8> = match rng.below(3) {
@@ -122,10 +123,44 @@ fn random_functions_never_break_relocation() {
         }) {
             assert!(t.bytes.len() <= max_trampoline_len(&site, &snippets));
         }
+        // An instruction point at a random instruction of the function.
+        let starts: Vec<u64> = common::decode_all(&bytes, address)
+            .iter()
+            .filter(|i| i.code() != iced_x86::Code::INVALID)
+            .map(|i| i.ip())
+            .collect();
+        let point = starts[rng.below(starts.len() as u64) as usize];
+        let code = FunctionCode {
+            address,
+            bytes: &bytes,
+            padding: &padding,
+        };
+        if let Ok(site) = analyze_at(&code, point) {
+            points += 1;
+            leads += usize::from(site.lead > 0);
+            assert_eq!(site.point(), point, "{bytes:02x?}");
+            assert!(site.patch_address <= point && point < site.end());
+            assert!(site.original.len() >= JMP_REL32_LEN);
+            let mut at = site.patch_address;
+            for i in &site.instructions {
+                assert_eq!(i.ip(), at, "contiguous");
+                at = i.next_ip();
+            }
+            if let Ok(t) = build_instruction_trampoline(&TrampolineSpec {
+                address: new_ip,
+                site: &site,
+                row,
+                snippets: &snippets,
+            }) {
+                assert!(t.bytes.len() <= max_trampoline_len(&site, &snippets));
+            }
+        }
     }
     eprintln!(
-        "analyzed {analyzed}, relocated {relocated}, rip-relative out of reach {out_of_reach}"
+        "analyzed {analyzed}, relocated {relocated}, rip-relative out of reach {out_of_reach}; \
+         instruction points {points}, {leads} of them with a lead"
     );
+    assert!(leads > 100, "points with a lead: {leads} of {points}");
     assert!(
         analyzed > 10_000 && relocated > 8_000,
         "the generator is too weak: {analyzed} {relocated}"

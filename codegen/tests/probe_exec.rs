@@ -452,7 +452,11 @@ fn instruction_points_leave_the_red_zone_alone() {
     // The point: after the two stores (5 bytes each).
     let point = leaf.0 + 10;
     lab.patch_instruction(leaf, point, Snippet::CountCall { offset: 8 * 100 });
+    // The same with rax and rdx set before the point (4 bytes each), which
+    // the probe sees as `ret` and `ret2`.
     let leaf2 = lab.assemble(|a, end| {
+        a.lea(rax, qword_ptr(rdi + 3)).unwrap();
+        a.lea(rdx, qword_ptr(rsi + 4)).unwrap();
         a.mov(qword_ptr(rsp - 8), rdi).unwrap();
         a.mov(qword_ptr(rsp - 120), rsi).unwrap();
         a.imul_3(rax, rdi, 1000).unwrap();
@@ -467,7 +471,7 @@ fn instruction_points_leave_the_red_zone_alone() {
     });
     lab.patch_instruction(
         leaf2,
-        leaf2.0 + 10,
+        leaf2.0 + 18,
         Snippet::CallProbe(probe_call(leaf2.0, None, vector_save())),
     );
     let row = install_row(lab.cells());
@@ -489,6 +493,8 @@ fn instruction_points_leave_the_red_zone_alone() {
     assert_eq!(seen.len(), 10);
     for (k, ctx) in seen.iter().enumerate() {
         assert_eq!((ctx.args[0], ctx.args[1]), (k as u64, 9));
+        assert_eq!((ctx.ret, ctx.ret2), (k as u64 + 3, 13));
+        assert_eq!((ctx.point, ctx.function), (POINT_INSTRUCTION, leaf2.0));
         // rsp at the point: the caller's rsp minus the return address, so
         // the data stored below it is there.
         // SAFETY: read only to compare; the stack above the point is the
@@ -607,4 +613,153 @@ fn indirect_call_targets_are_recorded() {
     );
     assert_eq!(slot(&mem_table, 3), (0, 0));
     assert_eq!(word(mem_table.table + 64), 0, "no overflow");
+}
+
+/// Short indirect calls — a virtual call `call [rax + 8]` (3 bytes) and
+/// `call rax` (2) — followed by more code: the patch starts at the
+/// instruction before each (which loads the pointer), the trampoline runs
+/// it first, then records the target the call is about to reach, then
+/// makes the call.
+#[test]
+fn short_indirect_calls_are_patched_from_the_instruction_before() {
+    let mut lab = Lab::new();
+    // via_vtable(x, obj): rax = obj's vtable, call [rax + 8].
+    let via_vtable = lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.mov(rax, qword_ptr(rsi)).unwrap();
+        a.call(qword_ptr(rax + 8)).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    // via_pointer(x, f): rax = f (3 bytes), call rax, then 1 added.
+    let via_pointer = lab.assemble(|a, end| {
+        a.push(rbx).unwrap();
+        a.mov(rax, rsi).unwrap();
+        a.call(rax).unwrap();
+        a.add(rax, 1).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let at = |f: (u64, usize), point: u64| {
+        let code = lab.bytes(f.0, f.1);
+        analyze_at(
+            &FunctionCode {
+                address: f.0,
+                bytes: &code,
+                padding: &[],
+            },
+            point,
+        )
+        .unwrap()
+    };
+    // The calls: after `push rbx; mov rax, [rsi]` (1 + 3); after `push
+    // rbx; mov rax, rsi` (1 + 3). Each site starts at the mov and ends
+    // with the call.
+    for (f, call_len) in [(via_vtable, 3), (via_pointer, 2)] {
+        let site = at(f, f.0 + 4);
+        assert_eq!((site.patch_address, site.lead), (f.0 + 1, 1));
+        assert_eq!(site.point(), f.0 + 4);
+        assert_eq!(site.end(), f.0 + 4 + call_len);
+    }
+    let vt_table = CallTargets {
+        table: 8 * 200,
+        slots: 2,
+    };
+    let ptr_table = CallTargets {
+        table: 8 * 300,
+        slots: 2,
+    };
+    lab.patch_instruction(
+        via_vtable,
+        via_vtable.0 + 4,
+        Snippet::RecordCallTarget(vt_table),
+    );
+    lab.patch_instruction(
+        via_pointer,
+        via_pointer.0 + 4,
+        Snippet::RecordCallTarget(ptr_table),
+    );
+    install_row(lab.cells());
+    // SAFETY: C-ABI functions of these signatures.
+    let (by_vtable, by_pointer) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(i64, *const *const u64) -> i64>(
+                via_vtable.0 as usize,
+            ),
+            std::mem::transmute::<usize, extern "C" fn(i64, u64) -> i64>(via_pointer.0 as usize),
+        )
+    };
+    let (p1, t2) = (plus_one as *const () as u64, times_two as *const () as u64);
+    // Two "objects" whose vtables hold the target at +8.
+    let (vt1, vt2) = ([0u64, p1], [0u64, t2]);
+    let (o1, o2) = (vt1.as_ptr(), vt2.as_ptr());
+    for _ in 0..4 {
+        assert_eq!(by_vtable(10, &o1), 11);
+    }
+    for _ in 0..2 {
+        assert_eq!(by_vtable(10, &o2), 20);
+    }
+    for _ in 0..3 {
+        assert_eq!(by_pointer(7, t2), 15);
+    }
+    assert_eq!(by_pointer(7, p1), 9);
+    let slot = |t: &CallTargets, i: i32| (word(t.table + 16 * i), word(t.table + 16 * i + 8));
+    assert_eq!((slot(&vt_table, 0), slot(&vt_table, 1)), ((p1, 4), (t2, 2)));
+    assert_eq!(
+        (slot(&ptr_table, 0), slot(&ptr_table, 1)),
+        ((t2, 3), (p1, 1))
+    );
+    assert_eq!(word(vt_table.table + 32) + word(ptr_table.table + 32), 0);
+}
+
+/// A 2-byte instruction right before the start of another basic block (a
+/// loop's head) is patched from the instruction before it; a count there
+/// runs once per execution of that instruction, and the loop is intact.
+#[test]
+fn a_short_instruction_before_a_block_is_counted() {
+    let mut lab = Lab::new();
+    // sum(n): rax = 0; rbx = n; top: add rax, rbx; dec rbx; jnz top; ret.
+    // The point: `mov rbx, rdi` (3 bytes) just before `top` (a branch
+    // target).
+    let sum = lab.assemble(|a, end| {
+        let mut top = a.create_label();
+        a.xor(eax, eax).unwrap(); // 2
+        a.push(rbx).unwrap(); // 1
+        a.mov(rbx, rdi).unwrap(); // 3, the point
+        a.set_label(&mut top).unwrap();
+        a.add(rax, rbx).unwrap();
+        a.dec(rbx).unwrap();
+        a.jnz(top).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    let code = lab.bytes(sum.0, sum.1);
+    let f = FunctionCode {
+        address: sum.0,
+        bytes: &code,
+        padding: &[],
+    };
+    // The point itself would displace the loop's first instruction.
+    let site = analyze_at(&f, sum.0 + 3).unwrap();
+    assert_eq!(
+        (site.patch_address, site.lead, site.end()),
+        (sum.0, 2, sum.0 + 6)
+    );
+    // The loop's head starts a patch itself (the branch lands on its first
+    // byte); `pop rbx; ret` (2 bytes, no padding) is patched from the `dec`,
+    // with the loop's `jnz` in the lead.
+    assert_eq!(analyze_at(&f, sum.0 + 6).unwrap().lead, 0);
+    let tail = analyze_at(&f, sum.0 + 14).unwrap();
+    assert_eq!((tail.patch_address, tail.lead), (sum.0 + 9, 2));
+    lab.patch_instruction(sum, sum.0 + 3, Snippet::CountCall { offset: 8 * 100 });
+    install_row(lab.cells());
+    // SAFETY: a C-ABI function of this signature.
+    let sum = unsafe { std::mem::transmute::<usize, extern "C" fn(u64) -> u64>(sum.0 as usize) };
+    for n in 1..=5 {
+        assert_eq!(sum(n), n * (n + 1) / 2);
+    }
+    assert_eq!(word(8 * 100), 5);
 }
