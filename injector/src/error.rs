@@ -67,6 +67,12 @@ pub enum Error {
     /// C library (inside the allocator, `fork` or the dynamic loader).
     #[error("no thread of process {0} reached a point where weft can safely load its runtime (all stayed inside the C library's allocator, fork or the dynamic loader); try again")]
     NoSafeThread(i32),
+    /// Call targets were asked of a probe that does not record them.
+    #[error(
+        "probe {0} records no call targets: insert a point with PointSpec::call_targets at an \
+         indirect call (and read it before its words go to a later probe)"
+    )]
+    NotACallTargetPoint(u32),
     /// A bug in weft.
     #[error("internal error: {0} (please report it)")]
     Internal(String),

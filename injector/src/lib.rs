@@ -29,7 +29,10 @@ pub mod trampolines;
 pub use error::Error;
 pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
-pub use process::{Function, Probe, ProbeId, ProbeSpec, Process, Refused, Replacement, UserProbe};
+pub use process::{
+    CallTargetCounts, Function, PointSpec, Probe, ProbeId, ProbeSpec, Process, Refused,
+    Replacement, UserProbe,
+};
 pub use report::Report;
 pub use sample::Sampler;
 

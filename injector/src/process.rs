@@ -41,6 +41,9 @@ use weft_codegen::{
     TrampolineSpec,
 };
 
+mod points;
+pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
+
 /// Longest prefix of a function decoded to look for jumps into the patch.
 const MAX_ANALYZED: u64 = 64 * 1024;
 /// How often weft lets the world run and looks again when a thread is
@@ -101,6 +104,16 @@ pub struct Probe {
     /// For a replaced function ([`Process::replace_function`]): the
     /// function it is redirected to. Such a probe has no words.
     pub replaced_by: Option<u64>,
+    /// For an instruction point ([`Process::insert_points`]): the
+    /// instruction's address (the patch may start at an earlier
+    /// instruction of its block). Its calls word counts executions.
+    pub point: Option<u64>,
+    /// The bytes from `patch_address` whose instructions run in the
+    /// trampoline instead: no other probe may be patched inside them.
+    pub displaced: std::ops::Range<u64>,
+    /// For a point recording where an indirect call goes: the first word
+    /// of its table and the table's slots ([`Process::call_targets`]).
+    pub call_targets: Option<(u32, u32)>,
 }
 
 /// A function redirected to another ([`Process::replace_function`]).
@@ -791,7 +804,7 @@ impl Process {
         let active: AddressSet<u64> = self
             .probes
             .iter()
-            .filter(|p| p.active)
+            .filter(|p| p.active && p.point.is_none())
             .map(|p| p.function.address)
             .collect();
         let mut sites = AddressSet::default();
@@ -821,7 +834,17 @@ impl Process {
             match planned {
                 // One probe per site, even if two names lead to it.
                 Ok(site) if !sites.insert(site.patch_address) => {}
-                Ok(site) => plans.push((request, site)),
+                Ok(site) => match self.overlapping_probe(&(site.patch_address..site.end())) {
+                    Some(other) => refused.push(Refused {
+                        function: f.clone(),
+                        reason: format!(
+                            "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
+                            other.patch_address,
+                            points::probe_name(other)
+                        ),
+                    }),
+                    None => plans.push((request, site)),
+                },
                 Err(reason) => refused.push(Refused {
                     function: f.clone(),
                     reason,
@@ -969,6 +992,9 @@ impl Process {
                 on_entry: request.on_entry,
                 on_exit: request.on_exit,
                 replaced_by: None,
+                point: None,
+                displaced: site.patch_address..site.end(),
+                call_targets: None,
             });
         }
 
@@ -1094,6 +1120,9 @@ impl Process {
                 on_entry: None,
                 on_exit: None,
                 replaced_by: None,
+                point: None,
+                displaced: s.site.patch_address..s.site.end(),
+                call_targets: None,
             });
             sites.push(s.site);
         }
@@ -1244,13 +1273,20 @@ impl Process {
         if self
             .probes
             .iter()
-            .any(|p| p.active && p.function.address == f.address)
+            .any(|p| p.active && p.point.is_none() && p.function.address == f.address)
         {
             return Err(refuse(
                 "it is already instrumented: remove its probe first".into(),
             ));
         }
         let site = self.plan(&f).map_err(refuse)?;
+        if let Some(other) = self.overlapping_probe(&(site.patch_address..site.end())) {
+            return Err(refuse(format!(
+                "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
+                other.patch_address,
+                points::probe_name(other)
+            )));
+        }
         let len = weft_codegen::max_redirect_len(&site) as u64;
         let at = self.reserve_near(site.patch_address, len)?;
         let tracer = self.tracer.as_mut().expect("held");
@@ -1274,6 +1310,9 @@ impl Process {
             at..at + redirect.bytes.len() as u64,
             with,
         )?;
+        if let Some(p) = self.probes.iter_mut().find(|p| p.id == id) {
+            p.displaced = site.patch_address..site.end();
+        }
         Ok(Replacement {
             id,
             original: redirect.original,
@@ -1376,12 +1415,13 @@ impl Process {
                 "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
             )));
         }
-        if self
-            .probes
-            .iter()
-            .any(|p| p.active && p.patch_address == site)
-        {
-            return Err(refuse(format!("the call at {site:#x} is already changed")));
+        if let Some(other) = self.overlapping_probe(&(site..site + 5)) {
+            return Err(refuse(format!(
+                "the call at {site:#x} is already changed, or inside the patch of the probe at \
+                 {:#x} ({}): remove that first",
+                other.patch_address,
+                points::probe_name(other)
+            )));
         }
         Ok((f, bytes))
     }
@@ -1418,6 +1458,9 @@ impl Process {
             on_entry: None,
             on_exit: None,
             replaced_by: Some(replaced_by),
+            point: None,
+            displaced: at..at + 5,
+            call_targets: None,
         });
         Ok(id)
     }
@@ -1562,7 +1605,7 @@ impl Process {
             if self
                 .probes
                 .iter()
-                .any(|p| p.active && p.function.address == f.address)
+                .any(|p| p.active && p.point.is_none() && p.function.address == f.address)
             {
                 continue;
             }
@@ -1594,7 +1637,7 @@ impl Process {
         } else {
             f.size.min(MAX_ANALYZED)
         };
-        let code = memory
+        let mut code = memory
             .read_vec(f.address, size as usize)
             .map_err(|e| e.to_string())?;
         let padding = if f.padding > 0 {
@@ -1604,6 +1647,8 @@ impl Process {
         } else {
             Vec::new()
         };
+        // Instruction points in the body: decode the code as compiled.
+        overlay_originals(&self.probes, f.address, &mut code);
         let site = analyze_entry(&FunctionCode {
             address: f.address,
             bytes: &code,
@@ -2139,7 +2184,7 @@ impl Process {
             .iter()
             .filter(|p| !p.words_recycled && p.words > 0)
             .map(|p| ProbeInfo {
-                name: p.function.name.clone(),
+                name: points::probe_name(p),
                 module: p.function.module.clone(),
                 address: p.patch_address,
                 calls_word: p.calls_word,
@@ -2234,6 +2279,20 @@ type AddressMap<K, V> =
 type AddressSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<AddressHasher>>;
 
 /// What a cached plan is keyed by: the function's address and extent.
+/// Puts back, in `code` (read from the target at `address`), the bytes
+/// this session's active probes replaced: the code as it was compiled.
+fn overlay_originals(probes: &[Probe], address: u64, code: &mut [u8]) {
+    let end = address + code.len() as u64;
+    for p in probes.iter().filter(|p| p.active) {
+        for (k, &byte) in p.original.iter().enumerate() {
+            let at = p.patch_address + k as u64;
+            if (address..end).contains(&at) {
+                code[(at - address) as usize] = byte;
+            }
+        }
+    }
+}
+
 fn plan_key(f: &Function) -> (u64, u64, u64) {
     (f.address, f.size, f.padding)
 }

@@ -139,8 +139,23 @@ impl Report {
         overflow_threads: u64,
         live_name: impl Fn(u32) -> Option<String>,
     ) -> Report {
-        let names = display_names(probes);
-        let mut functions: Vec<FunctionReport> = probes
+        // A function instrumented several times in a session (probes
+        // inserted and removed again) is one entry: its probes' figures
+        // add up.
+        let mut entry_of = Vec::with_capacity(probes.len());
+        let mut firsts: Vec<&ProbeInfo> = Vec::new();
+        for p in probes {
+            let same = |q: &&ProbeInfo| {
+                (q.module.as_str(), q.name.as_str(), q.address)
+                    == (p.module.as_str(), p.name.as_str(), p.address)
+            };
+            entry_of.push(firsts.iter().position(same).unwrap_or_else(|| {
+                firsts.push(p);
+                firsts.len() - 1
+            }));
+        }
+        let names = display_names(&firsts);
+        let mut functions: Vec<FunctionReport> = firsts
             .iter()
             .zip(&names)
             .map(|(p, name)| FunctionReport {
@@ -148,14 +163,23 @@ impl Report {
                 module: p.module.clone(),
                 address: format!("{:#x}", p.address),
                 calls: 0,
-                wall_ns: p.metrics.wall.then_some(0),
-                cpu_ns: p.metrics.cpu.then_some(0),
+                wall_ns: None,
+                cpu_ns: None,
             })
             .collect();
+        for (p, &e) in probes.iter().zip(&entry_of) {
+            let f = &mut functions[e];
+            if p.metrics.wall {
+                f.wall_ns.get_or_insert(0);
+            }
+            if p.metrics.cpu {
+                f.cpu_ns.get_or_insert(0);
+            }
+        }
         let mut threads = Vec::new();
         for row in rows {
-            let mut counts = BTreeMap::new();
-            for (i, probe) in probes.iter().enumerate() {
+            let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
+            for (probe, &i) in probes.iter().zip(&entry_of) {
                 let word = |k: usize| {
                     row.words
                         .get(probe.calls_word as usize + k)
@@ -186,7 +210,17 @@ impl Report {
                     c.cpu_ns = Some(w);
                     *functions[i].cpu_ns.get_or_insert(0) += w;
                 }
-                counts.insert(names[i].clone(), c);
+                let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                };
+                let merged = counts.entry(names[i].clone()).or_default();
+                merged.calls += c.calls;
+                merged.exits = add(merged.exits, c.exits);
+                merged.unwound = add(merged.unwound, c.unwound);
+                merged.unhooked = add(merged.unhooked, c.unhooked);
+                merged.wall_ns = add(merged.wall_ns, c.wall_ns);
+                merged.cpu_ns = add(merged.cpu_ns, c.cpu_ns);
             }
             if counts.is_empty() {
                 continue;
@@ -320,7 +354,7 @@ pub fn human_ns(ns: u64) -> String {
 }
 
 /// Names as reported: plain, or `module:name` where two probes share one.
-fn display_names(probes: &[ProbeInfo]) -> Vec<String> {
+fn display_names(probes: &[&ProbeInfo]) -> Vec<String> {
     probes
         .iter()
         .map(|p| {
@@ -438,6 +472,32 @@ mod tests {
         assert_eq!(human_ns(words[6]), "999 ns");
         assert_eq!(human_ns(12_345), "12.3 µs");
         assert_eq!(human_ns(2_500_000_000), "2.50 s");
+    }
+
+    #[test]
+    fn a_function_probed_twice_is_one_entry() {
+        // Inserted, removed, inserted again (new words): one function, one
+        // name, the calls of both.
+        let probe = |calls_word| ProbeInfo {
+            name: "f".into(),
+            module: "exe".into(),
+            address: 0x1000,
+            calls_word,
+            metrics: crate::exits::Metrics::CALLS,
+        };
+        let probes = vec![probe(0), probe(1)];
+        let rows = vec![
+            row(0, 10, layout::ROW_LIVE, vec![3, 4]),
+            row(1, 11, layout::ROW_LIVE, vec![0, 5]),
+        ];
+        let r = Report::build(1, 5, &probes, &rows, 0, |_| None);
+        assert_eq!(r.functions.len(), 1);
+        assert_eq!(
+            (r.functions[0].name.as_str(), r.functions[0].calls),
+            ("f", 12)
+        );
+        assert_eq!(r.threads[0].functions["f"].calls, 7);
+        assert_eq!(r.threads[1].functions["f"].calls, 5);
     }
 
     #[test]

@@ -353,6 +353,14 @@ pub fn probed() -> &'static Path {
     P.get_or_init(|| build_simple_c("probed", "probed.c", &[]))
 }
 
+/// Worker threads making indirect and virtual calls in rounds on command,
+/// printing their ground truth (see tests/targets/points.c).
+#[allow(dead_code)]
+pub fn points() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("points", "points.c", &[]))
+}
+
 /// The user probes of tests/targets/probe_lib.c, as a shared library.
 #[allow(dead_code)]
 pub fn probe_lib() -> &'static Path {

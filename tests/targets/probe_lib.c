@@ -36,3 +36,11 @@ long add3_times10(long a, long b, long c) { return 10 * add3_original(a, b, c); 
 
 /* Where a redirected call site of probed's scale lands instead. */
 double scale_negated(double x, const double *k) { return -(x * *k); }
+
+/* An instruction point's probe (tests/points.rs): the registers there. */
+void on_point(const struct weft_probe *p)
+{
+    dprintf(1, "probe point user=%lu arg0=%ld arg1=%ld ret=%ld point=%u at=%#lx\n",
+            (unsigned long)p->user, (long)p->args[0], (long)p->args[1], (long)p->ret, p->point,
+            (unsigned long)p->function);
+}

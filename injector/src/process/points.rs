@@ -1,0 +1,490 @@
+//! Instruction points: probes at any instruction of a function, before and
+//! after its call sites, and the recording, per thread, of where its
+//! indirect calls go (dynamic call graphs).
+//!
+//! A point is spliced like an entry probe — a `jmp` to a trampoline — but
+//! inside the function, so its trampoline steps over the red zone, and the
+//! patch may start at an earlier instruction of the point's basic block
+//! when the instruction itself is too short to hold it (see
+//! [`weft_codegen::analyze_at`]). Every point counts how often threads
+//! reach it, in a word of their own rows, like a function's calls.
+
+use super::{overlay_originals, Error, Function, Probe, ProbeId, Process, Refused, UserProbe};
+use crate::exits::Metrics;
+use std::time::Instant;
+use weft_codegen::cfg::{CallSite, Flow};
+use weft_codegen::{
+    analyze_at, build_instruction_trampoline, jmp_rel32, CallTargets, FunctionCode, PatchSite,
+    ProbeCall, Snippet, ThreadRow, TrampolineSpec,
+};
+
+/// Bytes of a function read to find its instructions (the linear sweep
+/// that validates a point starts at the entry).
+const MAX_POINT_FUNCTION: u64 = 64 * 1024;
+/// Most (target, count) slots a call-target table may have.
+pub const MAX_CALL_TARGET_SLOTS: u32 = 64;
+
+/// A probe at one instruction of a function ([`Process::insert_points`]).
+/// Each time a thread is about to execute the instruction it is counted
+/// (per thread; reports name the point `function+0xoffset`), and, if
+/// asked, a user probe is called with the registers there and the target
+/// of the indirect call there is recorded.
+#[derive(Clone, Debug)]
+pub struct PointSpec {
+    /// The function holding the instruction.
+    pub function: Function,
+    /// The instruction's address: the first byte of one of the function's
+    /// instructions (decoded from its entry), else the point is refused.
+    pub address: u64,
+    /// A user probe called there (before the instruction runs); its
+    /// context's `point` is `WEFT_POINT_INSTRUCTION`, `args` the argument
+    /// registers there, `ret`/`ret2`/`fret` `rax`/`rdx`/`xmm0` there.
+    pub probe: Option<UserProbe>,
+    /// For an indirect call (`call rax`, `call [rax + 8]`, `call [rip +
+    /// slot]`): record which functions it reaches, per thread, in this
+    /// many (target, count) slots (1..=[`MAX_CALL_TARGET_SLOTS`]); calls
+    /// to further targets are counted as overflow.
+    pub call_targets: Option<u32>,
+}
+
+impl PointSpec {
+    /// Counting executions of the instruction at `address`.
+    pub fn at(function: Function, address: u64) -> PointSpec {
+        PointSpec {
+            function,
+            address,
+            probe: None,
+            call_targets: None,
+        }
+    }
+
+    /// Right before the call `site` (from [`crate::code::function_code`])
+    /// calls: the arguments are in place.
+    pub fn before_call(function: Function, site: &CallSite) -> PointSpec {
+        PointSpec::at(function, site.address)
+    }
+
+    /// Right after the call `site` returns, at the instruction its return
+    /// address names: a probe there sees the results in `ret` (`rax`),
+    /// `ret2` (`rdx`) and `fret` (`xmm0`). Code that jumps to that
+    /// instruction from elsewhere reaches the point too.
+    pub fn after_call(function: Function, site: &CallSite) -> PointSpec {
+        PointSpec::at(function, site.address + site.len as u64)
+    }
+
+    /// Recording where the indirect call `site` goes, in `slots` slots.
+    pub fn call_targets(function: Function, site: &CallSite, slots: u32) -> PointSpec {
+        PointSpec {
+            call_targets: Some(slots),
+            ..PointSpec::at(function, site.address)
+        }
+    }
+
+    /// The same point, calling `probe` too.
+    pub fn with_probe(self, probe: UserProbe) -> PointSpec {
+        PointSpec {
+            probe: Some(probe),
+            ..self
+        }
+    }
+
+    /// Metric words: the execution counter, then the call-target table.
+    fn words(&self) -> u32 {
+        1 + self.call_targets.map_or(0, |slots| 2 * slots + 1)
+    }
+}
+
+/// Where one indirect call site went in one thread ([`Process::call_targets`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallTargetCounts {
+    /// The thread's kernel id.
+    pub tid: u32,
+    /// weft's index of the thread (its row).
+    pub thread: u32,
+    /// The functions reached, in the order the thread first reached them,
+    /// with how many calls went to each.
+    pub targets: Vec<(u64, u64)>,
+    /// Calls to targets beyond the table's slots.
+    pub overflow: u64,
+}
+
+impl Process {
+    /// Inserts instruction points, all in one stop of the world (the
+    /// process must be held). Each point is planned from the function's
+    /// original code and refused, with nothing changed, when it is not an
+    /// instruction boundary, when it cannot be patched safely (a branch or
+    /// a jump table may enter the bytes the patch overwrites, a call would
+    /// return into them...), when it overlaps another probe's patch, or
+    /// when call targets are asked for at an instruction that is not an
+    /// indirect call. [`Process::remove`] takes a point out like any probe.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] naming every point refused and why;
+    /// [`Error::NotHeld`]; the errors of loading the runtime.
+    pub fn insert_points(&mut self, specs: &[PointSpec]) -> Result<Vec<ProbeId>, Error> {
+        if self.tracer.is_none() {
+            return Err(Error::NotHeld);
+        }
+        let mut cleaned = std::collections::HashSet::new();
+        for spec in specs {
+            if cleaned.insert(spec.function.address) {
+                self.remove_leftover_points(&spec.function)?;
+            }
+        }
+        let mut refused = Vec::new();
+        let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            match self.plan_point(spec, &plans) {
+                Ok(site) => plans.push((spec, site)),
+                Err(reason) => refused.push(Refused {
+                    function: spec.function.clone(),
+                    reason: format!("{}: {reason}", point_name(&spec.function, spec.address)),
+                }),
+            }
+        }
+        if !refused.is_empty() {
+            return Err(Error::Refused(refused));
+        }
+        self.ensure_runtime()?;
+        let save = crate::trampolines::vector_save();
+        let header = self.runtime.as_ref().expect("loaded above").region.header();
+        let register_stub_fn = header.register_fn;
+        let tls_offset = i32::try_from(header.tls_offset)
+            .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
+        let mmap_fn = self
+            .image
+            .symbol_address("libc.so", "mmap")
+            .ok_or(Error::MissingLibc("mmap"))?;
+        let call_tid = self.call_thread()?;
+
+        let mut new_probes: Vec<Probe> = Vec::with_capacity(plans.len());
+        let mut originals: Vec<Vec<u8>> = Vec::with_capacity(plans.len());
+        let built = (|| -> Result<(), Error> {
+            for (spec, site) in &plans {
+                let words = spec.words();
+                let word = self.allocate_words(words)?;
+                let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
+                let mut snippets = vec![Snippet::CountCall { offset }];
+                if let Some(probe) = spec.probe {
+                    snippets.push(Snippet::CallProbe(ProbeCall {
+                        function: probe.function,
+                        user: probe.user,
+                        predicate: probe.predicate,
+                        save,
+                        row_index: weft_rt::layout::ROW_INDEX as i32,
+                        instrumented: spec.address,
+                    }));
+                }
+                let table = spec.call_targets.map(|slots| CallTargets {
+                    table: weft_rt::layout::Geometry::metric_offset(word + 1) as i32,
+                    slots,
+                });
+                if let Some(table) = table {
+                    snippets.push(Snippet::RecordCallTarget(table));
+                }
+                let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
+                let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+                let (at, stub) = self.pool.reserve(
+                    tracer,
+                    call_tid,
+                    mmap_fn,
+                    register_stub_fn,
+                    site.patch_address,
+                    len,
+                )?;
+                let trampoline = build_instruction_trampoline(&TrampolineSpec {
+                    address: at,
+                    site,
+                    row: ThreadRow {
+                        tls_offset,
+                        register_stub: stub,
+                        activity: Some(weft_rt::layout::ROW_ACTIVITY as i32),
+                    },
+                    snippets: &snippets,
+                })
+                .map_err(|e| {
+                    Error::Refused(vec![Refused {
+                        function: spec.function.clone(),
+                        reason: format!("{}: {e}", point_name(&spec.function, spec.address)),
+                    }])
+                })?;
+                let patch = jmp_rel32(site.patch_address, at)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let mut original = [0u8; 5];
+                original.copy_from_slice(&site.original[..5]);
+                // The leftover record, as for an entry: a later weft finds
+                // the point by it if this one dies while it is live.
+                let mut bytes = crate::trampolines::record(
+                    site.patch_address,
+                    original,
+                    trampoline.bytes.len() as u64,
+                )
+                .to_vec();
+                bytes.extend_from_slice(&trampoline.bytes);
+                tracer
+                    .memory()
+                    .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
+                new_probes.push(Probe {
+                    id: ProbeId((self.probes.len() + new_probes.len()) as u32),
+                    function: spec.function.clone(),
+                    patch_address: site.patch_address,
+                    original,
+                    patch,
+                    trampoline: at..at + trampoline.bytes.len() as u64,
+                    calls_word: word,
+                    metrics: Metrics::CALLS,
+                    words_recycled: false,
+                    active: false,
+                    record: None,
+                    words,
+                    on_entry: spec.probe,
+                    on_exit: None,
+                    replaced_by: None,
+                    point: Some(spec.address),
+                    displaced: site.patch_address..site.end(),
+                    call_targets: spec.call_targets.map(|slots| (word + 1, slots)),
+                });
+                originals.push(site.original.clone());
+            }
+            Ok(())
+        })();
+        let spliced = built.map_err(|e| (e, false)).and_then(|()| {
+            let sites: Vec<(u64, u64)> = new_probes
+                .iter()
+                .map(|p| (p.patch_address, p.patch_address + 5))
+                .collect();
+            // Never write bytes a stopped thread is in the middle of.
+            self.wait_until_outside(
+                |pc| sites.iter().any(|&(s, e)| s < pc && pc < e),
+                "an instruction point's patch",
+            )
+            .map_err(|e| (e, false))?;
+            let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
+            let tracer = self.tracer.as_mut().ok_or((Error::NotHeld, false))?;
+            super::splice(tracer.memory(), &new_probes, &originals)
+        });
+        if let Err((e, patched)) = spliced {
+            if !patched {
+                for p in &new_probes {
+                    self.pool.release(p.trampoline.clone());
+                }
+            }
+            return Err(e);
+        }
+        for probe in &mut new_probes {
+            probe.active = true;
+        }
+        let ids = new_probes.iter().map(|p| p.id).collect();
+        self.probes.extend(new_probes);
+        if self.live_since.is_none() {
+            self.live_since = Some(Instant::now());
+        }
+        Ok(ids)
+    }
+
+    /// Where each thread's indirect call at the point `id` went, read from
+    /// the shared region without stopping the target (exited threads'
+    /// rows as [`Process::harvest`] kept them). Threads that never reached
+    /// the point are left out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotACallTargetPoint`] when `id` is not a point inserted
+    /// with [`PointSpec::call_targets`], or its words were given to a later
+    /// probe.
+    pub fn call_targets(&self, id: ProbeId) -> Result<Vec<CallTargetCounts>, Error> {
+        let probe = self
+            .probes
+            .iter()
+            .find(|p| p.id == id)
+            .ok_or(Error::NotACallTargetPoint(id.0))?;
+        let (table, slots) = match (probe.call_targets, probe.words_recycled) {
+            (Some(t), false) => t,
+            _ => return Err(Error::NotACallTargetPoint(id.0)),
+        };
+        let mut out = Vec::new();
+        for row in self.snapshot() {
+            let word = |i: u32| row.words.get((table + i) as usize).copied().unwrap_or(0);
+            let targets: Vec<(u64, u64)> = (0..slots)
+                .map(|i| (word(2 * i), word(2 * i + 1)))
+                .filter(|&(target, calls)| target != 0 && calls > 0)
+                .collect();
+            let overflow = word(2 * slots);
+            if !targets.is_empty() || overflow > 0 {
+                out.push(CallTargetCounts {
+                    tid: row.tid,
+                    thread: row.index,
+                    targets,
+                    overflow,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Plans the point `spec` from the function's original code (active
+    /// probes' patches undone in the copy read), or says why not.
+    fn plan_point(
+        &mut self,
+        spec: &PointSpec,
+        planned: &[(&PointSpec, PatchSite)],
+    ) -> Result<PatchSite, String> {
+        let f = &spec.function;
+        if let Some(slots) = spec.call_targets {
+            if slots == 0 || slots > MAX_CALL_TARGET_SLOTS {
+                return Err(format!(
+                    "a call-target table has 1 to {MAX_CALL_TARGET_SLOTS} slots, not {slots}"
+                ));
+            }
+        }
+        if f.size == 0 {
+            return Err(
+                "the function's size is unknown (no symbol size, no unwind entry), so its \
+                 instructions cannot be told apart from what follows it"
+                    .into(),
+            );
+        }
+        let size = f.size.min(MAX_POINT_FUNCTION);
+        if spec.address < f.address || spec.address >= f.address + size {
+            return Err(format!(
+                "{:#x} is outside the function ({:#x}..{:#x})",
+                spec.address,
+                f.address,
+                f.address + f.size
+            ));
+        }
+        self.branch_index(f.address).map_err(|e| e.to_string())?;
+        let memory = self.reader().map_err(|e| e.to_string())?;
+        let mut code = memory
+            .read_vec(f.address, size as usize)
+            .map_err(|e| e.to_string())?;
+        let mut padding = if f.padding > 0 {
+            memory
+                .read_vec(f.address + f.size, f.padding.min(64) as usize)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        // Planned from the code as compiled: this session's patches undone.
+        overlay_originals(&self.probes, f.address, &mut code);
+        overlay_originals(&self.probes, f.address + f.size, &mut padding);
+        let site = analyze_at(
+            &FunctionCode {
+                address: f.address,
+                bytes: &code,
+                padding: &padding,
+            },
+            spec.address,
+        )
+        .map_err(|e| e.to_string())?;
+        if spec.call_targets.is_some() {
+            let here = weft_codegen::analyze_function(f.address, &code)
+                .instruction_at(spec.address)
+                .map(|i| (i.flow, i.mnemonic));
+            if !matches!(here, Some((Flow::IndirectCall { .. }, _))) {
+                return Err(format!(
+                    "call targets are recorded at an indirect call (`call reg` or `call [mem]`), \
+                     and the instruction there is {}",
+                    here.map_or("unknown".to_string(), |(_, m)| format!("a {m:?}"))
+                ));
+            }
+        }
+        let range = site.patch_address..site.end();
+        if let Some(other) = self.overlapping_probe(&range) {
+            return Err(format!(
+                "its patch ({:#x}..{:#x}) overlaps probe {} at {:#x} ({}): remove that first",
+                range.start,
+                range.end,
+                other.id.0,
+                other.patch_address,
+                probe_name(other)
+            ));
+        }
+        if let Some((other, _)) = planned
+            .iter()
+            .find(|(_, s)| s.patch_address < range.end && range.start < s.end())
+        {
+            return Err(format!(
+                "its patch ({:#x}..{:#x}) overlaps that of the point at {:#x} in the same batch",
+                range.start, range.end, other.address
+            ));
+        }
+        let index = self
+            .image
+            .module_of(f.address)
+            .and_then(|m| self.branch_indexes.get(m.path()));
+        if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
+            return Err(format!(
+                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at \
+                 {:#x} would overwrite",
+                branch.source,
+                f.module,
+                branch.target,
+                site.original.len(),
+                site.patch_address
+            ));
+        }
+        Ok(site)
+    }
+
+    /// Takes out the probes an earlier weft (killed while they were live)
+    /// left anywhere in `f`, so that the code planned from is the
+    /// original: each instruction that is a `jmp` into a weft trampoline
+    /// whose record names that address gets its bytes back.
+    fn remove_leftover_points(&mut self, f: &Function) -> Result<(), Error> {
+        if f.size == 0 {
+            return Ok(());
+        }
+        let maps = crate::inspect::read_maps(self.pid)?;
+        let mut leftovers = Vec::new();
+        // Each restore may bring instructions the jmp hid: decode again.
+        for _ in 0..64 {
+            let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+            let mut code = tracer
+                .memory()
+                .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
+            overlay_originals(&self.probes, f.address, &mut code);
+            let found = weft_codegen::analyze_function(f.address, &code)
+                .instructions
+                .iter()
+                .filter(|i| code[(i.address - f.address) as usize] == 0xe9)
+                .find_map(|i| {
+                    crate::trampolines::leftover_probe(tracer.memory(), &maps, i.address)
+                });
+            let Some(probe) = found else { break };
+            tracer
+                .memory()
+                .write(probe.patch_address, &probe.original)?;
+            leftovers.push(probe.trampoline);
+        }
+        if !leftovers.is_empty() {
+            // Threads inside finish them normally (the memory stays).
+            self.prefer_outside(|pc| leftovers.iter().any(|r| r.contains(&pc)))?;
+        }
+        Ok(())
+    }
+
+    /// An active probe whose displaced bytes overlap `range`.
+    pub(super) fn overlapping_probe(&self, range: &std::ops::Range<u64>) -> Option<&Probe> {
+        self.probes
+            .iter()
+            .find(|p| p.active && p.displaced.start < range.end && range.start < p.displaced.end)
+    }
+}
+
+/// `function+0xoffset`, or the function's name at its entry.
+pub(crate) fn point_name(f: &Function, address: u64) -> String {
+    match address.checked_sub(f.address) {
+        Some(0) | None => f.name.clone(),
+        Some(off) => format!("{}+{off:#x}", f.name),
+    }
+}
+
+/// How a probe is named in messages and reports.
+pub(crate) fn probe_name(p: &Probe) -> String {
+    match p.point {
+        Some(at) => point_name(&p.function, at),
+        None => p.function.name.clone(),
+    }
+}
