@@ -108,6 +108,18 @@ fn indirect_call_targets_per_thread_match_the_ground_truth() {
     let by_pointer = indirect_call(&ctx, &mut p, &dispatch);
     let by_vtable = indirect_call(&ctx, &mut p, &area);
     let to_dispatch = direct_call_to(&ctx, &mut p, &worker, &dispatch);
+    // Calls into libc go through PLT stubs, named by the GOT slot's symbol.
+    let imports: Vec<String> = calls(&ctx, &mut p, &worker)
+        .iter()
+        .filter_map(|c| match c.target {
+            CallTarget::Direct(to) => weft::code::plt_import(p.image(), to),
+            _ => None,
+        })
+        .collect();
+    ctx.check(
+        imports.iter().any(|n| n == "sem_wait") && imports.iter().any(|n| n == "sem_post"),
+        || format!("the worker's PLT calls: {imports:?}"),
+    );
     // A round before the points: their counts start from zero.
     let (before, _) = run_round(&mut t, 100);
     p.hold().unwrap_or_else(|e| fail("hold", e));

@@ -28,8 +28,13 @@ fn cc(args: &[&str]) {
 
 /// Builds examples/c/server.c into `dir`.
 pub fn build_server(dir: &Path) -> PathBuf {
-    let exe = dir.join("server");
-    let src = examples_dir().join("c/server.c");
+    build_program(dir, "server")
+}
+
+/// Builds the program examples/c/`name`.c into `dir`.
+pub fn build_program(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = examples_dir().join(format!("c/{name}.c"));
     cc(&[
         "-O2",
         "-pthread",

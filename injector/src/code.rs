@@ -81,6 +81,28 @@ pub fn function_code(image: &ProcessImage, f: &FoundFunction) -> Result<Disassem
     Ok(weft_codegen::analyze_function(f.address, bytes))
 }
 
+/// The function a PLT stub at `address` (runtime) calls, as its symbol
+/// name: the stub's `jmp [rip + slot]` (after an `endbr64`, with or
+/// without a `bnd` prefix) goes through a GOT slot whose relocation names
+/// it. None when `address` is not such a stub. Call graphs use it to name
+/// calls into other libraries (`printf@plt`).
+pub fn plt_import(image: &ProcessImage, address: u64) -> Option<String> {
+    let module = image.module_of(address)?;
+    let elf = module.image().ok()?;
+    let vaddr = address.wrapping_sub(module.bias());
+    let bytes = segment_bytes(elf.path(), elf.data(), vaddr, 16).ok()??;
+    let code = weft_codegen::analyze_function(vaddr, bytes);
+    let jump = code
+        .instructions
+        .iter()
+        .take(2)
+        .find(|i| !matches!(i.flow, weft_codegen::cfg::Flow::Next))?;
+    let weft_codegen::cfg::Flow::IndirectJump { slot: Some(slot) } = jump.flow else {
+        return None;
+    };
+    elf.got_slot_symbol(slot).ok()?
+}
+
 fn module_of<'a>(image: &'a ProcessImage, f: &FoundFunction) -> Result<&'a Module, CodeError> {
     image
         .modules()

@@ -747,6 +747,41 @@ impl ElfImage {
         Ok(limit.saturating_sub(end).min(MAX_PADDING))
     }
 
+    /// The symbol a `R_X86_64_JUMP_SLOT` or `R_X86_64_GLOB_DAT` relocation
+    /// of this file binds at the GOT slot `slot_vaddr` (a file vaddr): the
+    /// function a PLT stub jumping through that slot calls.
+    pub fn got_slot_symbol(&self, slot_vaddr: u64) -> Result<Option<String>> {
+        let data = &self.data[..];
+        let (endian, sections) = self.sections()?;
+        for section in sections.iter() {
+            let Some((relas, link)) = section.rela(endian, data).map_err(|e| self.malformed(e))?
+            else {
+                continue;
+            };
+            if link.0 == 0 {
+                continue;
+            }
+            let Ok(symtab) = sections.symbol_table_by_index(endian, data, link) else {
+                continue;
+            };
+            for r in relas {
+                let kind = r.r_type(endian, false);
+                if r.r_offset(endian) != slot_vaddr
+                    || !matches!(kind, elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_GLOB_DAT)
+                {
+                    continue;
+                }
+                let name = symtab
+                    .symbol(SymbolIndex(r.r_sym(endian, false) as usize))
+                    .and_then(|s| symtab.symbol_name(endian, s));
+                if let Ok(name) = name {
+                    return Ok(Some(String::from_utf8_lossy(name).into_owned()));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// File vaddrs of the GOT slots in this file that the dynamic loader
     /// fills with the implementation chosen for the IFUNC `name` whose
     /// resolver is at `resolver_vaddr` (a file vaddr of the defining image).

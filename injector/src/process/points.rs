@@ -283,6 +283,27 @@ impl Process {
         Ok(ids)
     }
 
+    /// Which of `specs` [`Process::insert_points`] would refuse, and why
+    /// (`None`: it would go in), changing nothing; the process need not be
+    /// held. A tool instrumenting many points (every call site of a
+    /// module, say) keeps those that pass and inserts them in one batch.
+    /// The points are checked as one batch: a point overlapping an earlier
+    /// one that passes is refused.
+    pub fn check_points(&mut self, specs: &[PointSpec]) -> Vec<Option<String>> {
+        let mut passed: Vec<(&PointSpec, PatchSite)> = Vec::new();
+        let mut out = Vec::with_capacity(specs.len());
+        for spec in specs {
+            match self.plan_point(spec, &passed) {
+                Ok(site) => {
+                    passed.push((spec, site));
+                    out.push(None);
+                }
+                Err(reason) => out.push(Some(reason)),
+            }
+        }
+        out
+    }
+
     /// Where each thread's indirect call at the point `id` went, read from
     /// the shared region without stopping the target (exited threads'
     /// rows as [`Process::harvest`] kept them). Threads that never reached
