@@ -3,8 +3,9 @@
  * Build probes into a shared library (cc -shared -fPIC -o libmine.so mine.c),
  * load it into the target with weft::Process::load_library, look the
  * functions up with Library::symbol, and insert them with a ProbeSpec's
- * on_entry / on_exit. A probe runs on the target's thread at every call
- * (entry) or return (exit) of the instrumented function, with every register
+ * on_entry / on_exit, or at an instruction with a PointSpec. A probe runs on
+ * the target's thread at every call (entry) or return (exit) of the
+ * instrumented function, or before the instruction, with every register
  * and the vector state saved around it: it may be ordinary C, but must be
  * quick, must not unwind (no C++ exception, no longjmp out of it) and must
  * not call the function it instruments.

@@ -175,6 +175,49 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     });
     p.hold().unwrap_or_else(|e| fail("hold", e));
     p.remove_all().unwrap_or_else(|e| fail("remove_all", e));
+
+    // Thread predicates on exit probes: pick's for the target's thread
+    // runs, scale's for another index never does; an argument predicate at
+    // an exit is refused, changing nothing.
+    let thread_index: u32 = thread.parse().unwrap();
+    let on_thread = |p: &mut Process, name: &str, t: u32| UserProbe {
+        predicate: Some(Predicate::Thread(t)),
+        ..probe(p, name, 0)
+    };
+    let by_argument = UserProbe {
+        predicate: Some(Predicate::ArgEquals { arg: 0, value: 1 }),
+        ..probe(&mut p, "on_pick_exit", 0)
+    };
+    let refused = p.insert_probes(&[ProbeSpec {
+        on_exit: Some(by_argument),
+        ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
+    }]);
+    ctx.check(
+        matches!(&refused, Err(weft::Error::Refused(r)) if r[0].reason.contains("only name a thread")),
+        || format!("an argument predicate at an exit: {refused:?}"),
+    );
+    let specs = [
+        ProbeSpec {
+            on_exit: Some(on_thread(&mut p, "on_pick_exit", thread_index)),
+            ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
+        },
+        ProbeSpec {
+            on_exit: Some(on_thread(&mut p, "on_scale_exit", thread_index + 1)),
+            ..ProbeSpec::measure(scale.clone(), Metrics::CALLS)
+        },
+    ];
+    p.insert_probes(&specs)
+        .unwrap_or_else(|e| fail("insert exit probes with thread predicates", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let lines = run_round(&mut t, 2);
+    let mut expected = plain_round(2);
+    expected.insert(0, "probe exit pick odd".into());
+    expected.insert(3, "probe exit pick even".into());
+    ctx.check(lines == expected, || {
+        format!("with thread predicates at exits, round 2 printed {lines:#?}")
+    });
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove_all().unwrap_or_else(|e| fail("remove_all", e));
     p.release().unwrap_or_else(|e| fail("release", e));
     t.send("quit");
     t.wait_code(0);

@@ -121,8 +121,10 @@ pub const CELL_RECORD_SHIFT: u32 = 8;
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
-/// +0, its constant at +8, the instrumented function at +16), written by
-/// the injector before it patches the function.
+/// +0, its constant at +8, the instrumented function at +16, and at +24 a
+/// u32 thread predicate: 0 to call the probe in every thread, else 1 + the
+/// only thread's index), written by the injector before it patches the
+/// function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExitProbes {
     /// Address of entry 0.
@@ -929,6 +931,23 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     // return address and its push up.
     let frame = 8 * 7 + 8 + 8;
     a.mov(r8, rdi)?;
+    // The record's entry: flags >> 8 = record; entry = table + 32 * record.
+    a.mov(r9d, d(r8, CELL_FLAGS))?;
+    a.shr(r9d, CELL_RECORD_SHIFT)?;
+    const _: () = assert!(EXIT_PROBE_SIZE == 1 << 5);
+    a.shl(r9, 5)?;
+    a.mov(rax, p.table)?;
+    a.add(r9, rax)?;
+    // Its thread predicate: 0 for any thread, else 1 + the thread's index.
+    let mut run = a.create_label();
+    let mut skip = a.create_label();
+    a.mov(eax, dword_ptr(r9 + 24))?;
+    a.test(eax, eax)?;
+    a.jz(run)?;
+    a.dec(eax)?;
+    a.cmp(eax, dword_ptr(rcx + i64::from(p.row_index)))?;
+    a.jne(skip)?;
+    a.set_label(&mut run)?;
     crate::probe::save_vector(a, p.save)?;
     a.sub(rsp, CTX_SIZE)?;
     a.xor(eax, eax)?;
@@ -945,13 +964,6 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     a.movq(qword_ptr(rsp + i64::from(CTX_FRET)), xmm0)?;
     a.lea(rax, qword_ptr(rbp + (frame + 64)))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_RSP)), rax)?;
-    // The record's entry: flags >> 8 = record; entry = table + 32 * record.
-    a.mov(r9d, d(r8, CELL_FLAGS))?;
-    a.shr(r9d, CELL_RECORD_SHIFT)?;
-    const _: () = assert!(EXIT_PROBE_SIZE == 1 << 5);
-    a.shl(r9, 5)?;
-    a.mov(rax, p.table)?;
-    a.add(r9, rax)?;
     a.mov(rax, qword_ptr(r9 + 16))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_FUNCTION)), rax)?;
     a.mov(rax, qword_ptr(r9 + 8))?;
@@ -963,6 +975,7 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     a.call(qword_ptr(r9))?;
     a.add(rsp, CTX_SIZE)?;
     crate::probe::restore_vector(a, p.save)?;
+    a.set_label(&mut skip)?;
     a.mov(rsp, rbp)?;
     a.popfq()?;
     for r in [rbx, rcx, rsi, r11, r10, rbp] {

@@ -381,6 +381,26 @@ fn exit_probes_see_the_return_values() {
     let (wall_ns, _, nesting) = totals(m_dbl);
     assert!(wall_ns > 0 && nesting == 0);
     assert_eq!(depth(), 0);
+
+    // A thread predicate (1 + index at +24): this thread is index 4, so a
+    // predicate for thread 4 calls the probe and one for thread 5 does not;
+    // the results and the counts are the same either way.
+    let set_thread = |record: u32, thread: Option<u32>| {
+        let at = exit_table() + EXIT_PROBE_SIZE * u64::from(record) + 24;
+        // SAFETY: inside the table; only this thread runs the functions.
+        unsafe { (at as *mut u64).write(thread.map_or(0, |t| u64::from(t) + 1)) }
+    };
+    let (r_pair, r_dbl) = (lab.last_record - 1, lab.last_record);
+    set_thread(r_pair, Some(4));
+    set_thread(r_dbl, Some(5));
+    SEEN.lock().unwrap().clear();
+    assert_eq!(pair_fn(1, 2), Pair(2, 3));
+    assert_eq!(dbl_fn(4.0f64.to_bits()), 8.0);
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the probe of thread 4: {seen:?}");
+    assert_eq!((seen[0].user, seen[0].ret), (11, 2));
+    assert_eq!(counts(m_pair), [2, 2, 0, 0]);
+    assert_eq!(counts(m_dbl), [2, 2, 0, 0]);
 }
 
 /// The original of the replaced function, for the replacement to call.

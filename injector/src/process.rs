@@ -147,7 +147,9 @@ pub struct UserProbe {
     pub function: u64,
     /// A constant passed to every call.
     pub user: u64,
-    /// Entry probes only: call it only when this holds (None: always).
+    /// Call it only when this holds (None: always). At an entry or an
+    /// instruction point any [`Predicate`](weft_codegen::Predicate); at
+    /// exits only `Predicate::Thread` (the arguments are gone there).
     pub predicate: Option<weft_codegen::Predicate>,
 }
 
@@ -771,12 +773,18 @@ impl Process {
             return Err(Error::NotHeld);
         }
         for spec in specs {
-            if spec.on_exit.is_some_and(|p| p.predicate.is_some()) {
-                return Err(Error::Internal(format!(
-                    "{}: predicates are for entry probes only (an exit probe can test its \
-                     return value itself)",
-                    spec.function.name
-                )));
+            let exit_predicate = spec.on_exit.and_then(|p| p.predicate);
+            if matches!(
+                exit_predicate,
+                Some(weft_codegen::Predicate::ArgEquals { .. })
+            ) {
+                return Err(Error::Refused(vec![Refused {
+                    function: spec.function.clone(),
+                    reason: "an exit probe's predicate can only name a thread: the arguments \
+                             are gone at an exit (test them in an entry probe, or the return \
+                             value in the exit probe itself)"
+                        .into(),
+                }]));
             }
         }
         // Resolve IFUNCs first: the resolver may need the runtime-free world.
@@ -968,7 +976,13 @@ impl Process {
                     .write(call_targets + 8 * u64::from(record), &body.to_le_bytes())?;
                 if let Some(exit) = request.on_exit {
                     // The exit code calls this record's probe.
-                    let entry: Vec<u8> = [exit.function, exit.user, f.address, 0]
+                    // Its thread predicate: 0 for every thread, else 1 +
+                    // the thread's index.
+                    let thread = match exit.predicate {
+                        Some(weft_codegen::Predicate::Thread(t)) => u64::from(t) + 1,
+                        _ => 0,
+                    };
+                    let entry: Vec<u8> = [exit.function, exit.user, f.address, thread]
                         .iter()
                         .flat_map(|v| v.to_le_bytes())
                         .collect();
