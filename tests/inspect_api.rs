@@ -4,15 +4,6 @@
 
 mod support;
 
-/// weft's tracer collects ptrace events with `waitpid(-1)`: two processes
-/// held from one program would take each other's events. The tests in this
-/// file take turns.
-static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 use support::*;
 use weft::code::{demangle, function_code, LineTable};
 use weft::{Pattern, Process};
@@ -20,7 +11,6 @@ use weft_codegen::cfg::{CallTarget, ExitKind};
 
 #[test]
 fn a_functions_code_calls_exits_and_source_lines() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("a_functions_code_calls_exits_and_source_lines");
     let mut t = ctx.target(gdbwait(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -118,7 +108,6 @@ fn cpp_names_demangle() {
 /// unchanged leaves it working.
 #[test]
 fn memory_and_registers_of_a_held_process() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("memory_and_registers_of_a_held_process");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);

@@ -13,14 +13,6 @@ use weft::code::function_code;
 use weft::{Function, Pattern, PointSpec, Process, UserProbe};
 use weft_codegen::cfg::{CallSite, CallTarget};
 
-/// weft's tracer collects ptrace events with `waitpid(-1)`: the tests in
-/// this file take turns.
-static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A worker's cumulative ground truth, from its line.
 #[derive(Debug, Default, Clone)]
 struct Truth {
@@ -94,7 +86,6 @@ fn direct_call_to(ctx: &Ctx, p: &mut Process, f: &Function, to: &Function) -> Ca
 
 #[test]
 fn indirect_call_targets_per_thread_match_the_ground_truth() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("indirect_call_targets_per_thread_match_the_ground_truth");
     let mut t = ctx.target(points(), &["3"]);
     wait_ready(&mut t);
@@ -257,7 +248,6 @@ fn indirect_call_targets_per_thread_match_the_ground_truth() {
 
 #[test]
 fn probes_before_and_after_a_call_see_its_arguments_and_result() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("probes_before_and_after_a_call_see_its_arguments_and_result");
     let mut t = ctx.target(points(), &["1"]);
     wait_ready(&mut t);
@@ -330,7 +320,6 @@ fn probes_before_and_after_a_call_see_its_arguments_and_result() {
 
 #[test]
 fn bad_points_are_refused_and_change_nothing() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("bad_points_are_refused_and_change_nothing");
     let mut t = ctx.target(points(), &["1"]);
     wait_ready(&mut t);
@@ -462,7 +451,6 @@ fn bad_points_are_refused_and_change_nothing() {
 /// the two when the world stopped).
 #[test]
 fn points_come_and_go_under_load() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("points_come_and_go_under_load");
     let mut t = ctx.target(cycles(), &[]);
     wait_ready(&mut t);

@@ -13,9 +13,8 @@ use weft::{Metrics, Pattern, Process};
 
 const CYCLES: u32 = 1_000;
 
-/// weft's tracer collects ptrace events with `waitpid(-1)`: two targets
-/// traced from one process would take each other's events (documented on
-/// `weft::Process`). The tests in this file take turns.
+/// The tests in this file load the machine (busy threads on every core):
+/// they take turns, so that each measures what it means to.
 static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_tracer() -> std::sync::MutexGuard<'static, ()> {

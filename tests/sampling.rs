@@ -8,9 +8,8 @@ mod support;
 use support::*;
 use weft::{Metrics, Pattern, Process, Sampler};
 
-/// weft's tracer collects ptrace events with `waitpid(-1)`: two targets
-/// traced from one process would take each other's events. The tests in
-/// this file take turns.
+/// The tests in this file load the machine (busy threads on every core):
+/// they take turns, so that each measures what it means to.
 static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_tracer() -> std::sync::MutexGuard<'static, ()> {

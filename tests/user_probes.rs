@@ -7,15 +7,6 @@
 
 mod support;
 
-/// weft's tracer collects ptrace events with `waitpid(-1)`: two processes
-/// held from one program would take each other's events. The tests in this
-/// file take turns.
-static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 use support::*;
 use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};
 use weft_codegen::Predicate;
@@ -57,7 +48,6 @@ fn call_line(i: u32) -> String {
 
 #[test]
 fn probes_see_arguments_and_results_and_leave_nothing_behind() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("probes_see_arguments_and_results_and_leave_nothing_behind");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -226,7 +216,6 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
 /// Bad input gives errors that say what to do, and changes nothing.
 #[test]
 fn loading_what_is_not_a_library_fails_clearly() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("loading_what_is_not_a_library_fails_clearly");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -267,7 +256,6 @@ fn src_path(name: &str) -> std::path::PathBuf {
 /// original; removing the replacement puts the original back.
 #[test]
 fn a_replaced_function_and_back() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("a_replaced_function_and_back");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -317,7 +305,6 @@ fn a_replaced_function_and_back() {
 /// API (main's direct calls to `scale` and `note`).
 #[test]
 fn call_sites_redirected_and_removed_and_back() {
-    let _turn = one_tracer();
     let ctx = Ctx::new("call_sites_redirected_and_removed_and_back");
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);

@@ -20,10 +20,9 @@
 //! thread is stopped) or *released* (weft is not attached at all; probes
 //! keep counting into the shared region). Code is only changed while held.
 //!
-//! Hold one `Process` at a time per program (released ones may be many):
-//! the tracer collects ptrace events with `waitpid(-1)`, so two targets held
-//! at once, or child processes of your own waited for meanwhile, would see
-//! each other's events.
+//! Several processes may be held at once, from one thread or several: each
+//! tracer takes only its own threads' ptrace events (never `waitpid(-1)`),
+//! and the program's own children are left for it to wait for.
 
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;

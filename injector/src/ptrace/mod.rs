@@ -18,9 +18,9 @@
 //! | thread exit | removed | removed |
 //! | `exec` | error: the image weft inspected is gone | same |
 //!
-//! Waiting uses `waitpid(__WALL | WNOHANG)`, for one thread or for any
-//! (`-1`): the tracer must be the only code in the process that waits for
-//! children while it works. Between
+//! Waiting uses `waitpid(tid, __WALL | WNOHANG)`, thread by thread, never
+//! `waitpid(-1)`: several tracers may hold processes at once in one
+//! program, and the program's own children are left to it. Between
 //! polls it sleeps in `sigtimedwait` for the `SIGCHLD` the kernel sends at
 //! every tracee stop (blocked in the tracing thread while a [`Tracer`]
 //! exists), never longer than a millisecond: weft may run at real-time
@@ -211,6 +211,9 @@ pub struct Tracer {
     /// Where remote calls return (see `weft_codegen::remote_stub`), once
     /// installed.
     return_stub: Option<remote::StubInfo>,
+    /// Where [`Tracer::poll_any`] starts its next round (so that a thread
+    /// with a stream of events cannot hide the others').
+    poll_cursor: Tid,
 }
 
 /// `TRACESYSGOOD` marks system-call stops (`SIGTRAP | 0x80`); weft only
@@ -273,6 +276,7 @@ impl Tracer {
             stopped_since: None,
             longest_stop: Duration::ZERO,
             return_stub: None,
+            poll_cursor: 0,
         };
         let result = tracer.seize_all().and_then(|_| tracer.stop_all());
         if let Err(e) = result {
@@ -306,6 +310,7 @@ impl Tracer {
             stopped_since: None,
             longest_stop: Duration::ZERO,
             return_stub: None,
+            poll_cursor: 0,
         })
     }
 
@@ -469,9 +474,9 @@ impl Tracer {
                     STOP_TIMEOUT,
                 ));
             }
-            // Collect each thread's stop by its id (`waitpid(-1)` scans
-            // every tracee each time: quadratic in the threads stopped),
-            // then anything else (a new thread's first stop).
+            // Collect each thread's stop by its id. A thread created
+            // meanwhile joins the running ones at its parent's clone event
+            // and is collected in a later round.
             let still = running.len();
             let mut collected = false;
             for tid in running {
@@ -480,11 +485,11 @@ impl Tracer {
                     collected = true;
                 }
             }
-            if !collected {
-                if let Some((t, status)) = self.poll(-1)? {
-                    self.dispatch(t, status, true, None)?;
-                    collected = true;
+            if self.threads.is_empty() {
+                if self.exit.is_none() {
+                    self.exit = Some(ProcessExit::Code(0));
                 }
+                return Err(self.exited_error());
             }
             if !collected {
                 // An interrupted thread stops within microseconds of being
@@ -562,7 +567,7 @@ impl Tracer {
                     break event;
                 }
             }
-            if let Some(event) = self.poll(-1)? {
+            if let Some(event) = self.poll_any()? {
                 break event;
             }
             let now = Instant::now();
@@ -576,22 +581,64 @@ impl Tracer {
         self.dispatch(tid, status, keep_stopped, hold)
     }
 
-    /// One `waitpid(who, __WALL | WNOHANG)`: `who` is a thread, or -1 for
-    /// any tracee. A thread the kernel does not know as a tracee any more
-    /// has gone; no tracee at all means the process has.
-    fn poll(&mut self, who: Tid) -> Result<Option<(Tid, i32)>, TraceError> {
-        match sys::wait_nohang(who) {
-            Ok(event) => Ok(event),
-            Err(e) if e.raw_os_error() == Some(libc::ECHILD) && who > 0 => {
-                self.threads.remove(&who);
-                Ok(None)
+    /// The next event of any of this tracer's threads. Never
+    /// `waitpid(-1)`, which would also take the events of another
+    /// [`Tracer`] in this program (another process held at the same time)
+    /// and reap the program's own children behind its back: a peek
+    /// (`waitid(WNOWAIT)`, one call) says whose event is first, and only an
+    /// event of this process's is taken. When the first is someone else's,
+    /// each known thread is asked in turn instead, from where the last
+    /// round stopped (a thread created meanwhile is known from its parent's
+    /// clone event). No thread left means the process has gone.
+    fn poll_any(&mut self) -> Result<Option<(Tid, i32)>, TraceError> {
+        match sys::peek_any() {
+            Ok(None) => return Ok(None),
+            Ok(Some(tid))
+                if self.threads.contains_key(&tid)
+                    || std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists() =>
+            {
+                return self.poll(tid);
             }
             Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                // No child and no tracee at all.
+                self.threads.clear();
                 if self.exit.is_none() {
                     self.exit = Some(ProcessExit::Code(0));
                 }
-                self.threads.clear();
-                Err(self.exited_error())
+                return Err(self.exited_error());
+            }
+            // Someone else's event first (or no waitid peek here).
+            Ok(Some(_)) | Err(_) => {}
+        }
+        let order: Vec<Tid> = self
+            .threads
+            .range(self.poll_cursor..)
+            .chain(self.threads.range(..self.poll_cursor))
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in order {
+            if let Some(event) = self.poll(tid)? {
+                self.poll_cursor = tid.saturating_add(1);
+                return Ok(Some(event));
+            }
+        }
+        if self.threads.is_empty() {
+            if self.exit.is_none() {
+                self.exit = Some(ProcessExit::Code(0));
+            }
+            return Err(self.exited_error());
+        }
+        Ok(None)
+    }
+
+    /// One `waitpid(who, __WALL | WNOHANG)` for thread `who`. A thread the
+    /// kernel does not know as a tracee any more has gone.
+    fn poll(&mut self, who: Tid) -> Result<Option<(Tid, i32)>, TraceError> {
+        match sys::wait_nohang(who) {
+            Ok(event) => Ok(event),
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                self.threads.remove(&who);
+                Ok(None)
             }
             Err(source) => Err(TraceError::Ptrace {
                 op: "waitpid",

@@ -207,6 +207,23 @@ pub(super) fn wait_nohang(pid: i32) -> io::Result<Option<(i32, i32)>> {
     }
 }
 
+/// `waitid(P_ALL, __WALL | WEXITED | WSTOPPED | WNOHANG | WNOWAIT)`: the
+/// id of some child or tracee of this process with an event pending,
+/// without taking the event (`Ok(None)`: none pending). One call, however
+/// many tracees: the kernel scans them itself.
+pub(super) fn peek_any() -> io::Result<Option<i32>> {
+    // SAFETY: an all-zero siginfo_t is a valid value (si_pid 0: nothing).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::__WALL | libc::WEXITED | libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: `info` is a valid out-pointer; P_ALL ignores the id.
+    if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed).
+    let pid = unsafe { info.si_pid() };
+    Ok((pid != 0).then_some(pid))
+}
+
 fn sigchld_set() -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the set it is given.
     unsafe {
