@@ -100,7 +100,7 @@ fn thousand_insert_remove_cycles_under_load() {
     // timer's clock call). Without reuse it grows ~400 bytes per cycle.
     ctx.check(
         bytes.0 == bytes_early.0
-            && bytes.0 <= 2 * 256 * 1024
+            && bytes.0 <= 2 * weft::trampolines::AREA_SIZE
             && bytes.1 <= bytes_early.1 + 8 * 1024,
         || {
             format!(
@@ -329,6 +329,7 @@ fn two_hundred_planned_functions_in_one_stop() {
     let (mut process, functions, _) = planned_with_runtime(&ctx, pid);
     let before = code_of(&ctx, pid, &functions, 16);
     let stops = process.stops();
+    let (mapped, _) = process.trampoline_memory();
     process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
@@ -343,6 +344,14 @@ fn two_hundred_planned_functions_in_one_stop() {
             "{} probes inserted in {} stops of the world",
             ids.len(),
             process.stops() - stops
+        )
+    });
+    // They went into the area `spare`'s probe mapped next to them, written
+    // while the target ran: no new area.
+    ctx.check(process.trampoline_memory().0 == mapped, || {
+        format!(
+            "trampoline memory mapped grew from {mapped} to {} bytes",
+            process.trampoline_memory().0
         )
     });
     std::thread::sleep(std::time::Duration::from_millis(300));

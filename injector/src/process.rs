@@ -256,6 +256,9 @@ pub struct Process {
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: Duration,
+    /// Spare room for the probes of the next insertion (its capacity
+    /// touched ahead: see `prefault`).
+    spare_probes: Vec<Probe>,
     /// First of the words activations of removed probes are pointed at
     /// (see [`Process::retire_open_activations`]); allocated with the
     /// first exit handler.
@@ -350,6 +353,7 @@ impl Process {
             harvested: Vec::new(),
             exits: None,
             sink_word: None,
+            spare_probes: Vec::new(),
             retired: Vec::new(),
             quiet: Vec::new(),
             free_records: Vec::new(),
@@ -815,6 +819,8 @@ impl Process {
             .map(|p| p.function.address)
             .collect();
         let mut sites = AddressSet::default();
+        // Built once: the stop of the world may plan a thousand functions.
+        let occupied = Occupied::of(&self.probes);
         let mut plans: Vec<(&ProbeSpec, Arc<PatchSite>)> = Vec::with_capacity(requests.len());
         let mut refused = Vec::new();
         for request in &requests {
@@ -841,17 +847,19 @@ impl Process {
             match planned {
                 // One probe per site, even if two names lead to it.
                 Ok(site) if !sites.insert(site.patch_address) => {}
-                Ok(site) => match self.overlapping_probe(&(site.patch_address..site.end())) {
-                    Some(other) => refused.push(Refused {
-                        function: f.clone(),
-                        reason: format!(
+                Ok(site) => {
+                    match occupied.overlapping(&self.probes, site.patch_address..site.end()) {
+                        Some(other) => refused.push(Refused {
+                            function: f.clone(),
+                            reason: format!(
                             "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                             other.patch_address,
                             points::probe_name(other)
                         ),
-                    }),
-                    None => plans.push((request, site)),
-                },
+                        }),
+                        None => plans.push((request, site)),
+                    }
+                }
                 Err(reason) => refused.push(Refused {
                     function: f.clone(),
                     reason,
@@ -1048,7 +1056,8 @@ impl Process {
             probe.active = true;
         }
         let ids = new_probes.iter().map(|p| p.id).collect();
-        self.probes.extend(new_probes);
+        self.probes.append(&mut new_probes);
+        self.spare_probes = new_probes;
         if self.live_since.is_none() {
             self.live_since = Some(Instant::now());
         }
@@ -1097,7 +1106,13 @@ impl Process {
                 lost.push(area);
             }
         }
-        let (mut probes, mut sites) = (Vec::new(), Vec::new());
+        // Into memory touched ahead (stage_prepared): on a KVM guest a first
+        // touch costs microseconds a page, and a thousand probes' records
+        // take 80 pages, more than writing their trampolines.
+        let mut probes = std::mem::take(&mut self.spare_probes);
+        probes.clear();
+        probes.reserve(use_staged.len());
+        let mut sites = Vec::with_capacity(use_staged.len());
         // A run of adjacent trampolines: where it starts, and its bytes.
         let mut run: Option<(u64, Vec<u8>)> = None;
         for (request, s) in use_staged {
@@ -1105,8 +1120,10 @@ impl Process {
                 rest.push((request, s.site));
                 continue;
             }
+            // Written ahead (stage_prepared): only the probe to record.
             let start = s.at - crate::trampolines::RECORD_LEN;
             run = match run.take() {
+                run if s.written => run,
                 Some((at, mut so_far)) if at + so_far.len() as u64 == start => {
                     so_far.extend_from_slice(&s.bytes);
                     Some((at, so_far))
@@ -1192,7 +1209,10 @@ impl Process {
             }
         }
         for (near, total, at) in &mut areas {
-            *at = self.pool.plan_area(&maps, *near, *total);
+            *at = self
+                .pool
+                .mapped_room(*near, *total)
+                .or_else(|| self.pool.plan_area(&maps, *near, *total));
         }
         for (key, site) in todo {
             let Some(area) = areas
@@ -1207,6 +1227,48 @@ impl Process {
             };
             self.staged.insert(key, staged);
         }
+        // The probes' records of an insertion of them, in memory touched
+        // now rather than in the stop of the world.
+        let staged = self.staged.len();
+        prefault(&mut self.probes, staged);
+        prefault(&mut self.spare_probes, staged);
+        // Those in areas already mapped go in now, while the target runs:
+        // unreachable until patched, they leave only the patches for the
+        // stop of the world. One write per run of neighbours.
+        let Ok(memory) = crate::memory::ProcessMemory::open(self.pid) else {
+            return;
+        };
+        let mut ready: Vec<&mut Staged> = self
+            .staged
+            .values_mut()
+            .filter(|s| !s.written && self.pool.is_mapped(s.area))
+            .collect();
+        ready.sort_by_key(|s| s.at);
+        let mut run: Option<(u64, Vec<u8>, Vec<usize>)> = None;
+        let flush = |run: Option<(u64, Vec<u8>, Vec<usize>)>, ready: &mut [&mut Staged]| {
+            if let Some((at, bytes, members)) = run {
+                if memory.write(at, &bytes).is_ok() {
+                    for i in members {
+                        ready[i].written = true;
+                    }
+                }
+            }
+        };
+        for i in 0..ready.len() {
+            let start = ready[i].at - crate::trampolines::RECORD_LEN;
+            run = match run.take() {
+                Some((at, mut so_far, mut members)) if at + so_far.len() as u64 == start => {
+                    so_far.extend_from_slice(&ready[i].bytes);
+                    members.push(i);
+                    Some((at, so_far, members))
+                }
+                other => {
+                    flush(other, &mut ready);
+                    Some((start, ready[i].bytes.clone(), vec![i]))
+                }
+            };
+        }
+        flush(run, &mut ready);
     }
 
     /// A counter's trampoline for `site`, built for a place in the planned
@@ -1258,6 +1320,7 @@ impl Process {
             bytes,
             original,
             patch,
+            written: false,
         })
     }
 
@@ -2292,6 +2355,53 @@ type AddressMap<K, V> =
 type AddressSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<AddressHasher>>;
 
 /// What a cached plan is keyed by: the function's address and extent.
+/// The bytes active probes displace, sorted, for overlap queries in
+/// O(log n) (active probes' ranges never overlap one another).
+struct Occupied(Vec<(u64, u64, usize)>);
+
+impl Occupied {
+    fn of(probes: &[Probe]) -> Occupied {
+        let mut v: Vec<(u64, u64, usize)> = probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.active)
+            .map(|(i, p)| (p.displaced.start, p.displaced.end, i))
+            .collect();
+        v.sort_unstable();
+        Occupied(v)
+    }
+
+    /// The active probe (of `probes`, which `self` was built from) whose
+    /// displaced bytes overlap `range`. Only the last range starting before
+    /// `range.end` can: an earlier one overlapping `range` would make the
+    /// later start inside `range` too.
+    fn overlapping<'a>(
+        &self,
+        probes: &'a [Probe],
+        range: std::ops::Range<u64>,
+    ) -> Option<&'a Probe> {
+        let k = self.0.partition_point(|&(start, _, _)| start < range.end);
+        let &(_, end, i) = self.0.get(k.checked_sub(1)?)?;
+        (end > range.start).then(|| &probes[i])
+    }
+}
+
+/// Reserves room for `additional` more elements of `v` and touches every
+/// page of it, so that filling it later, in a stop of the world, takes no
+/// page fault (each costs microseconds on a KVM guest).
+fn prefault<T>(v: &mut Vec<T>, additional: usize) {
+    v.reserve(additional);
+    let spare = v.spare_capacity_mut();
+    let len = std::mem::size_of_val(spare);
+    let base = spare.as_mut_ptr().cast::<u8>();
+    for offset in (0..len).step_by(PAGE as usize) {
+        // SAFETY: `offset` is inside the spare capacity just reserved:
+        // memory the vector owns and has not initialised; a byte written
+        // there is never read as an element.
+        unsafe { base.add(offset).write_volatile(0) };
+    }
+}
+
 /// Puts back, in `code` (read from the target at `address`), the bytes
 /// this session's active probes replaced: the code as it was compiled.
 fn overlay_originals(probes: &[Probe], address: u64, code: &mut [u8]) {
@@ -2326,6 +2436,9 @@ struct Staged {
     bytes: Vec<u8>,
     original: [u8; 5],
     patch: [u8; 5],
+    /// Already in the target: its area was mapped, so it was written while
+    /// the target ran (nothing jumps there until the patch).
+    written: bool,
 }
 
 /// [`Process::write_staged`]: probes written, their sites, plans left.

@@ -22,8 +22,11 @@ use weft_codegen::{register_stub, register_stub_len, VectorSave};
 /// How far an area may be from the code it serves: half the reach of
 /// rel32, leaving the other half for the function's own data references.
 pub const MAX_DISTANCE: u64 = 1 << 30;
-/// Smallest area mapped at a time.
-const AREA_SIZE: u64 = 256 * 1024;
+/// Smallest area mapped at a time: room for ~4,000 counters' trampolines,
+/// so that later batches fit in an area already mapped (written while the
+/// target runs, no remote `mmap` in their stop). Untouched pages cost the
+/// target nothing but address space.
+pub const AREA_SIZE: u64 = 1 << 20;
 /// First 8 bytes of every trampoline area, for people reading a target's
 /// memory (leftover probes are recognised by their records).
 pub const AREA_MAGIC: u64 = u64::from_le_bytes(*b"WEFTAREA");
@@ -294,14 +297,33 @@ impl Pool {
         Some(at)
     }
 
-    /// Reserves `len` bytes (and the record in front) in the planned area
-    /// starting at `area`: the trampoline's address and the area's
-    /// registration stub (written when the area is mapped).
+    /// Whether the area starting at `area` is mapped (not only planned).
+    pub fn is_mapped(&self, area: u64) -> bool {
+        self.areas.iter().any(|a| a.start == area)
+    }
+
+    /// A mapped area within reach of `near` with `total` bytes (records
+    /// included) still to hand out: a batch built ahead goes there rather
+    /// than into a new area, so that its insertion needs no remote `mmap`
+    /// in the stop of the world (and repeated batches do not map an area
+    /// each). Its start.
+    pub fn mapped_room(&self, near: u64, total: u64) -> Option<u64> {
+        self.areas
+            .iter()
+            .find(|a| a.fits(near, total))
+            .map(|a| a.start)
+    }
+
+    /// Reserves `len` bytes (and the record in front) in the area starting
+    /// at `area`, planned ([`Pool::plan_area`]) or mapped
+    /// ([`Pool::mapped_room`]): the trampoline's address and the area's
+    /// registration stub (written when a planned area is mapped).
     pub fn reserve_planned(&mut self, area: u64, len: u64) -> Option<(u64, u64)> {
         let len = len.div_ceil(16) * 16 + RECORD_LEN;
         let area = self
             .planned
             .iter_mut()
+            .chain(self.areas.iter_mut())
             .find(|a| a.start == area && a.used + len <= a.size)?;
         Some(area.take(len, &mut self.given))
     }

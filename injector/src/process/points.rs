@@ -9,7 +9,9 @@
 //! [`weft_codegen::analyze_at`]). Every point counts how often threads
 //! reach it, in a word of their own rows, like a function's calls.
 
-use super::{overlay_originals, Error, Function, Probe, ProbeId, Process, Refused, UserProbe};
+use super::{
+    overlay_originals, Error, Function, Occupied, Probe, ProbeId, Process, Refused, UserProbe,
+};
 use crate::exits::Metrics;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
@@ -134,8 +136,9 @@ impl Process {
         }
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
+        let occupied = Occupied::of(&self.probes);
         for spec in specs {
-            match self.plan_point(spec, &plans) {
+            match self.plan_point(spec, &plans, &occupied) {
                 Ok(site) => plans.push((spec, site)),
                 Err(reason) => refused.push(Refused {
                     function: spec.function.clone(),
@@ -292,8 +295,9 @@ impl Process {
     pub fn check_points(&mut self, specs: &[PointSpec]) -> Vec<Option<String>> {
         let mut passed: Vec<(&PointSpec, PatchSite)> = Vec::new();
         let mut out = Vec::with_capacity(specs.len());
+        let occupied = Occupied::of(&self.probes);
         for spec in specs {
-            match self.plan_point(spec, &passed) {
+            match self.plan_point(spec, &passed, &occupied) {
                 Ok(site) => {
                     passed.push((spec, site));
                     out.push(None);
@@ -350,6 +354,7 @@ impl Process {
         &mut self,
         spec: &PointSpec,
         planned: &[(&PointSpec, PatchSite)],
+        occupied: &Occupied,
     ) -> Result<PatchSite, String> {
         let f = &spec.function;
         if let Some(slots) = spec.call_targets {
@@ -412,7 +417,7 @@ impl Process {
             }
         }
         let range = site.patch_address..site.end();
-        if let Some(other) = self.overlapping_probe(&range) {
+        if let Some(other) = occupied.overlapping(&self.probes, range.clone()) {
             return Err(format!(
                 "its patch ({:#x}..{:#x}) overlaps probe {} at {:#x} ({}): remove that first",
                 range.start,
