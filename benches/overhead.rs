@@ -197,6 +197,19 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
         assert_eq!(own.len(), threads, "the target's per-thread lines: {text}");
         check_report(&report, metrics, threads as u64 * calls * 3, &own);
     }
+    if let Under::Bpftrace = under {
+        // Its map at exit, `@[tid]: count`: every call counted there too.
+        let counted: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("@["))
+            .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+            .sum();
+        assert_eq!(
+            counted,
+            threads as u64 * calls * 3,
+            "bpftrace counted {counted} calls: {text}"
+        );
+    }
     ns
 }
 
