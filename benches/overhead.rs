@@ -277,12 +277,14 @@ fn best_of(rounds: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..rounds).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
 
+/// bpftrace installed and able to load a program here (root, a kernel
+/// with BPF): a trial `BEGIN { exit(); }`.
 fn have_bpftrace() -> bool {
-    Command::new("bpftrace")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-        && unsafe_is_root()
+    unsafe_is_root()
+        && Command::new("bpftrace")
+            .args(["-e", "BEGIN { exit(); }"])
+            .output()
+            .is_ok_and(|o| o.status.success())
 }
 
 fn unsafe_is_root() -> bool {
