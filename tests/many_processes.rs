@@ -70,17 +70,6 @@ fn two_processes_held_at_once_and_a_child_of_ours_reaped_by_us() {
         .unwrap_or_else(|e| ctx.fail(format!("our own child was reaped by weft: {e}")));
     ctx.check(status.success(), || format!("`true` exited with {status}"));
 
-    for (t, workers) in [(&mut a, 2), (&mut b, 3)] {
-        t.send("stop");
-        t.expect_stdout("`done`", |l| l == "done");
-        t.wait_code(0);
-        let out = t.stdout_text();
-        let ok = out
-            .lines()
-            .filter(|l| l.starts_with("{\"worker\"") && l.contains("\"ok\":true"))
-            .count();
-        ctx.check(ok == workers, || {
-            format!("the target's results changed: {out}")
-        });
-    }
+    stop_cycles(&mut a, 2, "a, held beside b");
+    stop_cycles(&mut b, 3, "b, held beside a");
 }

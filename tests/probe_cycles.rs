@@ -112,19 +112,7 @@ fn thousand_insert_remove_cycles_under_load() {
     ctx.check(windows_counting > CYCLES / 2, || {
         format!("only {windows_counting} of {CYCLES} windows counted any call")
     });
-    t.send("stop");
-    t.expect_stdout("`done`", |l| l == "done");
-    t.wait_code(0);
-    let out = t.stdout_text();
-    let workers: Vec<serde_json::Value> = out
-        .lines()
-        .filter(|l| l.starts_with("{\"worker\""))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| ctx.fail(format!("{l}: {e}"))))
-        .collect();
-    ctx.check(
-        workers.len() == 2 && workers.iter().all(|w| w["ok"] == true),
-        || format!("the target's results changed: {workers:?}"),
-    );
+    stop_cycles(&mut t, 2, "after 1,000 insert/remove cycles");
 }
 
 /// Removal while far more threads than cores spin through the function:
@@ -163,21 +151,7 @@ fn remove_while_many_threads_spin_through_the_function() {
             .release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
     }
-    t.send("stop");
-    t.expect_stdout("`done`", |l| l == "done");
-    t.wait_code(0);
-    let ok = t
-        .stdout_text()
-        .lines()
-        .filter(|l| l.starts_with("{\"worker\""))
-        .filter(|l| l.contains("\"ok\":true"))
-        .count();
-    ctx.check(ok == 48, || {
-        format!(
-            "{ok} of 48 workers' results unchanged:\n{}",
-            t.stdout_text()
-        )
-    });
+    stop_cycles(&mut t, 48, "after removals with 48 spinning threads");
 }
 
 /// A batch of 1,000 probes applies in one stop of the world (the target is

@@ -428,8 +428,10 @@ fn fed_cycles(
     drop(keep);
     let pid = t.pid;
     let feeder = Feeder::start(pipe, chunks, lead, Duration::from_millis(10));
-    // Mid-work before the first attach.
+    // Mid-work before the first attach (a chunk in the pipe is not yet a
+    // started program: its loader may still be mapping libc).
     feeder.wait_sent(ctx, 1);
+    wait_libc_mapped(ctx, pid);
     let n = libc_count();
     let funcs: Vec<&str> = LIBC.split(',').collect();
     let weft_args = ["-f", LIBC, "--format", "json"];
@@ -705,7 +707,10 @@ fn attach_detach_cycles_on_sqlite3_leave_its_output_unchanged() {
         next
     };
     t.send(SQL_SETUP);
-    send(&mut t, lead);
+    // sqlite3 has started (its loader mapped libc) once it answers.
+    let last = send(&mut t, lead) - 1;
+    let tag = format!("q{last}|");
+    t.expect_stdout("the answer to the lead statements", |l| l.starts_with(&tag));
     let funcs: Vec<&str> = LIBC.split(',').collect();
     for c in 0..CYCLES {
         let what = format!("sqlite3 cycle {c}");

@@ -17,18 +17,7 @@ fn finish(ctx: &Ctx, t: &mut Proc, run: u64, what: &str) {
     ctx.check(t.is_running(), || {
         format!("run {run} ({what}): the target died when weft was killed")
     });
-    t.send("stop");
-    t.expect_stdout("`done`", |l| l == "done");
-    t.wait_code(0);
-    let out = t.stdout_text();
-    let ok = out
-        .lines()
-        .filter(|l| l.starts_with("{\"worker\""))
-        .filter(|l| l.contains("\"ok\":true"))
-        .count();
-    ctx.check(ok == 2, || {
-        format!("run {run} ({what}): the target's results changed:\n{out}")
-    });
+    stop_cycles(t, 2, &format!("run {run} ({what})"));
 }
 
 #[test]

@@ -353,6 +353,43 @@ pub fn probed() -> &'static Path {
     P.get_or_init(|| build_simple_c("probed", "probed.c", &[]))
 }
 
+/// Waits until process `pid` (one the test started) has its C library
+/// mapped: a program attached to while its dynamic loader still runs has
+/// no `malloc` to find yet.
+#[allow(dead_code)]
+pub fn wait_libc_mapped(ctx: &Ctx, pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.lines().any(|l| l.contains("/libc.so")) {
+            return;
+        }
+        ctx.check(std::time::Instant::now() < deadline, || {
+            format!("process {pid} did not map libc within 10 s")
+        });
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Stops a `cycles` target (tests/targets/cycles.c): sends `stop`, waits
+/// for its exit and checks that each of its `workers` reported results
+/// unchanged by instrumentation (`"ok":true`). `what` names the moment in
+/// the failure message.
+#[allow(dead_code)]
+pub fn stop_cycles(t: &mut Proc, workers: usize, what: &str) {
+    t.send("stop");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    let out = t.stdout_text();
+    let ok = out
+        .lines()
+        .filter(|l| l.starts_with("{\"worker\"") && l.contains("\"ok\":true"))
+        .count();
+    t.ctx().check(ok == workers, || {
+        format!("{what}: {ok} of {workers} workers' results unchanged:\n{out}")
+    });
+}
+
 /// Worker threads making indirect and virtual calls in rounds on command,
 /// printing their ground truth (see tests/targets/points.c).
 #[allow(dead_code)]
