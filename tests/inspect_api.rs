@@ -179,3 +179,43 @@ fn wait_blocked_in_read(ctx: &Ctx, pid: i32) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// A process still in its dynamic loader (stopped at its `exec`, before
+/// the loader maps libc): finding `malloc` fails saying the process is
+/// probably still starting, not only that nothing matches.
+#[test]
+fn a_process_still_starting_is_said_to_be() {
+    use std::os::unix::process::CommandExt;
+    let ctx = Ctx::new("a_process_still_starting_is_said_to_be");
+    let mut cmd = std::process::Command::new(gdbwait());
+    // SAFETY: only async-signal-safe calls between fork and exec: the child
+    // asks to be traced by the test, so the kernel stops it at its exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let t = ctx.spawn("gdbwait at its exec", cmd, false);
+    // The exec stop: the loader is mapped, libc not yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stat = format!("/proc/{}/stat", t.pid);
+    while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") t ")) {
+        ctx.check(std::time::Instant::now() < deadline, || {
+            "the child never stopped at its exec".into()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let mut p = Process::open(t.pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    ctx.check(p.image().still_loading(), || "still_loading at exec".into());
+    let err = p
+        .find_functions(&[Pattern::parse("malloc").unwrap()])
+        .unwrap_err()
+        .to_string();
+    ctx.check(
+        err.contains("no function matches `malloc`") && err.contains("still starting"),
+        || format!("the error: {err}"),
+    );
+}

@@ -19,12 +19,24 @@ pub enum Error {
     #[error("process {0} is statically linked: weft loads its runtime with the target's dlopen, so it needs a dynamically linked (glibc) program")]
     StaticallyLinked(i32),
     /// A pattern matched no function.
-    #[error("no function matches `{pattern}`{}", suggest(suggestions))]
+    #[error(
+        "no function matches `{pattern}`{}{}",
+        suggest(suggestions),
+        if *still_loading {
+            "; the process has no C library mapped yet: it is probably still starting (its \
+             dynamic loader runs before main), so try again in a moment"
+        } else {
+            ""
+        }
+    )]
     NoMatch {
         /// The pattern.
         pattern: String,
         /// Near names.
         suggestions: Vec<String>,
+        /// The process's loader had not mapped its libraries yet
+        /// ([`ProcessImage::still_loading`](crate::inspect::ProcessImage::still_loading)).
+        still_loading: bool,
     },
     /// Some functions cannot be patched safely; nothing was changed.
     #[error("{}", refused_message(.0))]

@@ -490,6 +490,7 @@ fn list(pid: i32, pattern: Option<&str>) -> Result<ExitCode> {
         return Err(weft::Error::NoMatch {
             pattern: pattern.to_string(),
             suggestions,
+            still_loading: image.still_loading(),
         }
         .into());
     }

@@ -425,6 +425,7 @@ impl Process {
                 return Err(Error::NoMatch {
                     pattern: pattern.to_string(),
                     suggestions,
+                    still_loading: self.image.still_loading(),
                 });
             }
             for f in found {

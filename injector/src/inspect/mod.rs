@@ -172,6 +172,14 @@ impl ProcessImage {
         &self.modules
     }
 
+    /// Whether the process looks like it is still starting: its dynamic
+    /// loader is mapped but no C library yet (the loader maps the
+    /// program's libraries before `main`).
+    pub fn still_loading(&self) -> bool {
+        let named = |prefix: &str| self.modules.iter().any(|m| m.name().starts_with(prefix));
+        named("ld-linux") && !named("libc.so") && !named("libc-")
+    }
+
     /// The main executable, if it could be identified.
     pub fn executable(&self) -> Option<&Module> {
         self.modules.first().filter(|m| m.is_main_executable())
