@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use support::*;
 use weft::code::function_code;
 use weft::{Function, Pattern, PointSpec, Process, UserProbe};
-use weft_codegen::cfg::{CallSite, CallTarget};
+use weft_codegen::cfg::{CallSite, CallTarget, Flow};
 
 /// A worker's cumulative ground truth, from its line.
 #[derive(Debug, Default, Clone)]
@@ -493,4 +493,90 @@ fn points_come_and_go_under_load() {
         format!("the points counted {total} calls over {CYCLES} windows: {report:?}")
     });
     stop_cycles(&mut t, 2, "after 200 point cycles");
+}
+
+/// Where calls through a PLT stub really go: a point at the stub's
+/// `jmp [rip + slot]` records, per thread, the library function each
+/// thread reached through it (`sem_post`: once a round in each worker, a
+/// round's worth of times in the main thread, which starts the workers).
+#[test]
+fn a_plt_stub_records_the_function_it_reaches() {
+    let ctx = Ctx::new("a_plt_stub_records_the_function_it_reaches");
+    let workers = 2u64;
+    let mut t = ctx.target(points(), &["2"]);
+    wait_ready(&mut t);
+    let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{what}: {e}")) };
+    let mut p = Process::open(t.pid as i32).unwrap_or_else(|e| fail("open", e));
+    let worker = find(&ctx, &mut p, "worker");
+    // The worker's call to sem_post goes to a PLT stub.
+    let stub = calls(&ctx, &mut p, &worker)
+        .iter()
+        .find_map(|c| match c.target {
+            CallTarget::Direct(to)
+                if weft::code::plt_import(p.image(), to).as_deref() == Some("sem_post") =>
+            {
+                Some(to)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| ctx.fail("no call to sem_post@plt in worker"));
+    // The stub's code: the PLT (an unwind entry covers it) decoded.
+    let plt = p
+        .image()
+        .function_at(stub)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| ctx.fail(format!("no function covers the PLT stub at {stub:#x}")));
+    let jump = function_code(p.image(), &plt)
+        .unwrap_or_else(|e| ctx.fail(format!("function_code of the PLT: {e}")))
+        .instructions
+        .iter()
+        .find(|i| i.address >= stub && matches!(i.flow, Flow::IndirectJump { .. }))
+        .unwrap_or_else(|| ctx.fail("no jmp [rip + slot] in the stub"))
+        .address;
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let ids = p
+        .insert_points(&[PointSpec::targets_at(plt, jump, 2)])
+        .unwrap_or_else(|e| fail("insert_points at the PLT stub", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let rounds = 5u64;
+    let mut tids = Vec::new();
+    for _ in 0..rounds {
+        let (truth, _) = run_round(&mut t, 10);
+        tids = truth.keys().copied().collect();
+    }
+    let sem_post = p
+        .find_functions(&[Pattern::parse("libc.so.6:sem_post").unwrap()])
+        .unwrap_or_else(|e| fail("find libc's sem_post", e))
+        .remove(0);
+    let rows = p
+        .call_targets(ids[0])
+        .unwrap_or_else(|e| fail("call_targets", e));
+    for row in &rows {
+        let expected = if tids.contains(&row.tid) {
+            rounds // a worker: one sem_post(&done) a round
+        } else {
+            rounds * workers // main: one sem_post(&go) per worker a round
+        };
+        ctx.check(
+            row.targets == vec![(sem_post.address, expected)] && row.overflow == 0,
+            || {
+                format!(
+                    "thread {}: reached {:x?} through the stub, expected sem_post at {:#x} x{expected}",
+                    row.tid, row.targets, sem_post.address
+                )
+            },
+        );
+    }
+    ctx.check(rows.len() as u64 == workers + 1, || {
+        format!("every thread went through the stub: {rows:?}")
+    });
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let (truth, _) = run_round(&mut t, 10);
+    ctx.check(truth.len() as u64 == workers, || {
+        format!("the target runs on: {truth:?}")
+    });
+    t.send("quit");
 }

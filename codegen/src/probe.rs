@@ -451,9 +451,14 @@ fn record_target_asm(
     above: i32,
 ) -> Result<(), RecordError> {
     use iced_x86::{OpKind, Register as R};
-    if !matches!(call.code(), iced_x86::Code::Call_rm64) {
+    // A call, or a jump of the same form (a PLT stub's `jmp [rip + slot]`:
+    // where the stub really goes).
+    if !matches!(
+        call.code(),
+        iced_x86::Code::Call_rm64 | iced_x86::Code::Jmp_rm64
+    ) {
         return Err(RecordError::Unsupported(format!(
-            "{:?} is not an indirect near call (call r/m64)",
+            "{:?} is not an indirect near call or jump (call/jmp r/m64)",
             call.code()
         )));
     }

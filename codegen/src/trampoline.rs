@@ -70,8 +70,9 @@ pub enum Snippet {
     /// its predicate is false.
     CallProbe(crate::ProbeCall),
     /// At an instruction point on an indirect call (`call reg`, `call
-    /// [mem]`): records in the thread's table which function the call is
-    /// about to reach (see [`CallTargets`](crate::CallTargets)). Only in
+    /// [mem]`) or jump of the same form (a PLT stub's `jmp [rip + slot]`):
+    /// records in the thread's table which function it is about to reach
+    /// (see [`CallTargets`](crate::CallTargets)). Only in
     /// [`build_instruction_trampoline`].
     RecordCallTarget(crate::CallTargets),
 }

@@ -43,9 +43,10 @@ pub struct PointSpec {
     /// registers there, `ret`/`ret2`/`fret` `rax`/`rdx`/`xmm0` there.
     pub probe: Option<UserProbe>,
     /// For an indirect call (`call rax`, `call [rax + 8]`, `call [rip +
-    /// slot]`): record which functions it reaches, per thread, in this
-    /// many (target, count) slots (1..=[`MAX_CALL_TARGET_SLOTS`]); calls
-    /// to further targets are counted as overflow.
+    /// slot]`) or jump (a PLT stub's `jmp [rip + slot]`): record which
+    /// functions it reaches, per thread, in this many (target, count)
+    /// slots (1..=[`MAX_CALL_TARGET_SLOTS`]); calls to further targets are
+    /// counted as overflow.
     pub call_targets: Option<u32>,
 }
 
@@ -76,9 +77,16 @@ impl PointSpec {
 
     /// Recording where the indirect call `site` goes, in `slots` slots.
     pub fn call_targets(function: Function, site: &CallSite, slots: u32) -> PointSpec {
+        PointSpec::targets_at(function, site.address, slots)
+    }
+
+    /// Recording where the indirect call or jump at `address` goes, in
+    /// `slots` slots: a call site's, or a PLT stub's `jmp [rip + slot]`
+    /// (which library function calls through that stub really reach).
+    pub fn targets_at(function: Function, address: u64, slots: u32) -> PointSpec {
         PointSpec {
             call_targets: Some(slots),
-            ..PointSpec::at(function, site.address)
+            ..PointSpec::at(function, address)
         }
     }
 
@@ -408,10 +416,14 @@ impl Process {
             let here = weft_codegen::analyze_function(f.address, &code)
                 .instruction_at(spec.address)
                 .map(|i| (i.flow, i.mnemonic));
-            if !matches!(here, Some((Flow::IndirectCall { .. }, _))) {
+            if !matches!(
+                here,
+                Some((Flow::IndirectCall { .. } | Flow::IndirectJump { .. }, _))
+            ) {
                 return Err(format!(
-                    "call targets are recorded at an indirect call (`call reg` or `call [mem]`), \
-                     and the instruction there is {}",
+                    "call targets are recorded at an indirect call or jump (`call reg`, \
+                     `call [mem]`, a PLT stub's `jmp [rip + slot]`), and the instruction there \
+                     is {}",
                     here.map_or("unknown".to_string(), |(_, m)| format!("a {m:?}"))
                 ));
             }
