@@ -98,3 +98,106 @@ fn threads_libraries_and_deferred_probes() {
     let end = poll_until(&ctx, &mut w, &mut p, "Exited", |e| *e == Event::Exited);
     ctx.check(end.contains(&Event::Exited), || format!("{end:?}"));
 }
+
+/// Probes deferred *at load*: the library is instrumented while its
+/// `dlopen` waits inside the loader, so calls made right after the load —
+/// with no moment in between for a poll — are all counted; and with the
+/// watcher gone quiet a load waits no longer than asked.
+#[test]
+fn deferred_probes_go_in_at_the_load_itself() {
+    let ctx = Ctx::new("deferred_probes_go_in_at_the_load_itself");
+    let (exe, lib) = lateload();
+    let mut t = ctx.target(exe, &[]);
+    let (pid, _) = wait_ready(&mut t);
+    // A second thread, blocked: a safe thread for weft's remote calls
+    // while the main one waits inside the loader.
+    t.send("thread");
+    t.expect_stdout("`started TID`", |l| l.starts_with("started "));
+    let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{what}: {e}")) };
+    let mut p = Process::open(pid as i32).unwrap_or_else(|e| fail("open", e));
+    let mut w = Watcher::new(&p);
+    w.defer(
+        vec![Pattern::parse("libwork.so:lib_work").unwrap()],
+        Metrics::CALLS,
+    );
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let hook = w
+        .defer_at_load(&mut p, Duration::from_secs(5))
+        .unwrap_or_else(|e| fail("defer_at_load", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+
+    // The target loads and calls at once, on another thread of the test;
+    // this one only waits on the watcher.
+    let line = format!("loadcall 300 {}", lib.display());
+    let driver = std::thread::spawn(move || {
+        t.send(&line);
+        let l = t.expect_stdout("`called 300`", |l| {
+            l.starts_with("called ") || l.starts_with("FAIL")
+        });
+        (t, l)
+    });
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !driver.is_finished() && Instant::now() < deadline {
+        events.extend(
+            w.wait(&mut p, Duration::from_millis(50))
+                .unwrap_or_else(|e| fail("wait", e)),
+        );
+    }
+    let (mut t, line) = driver.join().unwrap();
+    ctx.check(line == "called 300", || format!("the target said {line:?}"));
+    ctx.check(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ProbesApplied { .. })),
+        || format!("no ProbesApplied: {events:?}"),
+    );
+    let calls = p
+        .report()
+        .functions
+        .iter()
+        .find(|f| f.name == "lib_work")
+        .map(|f| f.calls);
+    ctx.check(calls == Some(300), || {
+        format!("lib_work, instrumented at its load, counted {calls:?} of the 300 calls made right after it")
+    });
+
+    // Nobody polling: a load (another copy of the library, so the loader
+    // really maps it) waits at most what was asked, then goes on.
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    w.defer_at_load(&mut p, Duration::from_millis(300))
+        .unwrap_or_else(|e| fail("defer_at_load again", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    let copy = scratch_dir("deferred_at_load").join("libwork-copy.so");
+    std::fs::copy(lib, &copy).unwrap();
+    let started = Instant::now();
+    t.send(&format!("loadcall 5 {}", copy.display()));
+    t.expect_stdout("`called 5`", |l| l == "called 5");
+    let waited = started.elapsed();
+    ctx.check(waited >= Duration::from_millis(250), || {
+        format!("the unpolled load went on after {waited:?}: it did not wait")
+    });
+    ctx.check(waited < Duration::from_secs(4), || {
+        format!("the unpolled load waited {waited:?}, asked 300 ms")
+    });
+
+    // The loader's hook saw both loads (its state changes twice each).
+    let hook_calls = p
+        .report()
+        .functions
+        .iter()
+        .find(|f| f.name == "_dl_debug_state")
+        .map_or(0, |f| f.calls);
+    ctx.check(
+        hook_calls >= 4 && p.probes()[hook.0 as usize].active,
+        || format!("_dl_debug_state counted {hook_calls} calls for two loads"),
+    );
+    w.stop_deferring_at_load(&mut p);
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    p.remove_all().unwrap_or_else(|e| fail("remove", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
+    t.send("join");
+    t.expect_stdout("`joined`", |l| l == "joined");
+    t.send("quit");
+    t.wait_code(0);
+}

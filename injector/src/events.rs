@@ -9,6 +9,13 @@
 //! [`Watcher::poll`] after it appears: calls it makes before that are not
 //! counted (poll often — the `weft` command polls every few milliseconds —
 //! or hold the process around the action that loads it).
+//!
+//! Or, with [`Watcher::defer_at_load`], at the load itself: a probe on the
+//! dynamic loader's `_dl_debug_state` makes the loading thread wait, once
+//! the library is mapped and relocated and before any of its code runs
+//! (its constructors included), until [`Watcher::wait`] or
+//! [`Watcher::poll`] has instrumented it — at most the time given, so a
+//! tool that stops polling costs each `dlopen` that much and no more.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -62,6 +69,9 @@ pub struct Watcher {
     deferred: Vec<Deferred>,
     started: bool,
     exited: bool,
+    /// The probe on the loader's `_dl_debug_state`, when loads wait for
+    /// this watcher ([`Watcher::defer_at_load`]).
+    at_load: Option<ProbeId>,
 }
 
 impl Watcher {
@@ -84,15 +94,127 @@ impl Watcher {
         self.deferred.push(Deferred { patterns, metrics });
     }
 
+    /// Makes every library loaded from now on wait, inside the dynamic
+    /// loader, until this watcher has applied the deferred probes
+    /// ([`Watcher::defer`]) to it — at most `wait` each — so that none of
+    /// its code runs uninstrumented. The process must be held (the probe
+    /// on the loader goes in now, loading weft's runtime if need be); poll
+    /// with [`Watcher::wait`], which wakes as soon as a load waits. Undo
+    /// with [`Watcher::stop_deferring_at_load`] (and `Process::remove` of
+    /// the returned probe).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`]; [`Error::Refused`] or [`Error::NoMatch`] when
+    /// the loader's `_dl_debug_state` or `_r_debug` cannot be had (not a
+    /// glibc loader).
+    pub fn defer_at_load(
+        &mut self,
+        process: &mut Process,
+        wait: std::time::Duration,
+    ) -> Result<ProbeId, Error> {
+        if !process.is_held() {
+            return Err(Error::NotHeld);
+        }
+        let f = process
+            .find_functions(&[Pattern::parse("_dl_debug_state")?])?
+            .remove(0);
+        let r_debug = process
+            .image()
+            .symbol_address("ld-linux", "_r_debug")
+            .or_else(|| process.image().symbol_address("ld", "_r_debug"))
+            .ok_or(Error::NoMatch {
+                pattern: "_r_debug".into(),
+                suggestions: Vec::new(),
+                still_loading: false,
+            })?;
+        let hook = process
+            .region_header(true)?
+            .map(|h| h.library_event_fn)
+            .ok_or(Error::NotHeld)?;
+        let id = match self.at_load {
+            Some(id) if process.probes().iter().any(|p| p.id == id && p.active) => id,
+            _ => process.insert_probes(&[crate::ProbeSpec {
+                on_entry: Some(crate::UserProbe {
+                    function: hook,
+                    user: r_debug,
+                    predicate: None,
+                }),
+                ..crate::ProbeSpec::measure(f, Metrics::CALLS)
+            }])?[0],
+        };
+        let ms = wait.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
+        if let Some(h) = process.region_header(false)? {
+            h.library_wait_ms
+                .store(ms, std::sync::atomic::Ordering::Release);
+        }
+        self.at_load = Some(id);
+        Ok(id)
+    }
+
+    /// Loads no longer wait for this watcher (a thread waiting now goes on
+    /// at once). The probe on the loader stays, harmless, until removed.
+    pub fn stop_deferring_at_load(&mut self, process: &mut Process) {
+        if let Ok(Some(h)) = process.region_header(false) {
+            use std::sync::atomic::Ordering;
+            h.library_wait_ms.store(0, Ordering::Release);
+            h.library_loads_done
+                .store(h.library_loads.load(Ordering::Acquire), Ordering::Release);
+            futex_wake(&h.library_loads_done);
+        }
+        self.at_load = None;
+    }
+
+    /// [`Watcher::poll`] after waiting up to `timeout` — less when, with
+    /// [`Watcher::defer_at_load`], a library load is waiting for this
+    /// watcher (it is then instrumented before the load goes on).
+    pub fn wait(
+        &mut self,
+        process: &mut Process,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<Event>, Error> {
+        use std::sync::atomic::Ordering;
+        let armed = self.at_load.is_some();
+        match process.region_header(false)? {
+            Some(h) if armed => {
+                let loads = h.library_loads.load(Ordering::Acquire);
+                if loads == h.library_loads_done.load(Ordering::Acquire) {
+                    futex_wait(&h.library_loads, loads, timeout);
+                }
+            }
+            _ => std::thread::sleep(timeout),
+        }
+        self.poll(process)
+    }
+
     /// Looks at the process and returns what changed since the last poll,
     /// applying deferred probes to newly loaded libraries (holding the
-    /// process for that, then releasing it).
+    /// process for that, then releasing it), and lets loads waiting for
+    /// this watcher ([`Watcher::defer_at_load`]) go on.
     ///
     /// # Errors
     ///
     /// From finding and inserting deferred probes; the events up to then
     /// are lost with it only if the process itself is gone.
     pub fn poll(&mut self, process: &mut Process) -> Result<Vec<Event>, Error> {
+        // Loads waiting now: their libraries are mapped, so the look at
+        // /proc below sees them; later ones wait for the next poll.
+        let waiting = match (self.at_load, process.region_header(false)?) {
+            (Some(_), Some(h)) => Some(h.library_loads.load(std::sync::atomic::Ordering::Acquire)),
+            _ => None,
+        };
+        let events = self.look(process);
+        if let (Some(loads), Ok(Some(h))) = (waiting, process.region_header(false)) {
+            use std::sync::atomic::Ordering;
+            if h.library_loads_done.load(Ordering::Acquire) != loads {
+                h.library_loads_done.store(loads, Ordering::Release);
+                futex_wake(&h.library_loads_done);
+            }
+        }
+        events
+    }
+
+    fn look(&mut self, process: &mut Process) -> Result<Vec<Event>, Error> {
         let mut events = Vec::new();
         if self.exited {
             return Ok(events);
@@ -174,6 +296,44 @@ impl Watcher {
             ids.extend(inserted?);
         }
         Ok(ids)
+    }
+}
+
+/// Waits on the shared futex `word` (the runtime's region, mapped here
+/// too) while it holds `value`, up to `timeout`.
+fn futex_wait(word: &std::sync::atomic::AtomicU32, value: u32, timeout: std::time::Duration) {
+    let t = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid aligned u32 of the mapped region and `t` a
+    // valid timespec; an early return (EAGAIN, EINTR, ETIMEDOUT) is fine.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            value,
+            &t as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every waiter of the shared futex `word`.
+fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: `word` is a valid aligned u32 of the mapped region.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
     }
 }
 

@@ -299,6 +299,7 @@ mod tests {
     #[test]
     fn runtime_and_code_generator_agree_on_the_words() {
         use weft_codegen as cg;
+        assert_eq!(weft_rt::layout::PROBE_CTX_USER as i32, cg::CTX_USER);
         let pairs = [
             (metric::ENTRIES, cg::METRIC_ENTRIES),
             (metric::EXITS, cg::METRIC_EXITS),

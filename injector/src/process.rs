@@ -585,6 +585,19 @@ impl Process {
         Ok(outside)
     }
 
+    /// The runtime's region header, writable (for the words weft sets
+    /// there), once the runtime is loaded; loads it first when `load` (the
+    /// process must be held then).
+    pub(crate) fn region_header(
+        &mut self,
+        load: bool,
+    ) -> Result<Option<&weft_rt::layout::RegionHeader>, Error> {
+        if load {
+            self.ensure_runtime()?;
+        }
+        Ok(self.runtime.as_ref().map(|rt| rt.region.control()))
+    }
+
     fn ensure_runtime(&mut self) -> Result<(), Error> {
         if self.runtime.is_some() {
             return Ok(());

@@ -43,6 +43,9 @@ pub struct Region {
     /// The ack pages, mapped writable (the only part weft writes).
     acks: *const AtomicU32,
     acks_len: usize,
+    /// The header's page mapped writable too, for the words weft sets
+    /// ([`Region::control`]); null until mapped.
+    control: *const RegionHeader,
     /// The memfd, for resetting recycled words ([`Region::zero_words`]).
     file: std::fs::File,
 }
@@ -110,6 +113,7 @@ impl Region {
             },
             acks: std::ptr::null(),
             acks_len: 0,
+            control: std::ptr::null(),
             file,
         };
         let header = region.header();
@@ -155,7 +159,32 @@ impl Region {
         }
         region.acks = acks as *const AtomicU32;
         region.acks_len = acks_len;
+        // SAFETY: a shared read-write mapping of the header's page of the
+        // same file, inside its length.
+        let control = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ACKS_OFFSET,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                region.file.as_raw_fd(),
+                0,
+            )
+        };
+        if control == libc::MAP_FAILED {
+            return Err(map_err(std::io::Error::last_os_error()));
+        }
+        region.control = control as *const RegionHeader;
         Ok(region)
+    }
+
+    /// The header through a writable mapping: for the words weft itself
+    /// sets there (the library-load handshake of
+    /// [`crate::events::Watcher::defer_at_load`]), nothing else.
+    pub fn control(&self) -> &RegionHeader {
+        // SAFETY: mapped in `open` (a `Region` only exists once it is), page
+        // aligned, the header fits in it; writes go through atomics only.
+        unsafe { &*self.control }
     }
 
     /// The region's header.
@@ -364,6 +393,9 @@ impl Drop for Region {
             libc::munmap(self.base as *mut libc::c_void, self.len);
             if !self.acks.is_null() {
                 libc::munmap(self.acks as *mut libc::c_void, self.acks_len);
+            }
+            if !self.control.is_null() {
+                libc::munmap(self.control as *mut libc::c_void, ACKS_OFFSET);
             }
         }
     }

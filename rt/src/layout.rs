@@ -34,7 +34,11 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
+/// Byte offset of `user` in a user probe's context (`weft_codegen::CTX_USER`;
+/// the injector's tests check they agree): `weft_rt_library_event` reads
+/// its constant there.
+pub const PROBE_CTX_USER: usize = 152;
 /// The cache-line size every row is aligned and padded to.
 pub const CACHE_LINE: usize = 64;
 /// Byte offset of the ack array from the start of the region.
@@ -130,6 +134,22 @@ pub struct RegionHeader {
     /// reader in another process on the same machine computes the same
     /// clock with [`crate::clock::WallClock::now`] (the TSC is shared).
     pub wall: crate::clock::WallClock,
+    /// Address (in the target) of `weft_rt_library_event`, the user probe
+    /// an injector puts on the dynamic loader's `_dl_debug_state` to
+    /// instrument a library as soon as it is mapped, before its code runs.
+    pub library_event_fn: u64,
+    /// Libraries the loader finished mapping while
+    /// [`RegionHeader::library_wait_ms`] was set: bumped by the loading
+    /// thread (a futex word the injector waits on).
+    pub library_loads: AtomicU32,
+    /// The last of those the injector has dealt with: set by the injector
+    /// (a futex word the loading thread waits on).
+    pub library_loads_done: AtomicU32,
+    /// How long a loading thread waits for the injector, in milliseconds;
+    /// 0: it does not wait (nothing asked).
+    pub library_wait_ms: AtomicU32,
+    /// Unused.
+    pub reserved_library: u32,
 }
 
 /// The first [`ROW_HEADER_SIZE`] bytes of a row.

@@ -244,6 +244,8 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
         ptr::addr_of_mut!((*header).call_targets).write(targets);
         ptr::addr_of_mut!((*header).exit_handler_slot).write(slot);
         ptr::addr_of_mut!((*header).exit_probes).write(crate::exits::exit_probe_table());
+        ptr::addr_of_mut!((*header).library_event_fn)
+            .write(weft_rt_library_event as *const () as u64);
         (*header)
             .pid
             .store(libc::getpid() as u32, Ordering::Relaxed);
@@ -459,6 +461,118 @@ fn with_scratch_row<T>(f: impl FnOnce() -> T) -> T {
         tls_row_set(unsafe { base.add(geometry.row_offset(geometry.scratch_row()) as usize) });
     }
     f()
+}
+
+/// `r_state` in glibc's `struct r_debug` (`int r_version; struct link_map
+/// *r_map; ElfW(Addr) r_brk; enum r_state; ...`), and its value once a
+/// change of the link map is complete.
+const R_STATE_OFFSET: usize = 24;
+const RT_CONSISTENT: i32 = 0;
+
+/// The user probe on the dynamic loader's `_dl_debug_state`, which the
+/// loader calls around every change of its list of libraries; the probe's
+/// constant is the address of the loader's `_r_debug`. When a change is
+/// complete (`r_state == RT_CONSISTENT`: a library mapped and relocated,
+/// its constructors not run yet) and an injector asked
+/// ([`RegionHeader::library_wait_ms`]), it tells the injector (bumps
+/// `library_loads`, wakes its futex) and waits, at most that long, until
+/// the injector has instrumented the library (`library_loads_done`). A
+/// dead or slow injector costs each `dlopen` that wait, no more. Runs on
+/// the loading thread, inside the loader; never panics.
+///
+/// # Safety
+///
+/// Called by generated code with a valid probe context whose `user` is
+/// the address of the loader's `struct r_debug`. Not exported: the
+/// injector finds it in the region's header.
+pub unsafe extern "C" fn weft_rt_library_event(ctx: *const u8) {
+    let base = REGION.load(Ordering::Acquire);
+    if base.is_null() || ctx.is_null() {
+        return;
+    }
+    // SAFETY: base points at an initialised region header.
+    let header = unsafe { &*(base as *const RegionHeader) };
+    let wait_ms = header.library_wait_ms.load(Ordering::Acquire);
+    if wait_ms == 0 {
+        return;
+    }
+    // SAFETY: the context is valid for reads (the caller's contract).
+    let r_debug = unsafe { (ctx.add(crate::layout::PROBE_CTX_USER) as *const u64).read_unaligned() }
+        as *const u8;
+    if r_debug.is_null() {
+        return;
+    }
+    // SAFETY: `user` is the loader's `_r_debug` (the caller's contract),
+    // which lives as long as the process.
+    let state = unsafe { (r_debug.add(R_STATE_OFFSET) as *const i32).read_volatile() };
+    if state != RT_CONSISTENT {
+        return;
+    }
+    let ticket = header
+        .library_loads
+        .fetch_add(1, Ordering::AcqRel)
+        .wrapping_add(1);
+    futex(
+        &header.library_loads,
+        libc::FUTEX_WAKE,
+        i32::MAX as u32,
+        None,
+    );
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let deadline = timespec_ns(&now) + u64::from(wait_ms) * 1_000_000;
+    loop {
+        let done = header.library_loads_done.load(Ordering::Acquire);
+        if done.wrapping_sub(ticket) as i32 >= 0 {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let left = deadline.saturating_sub(timespec_ns(&now));
+        if left == 0 {
+            return;
+        }
+        let timeout = libc::timespec {
+            tv_sec: (left / 1_000_000_000) as libc::time_t,
+            tv_nsec: (left % 1_000_000_000) as libc::c_long,
+        };
+        futex(
+            &header.library_loads_done,
+            libc::FUTEX_WAIT,
+            done,
+            Some(&timeout),
+        );
+    }
+}
+
+fn timespec_ns(t: &libc::timespec) -> u64 {
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// A shared (not process-private) futex operation on `word`: the injector
+/// waits and wakes on the same word through its own mapping of the region.
+fn futex(word: &AtomicU32, op: i32, value: u32, timeout: Option<&libc::timespec>) {
+    let timeout = timeout.map_or(ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a valid, aligned u32 in the shared region; the
+    // timeout, if any, is a valid timespec; errors (EAGAIN, ETIMEDOUT,
+    // EINTR) only end the wait early, which the caller's loop handles.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            value,
+            timeout,
+            ptr::null::<u32>(),
+            0u32,
+        );
+    }
 }
 
 /// Gives the calling thread its row (once) and returns the row's address.

@@ -3,6 +3,8 @@
  * Prints "ready pid=P threads=1"; then per stdin line:
  *   "load PATH"   dlopen(PATH), dlsym "lib_work"; prints "loaded"
  *   "call N"      calls lib_work N times; prints "called N"
+ *   "loadcall N PATH"  dlopen(PATH) and at once N calls of lib_work (no
+ *                 line in between for a tool to act on); prints "called N"
  *   "thread"      starts a thread that waits for the next "join"; prints
  *                 "started TID"
  *   "join"        ends and joins it; prints "joined"
@@ -47,6 +49,18 @@ int main(void)
             void *h = dlopen(line + 5, RTLD_NOW);
             lib_work = h ? (long (*)(long *, long))dlsym(h, "lib_work") : NULL;
             printf(lib_work ? "loaded\n" : "FAIL %s\n", dlerror());
+        } else if (strncmp(line, "loadcall ", 9) == 0) {
+            char *path = strchr(line + 9, ' ');
+            long n = atol(line + 9), counter = 0, x = 1;
+            void *h = path ? dlopen(path + 1, RTLD_NOW) : NULL;
+            lib_work = h ? (long (*)(long *, long))dlsym(h, "lib_work") : NULL;
+            if (!lib_work) {
+                printf("FAIL %s\n", dlerror());
+                continue;
+            }
+            for (long i = 0; i < n; i++)
+                x = lib_work(&counter, x);
+            printf("called %ld\n", counter);
         } else if (strncmp(line, "call ", 5) == 0) {
             long n = atol(line + 5), counter = 0, x = 1;
             for (long i = 0; i < n; i++)
