@@ -180,6 +180,18 @@ fn deferred_probes_go_in_at_the_load_itself() {
     ctx.check(waited < Duration::from_secs(4), || {
         format!("the unpolled load waited {waited:?}, asked 300 ms")
     });
+    // And a watcher not seen for over a second plus the wait (gone, or no
+    // longer looking) is not waited for at all.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let copy2 = scratch_dir("deferred_at_load").join("libwork-copy2.so");
+    std::fs::copy(lib, &copy2).unwrap();
+    let started = Instant::now();
+    t.send(&format!("loadcall 5 {}", copy2.display()));
+    t.expect_stdout("`called 5`", |l| l == "called 5");
+    let waited = started.elapsed();
+    ctx.check(waited < Duration::from_millis(250), || {
+        format!("a load waited {waited:?} for a watcher gone quiet 1.5 s ago")
+    });
 
     // The loader's hook saw both loads (its state changes twice each).
     let hook_calls = p

@@ -14,8 +14,9 @@
 //! dynamic loader's `_dl_debug_state` makes the loading thread wait, once
 //! the library is mapped and relocated and before any of its code runs
 //! (its constructors included), until [`Watcher::wait`] or
-//! [`Watcher::poll`] has instrumented it — at most the time given, so a
-//! tool that stops polling costs each `dlopen` that much and no more.
+//! [`Watcher::poll`] has instrumented it — at most the time given, and
+//! only while the watcher has looked at the process within the last second
+//! plus that time: a tool that stops polling, or dies, soon costs nothing.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -145,8 +146,10 @@ impl Watcher {
         };
         let ms = wait.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         if let Some(h) = process.region_header(false)? {
-            h.library_wait_ms
-                .store(ms, std::sync::atomic::Ordering::Release);
+            use std::sync::atomic::Ordering;
+            h.library_watcher_ms
+                .store(monotonic_ms(), Ordering::Release);
+            h.library_wait_ms.store(ms, Ordering::Release);
         }
         self.at_load = Some(id);
         Ok(id)
@@ -177,6 +180,8 @@ impl Watcher {
         let armed = self.at_load.is_some();
         match process.region_header(false)? {
             Some(h) if armed => {
+                h.library_watcher_ms
+                    .store(monotonic_ms(), Ordering::Release);
                 let loads = h.library_loads.load(Ordering::Acquire);
                 if loads == h.library_loads_done.load(Ordering::Acquire) {
                     futex_wait(&h.library_loads, loads, timeout);
@@ -200,7 +205,12 @@ impl Watcher {
         // Loads waiting now: their libraries are mapped, so the look at
         // /proc below sees them; later ones wait for the next poll.
         let waiting = match (self.at_load, process.region_header(false)?) {
-            (Some(_), Some(h)) => Some(h.library_loads.load(std::sync::atomic::Ordering::Acquire)),
+            (Some(_), Some(h)) => {
+                use std::sync::atomic::Ordering;
+                h.library_watcher_ms
+                    .store(monotonic_ms(), Ordering::Release);
+                Some(h.library_loads.load(Ordering::Acquire))
+            }
             _ => None,
         };
         let events = self.look(process);
@@ -297,6 +307,18 @@ impl Watcher {
         }
         Ok(ids)
     }
+}
+
+/// `CLOCK_MONOTONIC` in milliseconds (the clock the runtime compares
+/// [`weft_rt::layout::RegionHeader::library_watcher_ms`] with).
+fn monotonic_ms() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000 + t.tv_nsec as u64 / 1_000_000
 }
 
 /// Waits on the shared futex `word` (the runtime's region, mapped here

@@ -150,6 +150,11 @@ pub struct RegionHeader {
     pub library_wait_ms: AtomicU32,
     /// Unused.
     pub reserved_library: u32,
+    /// `CLOCK_MONOTONIC` milliseconds of the injector's last look at the
+    /// process: a load waits only for an injector seen within the last
+    /// second plus the wait (one that died or stopped watching costs
+    /// nothing after that).
+    pub library_watcher_ms: AtomicU64,
 }
 
 /// The first [`ROW_HEADER_SIZE`] bytes of a row.

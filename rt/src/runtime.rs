@@ -508,6 +508,17 @@ pub unsafe extern "C" fn weft_rt_library_event(ctx: *const u8) {
     if state != RT_CONSISTENT {
         return;
     }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    // Only for a watcher that is still looking.
+    let seen = header.library_watcher_ms.load(Ordering::Acquire);
+    if (timespec_ns(&now) / 1_000_000).saturating_sub(seen) > 1_000 + u64::from(wait_ms) {
+        return;
+    }
     let ticket = header
         .library_loads
         .fetch_add(1, Ordering::AcqRel)
@@ -518,12 +529,6 @@ pub unsafe extern "C" fn weft_rt_library_event(ctx: *const u8) {
         i32::MAX as u32,
         None,
     );
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     let deadline = timespec_ns(&now) + u64::from(wait_ms) * 1_000_000;
     loop {
         let done = header.library_loads_done.load(Ordering::Acquire);
