@@ -89,23 +89,9 @@ impl Region {
         if len < ACKS_OFFSET + layout::PAGE as usize {
             return Err(RegionError::Incompatible { pid, found: 0 });
         }
-        // SAFETY: a fresh read-only shared mapping of a file we opened; the
-        // kernel validates the length.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(map_err(std::io::Error::last_os_error()));
-        }
+        let base = map_shared(&file, len, 0, false).map_err(map_err)?;
         let mut region = Region {
-            base: base as *const u8,
+            base,
             len,
             geometry: Geometry {
                 max_rows: 0,
@@ -142,39 +128,13 @@ impl Region {
         }
         region.geometry = geometry;
         let acks_len = geometry.acks_len() as usize;
-        // SAFETY: a shared read-write mapping of the ack pages of the same
-        // file, inside its length (checked above).
-        let acks = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                acks_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                region.file.as_raw_fd(),
-                ACKS_OFFSET as libc::off_t,
-            )
-        };
-        if acks == libc::MAP_FAILED {
-            return Err(map_err(std::io::Error::last_os_error()));
-        }
-        region.acks = acks as *const AtomicU32;
+        // The ack pages (inside the file's length, checked above) and the
+        // header's page, writable: the only parts weft writes.
+        region.acks =
+            map_shared(&region.file, acks_len, ACKS_OFFSET, true).map_err(map_err)? as *const _;
         region.acks_len = acks_len;
-        // SAFETY: a shared read-write mapping of the header's page of the
-        // same file, inside its length.
-        let control = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ACKS_OFFSET,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                region.file.as_raw_fd(),
-                0,
-            )
-        };
-        if control == libc::MAP_FAILED {
-            return Err(map_err(std::io::Error::last_os_error()));
-        }
-        region.control = control as *const RegionHeader;
+        region.control =
+            map_shared(&region.file, ACKS_OFFSET, 0, true).map_err(map_err)? as *const _;
         Ok(region)
     }
 
@@ -384,6 +344,37 @@ fn read_name(row: &RowHeader) -> String {
         }
     }
     String::new()
+}
+
+/// A shared mapping of `len` bytes of `file` from `offset`, read-only or
+/// read-write.
+fn map_shared(
+    file: &std::fs::File,
+    len: usize,
+    offset: usize,
+    writable: bool,
+) -> std::io::Result<*const u8> {
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a fresh shared mapping of a file we hold open; the kernel
+    // validates the length and offset; nothing else refers to it yet.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(at as *const u8)
 }
 
 impl Drop for Region {
