@@ -104,6 +104,10 @@ impl PointSpec {
     }
 }
 
+/// The patches planned so far in one batch of points: start → (end, the
+/// point's address).
+type Batch = std::collections::BTreeMap<u64, (u64, u64)>;
+
 /// Where one indirect call site went in one thread ([`Process::call_targets`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallTargetCounts {
@@ -145,9 +149,13 @@ impl Process {
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
         let occupied = Occupied::of(&self.probes);
+        let mut batch = Batch::new();
         for spec in specs {
-            match self.plan_point(spec, &plans, &occupied) {
-                Ok(site) => plans.push((spec, site)),
+            match self.plan_point(spec, &batch, &occupied) {
+                Ok(site) => {
+                    batch.insert(site.patch_address, (site.end(), spec.address));
+                    plans.push((spec, site));
+                }
                 Err(reason) => refused.push(Refused {
                     function: spec.function.clone(),
                     reason: format!("{}: {reason}", point_name(&spec.function, spec.address)),
@@ -301,13 +309,13 @@ impl Process {
     /// The points are checked as one batch: a point overlapping an earlier
     /// one that passes is refused.
     pub fn check_points(&mut self, specs: &[PointSpec]) -> Vec<Option<String>> {
-        let mut passed: Vec<(&PointSpec, PatchSite)> = Vec::new();
+        let mut batch = Batch::new();
         let mut out = Vec::with_capacity(specs.len());
         let occupied = Occupied::of(&self.probes);
         for spec in specs {
-            match self.plan_point(spec, &passed, &occupied) {
+            match self.plan_point(spec, &batch, &occupied) {
                 Ok(site) => {
-                    passed.push((spec, site));
+                    batch.insert(site.patch_address, (site.end(), spec.address));
                     out.push(None);
                 }
                 Err(reason) => out.push(Some(reason)),
@@ -361,7 +369,7 @@ impl Process {
     fn plan_point(
         &mut self,
         spec: &PointSpec,
-        planned: &[(&PointSpec, PatchSite)],
+        batch: &Batch,
         occupied: &Occupied,
     ) -> Result<PatchSite, String> {
         let f = &spec.function;
@@ -439,14 +447,16 @@ impl Process {
                 probe_name(other)
             ));
         }
-        if let Some((other, _)) = planned
-            .iter()
-            .find(|(_, s)| s.patch_address < range.end && range.start < s.end())
-        {
-            return Err(format!(
-                "its patch ({:#x}..{:#x}) overlaps that of the point at {:#x} in the same batch",
-                range.start, range.end, other.address
-            ));
+        // The batch's patches are disjoint: only the last one starting
+        // before this one ends can overlap it.
+        if let Some((_, &(end, other))) = batch.range(..range.end).next_back() {
+            if end > range.start {
+                return Err(format!(
+                    "its patch ({:#x}..{:#x}) overlaps that of the point at {other:#x} in the \
+                     same batch",
+                    range.start, range.end
+                ));
+            }
         }
         let index = self
             .image
