@@ -339,3 +339,60 @@ fn attach_interval_jsonl_reports_live() {
     });
     t.close_stdin();
 }
+
+/// `weft attach --later`: a pattern for a library the program has not
+/// loaded yet waits for it; the program loads it and calls it at once,
+/// and every call is counted (the load waited for weft); weft says what it
+/// waits for and what it instrumented, and the report has no trace of its
+/// own loader hook.
+#[test]
+fn attach_later_instruments_a_library_at_its_load() {
+    let ctx = Ctx::new("attach_later_instruments_a_library_at_its_load");
+    let (exe, lib) = lateload();
+    let mut t = ctx.target(exe, &[]);
+    let (pid, _) = wait_ready(&mut t);
+    let p = pid.to_string();
+    // Without --later the pattern is an error, as before.
+    let mut plain = ctx.weft(&["attach", "-p", &p, "-f", "libwork.so:lib_work"]);
+    plain.wait_code(1);
+    ctx.check(plain.stderr_text().contains("no function matches"), || {
+        format!("without --later: {}", plain.stderr_text())
+    });
+    let mut weft = ctx.weft(&[
+        "attach",
+        "-p",
+        &p,
+        "-f",
+        "libwork.so:lib_work",
+        "--later",
+        "-m",
+        "calls",
+        "--format",
+        "json",
+    ]);
+    weft.expect_line(Stream::Stderr, "the waiting line", |l| {
+        l.starts_with("weft: waiting for libraries loaded later for libwork.so:lib_work")
+    });
+    let a = wait_attached(&mut weft);
+    ctx.check(a.functions == 0, || {
+        format!("functions now: {}", a.functions)
+    });
+    t.send(&format!("loadcall 300 {}", lib.display()));
+    t.expect_stdout("`called 300`", |l| l == "called 300");
+    weft.expect_line(Stream::Stderr, "the instrumented line", |l| {
+        l.starts_with("weft: instrumented 1 functions of") && l.ends_with("libwork.so")
+    });
+    let text = detach_with_sigint(&mut weft);
+    let report = parse_report(&ctx, &text);
+    let calls: Vec<(String, u64)> = report
+        .functions
+        .iter()
+        .map(|f| (f.name.clone(), f.calls))
+        .collect();
+    ctx.check(calls == [("lib_work".to_string(), 300)], || {
+        format!("the report's functions: {calls:?}")
+    });
+    check_not_traced_nor_stopped(&ctx, pid);
+    t.send("quit");
+    t.wait_code(0);
+}

@@ -151,6 +151,8 @@ impl Watcher {
                 .store(monotonic_ms(), Ordering::Release);
             h.library_wait_ms.store(ms, Ordering::Release);
         }
+        // weft's own probe: its calls are not the user's business.
+        process.leave_out_of_reports(id);
         self.at_load = Some(id);
         Ok(id)
     }

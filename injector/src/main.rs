@@ -104,6 +104,12 @@ enum Command {
         /// stopping the target); best with --format jsonl.
         #[arg(long, value_name = "SECS")]
         interval: Option<f64>,
+        /// Patterns that match nothing now wait for libraries the process
+        /// loads later (dlopen): each is instrumented as it loads, before
+        /// any of its code runs (the loading thread waits for weft, at
+        /// most a second).
+        #[arg(long)]
+        later: bool,
         #[command(flatten)]
         measure: Measure,
         #[command(flatten)]
@@ -243,13 +249,17 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             functions,
             duration,
             interval,
+            later,
             measure,
             output,
         } => attach(
             pid,
             &functions,
-            duration,
-            interval,
+            Live {
+                duration,
+                interval,
+                later,
+            },
             measure.metrics,
             &output,
             boost,
@@ -411,18 +421,30 @@ fn run_program(
     Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
 }
 
+/// How `attach` stays live.
+struct Live {
+    duration: Option<f64>,
+    interval: Option<f64>,
+    /// `--later`: patterns matching nothing yet wait for libraries loaded
+    /// later.
+    later: bool,
+}
+
+/// How long a loading thread may wait for weft to instrument its library
+/// (`--later`).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn attach(
     pid: i32,
     functions: &[String],
-    duration: Option<f64>,
-    interval: Option<f64>,
+    live: Live,
     metrics: weft::Metrics,
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
-    let duration = seconds("duration", duration)?;
-    let interval = match seconds("interval", interval)? {
+    let duration = seconds("duration", live.duration)?;
+    let interval = match seconds("interval", live.interval)? {
         Some(i) if i.is_zero() => bail!("--interval must be more than 0 seconds"),
         i => i,
     };
@@ -431,12 +453,40 @@ fn attach(
     let timing = Timing::from_env();
     // Everything that needs no stopped target happens before the pause.
     let mut process = Process::open(pid)?;
-    let found = process.find_functions(&patterns)?;
+    // With --later, a pattern that matches nothing yet waits for the
+    // libraries loaded from now on.
+    let (found, pending) = if live.later {
+        let mut found = Vec::new();
+        let mut pending = Vec::new();
+        for pattern in &patterns {
+            match process.find_functions(std::slice::from_ref(pattern)) {
+                Ok(f) => found.extend(f),
+                Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        (found, pending)
+    } else {
+        (process.find_functions(&patterns)?, Vec::new())
+    };
+    let mut watcher = (!pending.is_empty()).then(|| {
+        let mut w = weft::events::Watcher::new(&process);
+        w.defer(pending.clone(), metrics);
+        w
+    });
     process.prepare(&found)?;
     timing.mark("found functions and swept their modules (target running)");
     process.hold()?;
     timing.mark("seized and stopped every thread");
     process.insert(&found, metrics)?;
+    if let Some(w) = &mut watcher {
+        w.defer_at_load(&mut process, LOAD_WAIT)?;
+        let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
+        eprintln!(
+            "weft: waiting for libraries loaded later for {}",
+            names.join(", ")
+        );
+    }
     timing.mark("loaded the runtime and spliced");
     let threads = process.threads_at_attach();
     process.release()?;
@@ -454,6 +504,22 @@ fn attach(
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
     let mut failed = None;
     let ended = cli_wait::wait(pid, duration, &mut || {
+        if let Some(w) = &mut watcher {
+            match w.poll(&mut process) {
+                Ok(events) => {
+                    for e in events {
+                        if let weft::events::Event::ProbesApplied { path, probes } = e {
+                            eprintln!(
+                                "weft: instrumented {} functions of {}",
+                                probes.len(),
+                                path.display()
+                            );
+                        }
+                    }
+                }
+                Err(e) => eprintln!("weft: warning: a library loaded later: {e}"),
+            }
+        }
         process.harvest();
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
@@ -467,6 +533,9 @@ fn attach(
         process.harvest();
         process.report()
     } else {
+        if let Some(w) = &mut watcher {
+            w.stop_deferring_at_load(&mut process);
+        }
         process.hold()?;
         process.remove_all()?;
         process.harvest();

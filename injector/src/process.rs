@@ -256,6 +256,9 @@ pub struct Process {
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: Duration,
+    /// Probes weft put in for its own use (the loader hook of
+    /// `Watcher::defer_at_load`): not in reports.
+    unreported: Vec<ProbeId>,
     /// Spare room for the probes of the next insertion (its capacity
     /// touched ahead: see `prefault`).
     spare_probes: Vec<Probe>,
@@ -354,6 +357,7 @@ impl Process {
             exits: None,
             sink_word: None,
             spare_probes: Vec::new(),
+            unreported: Vec::new(),
             retired: Vec::new(),
             quiet: Vec::new(),
             free_records: Vec::new(),
@@ -583,6 +587,13 @@ impl Process {
             return Err(Error::Trace(TraceError::NoSuchProcess(self.pid)));
         }
         Ok(outside)
+    }
+
+    /// Leaves probe `id` (weft's own, not the user's) out of reports.
+    pub(crate) fn leave_out_of_reports(&mut self, id: ProbeId) {
+        if !self.unreported.contains(&id) {
+            self.unreported.push(id);
+        }
     }
 
     /// The runtime's region header, writable (for the words weft sets
@@ -2272,7 +2283,7 @@ impl Process {
         let probes: Vec<ProbeInfo> = self
             .probes
             .iter()
-            .filter(|p| !p.words_recycled && p.words > 0)
+            .filter(|p| !p.words_recycled && p.words > 0 && !self.unreported.contains(&p.id))
             .map(|p| ProbeInfo {
                 name: points::probe_name(p),
                 module: p.function.module.clone(),
