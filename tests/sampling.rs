@@ -84,7 +84,10 @@ fn samples_agree_with_snapshots_and_the_targets_own_counts() {
                     },
                 );
             }
-            ctx.check(v.wall_ns > 0 && v.cpu_ns > 0, || {
+            // A row appears when its thread registers, in its first call's
+            // trampoline, just before that call is counted and its timer
+            // started: only a thread with a finished call must show time.
+            ctx.check(v.calls < 2 || (v.wall_ns > 0 && v.cpu_ns > 0), || {
                 format!("sample {i}, tid {tid}: no time in {v:?}")
             });
         }
