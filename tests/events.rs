@@ -203,14 +203,29 @@ fn deferred_probes_go_in_at_the_load_itself() {
         .sum();
     ctx.check(
         hook_calls >= 6 && p.probes()[hook.0 as usize].active,
-        || format!("_dl_debug_state counted {hook_calls} calls for three loads"),
+        || format!("_dl_debug_state counted {hook_calls} calls for three loads or more"),
     );
     let report = p.report();
     ctx.check(
         report.functions.iter().all(|f| f.name != "_dl_debug_state"),
         || format!("weft's loader hook in the report: {:?}", report.functions),
     );
+    // Stopped: with the watcher just seen (so a load would wait the whole
+    // 5 s, unpolled), a load goes on at once.
+    p.hold().unwrap_or_else(|e| fail("hold", e));
+    w.defer_at_load(&mut p, Duration::from_secs(5))
+        .unwrap_or_else(|e| fail("defer_at_load a third time", e));
+    p.release().unwrap_or_else(|e| fail("release", e));
     w.stop_deferring_at_load(&mut p);
+    let copy3 = scratch_dir("deferred_at_load").join("libwork-copy3.so");
+    std::fs::copy(lib, &copy3).unwrap();
+    let started = Instant::now();
+    t.send(&format!("loadcall 5 {}", copy3.display()));
+    t.expect_stdout("`called 5`", |l| l == "called 5");
+    let waited = started.elapsed();
+    ctx.check(waited < Duration::from_millis(250), || {
+        format!("a load waited {waited:?} after stop_deferring_at_load")
+    });
     p.hold().unwrap_or_else(|e| fail("hold", e));
     p.remove_all().unwrap_or_else(|e| fail("remove", e));
     p.release().unwrap_or_else(|e| fail("release", e));

@@ -331,6 +331,24 @@ fn bad_points_are_refused_and_change_nothing() {
     let before = p
         .read_memory(dispatch.address, dispatch.size as usize)
         .unwrap();
+    // Checking a batch, not held: each point's verdict, in order (the
+    // third overlaps the first, which passes), and nothing changed.
+    let verdicts = p.check_points(&[
+        PointSpec::before_call(worker.clone(), &direct),
+        PointSpec::at(worker.clone(), direct.address + 1),
+        PointSpec::at(worker.clone(), direct.address),
+    ]);
+    let says = |k: usize, what: &str| verdicts[k].as_deref().is_some_and(|r| r.contains(what));
+    ctx.check(
+        verdicts.len() == 3
+            && verdicts[0].is_none()
+            && says(1, "not the start of an instruction")
+            && says(2, "same batch"),
+        || format!("check_points: {verdicts:?}"),
+    );
+    ctx.check(!p.is_held() && p.probes().is_empty(), || {
+        "check_points changed something".into()
+    });
     p.hold().unwrap_or_else(|e| fail("hold", e));
     let refused = |p: &mut Process, specs: &[PointSpec], why: &str| match p.insert_points(specs) {
         Err(weft::Error::Refused(r)) => {

@@ -106,9 +106,9 @@ impl Watcher {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`]; [`Error::Refused`] or [`Error::NoMatch`] when
-    /// the loader's `_dl_debug_state` or `_r_debug` cannot be had (not a
-    /// glibc loader).
+    /// [`Error::NotHeld`]; [`Error::NoMatch`], [`Error::Refused`] or
+    /// [`Error::MissingLibc`] when the loader's `_dl_debug_state` or
+    /// `_r_debug` cannot be had or patched (not a glibc loader).
     pub fn defer_at_load(
         &mut self,
         process: &mut Process,
@@ -122,13 +122,8 @@ impl Watcher {
             .remove(0);
         let r_debug = process
             .image()
-            .symbol_address("ld-linux", "_r_debug")
-            .or_else(|| process.image().symbol_address("ld", "_r_debug"))
-            .ok_or(Error::NoMatch {
-                pattern: "_r_debug".into(),
-                suggestions: Vec::new(),
-                still_loading: false,
-            })?;
+            .symbol_address("ld", "_r_debug")
+            .ok_or(Error::MissingLibc("_r_debug"))?;
         let hook = process
             .region_header(true)?
             .map(|h| h.library_event_fn)

@@ -127,6 +127,12 @@ pub struct Replacement {
 }
 
 impl Probe {
+    /// Whether this is a live probe at the entry of `f` (not a point inside
+    /// it, not a removed probe).
+    pub fn is_live_entry_of(&self, f: &Function) -> bool {
+        self.active && self.point.is_none() && self.function.address == f.address
+    }
+
     /// Whether the probe hooks the function's exit (timers, or a user
     /// probe at exits).
     pub fn hooks_exit(&self) -> bool {
@@ -256,6 +262,9 @@ pub struct Process {
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: Duration,
+    /// Functions already searched for points an earlier weft left
+    /// (`remove_leftover_points`: once per function and `Process`).
+    leftovers_checked: AddressSet<u64>,
     /// Probes weft put in for its own use (the loader hook of
     /// `Watcher::defer_at_load`): not in reports.
     unreported: Vec<ProbeId>,
@@ -358,6 +367,7 @@ impl Process {
             sink_word: None,
             spare_probes: Vec::new(),
             unreported: Vec::new(),
+            leftovers_checked: AddressSet::default(),
             retired: Vec::new(),
             quiet: Vec::new(),
             free_records: Vec::new(),
@@ -867,7 +877,7 @@ impl Process {
             }
             let planned = match self.plans.get(&plan_key(f)) {
                 Some(site) => Ok(site.clone()),
-                None => self.plan(f).map(Arc::new),
+                None => self.plan(f, &occupied).map(Arc::new),
             };
             match planned {
                 // One probe per site, even if two names lead to it.
@@ -1138,27 +1148,16 @@ impl Process {
         probes.clear();
         probes.reserve(use_staged.len());
         let mut sites = Vec::with_capacity(use_staged.len());
-        // A run of adjacent trampolines: where it starts, and its bytes.
-        let mut run: Option<(u64, Vec<u8>)> = None;
+        // Those not written ahead (stage_prepared), to write.
+        let mut unwritten = Vec::new();
         for (request, s) in use_staged {
             if lost.contains(&s.area) {
                 rest.push((request, s.site));
                 continue;
             }
-            // Written ahead (stage_prepared): only the probe to record.
-            let start = s.at - crate::trampolines::RECORD_LEN;
-            run = match run.take() {
-                run if s.written => run,
-                Some((at, mut so_far)) if at + so_far.len() as u64 == start => {
-                    so_far.extend_from_slice(&s.bytes);
-                    Some((at, so_far))
-                }
-                Some((at, so_far)) => {
-                    tracer.memory().write(at, &so_far)?;
-                    Some((start, s.bytes))
-                }
-                None => Some((start, s.bytes)),
-            };
+            if !s.written {
+                unwritten.push((s.at - crate::trampolines::RECORD_LEN, s.bytes));
+            }
             probes.push(Probe {
                 id: ProbeId((self.probes.len() + probes.len()) as u32),
                 function: request.function.clone(),
@@ -1181,7 +1180,7 @@ impl Process {
             });
             sites.push(s.site);
         }
-        if let Some((at, bytes)) = run {
+        for (at, bytes, _) in adjacent_runs(unwritten) {
             tracer.memory().write(at, &bytes)?;
         }
         Ok((probes, sites, rest))
@@ -1269,31 +1268,17 @@ impl Process {
             .filter(|s| !s.written && self.pool.is_mapped(s.area))
             .collect();
         ready.sort_by_key(|s| s.at);
-        let mut run: Option<(u64, Vec<u8>, Vec<usize>)> = None;
-        let flush = |run: Option<(u64, Vec<u8>, Vec<usize>)>, ready: &mut [&mut Staged]| {
-            if let Some((at, bytes, members)) = run {
-                if memory.write(at, &bytes).is_ok() {
-                    for i in members {
-                        ready[i].written = true;
-                    }
+        let items = ready
+            .iter()
+            .map(|s| (s.at - crate::trampolines::RECORD_LEN, s.bytes.clone()))
+            .collect();
+        for (at, bytes, members) in adjacent_runs(items) {
+            if memory.write(at, &bytes).is_ok() {
+                for s in &mut ready[members] {
+                    s.written = true;
                 }
             }
-        };
-        for i in 0..ready.len() {
-            let start = ready[i].at - crate::trampolines::RECORD_LEN;
-            run = match run.take() {
-                Some((at, mut so_far, mut members)) if at + so_far.len() as u64 == start => {
-                    so_far.extend_from_slice(&ready[i].bytes);
-                    members.push(i);
-                    Some((at, so_far, members))
-                }
-                other => {
-                    flush(other, &mut ready);
-                    Some((start, ready[i].bytes.clone(), vec![i]))
-                }
-            };
         }
-        flush(run, &mut ready);
     }
 
     /// A counter's trampoline for `site`, built for a place in the planned
@@ -1371,17 +1356,14 @@ impl Process {
                 reason,
             }])
         };
-        if self
-            .probes
-            .iter()
-            .any(|p| p.active && p.point.is_none() && p.function.address == f.address)
-        {
+        if self.probes.iter().any(|p| p.is_live_entry_of(&f)) {
             return Err(refuse(
                 "it is already instrumented: remove its probe first".into(),
             ));
         }
-        let site = self.plan(&f).map_err(refuse)?;
-        if let Some(other) = self.overlapping_probe(&(site.patch_address..site.end())) {
+        let occupied = Occupied::of(&self.probes);
+        let site = self.plan(&f, &occupied).map_err(refuse)?;
+        if let Some(other) = occupied.overlapping(&self.probes, site.patch_address..site.end()) {
             return Err(refuse(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
@@ -1516,7 +1498,7 @@ impl Process {
                 "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
             )));
         }
-        if let Some(other) = self.overlapping_probe(&(site..site + 5)) {
+        if let Some(other) = Occupied::of(&self.probes).overlapping(&self.probes, site..site + 5) {
             return Err(refuse(format!(
                 "the call at {site:#x} is already changed, or inside the patch of the probe at \
                  {:#x} ({}): remove that first",
@@ -1703,11 +1685,7 @@ impl Process {
         let mut leftovers = Vec::new();
         for f in functions {
             // This session's own probes are not leftovers.
-            if self
-                .probes
-                .iter()
-                .any(|p| p.active && p.point.is_none() && p.function.address == f.address)
-            {
+            if self.probes.iter().any(|p| p.is_live_entry_of(f)) {
                 continue;
             }
             // After an endbr64, where weft patches, or at the entry.
@@ -1729,7 +1707,11 @@ impl Process {
     }
 
     /// Decides how to patch `f`, or says why it cannot be done safely.
-    fn plan(&mut self, f: &Function) -> Result<weft_codegen::PatchSite, String> {
+    fn plan(
+        &mut self,
+        f: &Function,
+        occupied: &Occupied,
+    ) -> Result<weft_codegen::PatchSite, String> {
         // Code elsewhere in the module may jump into the patch too.
         self.branch_index(f.address).map_err(|e| e.to_string())?;
         let memory = self.reader().map_err(|e| e.to_string())?;
@@ -1749,7 +1731,7 @@ impl Process {
             Vec::new()
         };
         // Instruction points in the body: decode the code as compiled.
-        overlay_originals(&self.probes, f.address, &mut code);
+        occupied.restore_originals(&self.probes, f.address, &mut code);
         let site = analyze_entry(&FunctionCode {
             address: f.address,
             bytes: &code,
@@ -1983,6 +1965,7 @@ impl Process {
         let Ok(maps) = crate::inspect::read_maps(self.pid) else {
             return Ok(());
         };
+        let occupied = Occupied::of(&self.probes);
         for f in functions {
             if f.kind != FunctionKind::Plain || self.plans.contains_key(&plan_key(f)) {
                 continue;
@@ -2000,7 +1983,7 @@ impl Process {
             }
             // Refusals are not kept: the code may change (a debugger's
             // breakpoint removed) before the insertion.
-            if let Ok(site) = self.plan(f) {
+            if let Ok(site) = self.plan(f, &occupied) {
                 self.plans.insert(plan_key(f), Arc::new(site));
             }
         }
@@ -2409,6 +2392,44 @@ impl Occupied {
         let &(_, end, i) = self.0.get(k.checked_sub(1)?)?;
         (end > range.start).then(|| &probes[i])
     }
+
+    /// Puts back, in `code` (read from the target at `address`), the bytes
+    /// the active probes (of `probes`, which `self` was built from)
+    /// replaced: the code as it was compiled. Only the probes displacing
+    /// bytes of the range are looked at: the one starting before it, and
+    /// those starting inside it.
+    fn restore_originals(&self, probes: &[Probe], address: u64, code: &mut [u8]) {
+        let end = address + code.len() as u64;
+        let first = self
+            .0
+            .partition_point(|&(start, _, _)| start < address)
+            .saturating_sub(1);
+        for &(start, _, i) in self.0[first..].iter().take_while(|e| e.0 < end) {
+            for (k, &byte) in probes[i].original.iter().enumerate() {
+                let at = start + k as u64;
+                if (address..end).contains(&at) {
+                    code[(at - address) as usize] = byte;
+                }
+            }
+        }
+    }
+}
+
+/// `items` (address, bytes) gathered into runs of neighbours, each the
+/// next one's address being where the last one ends: (start, the run's
+/// bytes, the items it holds), for one write each.
+fn adjacent_runs(items: Vec<(u64, Vec<u8>)>) -> Vec<(u64, Vec<u8>, std::ops::Range<usize>)> {
+    let mut runs: Vec<(u64, Vec<u8>, std::ops::Range<usize>)> = Vec::new();
+    for (i, (at, bytes)) in items.into_iter().enumerate() {
+        match runs.last_mut() {
+            Some((start, so_far, members)) if *start + so_far.len() as u64 == at => {
+                so_far.extend_from_slice(&bytes);
+                members.end = i + 1;
+            }
+            _ => runs.push((at, bytes, i..i + 1)),
+        }
+    }
+    runs
 }
 
 /// Reserves room for `additional` more elements of `v` and touches every
@@ -2424,20 +2445,6 @@ fn prefault<T>(v: &mut Vec<T>, additional: usize) {
         // memory the vector owns and has not initialised; a byte written
         // there is never read as an element.
         unsafe { base.add(offset).write_volatile(0) };
-    }
-}
-
-/// Puts back, in `code` (read from the target at `address`), the bytes
-/// this session's active probes replaced: the code as it was compiled.
-fn overlay_originals(probes: &[Probe], address: u64, code: &mut [u8]) {
-    let end = address + code.len() as u64;
-    for p in probes.iter().filter(|p| p.active) {
-        for (k, &byte) in p.original.iter().enumerate() {
-            let at = p.patch_address + k as u64;
-            if (address..end).contains(&at) {
-                code[(at - address) as usize] = byte;
-            }
-        }
     }
 }
 
@@ -2582,5 +2589,90 @@ impl Drop for Process {
             let _ = self.remove_all();
         }
         let _ = self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(id: u32, patch: u64, displaced_end: u64, original: [u8; 5], active: bool) -> Probe {
+        Probe {
+            id: ProbeId(id),
+            function: Function {
+                name: format!("f{id}"),
+                module: "exe".into(),
+                module_path: "/exe".into(),
+                address: patch,
+                vaddr: patch,
+                size: 64,
+                kind: FunctionKind::Plain,
+                source: crate::inspect::SymbolSource::Symtab,
+                padding: 0,
+                aliases: Vec::new(),
+            },
+            patch_address: patch,
+            original,
+            patch: [0xe9, 0, 0, 0, 0],
+            trampoline: 0..0,
+            calls_word: 0,
+            metrics: Metrics::CALLS,
+            words_recycled: false,
+            active,
+            record: None,
+            words: 1,
+            on_entry: None,
+            on_exit: None,
+            replaced_by: None,
+            point: None,
+            displaced: patch..displaced_end,
+            call_targets: None,
+        }
+    }
+
+    #[test]
+    fn occupied_finds_overlaps_and_restores_only_active_probes() {
+        let probes = vec![
+            probe(0, 0x100, 0x106, [1, 2, 3, 4, 5], true),
+            probe(1, 0x110, 0x115, [6, 7, 8, 9, 10], true),
+            probe(2, 0x120, 0x125, [11, 12, 13, 14, 15], false),
+        ];
+        let occ = Occupied::of(&probes);
+        let hit = |r: std::ops::Range<u64>| occ.overlapping(&probes, r).map(|p| p.id.0);
+        assert_eq!(hit(0x105..0x10a), Some(0)); // the displaced tail counts
+        assert_eq!(hit(0x106..0x110), None); // between them
+        assert_eq!(hit(0x0fb..0x100), None); // ends where one starts
+        assert_eq!(hit(0x0f0..0x120), Some(1)); // covers both: one is named
+        assert_eq!(hit(0x120..0x125), None); // removed probes do not count
+                                             // Code read from 0x103..0x113: the tail of probe 0, the head of 1.
+        let mut code = vec![0xe9u8; 16];
+        occ.restore_originals(&probes, 0x103, &mut code);
+        assert_eq!(&code[..2], &[4, 5]);
+        assert_eq!(&code[2..13], &[0xe9; 11]);
+        assert_eq!(&code[13..], &[6, 7, 8]);
+        // A range holding none of them, and removed probe 2's bytes.
+        let mut code = vec![0u8; 8];
+        occ.restore_originals(&probes, 0x120, &mut code);
+        assert_eq!(code, vec![0u8; 8]);
+    }
+
+    #[test]
+    fn adjacent_runs_join_only_neighbours() {
+        let runs = adjacent_runs(vec![
+            (0x10, vec![1, 2]),
+            (0x12, vec![3]),
+            (0x20, vec![4]),
+            (0x21, vec![5, 6]),
+            (0x30, vec![7]),
+        ]);
+        assert_eq!(
+            runs,
+            vec![
+                (0x10, vec![1, 2, 3], 0..2),
+                (0x20, vec![4, 5, 6], 2..4),
+                (0x30, vec![7], 4..5),
+            ]
+        );
+        assert!(adjacent_runs(Vec::new()).is_empty());
     }
 }

@@ -9,9 +9,7 @@
 //! [`weft_codegen::analyze_at`]). Every point counts how often threads
 //! reach it, in a word of their own rows, like a function's calls.
 
-use super::{
-    overlay_originals, Error, Function, Occupied, Probe, ProbeId, Process, Refused, UserProbe,
-};
+use super::{Error, Function, Occupied, Probe, ProbeId, Process, Refused, UserProbe};
 use crate::exits::Metrics;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
@@ -140,12 +138,8 @@ impl Process {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
-        let mut cleaned = std::collections::HashSet::new();
-        for spec in specs {
-            if cleaned.insert(spec.function.address) {
-                self.remove_leftover_points(&spec.function)?;
-            }
-        }
+        let functions: Vec<&Function> = specs.iter().map(|s| &s.function).collect();
+        self.remove_leftover_points(&functions)?;
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
         let occupied = Occupied::of(&self.probes);
@@ -409,8 +403,8 @@ impl Process {
             Vec::new()
         };
         // Planned from the code as compiled: this session's patches undone.
-        overlay_originals(&self.probes, f.address, &mut code);
-        overlay_originals(&self.probes, f.address + f.size, &mut padding);
+        occupied.restore_originals(&self.probes, f.address, &mut code);
+        occupied.restore_originals(&self.probes, f.address + f.size, &mut padding);
         let site = analyze_at(
             &FunctionCode {
                 address: f.address,
@@ -477,47 +471,50 @@ impl Process {
     }
 
     /// Takes out the probes an earlier weft (killed while they were live)
-    /// left anywhere in `f`, so that the code planned from is the
+    /// left anywhere in `functions`, so that the code planned from is the
     /// original: each instruction that is a `jmp` into a weft trampoline
-    /// whose record names that address gets its bytes back.
-    fn remove_leftover_points(&mut self, f: &Function) -> Result<(), Error> {
-        if f.size == 0 {
+    /// whose record names that address gets its bytes back. Leftovers only
+    /// come from before this `Process` attached, so each function is looked
+    /// at once per `Process` (this runs with the world stopped).
+    fn remove_leftover_points(&mut self, functions: &[&Function]) -> Result<(), Error> {
+        let todo: Vec<&Function> = functions
+            .iter()
+            .copied()
+            .filter(|f| f.size > 0 && self.leftovers_checked.insert(f.address))
+            .collect();
+        if todo.is_empty() {
             return Ok(());
         }
         let maps = crate::inspect::read_maps(self.pid)?;
+        let occupied = Occupied::of(&self.probes);
         let mut leftovers = Vec::new();
-        // Each restore may bring instructions the jmp hid: decode again.
-        for _ in 0..64 {
-            let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-            let mut code = tracer
-                .memory()
-                .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
-            overlay_originals(&self.probes, f.address, &mut code);
-            let found = weft_codegen::analyze_function(f.address, &code)
-                .instructions
-                .iter()
-                .filter(|i| code[(i.address - f.address) as usize] == 0xe9)
-                .find_map(|i| {
-                    crate::trampolines::leftover_probe(tracer.memory(), &maps, i.address)
-                });
-            let Some(probe) = found else { break };
-            tracer
-                .memory()
-                .write(probe.patch_address, &probe.original)?;
-            leftovers.push(probe.trampoline);
+        for f in todo {
+            // Each restore may bring instructions the jmp hid: decode again.
+            for _ in 0..64 {
+                let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
+                let mut code = tracer
+                    .memory()
+                    .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
+                occupied.restore_originals(&self.probes, f.address, &mut code);
+                let found = weft_codegen::analyze_function(f.address, &code)
+                    .instructions
+                    .iter()
+                    .filter(|i| code[(i.address - f.address) as usize] == 0xe9)
+                    .find_map(|i| {
+                        crate::trampolines::leftover_probe(tracer.memory(), &maps, i.address)
+                    });
+                let Some(probe) = found else { break };
+                tracer
+                    .memory()
+                    .write(probe.patch_address, &probe.original)?;
+                leftovers.push(probe.trampoline);
+            }
         }
         if !leftovers.is_empty() {
             // Threads inside finish them normally (the memory stays).
             self.prefer_outside(|pc| leftovers.iter().any(|r| r.contains(&pc)))?;
         }
         Ok(())
-    }
-
-    /// An active probe whose displaced bytes overlap `range`.
-    pub(super) fn overlapping_probe(&self, range: &std::ops::Range<u64>) -> Option<&Probe> {
-        self.probes
-            .iter()
-            .find(|p| p.active && p.displaced.start < range.end && range.start < p.displaced.end)
     }
 }
 
