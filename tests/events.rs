@@ -162,18 +162,24 @@ fn deferred_probes_go_in_at_the_load_itself() {
         format!("lib_work, instrumented at its load, counted {calls:?} of the 300 calls made right after it")
     });
 
-    // Nobody polling: a load (another copy of the library, so the loader
-    // really maps it) waits at most what was asked, then goes on.
+    // Nobody polling: a load waits at most what was asked, then goes on.
     p.hold().unwrap_or_else(|e| fail("hold", e));
     w.defer_at_load(&mut p, Duration::from_millis(300))
         .unwrap_or_else(|e| fail("defer_at_load again", e));
     p.release().unwrap_or_else(|e| fail("release", e));
-    let copy = scratch_dir("deferred_at_load").join("libwork-copy.so");
-    std::fs::copy(lib, &copy).unwrap();
-    let started = Instant::now();
-    t.send(&format!("loadcall 5 {}", copy.display()));
-    t.expect_stdout("`called 5`", |l| l == "called 5");
-    let waited = started.elapsed();
+    // How long `loadcall 5` of a fresh copy of the library takes (a new
+    // file each time, so the loader really maps it).
+    let mut copies = 0;
+    let mut timed_load = |t: &mut support::Proc| {
+        copies += 1;
+        let copy = scratch_dir("deferred_at_load").join(format!("libwork-copy{copies}.so"));
+        std::fs::copy(lib, &copy).unwrap();
+        let started = Instant::now();
+        t.send(&format!("loadcall 5 {}", copy.display()));
+        t.expect_stdout("`called 5`", |l| l == "called 5");
+        started.elapsed()
+    };
+    let waited = timed_load(&mut t);
     ctx.check(waited >= Duration::from_millis(250), || {
         format!("the unpolled load went on after {waited:?}: it did not wait")
     });
@@ -183,12 +189,7 @@ fn deferred_probes_go_in_at_the_load_itself() {
     // And a watcher not seen for over a second plus the wait (gone, or no
     // longer looking) is not waited for at all.
     std::thread::sleep(Duration::from_millis(1_500));
-    let copy2 = scratch_dir("deferred_at_load").join("libwork-copy2.so");
-    std::fs::copy(lib, &copy2).unwrap();
-    let started = Instant::now();
-    t.send(&format!("loadcall 5 {}", copy2.display()));
-    t.expect_stdout("`called 5`", |l| l == "called 5");
-    let waited = started.elapsed();
+    let waited = timed_load(&mut t);
     ctx.check(waited < Duration::from_millis(250), || {
         format!("a load waited {waited:?} for a watcher gone quiet 1.5 s ago")
     });
@@ -217,12 +218,7 @@ fn deferred_probes_go_in_at_the_load_itself() {
         .unwrap_or_else(|e| fail("defer_at_load a third time", e));
     p.release().unwrap_or_else(|e| fail("release", e));
     w.stop_deferring_at_load(&mut p);
-    let copy3 = scratch_dir("deferred_at_load").join("libwork-copy3.so");
-    std::fs::copy(lib, &copy3).unwrap();
-    let started = Instant::now();
-    t.send(&format!("loadcall 5 {}", copy3.display()));
-    t.expect_stdout("`called 5`", |l| l == "called 5");
-    let waited = started.elapsed();
+    let waited = timed_load(&mut t);
     ctx.check(waited < Duration::from_millis(250), || {
         format!("a load waited {waited:?} after stop_deferring_at_load")
     });
