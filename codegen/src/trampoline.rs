@@ -127,6 +127,15 @@ pub struct Trampoline {
     pub relocated_len: usize,
     /// Offset in `bytes` of the slow path (first hit of a thread).
     pub slow_path_offset: usize,
+    /// For each displaced instruction (`PatchSite::instructions`), where a
+    /// thread stopped at it, not yet run, goes on in the trampoline to do
+    /// exactly what it would have done: (offset to resume at, offset of the
+    /// instruction's own relocated copy). They differ only for an
+    /// instruction point's own instruction after a lead: a thread there
+    /// resumes at the snippets, which run before it. This is how weft moves
+    /// a thread stopped inside the bytes a patch overwrites, instead of
+    /// waiting for it to leave.
+    pub instruction_offsets: Vec<(u32, u32)>,
 }
 
 /// Why a trampoline or stub could not be built.
@@ -264,9 +273,12 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
     // block: that instruction and the others before the point run first,
     // as they would have, and fall into the snippets.
     let (lead, site) = spec.site.split_at_point();
+    let mut instruction_offsets = Vec::with_capacity(spec.site.instructions.len());
     let lead = match &lead {
         Some(lead) if red_zone => {
-            crate::relocate::relocate_continuing(lead, spec.address, false)?.bytes
+            let moved = crate::relocate::relocate_continuing(lead, spec.address, false)?;
+            instruction_offsets.extend(moved.instruction_offsets.iter().map(|&o| (o, o)));
+            moved.bytes
         }
         Some(_) => {
             return Err(BuildError::Encode(
@@ -365,6 +377,17 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
     let relocated_offset = lead.len() + e.len();
     let relocated = relocate(&site, e.ip())?;
     e.raw(&relocated.bytes);
+    for (k, &o) in relocated.instruction_offsets.iter().enumerate() {
+        let copy = (relocated_offset as u32) + o;
+        // After a lead, a thread at the point itself has not run the
+        // snippets yet: it resumes at the head.
+        let resume = if k == 0 && !instruction_offsets.is_empty() {
+            lead.len() as u32
+        } else {
+            copy
+        };
+        instruction_offsets.push((resume, copy));
+    }
 
     let slow_path_offset = lead.len() + e.len();
     let slow = e.ip();
@@ -399,6 +422,7 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
         relocated_offset,
         relocated_len: relocated.bytes.len(),
         slow_path_offset,
+        instruction_offsets,
     })
 }
 

@@ -50,6 +50,14 @@ pub enum Error {
          remove some, or count the others with -m calls"
     )]
     TooManyTimedProbes(usize),
+    /// Every session slot of the target is held by a live weft.
+    #[error("{0} weft sessions already have probes in this process: stop one of them first")]
+    TooManySessions(usize),
+    /// The target's probe directory is full.
+    #[error(
+        "the process already has {0} probes in place (weft's limit per process): remove some first"
+    )]
+    DirectoryFull(usize),
     /// The target's libc lacks a function weft calls.
     #[error("the target's C library has no `{0}`: weft needs glibc")]
     MissingLibc(&'static str),

@@ -16,6 +16,7 @@ pub mod events;
 pub mod exits;
 pub mod inspect;
 pub mod launch;
+mod ledger;
 pub mod library;
 pub mod memory;
 pub mod process;

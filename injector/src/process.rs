@@ -113,6 +113,13 @@ pub struct Probe {
     /// For a point recording where an indirect call goes: the first word
     /// of its table and the table's slots ([`Process::call_targets`]).
     pub call_targets: Option<(u32, u32)>,
+    /// Its entry in the target's probe directory (see `weft_rt::layout`).
+    pub(crate) entry: Option<usize>,
+    /// Another weft's probe this session shares (the same function and
+    /// metrics asked while that one was live): its code, words and record
+    /// are not this session's to reuse, and its figures are reported from
+    /// this session's start on ([`Process::snapshot`]).
+    pub(crate) borrowed: bool,
 }
 
 /// A function redirected to another ([`Process::replace_function`]).
@@ -222,7 +229,19 @@ pub struct Process {
     runtime: Option<Runtime>,
     pool: Pool,
     probes: Vec<Probe>,
-    next_word: u32,
+    /// This weft as the target's session table records it, and its slot
+    /// there once the runtime is loaded.
+    identity: crate::ledger::Identity,
+    slot: Option<usize>,
+    /// Values of borrowed probes' words when this session started sharing
+    /// them, by row (index, generation): subtracted from what it reads.
+    baselines: AddressMap<(u32, u32), Vec<(u32, u64)>>,
+    /// Other sessions' live probes, from the target's directory as of this
+    /// session's last look (refreshed at every insertion): planned around
+    /// like this session's own, and shared where asked for again.
+    foreign: Vec<Probe>,
+    /// Threads moved out of patch sites so far ([`Process::move_threads_out`]).
+    threads_moved: u64,
     options: RuntimeOptions,
     launched: bool,
     /// Set once the process has run on its own (weft released it).
@@ -239,10 +258,9 @@ pub struct Process {
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
     /// Stops of the world by tracers released before the current one.
     stops_before: u64,
-    /// Call records given back by removed probes, and the first never
-    /// used.
+    /// Call records given back by removed probes (new ones come from the
+    /// target's cursor: `ledger::allocate_record`).
     free_records: Vec<u32>,
-    next_record: u32,
     /// Trampolines of removed probes, reused once no thread can be in them.
     retired: Vec<std::ops::Range<u64>>,
     /// Probes (indices) whose trampolines were reused: nothing writes their
@@ -271,10 +289,6 @@ pub struct Process {
     /// Spare room for the probes of the next insertion (its capacity
     /// touched ahead: see `prefault`).
     spare_probes: Vec<Probe>,
-    /// First of the words activations of removed probes are pointed at
-    /// (see [`Process::retire_open_activations`]); allocated with the
-    /// first exit handler.
-    sink_word: Option<u32>,
 }
 
 /// Checks that make attach errors clear before ptrace is tried.
@@ -353,7 +367,11 @@ impl Process {
             runtime: None,
             pool: Pool::default(),
             probes: Vec::new(),
-            next_word: 0,
+            identity: crate::ledger::Identity::own(),
+            slot: None,
+            baselines: AddressMap::default(),
+            foreign: Vec::new(),
+            threads_moved: 0,
             options,
             launched,
             // A launched program has not run yet; an attached one has.
@@ -364,14 +382,12 @@ impl Process {
             branch_indexes: Default::default(),
             harvested: Vec::new(),
             exits: None,
-            sink_word: None,
             spare_probes: Vec::new(),
             unreported: Vec::new(),
             leftovers_checked: AddressSet::default(),
             retired: Vec::new(),
             quiet: Vec::new(),
             free_records: Vec::new(),
-            next_record: 0,
             stops_before: 0,
             stub_address: None,
             plans: Default::default(),
@@ -625,10 +641,11 @@ impl Process {
         }
         let tid = self.call_thread()?;
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
-        // A new session: every metric word this weft may hand out starts at 0.
-        let reset = self.options.metric_words;
-        let rt = runtime::load(tracer, &mut self.image, tid, self.options, reset)?;
+        // Nothing is reset: the words of probes other sessions still have
+        // in place keep counting, and fresh words were never written.
+        let rt = runtime::load(tracer, &mut self.image, tid, self.options, 0)?;
         self.runtime = Some(rt);
+        self.join_session()?;
         // Exit hooks are enabled in every session, even one that only
         // counts calls, so that every thread gets its return-slot block at
         // registration and a later session can time it.
@@ -637,14 +654,27 @@ impl Process {
     }
 
     /// Makes sure the installed exit code serves `metrics` (installing one
-    /// for the union of what this session asked so far when not), and
-    /// returns the layout entry snippets must use.
+    /// for the union of what it serves and `metrics` when not: whichever
+    /// weft installed it, never less than it served), and returns the
+    /// layout entry snippets must use.
     fn ensure_exits(&mut self, metrics: Metrics) -> Result<weft_codegen::ExitHooks, Error> {
-        let wanted = match self.exits {
-            Some((have, slots)) if have.union(metrics) == have => return Ok(slots),
-            Some((have, _)) => have.union(metrics),
-            None => metrics,
-        };
+        use weft_rt::layout::{EXITS_CPU, EXITS_INSTALLED, EXITS_WALL};
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let control = rt.region.control();
+        let flags = control
+            .exit_flags
+            .load(std::sync::atomic::Ordering::Acquire);
+        let installed = (flags & EXITS_INSTALLED != 0).then_some(Metrics {
+            wall: flags & EXITS_WALL != 0,
+            cpu: flags & EXITS_CPU != 0,
+        });
+        if let Some(have) = installed.filter(|have| have.union(metrics) == *have) {
+            let code = control.exit_code.load(std::sync::atomic::Ordering::Acquire);
+            let hooks = crate::exits::hooks(rt.region.header(), code, have.timers())?;
+            self.exits = Some((have, hooks));
+            return Ok(hooks);
+        }
+        let wanted = installed.unwrap_or(Metrics::CALLS).union(metrics);
         let tid = self.call_thread()?;
         let mmap_fn = self
             .image
@@ -664,16 +694,35 @@ impl Process {
             enable_fn,
         }
         .install(rt.region.header(), wanted.timers())?;
+        let control = rt.region.control();
+        control.exit_code.store(
+            hooks.exit_code_address(),
+            std::sync::atomic::Ordering::Release,
+        );
+        let flags = EXITS_INSTALLED
+            | if wanted.wall { EXITS_WALL } else { 0 }
+            | if wanted.cpu { EXITS_CPU } else { 0 };
+        control
+            .exit_flags
+            .store(flags, std::sync::atomic::Ordering::Release);
         self.exits = Some((wanted, hooks));
-        if self.sink_word.is_none() {
-            let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
-            if self.next_word + len > self.options.metric_words {
-                return Err(Error::TooManyProbes(self.options.metric_words));
-            }
-            self.sink_word = Some(self.next_word);
-            self.next_word += len;
-        }
         Ok(hooks)
+    }
+
+    /// The first of the words open activations of removed probes are
+    /// pointed at: one set for the process, whichever weft took it.
+    fn sink_word(&self) -> Result<u32, Error> {
+        use std::sync::atomic::Ordering;
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let control = rt.region.control();
+        if let Some(word) = control.sink_word.load(Ordering::Acquire).checked_sub(1) {
+            return Ok(word);
+        }
+        let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
+        let word = crate::ledger::allocate_words(&rt.region, len)
+            .ok_or(Error::TooManyProbes(self.options.metric_words))?;
+        control.sink_word.store(word + 1, Ordering::Release);
+        Ok(word)
     }
 
     /// Points the still-open activations of the given (removed) probes at
@@ -685,13 +734,13 @@ impl Process {
     /// trampoline.
     fn retire_open_activations(&mut self, bases: &[i32]) -> Result<(), Error> {
         use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_TOP};
-        let (Some(_), Some(sink), Some(rt)) = (self.exits, self.sink_word, self.runtime.as_ref())
-        else {
-            return Ok(());
-        };
         if bases.is_empty() {
             return Ok(());
         }
+        let sink = self.sink_word()?;
+        let Some(rt) = self.runtime.as_ref() else {
+            return Ok(());
+        };
         let sink = weft_rt::layout::Geometry::metric_offset(sink) as i32;
         let region = &rt.region;
         let rows = region
@@ -836,6 +885,8 @@ impl Process {
                 _ => std::borrow::Cow::Borrowed(spec),
             });
         }
+        // What other sessions have in place, and what killed ones left.
+        self.begin_change()?;
         // Functions planned by `prepare` were checked for leftover probes
         // then (and their code is checked again before patching).
         let unplanned: Vec<Function> = requests
@@ -855,13 +906,29 @@ impl Process {
             .collect();
         let mut sites = AddressSet::default();
         // Built once: the stop of the world may plan a thousand functions.
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         let mut plans: Vec<(&ProbeSpec, Arc<PatchSite>)> = Vec::with_capacity(requests.len());
         let mut refused = Vec::new();
+        // Another session's probes this one shares: (function, entry).
+        let mut shares: Vec<(&ProbeSpec, usize)> = Vec::new();
         for request in &requests {
             let f = &request.function;
             if active.contains(&f.address) {
                 continue; // already instrumented: one probe per address
+            }
+            if let Some(other) = self
+                .foreign
+                .iter()
+                .find(|p| p.point.is_none() && p.function.address == f.address)
+            {
+                match self.share_or_refuse(request, other) {
+                    Ok(index) => shares.push((request, index)),
+                    Err(reason) => refused.push(Refused {
+                        function: f.clone(),
+                        reason,
+                    }),
+                }
+                continue;
             }
             if request.hooks_exit() {
                 let reason = std::iter::once(&f.name)
@@ -883,7 +950,11 @@ impl Process {
                 // One probe per site, even if two names lead to it.
                 Ok(site) if !sites.insert(site.patch_address) => {}
                 Ok(site) => {
-                    match occupied.overlapping(&self.probes, site.patch_address..site.end()) {
+                    match occupied.overlapping(
+                        &self.probes,
+                        &self.foreign,
+                        site.patch_address..site.end(),
+                    ) {
                         Some(other) => refused.push(Refused {
                             function: f.clone(),
                             reason: format!(
@@ -929,7 +1000,7 @@ impl Process {
         // counters built ahead by `hold` first, in one write per run of
         // neighbours, then the others.
         let call_tid = self.call_thread()?;
-        let (mut new_probes, mut originals, plans) =
+        let (mut new_probes, mut originals, plans, mut moves) =
             self.write_staged(plans, call_tid, mmap_fn, register_fn)?;
         for (request, site) in plans {
             originals.push(site.clone());
@@ -996,6 +1067,7 @@ impl Process {
                 jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
             let mut original = [0u8; 5];
             original.copy_from_slice(&site.original[..5]);
+            moves.extend(resumes(site, at, &trampoline.instruction_offsets));
             // The record lets a later weft take this probe out if this
             // weft dies while it is live; it goes out with the trampoline,
             // in one write.
@@ -1051,23 +1123,18 @@ impl Process {
                 point: None,
                 displaced: site.patch_address..site.end(),
                 call_targets: None,
+                entry: None,
+                borrowed: false,
             });
         }
 
-        // Never write bytes a stopped thread is in the middle of.
-        let patch_sites: Vec<(u64, u64)> = new_probes
-            .iter()
-            .map(|p| (p.patch_address, p.patch_address + 5))
-            .collect();
-        let outside = self.wait_until_outside(
-            |pc| patch_sites.iter().any(|&(s, e)| s < pc && pc < e),
-            "a patch site",
-        );
-        let spliced = outside.map_err(|e| (e, false)).and_then(|()| {
-            let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
-            let tracer = self.tracer.as_mut().ok_or((Error::NotHeld, false))?;
-            splice(tracer.memory(), &new_probes, &originals)
-        });
+        // In the target's directory before any patch is: a weft killed in
+        // between leaves entries whose patches are not there, which the
+        // next one frees.
+        self.enter_in_directory(&mut new_probes)?;
+        let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let spliced = splice(tracer.memory(), &new_probes, &originals);
         if let Err((e, patched)) = spliced {
             if let Error::Refused(refused) = &e {
                 // Planned from code that has changed since: plan again.
@@ -1084,11 +1151,20 @@ impl Process {
                         self.free_records.push(record);
                     }
                 }
+                self.leave_directory(&mut new_probes);
             }
             return Err(e);
         }
+        // Threads stopped inside the bytes just overwritten go on at the
+        // same instruction's copy in the trampoline.
+        self.move_threads_out(&moves)?;
         for probe in &mut new_probes {
             probe.active = true;
+        }
+        for (request, index) in shares {
+            let mut probe = self.borrow(&request.function, index, request.metrics)?;
+            probe.id = ProbeId((self.probes.len() + new_probes.len()) as u32);
+            new_probes.push(probe);
         }
         let ids = new_probes.iter().map(|p| p.id).collect();
         self.probes.append(&mut new_probes);
@@ -1126,7 +1202,7 @@ impl Process {
             }
         }
         if use_staged.is_empty() {
-            return Ok((Vec::new(), Vec::new(), rest));
+            return Ok((Vec::new(), Vec::new(), rest, Vec::new()));
         }
         let mut areas: Vec<u64> = use_staged.iter().map(|(_, s)| s.area).collect();
         areas.sort_unstable();
@@ -1148,6 +1224,7 @@ impl Process {
         probes.clear();
         probes.reserve(use_staged.len());
         let mut sites = Vec::with_capacity(use_staged.len());
+        let mut moves = Vec::new();
         // Those not written ahead (stage_prepared), to write.
         let mut unwritten = Vec::new();
         for (request, s) in use_staged {
@@ -1158,6 +1235,7 @@ impl Process {
             if !s.written {
                 unwritten.push((s.at - crate::trampolines::RECORD_LEN, s.bytes));
             }
+            moves.extend_from_slice(&s.resumes);
             probes.push(Probe {
                 id: ProbeId((self.probes.len() + probes.len()) as u32),
                 function: request.function.clone(),
@@ -1177,13 +1255,15 @@ impl Process {
                 point: None,
                 displaced: s.site.patch_address..s.site.end(),
                 call_targets: None,
+                entry: None,
+                borrowed: false,
             });
             sites.push(s.site);
         }
         for (at, bytes, _) in adjacent_runs(unwritten) {
             tracer.memory().write(at, &bytes)?;
         }
-        Ok((probes, sites, rest))
+        Ok((probes, sites, rest, moves))
     }
 
     /// Builds, while the target runs, the trampolines of counters for the
@@ -1321,7 +1401,9 @@ impl Process {
         if bytes.len() as u64 <= room {
             bytes.resize(room as usize, 0xcc);
         }
+        let resumes = resumes(site, at, &trampoline.instruction_offsets).collect();
         Ok(Staged {
+            resumes,
             site: site.clone(),
             word,
             area,
@@ -1349,6 +1431,7 @@ impl Process {
             FunctionKind::Ifunc { resolver } => self.resolve_ifunc(f, resolver)?,
             _ => f.clone(),
         };
+        self.begin_change()?;
         self.remove_leftover_probes(std::slice::from_ref(&f))?;
         let refuse = |reason: String| {
             Error::Refused(vec![Refused {
@@ -1361,9 +1444,11 @@ impl Process {
                 "it is already instrumented: remove its probe first".into(),
             ));
         }
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         let site = self.plan(&f, &occupied).map_err(refuse)?;
-        if let Some(other) = occupied.overlapping(&self.probes, site.patch_address..site.end()) {
+        if let Some(other) =
+            occupied.overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
+        {
             return Err(refuse(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
@@ -1472,6 +1557,7 @@ impl Process {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
+        self.begin_change()?;
         let f = self.image.function_at(site)?.unwrap_or_else(|| Function {
             name: format!("{site:#x}"),
             module: String::new(),
@@ -1498,7 +1584,11 @@ impl Process {
                 "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
             )));
         }
-        if let Some(other) = Occupied::of(&self.probes).overlapping(&self.probes, site..site + 5) {
+        if let Some(other) = Occupied::of(&self.probes, &self.foreign).overlapping(
+            &self.probes,
+            &self.foreign,
+            site..site + 5,
+        ) {
             return Err(refuse(format!(
                 "the call at {site:#x} is already changed, or inside the patch of the probe at \
                  {:#x} ({}): remove that first",
@@ -1522,10 +1612,8 @@ impl Process {
         replaced_by: u64,
     ) -> Result<ProbeId, Error> {
         self.wait_until_outside(|pc| at < pc && pc < at + 5, "a patch site")?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
-        tracer.memory().write(at, &patch)?;
         let id = ProbeId(self.probes.len() as u32);
-        self.probes.push(Probe {
+        let mut probe = [Probe {
             id,
             function,
             patch_address: at,
@@ -1544,7 +1632,17 @@ impl Process {
             point: None,
             displaced: at..at + 5,
             call_targets: None,
-        });
+            entry: None,
+            borrowed: false,
+        }];
+        self.enter_in_directory(&mut probe)?;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        if let Err(e) = tracer.memory().write(at, &patch) {
+            self.leave_directory(&mut probe);
+            return Err(e.into());
+        }
+        let [probe] = probe;
+        self.probes.push(probe);
         Ok(id)
     }
 
@@ -1552,9 +1650,8 @@ impl Process {
     /// the row is full, the zeroed words of a removed probe nothing writes
     /// any more (that probe then leaves reports).
     fn allocate_words(&mut self, len: u32) -> Result<u32, Error> {
-        if self.next_word + len <= self.options.metric_words {
-            let word = self.next_word;
-            self.next_word += len;
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        if let Some(word) = crate::ledger::allocate_words(&rt.region, len) {
             return Ok(word);
         }
         let width = |p: &Probe| p.words;
@@ -1585,11 +1682,9 @@ impl Process {
         if let Some(r) = self.free_records.pop() {
             return Ok(r);
         }
-        if self.next_record as usize >= weft_rt::layout::CALL_RECORDS {
-            return Err(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS));
-        }
-        self.next_record += 1;
-        Ok(self.next_record - 1)
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        crate::ledger::allocate_record(&rt.region)
+            .ok_or(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS))
     }
 
     /// Gives the space of retired trampolines back to the pool once no
@@ -1675,6 +1770,207 @@ impl Process {
         Ok(())
     }
 
+    /// Before any change: loads the runtime (or joins the one loaded), takes
+    /// out what killed wefts left, and reads what other sessions have in
+    /// place.
+    fn begin_change(&mut self) -> Result<(), Error> {
+        if self.runtime.is_none() {
+            return self.ensure_runtime(); // joins the session too
+        }
+        self.join_session()
+    }
+
+    /// Whether `request` can share `other`, another session's live probe at
+    /// its function (its directory entry's index), or why not.
+    fn share_or_refuse(&self, request: &ProbeSpec, other: &Probe) -> Result<usize, String> {
+        let rt = self.runtime.as_ref().ok_or("the runtime is not loaded")?;
+        let index = other.entry.ok_or("no directory entry")?;
+        let entry = rt.region.entry(index);
+        let header = rt.region.header();
+        let owner = (0..weft_rt::layout::SESSIONS)
+            .find(|&i| entry.owners & 1 << i != 0)
+            .map_or(0, |i| {
+                header.sessions[i]
+                    .pid
+                    .load(std::sync::atomic::Ordering::Acquire)
+            });
+        let measures_only = request.on_entry.is_none() && request.on_exit.is_none();
+        let covered = other.metrics.union(request.metrics) == other.metrics;
+        if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
+            return Ok(index);
+        }
+        let how = if entry.kind != weft_rt::layout::KIND_MEASURE {
+            "with its own probe or replacement: stop that weft first".to_string()
+        } else if !measures_only {
+            "(it measures it): a user probe cannot share it; stop that weft first".to_string()
+        } else {
+            format!(
+                "measuring only {}: ask for those metrics (-m {}) to share its probe, or stop \
+                 that weft first",
+                other.metrics.names().join(","),
+                other.metrics.names().join(",")
+            )
+        };
+        Err(format!(
+            "it is already instrumented by another weft (pid {owner}) {how}"
+        ))
+    }
+
+    /// Takes this session's slot in the target's session table (again,
+    /// after a release that left it), takes out every probe no live session
+    /// owns any more (wefts that were killed: all their probes, not only
+    /// those on functions asked for now), and reads the other sessions'
+    /// live probes. The process must be held, the runtime loaded.
+    fn join_session(&mut self) -> Result<(), Error> {
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let orphans = crate::ledger::sweep(&rt.region);
+        if self.slot.is_none() {
+            self.slot = Some(
+                crate::ledger::join(&rt.region, self.identity)
+                    .ok_or(Error::TooManySessions(weft_rt::layout::SESSIONS))?,
+            );
+        }
+        self.remove_orphans(&orphans)?;
+        self.read_foreign();
+        Ok(())
+    }
+
+    /// This session's bit in directory entries' owners.
+    fn owner_bit(&self) -> u32 {
+        self.slot.map_or(0, |s| 1 << s)
+    }
+
+    /// Refreshes [`Process::foreign`] from the directory.
+    fn read_foreign(&mut self) {
+        let Some(rt) = self.runtime.as_ref() else {
+            return;
+        };
+        let mine = self.owner_bit();
+        let own: AddressSet<usize> = self.probes.iter().filter_map(|p| p.entry).collect();
+        self.foreign = crate::ledger::live_entries(&rt.region)
+            .into_iter()
+            .filter(|(i, e)| e.owners & mine == 0 && !own.contains(i))
+            .map(|(i, e)| foreign_probe(i, &e))
+            .collect();
+    }
+
+    /// Takes out the patches of `orphans` (probes whose every owner is
+    /// gone) where they are still in place, points their open activations
+    /// at the sink and frees their entries. Their trampolines, words and
+    /// records are never reused: a thread may still be inside one.
+    fn remove_orphans(&mut self, orphans: &[crate::ledger::Orphan]) -> Result<(), Error> {
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mut ranges = Vec::new();
+        let mut hooked = Vec::new();
+        for orphan in orphans {
+            let e = &orphan.entry;
+            let mut current = [0u8; 5];
+            if tracer.memory().read(e.patch_address, &mut current).is_ok()
+                && current == e.patch[..5]
+            {
+                tracer.memory().write(e.patch_address, &e.original[..5])?;
+            }
+            if e.trampoline != 0 {
+                ranges.push(e.trampoline..e.trampoline + e.trampoline_len);
+            }
+            if crate::ledger::record_of(e).is_some() {
+                hooked.push(weft_rt::layout::Geometry::metric_offset(e.first_word) as i32);
+            }
+        }
+        // Threads inside finish them normally (the memory stays).
+        self.prefer_outside(|pc| ranges.iter().any(|r| r.contains(&pc)))?;
+        self.retire_open_activations(&hooked)?;
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        for orphan in orphans {
+            crate::ledger::free(&rt.region, orphan.index);
+        }
+        Ok(())
+    }
+
+    /// Enters `probes` (about to be patched) in the target's directory,
+    /// owned by this session.
+    fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
+        let owners = self.owner_bit();
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        for i in 0..probes.len() {
+            let entry = directory_entry(&probes[i], owners);
+            match crate::ledger::add(&rt.region, &entry) {
+                Some(index) => probes[i].entry = Some(index),
+                None => {
+                    for p in &mut probes[..i] {
+                        if let Some(index) = p.entry.take() {
+                            crate::ledger::free(&rt.region, index);
+                        }
+                    }
+                    return Err(Error::DirectoryFull(weft_rt::layout::DIRECTORY));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `probes` (not patched after all) out of the directory.
+    fn leave_directory(&mut self, probes: &mut [Probe]) {
+        let Some(rt) = self.runtime.as_ref() else {
+            return;
+        };
+        for p in probes {
+            if let Some(index) = p.entry.take() {
+                crate::ledger::free(&rt.region, index);
+            }
+        }
+    }
+
+    /// Shares another session's live probe at `f` (`entry` of the
+    /// directory): this session becomes an owner and reads its words from
+    /// now on, the values they hold now (the world is stopped) subtracted.
+    fn borrow(&mut self, f: &Function, index: usize, metrics: Metrics) -> Result<Probe, Error> {
+        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let mut entry = rt.region.entry(index);
+        entry.owners |= self.owner_bit();
+        rt.region.set_entry(index, &entry);
+        let mut probe = foreign_probe(index, &entry);
+        probe.id = ProbeId(self.probes.len() as u32);
+        probe.function = f.clone();
+        probe.metrics = metrics;
+        // The words that add up (calls, exits, closed time), not a running
+        // timer's start or a nesting depth.
+        let offsets: &[i32] = if entry.words > 1 {
+            &[
+                weft_codegen::METRIC_ENTRIES,
+                weft_codegen::METRIC_EXITS,
+                weft_codegen::METRIC_UNWOUND,
+                weft_codegen::METRIC_UNHOOKED,
+                weft_codegen::METRIC_WALL_TOTAL,
+                weft_codegen::METRIC_CPU_TOTAL,
+            ]
+        } else {
+            &[0]
+        };
+        let words: Vec<u32> = offsets
+            .iter()
+            .map(|&o| entry.first_word + (o / 8) as u32)
+            .filter(|&w| w < entry.first_word + entry.words)
+            .collect();
+        let used = crate::ledger::words_used(&rt.region);
+        for row in rt.region.snapshot(used) {
+            let base = self
+                .baselines
+                .entry((row.index, row.generation))
+                .or_default();
+            for &w in &words {
+                let value = row.words.get(w as usize).copied().unwrap_or(0);
+                if value != 0 {
+                    base.push((w, value));
+                }
+            }
+        }
+        Ok(probe)
+    }
+
     /// Takes out probes an earlier weft left in these functions (it was
     /// killed while they were live): their trampolines count into words
     /// this session reuses, and a new probe would stack on top of them.
@@ -1688,8 +1984,12 @@ impl Process {
             if self.probes.iter().any(|p| p.is_live_entry_of(f)) {
                 continue;
             }
-            // After an endbr64, where weft patches, or at the entry.
+            // After an endbr64, where weft patches, or at the entry; not
+            // another live session's probe (the directory names those).
             for at in [f.address, f.address + 4] {
+                if self.foreign.iter().any(|p| p.patch_address == at) {
+                    continue;
+                }
                 if let Some(probe) = crate::trampolines::leftover_probe(tracer.memory(), &maps, at)
                 {
                     tracer
@@ -1731,7 +2031,7 @@ impl Process {
             Vec::new()
         };
         // Instruction points in the body: decode the code as compiled.
-        occupied.restore_originals(&self.probes, f.address, &mut code);
+        occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
         let site = analyze_entry(&FunctionCode {
             address: f.address,
             bytes: &code,
@@ -1767,6 +2067,49 @@ impl Process {
             (None, Some(memory)) => Ok(memory),
             (None, None) => Err(Error::NotHeld),
         }
+    }
+
+    /// Moves every thread stopped inside the bytes of a patch just written
+    /// to the equivalent place of its trampoline (as Dyninst and Frida do),
+    /// instead of letting the world run until none is there, which a hot
+    /// function under many threads may never give. A thread at an
+    /// instruction boundary goes on at that instruction's copy; one stopped
+    /// in a system call whose restart steps back over a displaced `syscall`
+    /// goes on after its copy, so that the restart lands on the copy.
+    /// Returns how many threads moved. The process must be held.
+    fn move_threads_out(&mut self, moves: &[Resume]) -> Result<usize, Error> {
+        if moves.is_empty() {
+            return Ok(0);
+        }
+        let mut sorted = moves.to_vec();
+        sorted.sort_unstable_by_key(|m| m.at);
+        let find = |pc: u64| {
+            let k = sorted.partition_point(|m| m.at <= pc);
+            sorted[..k].last().filter(|m| m.at == pc).copied()
+        };
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mut moved = 0;
+        for tid in tracer.threads().collect::<Vec<_>>() {
+            let Ok(mut regs) = tracer.registers(tid) else {
+                continue; // gone
+            };
+            // Stopped in a system call made by a displaced 2-byte
+            // `syscall`: after its copy (a restart steps back onto it).
+            let in_syscall = regs.orig_rax as i64 >= 0;
+            let target = in_syscall
+                .then(|| find(regs.rip.wrapping_sub(2)))
+                .flatten()
+                .filter(|m| m.len == 2)
+                .map(|m| m.copy + 2)
+                .or_else(|| find(regs.rip).filter(|m| !m.first).map(|m| m.resume));
+            if let Some(rip) = target {
+                regs.rip = rip;
+                tracer.set_registers(tid, &regs)?;
+                moved += 1;
+            }
+        }
+        self.threads_moved += moved as u64;
+        Ok(moved)
     }
 
     /// Stops the world with no thread at a PC for which `inside` holds,
@@ -1849,11 +2192,28 @@ impl Process {
             .map(|p| p.id)
             .collect();
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let mine = self.slot.map_or(0, |s| 1u32 << s);
+        let region = self.runtime.as_ref().map(|rt| &rt.region);
+        let mut handed_over = Vec::new();
         for probe in self
             .probes
             .iter_mut()
             .filter(|p| p.active && ids.contains(&p.id))
         {
+            // A probe another live session shares stays in place, theirs
+            // now: this session only stops reading it.
+            if let (Some(index), Some(region)) = (probe.entry, region) {
+                let mut entry = region.entry(index);
+                if entry.state == weft_rt::layout::PROBE_LIVE && entry.owners & !mine != 0 {
+                    entry.owners &= !mine;
+                    region.set_entry(index, &entry);
+                    probe.active = false;
+                    probe.borrowed = true;
+                    handed_over.push(probe.id);
+                    continue;
+                }
+                crate::ledger::free(region, index);
+            }
             // Restore only if our jmp is still there: the library may have
             // been unloaded and the address reused.
             let mut current = [0u8; 5];
@@ -1869,6 +2229,10 @@ impl Process {
             }
             probe.active = false;
         }
+        let ids: Vec<ProbeId> = ids
+            .into_iter()
+            .filter(|id| !handed_over.contains(id))
+            .collect();
         let ranges: Vec<std::ops::Range<u64>> = self
             .probes
             .iter()
@@ -1887,7 +2251,15 @@ impl Process {
             .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
             .collect();
         self.retire_open_activations(&hooked)?;
-        self.retired.extend(ranges);
+        // Only this session's own trampolines come back to its pool (a
+        // borrowed one lies in another weft's area).
+        let own: Vec<std::ops::Range<u64>> = self
+            .probes
+            .iter()
+            .filter(|p| ids.contains(&p.id) && !p.borrowed)
+            .map(|p| p.trampoline.clone())
+            .collect();
+        self.retired.extend(own);
         self.recycle_trampolines()?;
         if !self.probes.iter().any(|p| p.active) {
             if let Some(since) = self.live_since.take() {
@@ -1911,6 +2283,13 @@ impl Process {
         };
         // Normal priority again, whatever happened.
         self.boost = None;
+        // A session with nothing in place gives its slot back: its acks
+        // then hold no row, and the slot is free for another weft.
+        if !self.probes.iter().any(|p| p.active) {
+            if let (Some(slot), Some(rt)) = (self.slot.take(), &self.runtime) {
+                crate::ledger::leave(&rt.region, slot);
+            }
+        }
         detached?;
         self.ever_released = true;
         Ok(())
@@ -1965,7 +2344,7 @@ impl Process {
         let Ok(maps) = crate::inspect::read_maps(self.pid) else {
             return Ok(());
         };
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         for f in functions {
             if f.kind != FunctionKind::Plain || self.plans.contains_key(&plan_key(f)) {
                 continue;
@@ -2056,7 +2435,8 @@ impl Process {
         };
         let mut rows = self.harvested.clone();
         let wall = rt.region.header().wall;
-        let live = rt.region.snapshot(self.next_word).into_iter().filter(|r| {
+        let words = crate::ledger::words_used(&rt.region);
+        let live = rt.region.snapshot(words).into_iter().filter(|r| {
             !self
                 .harvested
                 .iter()
@@ -2066,9 +2446,31 @@ impl Process {
             if row.state == weft_rt::layout::ROW_LIVE {
                 self.sample_running_timers(&rt.region, &wall, &mut row);
             }
+            self.subtract_baseline(&mut row);
             rows.push(row);
         }
         rows
+    }
+
+    /// What borrowed probes' word `word` of row `index` (of `generation`)
+    /// held when this session started sharing it (0 for others).
+    pub(crate) fn baseline(&self, index: u32, generation: u32, word: u32) -> u64 {
+        self.baselines
+            .get(&(index, generation))
+            .and_then(|b| b.iter().find(|&&(w, _)| w == word))
+            .map_or(0, |&(_, v)| v)
+    }
+
+    /// Takes out of `row` what borrowed probes had counted before this
+    /// session started sharing them.
+    fn subtract_baseline(&self, row: &mut RowSnapshot) {
+        if let Some(base) = self.baselines.get(&(row.index, row.generation)) {
+            for &(word, value) in base {
+                if let Some(w) = row.words.get_mut(word as usize) {
+                    *w = w.saturating_sub(value);
+                }
+            }
+        }
     }
 
     /// Replaces the timer totals of a live row's timed probes with their
@@ -2124,13 +2526,19 @@ impl Process {
     /// command does, every few milliseconds); without it rows are not
     /// reused. Returns how many rows were harvested.
     pub fn harvest(&mut self) -> usize {
-        let Some(rt) = &self.runtime else { return 0 };
+        let (Some(rt), Some(slot)) = (&self.runtime, self.slot) else {
+            return 0;
+        };
         let pid = self.pid;
         let exited = self.exit.is_some();
-        let rows = rt.region.harvest(self.next_word, |tid| {
+        let words = crate::ledger::words_used(&rt.region);
+        let mut rows = rt.region.harvest(slot, words, |tid| {
             exited || std::fs::metadata(format!("/proc/{pid}/task/{tid}")).is_err()
         });
         let n = rows.len();
+        for row in &mut rows {
+            self.subtract_baseline(row);
+        }
         self.harvested
             .extend(rows.into_iter().filter(|r| r.words.iter().any(|&w| w != 0)));
         n
@@ -2368,9 +2776,12 @@ type AddressSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<
 struct Occupied(Vec<(u64, u64, usize)>);
 
 impl Occupied {
-    fn of(probes: &[Probe]) -> Occupied {
-        let mut v: Vec<(u64, u64, usize)> = probes
+    /// Built from this session's probes and other sessions' live ones
+    /// (`foreign`), indexed as if `foreign` followed `own`.
+    fn of(own: &[Probe], foreign: &[Probe]) -> Occupied {
+        let mut v: Vec<(u64, u64, usize)> = own
             .iter()
+            .chain(foreign)
             .enumerate()
             .filter(|(_, p)| p.active)
             .map(|(i, p)| (p.displaced.start, p.displaced.end, i))
@@ -2379,33 +2790,38 @@ impl Occupied {
         Occupied(v)
     }
 
-    /// The active probe (of `probes`, which `self` was built from) whose
-    /// displaced bytes overlap `range`. Only the last range starting before
+    fn probe<'a>(own: &'a [Probe], foreign: &'a [Probe], i: usize) -> &'a Probe {
+        own.get(i).unwrap_or_else(|| &foreign[i - own.len()])
+    }
+
+    /// The active probe (of those `self` was built from) whose displaced
+    /// bytes overlap `range`. Only the last range starting before
     /// `range.end` can: an earlier one overlapping `range` would make the
     /// later start inside `range` too.
     fn overlapping<'a>(
         &self,
-        probes: &'a [Probe],
+        own: &'a [Probe],
+        foreign: &'a [Probe],
         range: std::ops::Range<u64>,
     ) -> Option<&'a Probe> {
         let k = self.0.partition_point(|&(start, _, _)| start < range.end);
         let &(_, end, i) = self.0.get(k.checked_sub(1)?)?;
-        (end > range.start).then(|| &probes[i])
+        (end > range.start).then(|| Occupied::probe(own, foreign, i))
     }
 
     /// Puts back, in `code` (read from the target at `address`), the bytes
-    /// the active probes (of `probes`, which `self` was built from)
-    /// replaced: the code as it was compiled. Only the probes displacing
-    /// bytes of the range are looked at: the one starting before it, and
-    /// those starting inside it.
-    fn restore_originals(&self, probes: &[Probe], address: u64, code: &mut [u8]) {
+    /// the active probes (of those `self` was built from) replaced: the
+    /// code as it was compiled. Only the probes displacing bytes of the
+    /// range are looked at: the one starting before it, and those starting
+    /// inside it.
+    fn restore_originals(&self, own: &[Probe], foreign: &[Probe], address: u64, code: &mut [u8]) {
         let end = address + code.len() as u64;
         let first = self
             .0
             .partition_point(|&(start, _, _)| start < address)
             .saturating_sub(1);
         for &(start, _, i) in self.0[first..].iter().take_while(|e| e.0 < end) {
-            for (k, &byte) in probes[i].original.iter().enumerate() {
+            for (k, &byte) in Occupied::probe(own, foreign, i).original.iter().enumerate() {
                 let at = start + k as u64;
                 if (address..end).contains(&at) {
                     code[(at - address) as usize] = byte;
@@ -2466,6 +2882,8 @@ struct Staged {
     trampoline_len: u64,
     /// The record, the trampoline, and int3 to the end of its space.
     bytes: Vec<u8>,
+    /// Where threads stopped inside the patch go on (see [`Resume`]).
+    resumes: Vec<Resume>,
     original: [u8; 5],
     patch: [u8; 5],
     /// Already in the target: its area was mapped, so it was written while
@@ -2478,6 +2896,7 @@ type StagedWrite<'a> = (
     Vec<Probe>,
     Vec<Arc<PatchSite>>,
     Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
+    Vec<Resume>,
 );
 
 /// The most a counter's trampoline for `site` takes of a pool, its record
@@ -2485,6 +2904,130 @@ type StagedWrite<'a> = (
 fn counter_room(site: &PatchSite) -> u64 {
     let len = weft_codegen::max_trampoline_len(site, &[Snippet::CountCall { offset: 0 }]) as u64;
     len.div_ceil(16) * 16 + crate::trampolines::RECORD_LEN
+}
+
+/// A displaced instruction of a patch, and where a thread stopped at it
+/// goes on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resume {
+    /// The instruction's address in the original code.
+    at: u64,
+    /// It is the first (where the patch starts): a thread there takes the
+    /// patch and need not move, unless its system call restarts into it.
+    first: bool,
+    /// Its length.
+    len: u8,
+    /// Where a thread that has not run it yet goes on.
+    resume: u64,
+    /// Its relocated copy (for a thread whose system call restarts by
+    /// stepping back over it).
+    copy: u64,
+}
+
+/// The [`Resume`]s of a trampoline at `at` built for `site`, from
+/// `Trampoline::instruction_offsets`.
+pub(crate) fn resumes<'a>(
+    site: &'a PatchSite,
+    at: u64,
+    offsets: &'a [(u32, u32)],
+) -> impl Iterator<Item = Resume> + 'a {
+    site.instructions
+        .iter()
+        .zip(offsets)
+        .map(move |(i, &(resume, copy))| Resume {
+            at: i.ip(),
+            first: i.ip() == site.patch_address,
+            len: i.len() as u8,
+            resume: at + u64::from(resume),
+            copy: at + u64::from(copy),
+        })
+}
+
+/// Another session's live probe (directory entry `index`) as this session
+/// plans around it: its patch, displaced bytes and words.
+fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
+    let mut original = [0u8; 5];
+    original.copy_from_slice(&e.original[..5]);
+    let mut patch = [0u8; 5];
+    patch.copy_from_slice(&e.patch[..5]);
+    let displaced = u64::from(e.reserved.max(5));
+    Probe {
+        id: ProbeId(u32::MAX),
+        function: Function {
+            name: format!("{:#x}", e.function),
+            module: String::new(),
+            module_path: std::path::PathBuf::new(),
+            address: e.function,
+            vaddr: 0,
+            size: 0,
+            kind: FunctionKind::Plain,
+            source: crate::inspect::SymbolSource::Symtab,
+            padding: 0,
+            aliases: Vec::new(),
+        },
+        patch_address: e.patch_address,
+        original,
+        patch,
+        trampoline: e.trampoline..e.trampoline + e.trampoline_len,
+        calls_word: e.first_word,
+        metrics: Metrics {
+            wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
+            cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
+        },
+        words_recycled: false,
+        active: true,
+        record: crate::ledger::record_of(e),
+        words: e.words,
+        on_entry: None,
+        on_exit: None,
+        replaced_by: None,
+        point: (e.kind != weft_rt::layout::KIND_MEASURE && e.function != e.patch_address)
+            .then_some(e.function),
+        displaced: e.patch_address..e.patch_address + displaced,
+        call_targets: None,
+        entry: Some(index),
+        borrowed: true,
+    }
+}
+
+/// The directory entry of `probe`, owned by `owners`. Only a probe that
+/// just measures a function's entry may be shared by another session.
+fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
+    use weft_rt::layout as l;
+    let shareable = probe.point.is_none()
+        && probe.on_entry.is_none()
+        && probe.on_exit.is_none()
+        && probe.replaced_by.is_none()
+        && probe.call_targets.is_none()
+        && probe.words > 0;
+    let mut original = [0u8; 8];
+    original[..5].copy_from_slice(&probe.original);
+    let mut patch = [0u8; 8];
+    patch[..5].copy_from_slice(&probe.patch);
+    l::ProbeEntry {
+        state: l::PROBE_LIVE,
+        owners,
+        kind: if shareable {
+            l::KIND_MEASURE
+        } else {
+            l::KIND_PRIVATE
+        },
+        metrics: if probe.metrics.wall {
+            l::METRIC_WALL
+        } else {
+            0
+        } | if probe.metrics.cpu { l::METRIC_CPU } else { 0 },
+        first_word: probe.calls_word,
+        words: probe.words,
+        record: probe.record.unwrap_or(l::NO_RECORD),
+        reserved: (probe.displaced.end - probe.displaced.start) as u32,
+        function: probe.point.unwrap_or(probe.function.address),
+        patch_address: probe.patch_address,
+        trampoline: probe.trampoline.start,
+        trampoline_len: probe.trampoline.end - probe.trampoline.start,
+        original,
+        patch,
+    }
 }
 
 /// Writes every probe's `jmp`, the world stopped: one read and one
@@ -2627,6 +3170,8 @@ mod tests {
             point: None,
             displaced: patch..displaced_end,
             call_targets: None,
+            entry: None,
+            borrowed: false,
         }
     }
 
@@ -2637,8 +3182,8 @@ mod tests {
             probe(1, 0x110, 0x115, [6, 7, 8, 9, 10], true),
             probe(2, 0x120, 0x125, [11, 12, 13, 14, 15], false),
         ];
-        let occ = Occupied::of(&probes);
-        let hit = |r: std::ops::Range<u64>| occ.overlapping(&probes, r).map(|p| p.id.0);
+        let occ = Occupied::of(&probes, &[]);
+        let hit = |r: std::ops::Range<u64>| occ.overlapping(&probes, &[], r).map(|p| p.id.0);
         assert_eq!(hit(0x105..0x10a), Some(0)); // the displaced tail counts
         assert_eq!(hit(0x106..0x110), None); // between them
         assert_eq!(hit(0x0fb..0x100), None); // ends where one starts
@@ -2646,13 +3191,13 @@ mod tests {
         assert_eq!(hit(0x120..0x125), None); // removed probes do not count
                                              // Code read from 0x103..0x113: the tail of probe 0, the head of 1.
         let mut code = vec![0xe9u8; 16];
-        occ.restore_originals(&probes, 0x103, &mut code);
+        occ.restore_originals(&probes, &[], 0x103, &mut code);
         assert_eq!(&code[..2], &[4, 5]);
         assert_eq!(&code[2..13], &[0xe9; 11]);
         assert_eq!(&code[13..], &[6, 7, 8]);
         // A range holding none of them, and removed probe 2's bytes.
         let mut code = vec![0u8; 8];
-        occ.restore_originals(&probes, 0x120, &mut code);
+        occ.restore_originals(&probes, &[], 0x120, &mut code);
         assert_eq!(code, vec![0u8; 8]);
     }
 

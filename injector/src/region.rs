@@ -40,7 +40,8 @@ pub struct Region {
     base: *const u8,
     len: usize,
     geometry: Geometry,
-    /// The ack pages, mapped writable (the only part weft writes).
+    /// The ack pages of every session slot and the probe directory after
+    /// them, mapped writable (with the header page, all weft writes).
     acks: *const AtomicU32,
     acks_len: usize,
     /// The header's page mapped writable too, for the words weft sets
@@ -127,9 +128,10 @@ impl Region {
             });
         }
         region.geometry = geometry;
-        let acks_len = geometry.acks_len() as usize;
-        // The ack pages (inside the file's length, checked above) and the
-        // header's page, writable: the only parts weft writes.
+        // The ack pages and the probe directory (inside the file's length,
+        // checked above) and the header's page, writable: the only parts
+        // weft writes.
+        let acks_len = (geometry.rows_offset() - ACKS_OFFSET as u64) as usize;
         region.acks =
             map_shared(&region.file, acks_len, ACKS_OFFSET, true).map_err(map_err)? as *const _;
         region.acks_len = acks_len;
@@ -173,6 +175,45 @@ impl Region {
             self.file.write_all_at(&zeros, at)?;
         }
         Ok(())
+    }
+
+    /// Session slot `slot`'s ack of row `index` (both clamped into range).
+    fn ack(&self, slot: usize, index: u32) -> &AtomicU32 {
+        let slot = slot.min(layout::SESSIONS - 1);
+        let index = index.min(self.geometry.max_rows.saturating_sub(1)) as usize;
+        let offset = (self.geometry.acks_offset(slot) - ACKS_OFFSET as u64) as usize;
+        // SAFETY: the writable mapping at ACKS_OFFSET holds every slot's
+        // ack array of max_rows u32s (clamped above); it lives as long as
+        // `self`.
+        unsafe { &*self.acks.byte_add(offset).add(index) }
+    }
+
+    /// Pointer to probe-directory entry `i` (clamped into the directory)
+    /// in the writable mapping.
+    fn entry_ptr(&self, i: usize) -> *mut layout::ProbeEntry {
+        let i = i.min(layout::DIRECTORY - 1);
+        let offset = (self.geometry.directory_offset() - ACKS_OFFSET as u64) as usize
+            + i * layout::PROBE_ENTRY_SIZE;
+        // SAFETY: the writable mapping at ACKS_OFFSET reaches to the rows;
+        // the directory lies inside it and `i` is clamped into it.
+        unsafe { self.acks.byte_add(offset) as *mut layout::ProbeEntry }
+    }
+
+    /// A copy of probe-directory entry `i`. Only wefts that hold the
+    /// process (one at a time) write entries, so a copy taken while
+    /// holding it is consistent.
+    pub fn entry(&self, i: usize) -> layout::ProbeEntry {
+        // SAFETY: `entry_ptr` is inside the mapping and aligned (entries
+        // are 80 bytes from a page boundary: 8-byte aligned); any bit
+        // pattern is a ProbeEntry (plain integers).
+        unsafe { std::ptr::read_volatile(self.entry_ptr(i)) }
+    }
+
+    /// Writes probe-directory entry `i` (the process must be held by this
+    /// weft: no other writes entries meanwhile).
+    pub fn set_entry(&self, i: usize, entry: &layout::ProbeEntry) {
+        // SAFETY: as in `entry`; the mapping is writable.
+        unsafe { std::ptr::write_volatile(self.entry_ptr(i), *entry) }
     }
 
     /// Copies row `index` (its first `words` metric words); None past the
@@ -284,7 +325,12 @@ impl Region {
     /// nothing can write the row any more) and acks them, which lets the
     /// runtime give the rows to new threads. Returns the copies; the caller
     /// keeps them for its reports.
-    pub fn harvest(&self, words: u32, is_gone: impl Fn(u32) -> bool) -> Vec<RowSnapshot> {
+    pub fn harvest(
+        &self,
+        slot: usize,
+        words: u32,
+        is_gone: impl Fn(u32) -> bool,
+    ) -> Vec<RowSnapshot> {
         let mut harvested = Vec::new();
         let used = self
             .header()
@@ -292,14 +338,9 @@ impl Region {
             .load(Ordering::Acquire)
             .min(self.geometry.max_rows);
         for index in 0..used {
-            // SAFETY: index < max_rows: the row and its ack lie inside the
-            // mappings.
-            let (header, ack) = unsafe {
-                (
-                    &*(self.row(index) as *const RowHeader),
-                    &*self.acks.add(index as usize),
-                )
-            };
+            // SAFETY: index < max_rows: the row lies inside the mapping.
+            let header = unsafe { &*(self.row(index) as *const RowHeader) };
+            let ack = self.ack(slot, index);
             // State, generation and thread first, the words after: a copy
             // whose words were read before its thread ran (or before the row
             // passed to a new thread) must never be taken as final.

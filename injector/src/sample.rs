@@ -69,6 +69,9 @@ struct Sampled {
     /// Index of its first metric word.
     word: usize,
     metrics: Metrics,
+    /// Shared with another weft: its words held values before this session
+    /// (`Process::baseline`), subtracted.
+    borrowed: bool,
 }
 
 /// What the sampler knows of one row.
@@ -82,8 +85,8 @@ struct RowState {
     activity: u64,
     values: Vec<Value>,
     /// Timers that were running when the row was last read: (probe index,
-    /// their words then).
-    running: Vec<(usize, TimerWords)>,
+    /// their words then, the wall and CPU ns to subtract).
+    running: Vec<(usize, TimerWords, (u64, u64))>,
 }
 
 /// Counts of the last [`Sampler::sample`], for callers that watch its cost.
@@ -151,7 +154,7 @@ impl Sampler {
         self.order.clear();
         if let Some(region) = process.region() {
             self.follow_probes(process);
-            self.read(process.pid(), region);
+            self.read(process, region);
         }
         let rows = &self.rows;
         self.order.iter().map(move |&index| {
@@ -178,6 +181,7 @@ impl Sampler {
                 id: p.id,
                 word: p.calls_word as usize,
                 metrics: p.metrics,
+                borrowed: p.borrowed,
             })
             .collect();
         self.words = self
@@ -190,7 +194,8 @@ impl Sampler {
         self.rows.iter_mut().for_each(|r| r.known = false);
     }
 
-    fn read(&mut self, pid: i32, region: &Region) {
+    fn read(&mut self, process: &Process, region: &Region) {
+        let pid = process.pid();
         let geometry = region.geometry();
         let header = region.header();
         let q32 = header.timer_ns_per_tick_q32;
@@ -229,13 +234,14 @@ impl Sampler {
             self.stats.rows_read += 1;
             let words = region.row_words(index, self.words);
             let same_thread = r.known && r.generation == generation && r.tid == tid;
+            let baseline = |word: usize| process.baseline(index, generation, word as u32);
             read_row(
                 r,
                 same_thread,
                 &self.probes,
                 words,
-                tid,
-                pid,
+                &baseline,
+                (tid, pid),
                 wall_now,
                 q32,
                 &mut self.stats,
@@ -291,8 +297,8 @@ fn read_row(
     same_thread: bool,
     probes: &[Sampled],
     words: &[AtomicU64],
-    tid: u32,
-    pid: i32,
+    baseline: &dyn Fn(usize) -> u64,
+    (tid, pid): (u32, i32),
     wall_now: u64,
     q32: u64,
     stats: &mut SampleStats,
@@ -314,7 +320,19 @@ fn read_row(
         let Some(w) = words.get(p.word..end) else {
             continue;
         };
-        let calls = w.get(W_ENTRIES).map_or(0, |c| c.load(Ordering::Relaxed));
+        // What a borrowed probe had counted before this session.
+        let base = |offset: usize| {
+            if p.borrowed {
+                baseline(p.word + offset)
+            } else {
+                0
+            }
+        };
+        let calls = w
+            .get(W_ENTRIES)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+            .saturating_sub(base(W_ENTRIES));
+        let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
         if !p.metrics.hooks_exit() || w.len() < TIMED_WORDS {
             r.values[i] = Value {
                 calls,
@@ -326,8 +344,12 @@ fn read_row(
             // The totals, not counting the open interval.
             r.values[i] = Value {
                 calls,
-                wall_ns: w[W_WALL_TOTAL].load(Ordering::Relaxed),
-                cpu_ns: w[W_CPU_TOTAL].load(Ordering::Relaxed),
+                wall_ns: w[W_WALL_TOTAL]
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(base_wall),
+                cpu_ns: w[W_CPU_TOTAL]
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(base_cpu),
             };
             continue;
         };
@@ -335,8 +357,16 @@ fn read_row(
             // Not running: the totals are the values.
             r.values[i] = Value {
                 calls,
-                wall_ns: if p.metrics.wall { t.wall_total } else { 0 },
-                cpu_ns: if p.metrics.cpu { t.cpu_total } else { 0 },
+                wall_ns: if p.metrics.wall {
+                    t.wall_total.saturating_sub(base_wall)
+                } else {
+                    0
+                },
+                cpu_ns: if p.metrics.cpu {
+                    t.cpu_total.saturating_sub(base_cpu)
+                } else {
+                    0
+                },
             };
             continue;
         }
@@ -351,12 +381,20 @@ fn read_row(
         }
         let v = timer_value(&t, wall_now, cpu_now, q32);
         if v.running {
-            r.running.push((i, t));
+            r.running.push((i, t, (base_wall, base_cpu)));
         }
         r.values[i] = Value {
             calls,
-            wall_ns: if p.metrics.wall { v.wall_ns } else { 0 },
-            cpu_ns: if p.metrics.cpu { v.cpu_ns } else { 0 },
+            wall_ns: if p.metrics.wall {
+                v.wall_ns.saturating_sub(base_wall)
+            } else {
+                0
+            },
+            cpu_ns: if p.metrics.cpu {
+                v.cpu_ns.saturating_sub(base_cpu)
+            } else {
+                0
+            },
         };
     }
     for (value, before) in r.values.iter_mut().zip(&floor) {
@@ -372,20 +410,20 @@ fn refresh_running(r: &mut RowState, pid: i32, wall_now: u64, q32: u64, stats: &
     if r.running.is_empty() {
         return;
     }
-    let cpu_now = if r.running.iter().any(|(_, w)| w.cpu_start != 0) {
+    let cpu_now = if r.running.iter().any(|(_, w, _)| w.cpu_start != 0) {
         stats.cpu_reads += 1;
         weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, r.tid).ok()
     } else {
         None
     };
-    for &(i, words) in &r.running {
+    for &(i, words, (base_wall, base_cpu)) in &r.running {
         let v = timer_value(&words, wall_now, cpu_now, q32);
         let value = &mut r.values[i];
         if value.wall_ns != 0 || words.wall_start != 0 {
-            value.wall_ns = value.wall_ns.max(v.wall_ns);
+            value.wall_ns = value.wall_ns.max(v.wall_ns.saturating_sub(base_wall));
         }
         if words.cpu_start != 0 {
-            value.cpu_ns = value.cpu_ns.max(v.cpu_ns);
+            value.cpu_ns = value.cpu_ns.max(v.cpu_ns.saturating_sub(base_cpu));
         }
     }
 }
@@ -408,9 +446,21 @@ mod tests {
             id: ProbeId(0),
             word: 0,
             metrics: Metrics::ALL,
+            borrowed: false,
         }];
         let mut stats = SampleStats::default();
-        read_row(r, same_thread, &probes, words, 1, 1, 0, 1 << 32, &mut stats);
+        let none = |_| 0;
+        read_row(
+            r,
+            same_thread,
+            &probes,
+            words,
+            &none,
+            (1, 1),
+            0,
+            1 << 32,
+            &mut stats,
+        );
         r.values[0]
     }
 

@@ -5,8 +5,12 @@
 //! +--------------------+ 0
 //! | RegionHeader       |
 //! +--------------------+ ACKS_OFFSET (4096)
-//! | acks[max_rows]     |  u32 per row, written by the injector: "I have the
-//! |                    |  figures of generation g of this row" (g + 1)
+//! | acks[SESSIONS]     |  per session slot, u32 per row, written by that
+//! | [max_rows]         |  session's injector: "I have the figures of
+//! |                    |  generation g of this row" (g + 1)
+//! +--------------------+ Geometry::directory_offset() (page aligned)
+//! | probes[DIRECTORY]  |  ProbeEntry per probe any weft put in: the list of
+//! |                    |  live probes and the sessions that own them
 //! +--------------------+ Geometry::rows_offset() (page aligned)
 //! | row 0              |  RowHeader (64 bytes) + metric words
 //! | row 1              |  every row is `row_stride` bytes, a multiple of 64,
@@ -18,14 +22,25 @@
 //!
 //! Only the thread that owns a row writes its metric words, each with a
 //! single instruction, so the injector's aligned 8-byte reads are never torn.
-//! The injector maps the region read-only, except the ack pages.
+//! The injector maps the region read-only, except the header page, the ack
+//! pages and the probe directory.
+//!
+//! ## Who owns the instrumentation
+//!
+//! The target does. Metric words, call records, the installed exit code and
+//! the list of live probes are handed out from here (the header's cursors,
+//! [`RegionHeader::sessions`], the probe directory), not from one weft's
+//! memory: a later weft, or one attached at the same time, sees exactly what
+//! is in place and never hands out a word or a record that is still in use.
+//! Only a weft that holds the process with ptrace changes these (the kernel
+//! lets one tracer at a time attach), so they need no lock.
 //!
 //! ## Row life cycle
 //!
 //! `FREE` → `LIVE` (a thread's first hit) → `EXITED` (its TLS destructors
 //! ran; it may still run a little) → the injector sees the thread gone from
-//! `/proc`, copies the row's figures and acks the row's generation → a new
-//! thread may claim it (`CLAIMED`, words zeroed, generation + 1, `LIVE`).
+//! `/proc`, copies the row's figures and acks the row's generation (every
+//! session slot in use must have acked it) → a new thread may claim it (`CLAIMED`, words zeroed, generation + 1, `LIVE`).
 //! Rows are therefore bounded by the threads alive at once plus those the
 //! injector has not harvested yet, never by the threads ever created.
 
@@ -34,7 +49,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Byte offset of `user` in a user probe's context (`weft_codegen::CTX_USER`;
 /// the injector's tests check they agree): `weft_rt_library_event` reads
 /// its constant there.
@@ -155,7 +170,111 @@ pub struct RegionHeader {
     /// second plus the wait (one that died or stopped watching costs
     /// nothing after that).
     pub library_watcher_ms: AtomicU64,
+    /// First metric word never handed out (every session allocates from
+    /// here: words below it may be in use by any session, alive or dead).
+    pub words_next: AtomicU32,
+    /// First call record never handed out.
+    pub records_next: AtomicU32,
+    /// 1 + the first of the words open activations of removed probes are
+    /// pointed at ([`metric::TIMED_LEN`] bytes); 0 until one is needed.
+    pub sink_word: AtomicU32,
+    /// What the installed exit code serves: [`EXITS_INSTALLED`] and the
+    /// timers ([`EXITS_WALL`], [`EXITS_CPU`]); 0 before any.
+    pub exit_flags: AtomicU32,
+    /// Address (in the target) of the installed exit code.
+    pub exit_code: AtomicU64,
+    /// One past the highest probe-directory entry ever used (bounds scans).
+    pub directory_used: AtomicU32,
+    /// Unused.
+    pub reserved_sessions: u32,
+    /// The weft sessions that have probes here, alive or not: a probe's
+    /// [`ProbeEntry::owners`] bit `i` names `sessions[i]`.
+    pub sessions: [SessionSlot; SESSIONS],
 }
+
+/// Session slots in the header: wefts that may own probes at once.
+pub const SESSIONS: usize = 16;
+
+/// [`RegionHeader::exit_flags`]: exit code is installed.
+pub const EXITS_INSTALLED: u32 = 1;
+/// [`RegionHeader::exit_flags`]: the installed exit code times wall time.
+pub const EXITS_WALL: u32 = 2;
+/// [`RegionHeader::exit_flags`]: the installed exit code times CPU time.
+pub const EXITS_CPU: u32 = 4;
+
+/// One weft session that owns (or owned) probes in the process.
+#[repr(C)]
+pub struct SessionSlot {
+    /// The weft process's PID (as weft sees it); 0 = a free slot.
+    pub pid: AtomicU32,
+    /// Which session of that weft process (a tool may hold several).
+    pub instance: AtomicU32,
+    /// The weft process's start time (`/proc/PID/stat` field 22, clock
+    /// ticks since boot): a PID reused by another process is not the
+    /// session.
+    pub start_time: AtomicU64,
+}
+
+/// Entries in the probe directory.
+pub const DIRECTORY: usize = 16384;
+/// [`ProbeEntry::state`]: a free entry.
+pub const PROBE_FREE: u32 = 0;
+/// [`ProbeEntry::state`]: a probe whose patch is (or is about to be) in
+/// place. Written before the patch, so a weft killed in between leaves an
+/// entry whose patch is not there, which the next weft simply frees.
+pub const PROBE_LIVE: u32 = 1;
+/// [`ProbeEntry::kind`]: a probe at a function's entry measuring calls (and
+/// timers per [`ProbeEntry::metrics`]), which another session may share.
+pub const KIND_MEASURE: u32 = 1;
+/// [`ProbeEntry::kind`]: anything else (user probes, instruction points,
+/// replacements, redirected calls): owned by one session, never shared.
+pub const KIND_PRIVATE: u32 = 2;
+/// [`ProbeEntry::metrics`]: wall time.
+pub const METRIC_WALL: u32 = 1;
+/// [`ProbeEntry::metrics`]: CPU time.
+pub const METRIC_CPU: u32 = 2;
+/// [`ProbeEntry::record`] of a probe without a call record.
+pub const NO_RECORD: u32 = u32::MAX;
+
+/// One probe as the directory keeps it (written by injectors only, while
+/// they hold the process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeEntry {
+    /// [`PROBE_FREE`] or [`PROBE_LIVE`].
+    pub state: u32,
+    /// Bit `i`: session slot `i` uses the probe. The last owner to let go
+    /// takes the patch out.
+    pub owners: u32,
+    /// [`KIND_MEASURE`] or [`KIND_PRIVATE`].
+    pub kind: u32,
+    /// [`METRIC_WALL`] | [`METRIC_CPU`].
+    pub metrics: u32,
+    /// First metric word.
+    pub first_word: u32,
+    /// Metric words from `first_word` on.
+    pub words: u32,
+    /// Call record, or [`NO_RECORD`].
+    pub record: u32,
+    /// Unused.
+    pub reserved: u32,
+    /// The instrumented function (or instruction).
+    pub function: u64,
+    /// Where the patch is written.
+    pub patch_address: u64,
+    /// The trampoline (its first byte; 0 for none).
+    pub trampoline: u64,
+    /// The trampoline's length.
+    pub trampoline_len: u64,
+    /// The bytes the patch replaced (5 used).
+    pub original: [u8; 8],
+    /// The patch (5 used): restored only while it is still there.
+    pub patch: [u8; 8],
+}
+
+/// Bytes per [`ProbeEntry`].
+pub const PROBE_ENTRY_SIZE: usize = 80;
+const _: () = assert!(core::mem::size_of::<ProbeEntry>() == PROBE_ENTRY_SIZE);
 
 /// The first [`ROW_HEADER_SIZE`] bytes of a row.
 #[repr(C, align(64))]
@@ -344,14 +463,35 @@ impl Geometry {
         raw.div_ceil(CACHE_LINE as u64) * CACHE_LINE as u64
     }
 
-    /// Bytes of the ack array, rounded up to whole pages.
-    pub const fn acks_len(&self) -> u64 {
+    /// Bytes of one session's ack array, rounded up to whole pages.
+    pub const fn session_acks_len(&self) -> u64 {
         (4 * self.max_rows as u64).div_ceil(PAGE) * PAGE
+    }
+
+    /// Byte offset of session slot `slot`'s ack array from the start of
+    /// the region.
+    pub const fn acks_offset(&self, slot: usize) -> u64 {
+        ACKS_OFFSET as u64 + slot as u64 * self.session_acks_len()
+    }
+
+    /// Bytes of the ack arrays of every session slot.
+    pub const fn acks_len(&self) -> u64 {
+        SESSIONS as u64 * self.session_acks_len()
+    }
+
+    /// Byte offset of the probe directory from the start of the region.
+    pub const fn directory_offset(&self) -> u64 {
+        ACKS_OFFSET as u64 + self.acks_len()
+    }
+
+    /// Bytes of the probe directory, rounded up to whole pages.
+    pub const fn directory_len(&self) -> u64 {
+        ((DIRECTORY * PROBE_ENTRY_SIZE) as u64).div_ceil(PAGE) * PAGE
     }
 
     /// Byte offset of row 0 from the start of the region.
     pub const fn rows_offset(&self) -> u64 {
-        ACKS_OFFSET as u64 + self.acks_len()
+        self.directory_offset() + self.directory_len()
     }
 
     /// Total bytes of the region, overflow and scratch rows included.

@@ -2,8 +2,8 @@
 
 use crate::clock::{WallClock, WallPreference};
 use crate::layout::{
-    Geometry, RegionHeader, RowHeader, ACKS_OFFSET, MAGIC, NAME_LEN, ROW_CLAIMED, ROW_EXITED,
-    ROW_LIVE, ROW_OVERFLOW, VERSION,
+    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_CLAIMED, ROW_EXITED, ROW_LIVE,
+    ROW_OVERFLOW, SESSIONS, VERSION,
 };
 use core::arch::{asm, global_asm};
 use core::ptr;
@@ -401,14 +401,20 @@ fn reuse_harvested_row(
         .rows_used
         .load(Ordering::Acquire)
         .min(geometry.max_rows);
-    // SAFETY: the ack array holds max_rows u32s at ACKS_OFFSET.
-    let acks = unsafe {
-        core::slice::from_raw_parts(
-            base.add(ACKS_OFFSET) as *const AtomicU32,
-            geometry.max_rows as usize,
-        )
+    // Every session slot in use must have copied the row (an unused slot's
+    // acks are not looked at): two wefts watching at once each get every
+    // exited thread's figures.
+    let watching: [bool; SESSIONS] =
+        core::array::from_fn(|slot| header.sessions[slot].pid.load(Ordering::Acquire) != 0);
+    let acked = |slot: usize, index: usize, wanted: u32| {
+        // SAFETY: each slot's ack array holds max_rows u32s at
+        // acks_offset(slot), inside the region; index < max_rows.
+        let ack = unsafe {
+            &*(base.add(geometry.acks_offset(slot) as usize) as *const AtomicU32).add(index)
+        };
+        ack.load(Ordering::Acquire) == wanted
     };
-    for (index, ack) in acks.iter().enumerate().take(used as usize) {
+    for index in 0..used as usize {
         // SAFETY: index < used <= max_rows: the row lies inside the region.
         let row_ptr = unsafe { base.add(geometry.row_offset(index as u32) as usize) };
         // SAFETY: rows start with a RowHeader.
@@ -417,7 +423,8 @@ fn reuse_harvested_row(
             continue;
         }
         let generation = row.generation.load(Ordering::Acquire);
-        if ack.load(Ordering::Acquire) != generation.wrapping_add(1) {
+        let wanted = generation.wrapping_add(1);
+        if (0..SESSIONS).any(|slot| watching[slot] && !acked(slot, index, wanted)) {
             continue;
         }
         if row

@@ -138,11 +138,12 @@ impl Process {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
+        self.begin_change()?;
         let functions: Vec<&Function> = specs.iter().map(|s| &s.function).collect();
         self.remove_leftover_points(&functions)?;
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         let mut batch = Batch::new();
         for spec in specs {
             match self.plan_point(spec, &batch, &occupied) {
@@ -172,6 +173,7 @@ impl Process {
         let call_tid = self.call_thread()?;
 
         let mut new_probes: Vec<Probe> = Vec::with_capacity(plans.len());
+        let mut moves = Vec::new();
         let mut originals: Vec<Vec<u8>> = Vec::with_capacity(plans.len());
         let built = (|| -> Result<(), Error> {
             for (spec, site) in &plans {
@@ -226,6 +228,7 @@ impl Process {
                     .map_err(|e| Error::Internal(e.to_string()))?;
                 let mut original = [0u8; 5];
                 original.copy_from_slice(&site.original[..5]);
+                moves.extend(super::resumes(site, at, &trampoline.instruction_offsets));
                 // The leftover record, as for an entry: a later weft finds
                 // the point by it if this one dies while it is live.
                 let mut bytes = crate::trampolines::record(
@@ -257,22 +260,17 @@ impl Process {
                     point: Some(spec.address),
                     displaced: site.patch_address..site.end(),
                     call_targets: spec.call_targets.map(|slots| (word + 1, slots)),
+                    entry: None,
+                    borrowed: false,
                 });
                 originals.push(site.original.clone());
             }
             Ok(())
         })();
         let spliced = built.map_err(|e| (e, false)).and_then(|()| {
-            let sites: Vec<(u64, u64)> = new_probes
-                .iter()
-                .map(|p| (p.patch_address, p.patch_address + 5))
-                .collect();
-            // Never write bytes a stopped thread is in the middle of.
-            self.wait_until_outside(
-                |pc| sites.iter().any(|&(s, e)| s < pc && pc < e),
-                "an instruction point's patch",
-            )
-            .map_err(|e| (e, false))?;
+            // In the directory before the patches are in place.
+            self.enter_in_directory(&mut new_probes)
+                .map_err(|e| (e, false))?;
             let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
             let tracer = self.tracer.as_mut().ok_or((Error::NotHeld, false))?;
             super::splice(tracer.memory(), &new_probes, &originals)
@@ -282,9 +280,13 @@ impl Process {
                 for p in &new_probes {
                     self.pool.release(p.trampoline.clone());
                 }
+                self.leave_directory(&mut new_probes);
             }
             return Err(e);
         }
+        // Threads stopped inside the bytes just overwritten go on in the
+        // trampolines.
+        self.move_threads_out(&moves)?;
         for probe in &mut new_probes {
             probe.active = true;
         }
@@ -305,7 +307,7 @@ impl Process {
     pub fn check_points(&mut self, specs: &[PointSpec]) -> Vec<Option<String>> {
         let mut batch = Batch::new();
         let mut out = Vec::with_capacity(specs.len());
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         for spec in specs {
             match self.plan_point(spec, &batch, &occupied) {
                 Ok(site) => {
@@ -403,8 +405,13 @@ impl Process {
             Vec::new()
         };
         // Planned from the code as compiled: this session's patches undone.
-        occupied.restore_originals(&self.probes, f.address, &mut code);
-        occupied.restore_originals(&self.probes, f.address + f.size, &mut padding);
+        occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
+        occupied.restore_originals(
+            &self.probes,
+            &self.foreign,
+            f.address + f.size,
+            &mut padding,
+        );
         let site = analyze_at(
             &FunctionCode {
                 address: f.address,
@@ -431,7 +438,7 @@ impl Process {
             }
         }
         let range = site.patch_address..site.end();
-        if let Some(other) = occupied.overlapping(&self.probes, range.clone()) {
+        if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range.clone()) {
             return Err(format!(
                 "its patch ({:#x}..{:#x}) overlaps probe {} at {:#x} ({}): remove that first",
                 range.start,
@@ -486,7 +493,7 @@ impl Process {
             return Ok(());
         }
         let maps = crate::inspect::read_maps(self.pid)?;
-        let occupied = Occupied::of(&self.probes);
+        let occupied = Occupied::of(&self.probes, &self.foreign);
         let mut leftovers = Vec::new();
         for f in todo {
             // Each restore may bring instructions the jmp hid: decode again.
@@ -495,7 +502,7 @@ impl Process {
                 let mut code = tracer
                     .memory()
                     .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
-                occupied.restore_originals(&self.probes, f.address, &mut code);
+                occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
                 let found = weft_codegen::analyze_function(f.address, &code)
                     .instructions
                     .iter()
@@ -504,6 +511,14 @@ impl Process {
                         crate::trampolines::leftover_probe(tracer.memory(), &maps, i.address)
                     });
                 let Some(probe) = found else { break };
+                // Another live session's point (the directory names those).
+                if self
+                    .foreign
+                    .iter()
+                    .any(|p| p.patch_address == probe.patch_address)
+                {
+                    break;
+                }
                 tracer
                     .memory()
                     .write(probe.patch_address, &probe.original)?;

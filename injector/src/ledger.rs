@@ -1,0 +1,206 @@
+//! The target's own record of its instrumentation: which weft sessions have
+//! probes in it, every live probe with its owners, and the cursors metric
+//! words and call records are handed out from (`weft_rt::layout`, "Who owns
+//! the instrumentation").
+//!
+//! Every weft reads and writes this record in the shared region instead of
+//! keeping its own: a second weft attached at the same time, or one attached
+//! after another was killed, sees exactly what is in place. Only a weft that
+//! holds the process with ptrace writes it (the kernel lets one tracer
+//! attach at a time), so plain loads and stores suffice.
+
+use crate::region::Region;
+use std::sync::atomic::Ordering;
+use weft_rt::layout::{
+    ProbeEntry, RegionHeader, CALL_RECORDS, DIRECTORY, NO_RECORD, PROBE_FREE, PROBE_LIVE, SESSIONS,
+};
+
+/// One session as a slot records it: the weft process's PID and start time,
+/// and which of that process's sessions (a tool may hold several
+/// `Process`es of one target, one after another or at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub pid: u32,
+    pub start_time: u64,
+    pub instance: u32,
+}
+
+impl Identity {
+    /// A new session of the running weft process.
+    pub fn own() -> Identity {
+        static INSTANCES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let pid = std::process::id();
+        Identity {
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`
+/// field 22), None when it is gone.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after
+    // the last ')'. Field 22 is the 20th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the session in `slot` is a running process (not a free slot,
+/// not a weft that died, not its PID reused by another process).
+pub(crate) fn is_alive(header: &RegionHeader, slot: usize) -> bool {
+    let s = &header.sessions[slot];
+    let pid = s.pid.load(Ordering::Acquire);
+    pid != 0 && start_time(pid) == Some(s.start_time.load(Ordering::Acquire))
+}
+
+/// Takes a session slot for `me` in the region: the one it already has, a
+/// free one, or (after [`sweep`] freed it) a dead session's. None when all
+/// are used by live sessions.
+pub(crate) fn join(region: &Region, me: Identity) -> Option<usize> {
+    let header = region.control();
+    let slots = &header.sessions;
+    let mine = |i: usize| {
+        slots[i].pid.load(Ordering::Acquire) == me.pid
+            && slots[i].start_time.load(Ordering::Acquire) == me.start_time
+            && slots[i].instance.load(Ordering::Acquire) == me.instance
+    };
+    if let Some(i) = (0..SESSIONS).find(|&i| mine(i)) {
+        return Some(i);
+    }
+    let free = (0..SESSIONS).find(|&i| slots[i].pid.load(Ordering::Acquire) == 0)?;
+    slots[free]
+        .start_time
+        .store(me.start_time, Ordering::Release);
+    slots[free].instance.store(me.instance, Ordering::Release);
+    slots[free].pid.store(me.pid, Ordering::Release);
+    Some(free)
+}
+
+/// Gives `slot` back (the session has no probe left).
+pub(crate) fn leave(region: &Region, slot: usize) {
+    let s = &region.control().sessions[slot];
+    s.pid.store(0, Ordering::Release);
+    s.start_time.store(0, Ordering::Release);
+}
+
+/// The directory's live entries, with their indices.
+pub(crate) fn live_entries(region: &Region) -> Vec<(usize, ProbeEntry)> {
+    let used = (region.header().directory_used.load(Ordering::Acquire) as usize).min(DIRECTORY);
+    (0..used)
+        .map(|i| (i, region.entry(i)))
+        .filter(|(_, e)| e.state == PROBE_LIVE)
+        .collect()
+}
+
+/// Writes `entry` (live) into a free directory entry and returns its
+/// index, or None when the directory is full.
+pub(crate) fn add(region: &Region, entry: &ProbeEntry) -> Option<usize> {
+    let header = region.control();
+    let used = (header.directory_used.load(Ordering::Acquire) as usize).min(DIRECTORY);
+    let index = match (0..used).find(|&i| region.entry(i).state == PROBE_FREE) {
+        Some(i) => i,
+        None if used < DIRECTORY => {
+            header
+                .directory_used
+                .store(used as u32 + 1, Ordering::Release);
+            used
+        }
+        None => return None,
+    };
+    region.set_entry(
+        index,
+        &ProbeEntry {
+            state: PROBE_LIVE,
+            ..*entry
+        },
+    );
+    Some(index)
+}
+
+/// Marks entry `i` free.
+pub(crate) fn free(region: &Region, i: usize) {
+    region.set_entry(i, &ProbeEntry::default());
+}
+
+/// `len` fresh metric words (never handed out by any session), or None
+/// when the row has no room left. A compare-and-swap: words may be taken
+/// while the process is not held (trampolines built ahead of a stop), even
+/// with another weft holding it.
+pub(crate) fn allocate_words(region: &Region, len: u32) -> Option<u32> {
+    let limit = region.geometry().metric_words;
+    take(&region.control().words_next, len, limit)
+}
+
+/// One past the last metric word any session handed out.
+pub(crate) fn words_used(region: &Region) -> u32 {
+    region.header().words_next.load(Ordering::Acquire)
+}
+
+/// A fresh call record, or None when all were handed out (a
+/// compare-and-swap, as [`allocate_words`]).
+pub(crate) fn allocate_record(region: &Region) -> Option<u32> {
+    take(&region.control().records_next, 1, CALL_RECORDS as u32)
+}
+
+/// Advances `cursor` by `len` if it stays within `limit`; the old value.
+fn take(cursor: &std::sync::atomic::AtomicU32, len: u32, limit: u32) -> Option<u32> {
+    cursor
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
+            next.checked_add(len).filter(|&end| end <= limit)
+        })
+        .ok()
+}
+
+/// What the sweep found for one entry of dead sessions only.
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    pub index: usize,
+    pub entry: ProbeEntry,
+}
+
+/// Clears the owner bits of dead sessions in every live entry and frees
+/// their slots; returns the entries no live session owns any more (their
+/// patches must come out: the caller restores them, then frees them).
+pub(crate) fn sweep(region: &Region) -> Vec<Orphan> {
+    let header = region.control();
+    let dead: u32 = (0..SESSIONS)
+        .filter(|&i| header.sessions[i].pid.load(Ordering::Acquire) != 0 && !is_alive(header, i))
+        .fold(0, |m, i| m | 1 << i);
+    let mut orphans = Vec::new();
+    for (index, mut entry) in live_entries(region) {
+        if entry.owners & dead != 0 {
+            entry.owners &= !dead;
+            region.set_entry(index, &entry);
+        }
+        if entry.owners == 0 {
+            orphans.push(Orphan { index, entry });
+        }
+    }
+    for i in (0..SESSIONS).filter(|i| dead & 1 << i != 0) {
+        leave(region, i);
+    }
+    orphans
+}
+
+/// The record of a directory entry, if it has one.
+pub(crate) fn record_of(entry: &ProbeEntry) -> Option<u32> {
+    (entry.record != NO_RECORD).then_some(entry.record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_start_time_is_found_and_stable() {
+        let me = Identity::own();
+        assert_ne!(me.start_time, 0);
+        let again = Identity::own();
+        assert_eq!((again.pid, again.start_time), (me.pid, me.start_time));
+        assert_ne!(again.instance, me.instance);
+        assert_eq!(start_time(u32::MAX), None);
+    }
+}
