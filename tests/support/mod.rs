@@ -428,6 +428,13 @@ pub fn cycles() -> &'static Path {
     P.get_or_init(|| build_simple_c("cycles", "cycles.c", &[]))
 }
 
+/// Many threads spinning through `leaf`, a 3-instruction function.
+#[allow(dead_code)]
+pub fn hotleaf() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("hotleaf", "hotleaf.c", &[]))
+}
+
 /// A thread left blocked inside `blocked` across weft sessions, and `g`.
 pub fn sessions() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
