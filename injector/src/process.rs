@@ -866,11 +866,19 @@ impl Process {
             if request.hooks_exit() {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
-                    .find_map(|n| crate::exits::never_hook_exit(n));
+                    .find_map(|n| crate::exits::never_hook_exit(n))
+                    .map(|reason| format!("cannot time it: {reason}"));
+                let reason = match reason {
+                    Some(reason) => Some(reason),
+                    None => {
+                        self.branch_index(f.address)?;
+                        crate::exits::not_called(&mut self.image, &self.branch_indexes, f)
+                    }
+                };
                 if let Some(reason) = reason {
                     refused.push(Refused {
                         function: f.clone(),
-                        reason: format!("cannot time it: {reason}"),
+                        reason,
                     });
                     continue;
                 }
