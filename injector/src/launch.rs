@@ -253,7 +253,9 @@ static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::
 extern "C" fn forward_signal(sig: libc::c_int) {
     let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
     if pid > 0 {
-        // SAFETY: kill is async-signal-safe; pid is our child.
+        // SAFETY: kill is async-signal-safe and has no memory effects; the
+        // PID is our unreaped child (`wait_child` clears it before it
+        // returns from reaping it).
         unsafe { libc::kill(pid, sig) };
     }
 }
@@ -277,6 +279,9 @@ pub fn wait_child(pid: i32, tick: &mut dyn FnMut()) -> Result<ProcessExit, Error
         // SAFETY: valid out-pointer.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
+            // Reaped: its PID may be reused, so a late signal must not be
+            // passed on to whoever gets it.
+            FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
             if libc::WIFEXITED(status) {
                 return Ok(ProcessExit::Code(libc::WEXITSTATUS(status)));
             }
