@@ -181,7 +181,8 @@ fn weft_killed_mid_attach_leaves_target_healthy() {
         check_not_traced_nor_stopped(&ctx, pid);
     }
     // Deterministically inside a remote call: weft holds still after
-    // starting each call (a test-only delay), and is killed meanwhile.
+    // starting each call (a test-only delay, read by debug builds of weft
+    // only: `cargo test`'s profile), and is killed meanwhile.
     for i in 0..5u64 {
         let mut cmd = std::process::Command::new(weft_bin());
         cmd.args(["attach", "-p", &p, "-f", "tick"])

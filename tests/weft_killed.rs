@@ -46,6 +46,7 @@ fn weft_killed_at_random_points_never_harms_the_target() {
         let mut cmd = std::process::Command::new(weft_bin());
         cmd.args(["attach", "-p", &p, "-f", "hot"]);
         if delayed {
+            // Read by debug builds of weft only (`cargo test`'s profile).
             cmd.env("WEFT_TEST_REMOTE_CALL_DELAY_MS", "200");
         }
         let mut weft = ctx.spawn("weft attach", cmd, false);

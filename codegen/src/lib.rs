@@ -47,7 +47,7 @@ pub use remote_stub::{
     SAVED_REGISTERS, SAVED_RFLAGS, SAVED_RIP, SAVED_RSP, SAVED_SIGMASK, STUB_CODE, STUB_MAGIC,
     STUB_REGS, STUB_SIZE, STUB_SIZE_FIELD, STUB_SYSCALL, STUB_XSAVE,
 };
-pub use scan::{direct_branches, Branch};
+pub use scan::{direct_branches, Branch, BranchKind};
 pub use timer::{
     q32_mul, read_timer_words, timer_value, CpuClockLayout, TimerSpec, TimerValue, TimerWords,
     Timers, WallRead, METRIC_CPU_START, METRIC_CPU_TOTAL, METRIC_NESTING, METRIC_SEQ,

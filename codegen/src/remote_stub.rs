@@ -47,8 +47,23 @@ pub const STUB_XSAVE: u64 = 4096;
 /// magic: a later attach reuses a stub only if it is large enough for its
 /// own XSAVE image.
 pub const STUB_SIZE_FIELD: u64 = 8;
+/// x86-64 Linux system call numbers and flags the generated code uses. The
+/// code runs in the target, whose kernel ABI is fixed whatever machine
+/// builds weft, so they are spelled out here (`libc` is not a dependency
+/// of this crate); a test checks them against `libc::SYS_*`.
+pub mod sys {
+    /// `getpid`.
+    pub const SYS_GETPID: u32 = 39;
+    /// `rt_sigprocmask`.
+    pub const SYS_RT_SIGPROCMASK: u32 = 14;
+    /// `rt_sigprocmask`'s `how` that replaces the mask.
+    pub const SIG_SETMASK: u32 = 2;
+    /// The kernel's `sigset_t` size, `rt_sigprocmask`'s last argument.
+    pub const KERNEL_SIGSET_SIZE: u32 = 8;
+}
+
 /// The `getpid` system call number weft watches for.
-pub const STUB_SYSCALL: u64 = 39;
+pub const STUB_SYSCALL: u64 = sys::SYS_GETPID as u64;
 
 /// The general registers restored by the stub, in data-area order (each a
 /// `u64` at `STUB_REGS + 8 * index`); `rsp`, `rip` and `rflags` follow.
@@ -101,11 +116,6 @@ pub struct RemoteStub {
     pub entry: u64,
     /// The instruction pointer at the `getpid` system-call entry stop.
     pub after_syscall: u64,
-}
-
-/// `SIG_SETMASK` on Linux.
-const fn libc_sig_setmask() -> u32 {
-    2
 }
 
 fn rip_rel(target: u64) -> MemoryOperand {
@@ -196,9 +206,9 @@ fn stub_code(
     // rt_sigprocmask(SIG_SETMASK, &saved_mask, NULL, 8); every register it
     // touches is restored below.
     for (r, v) in [
-        (Register::EAX, 14u32),
-        (Register::EDI, libc_sig_setmask()),
-        (Register::R10D, 8),
+        (Register::EAX, sys::SYS_RT_SIGPROCMASK),
+        (Register::EDI, sys::SIG_SETMASK),
+        (Register::R10D, sys::KERNEL_SIGSET_SIZE),
     ] {
         e.emit(Instruction::with2(Code::Mov_r32_imm32, r, v))
             .map_err(enc)?;
@@ -268,6 +278,14 @@ fn stub_code(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn system_call_numbers_are_the_kernels() {
+        assert_eq!(i64::from(sys::SYS_GETPID), libc::SYS_getpid);
+        assert_eq!(i64::from(sys::SYS_RT_SIGPROCMASK), libc::SYS_rt_sigprocmask);
+        assert_eq!(sys::SIG_SETMASK as i32, libc::SIG_SETMASK);
+    }
     use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
     #[test]

@@ -5,7 +5,30 @@
 //! overwrites.
 
 use crate::analyze::direct_branch_target;
-use iced_x86::{Decoder, DecoderOptions, Instruction};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
+
+/// How a direct branch transfers control. A function is timed by replacing
+/// the return address a `call` leaves on the stack, so the injector needs
+/// to know whether code reaches a function by a call or by a jump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BranchKind {
+    /// `call rel32`: pushes a return address.
+    Call,
+    /// `jmp rel8/rel32`.
+    Jump,
+    /// `jcc`, `loop`, `jrcxz` and relatives.
+    Conditional,
+    /// `xbegin` (its target is the abort handler).
+    Other,
+}
+
+impl BranchKind {
+    /// Whether the branch reaches its target without pushing a return
+    /// address.
+    pub fn is_jump(self) -> bool {
+        matches!(self, BranchKind::Jump | BranchKind::Conditional)
+    }
+}
 
 /// A direct branch: the address of the instruction and where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -14,6 +37,17 @@ pub struct Branch {
     pub source: u64,
     /// Where it goes.
     pub target: u64,
+    /// What kind of instruction it is.
+    pub kind: BranchKind,
+}
+
+fn kind_of(instr: &Instruction) -> BranchKind {
+    match instr.flow_control() {
+        FlowControl::Call => BranchKind::Call,
+        FlowControl::UnconditionalBranch => BranchKind::Jump,
+        FlowControl::ConditionalBranch => BranchKind::Conditional,
+        _ => BranchKind::Other,
+    }
 }
 
 /// Appends every direct branch, call, `loop`, `jrcxz` and `xbegin` found by
@@ -34,6 +68,7 @@ pub fn direct_branches(address: u64, bytes: &[u8], out: &mut Vec<Branch>) {
             out.push(Branch {
                 source: instr.ip(),
                 target,
+                kind: kind_of(&instr),
             });
         }
     }
@@ -54,15 +89,18 @@ mod tests {
             vec![
                 Branch {
                     source: 0x1000,
-                    target: 0x1003
+                    target: 0x1003,
+                    kind: BranchKind::Jump
                 },
                 Branch {
                     source: 0x1003,
-                    target: 0x1010
+                    target: 0x1010,
+                    kind: BranchKind::Call
                 },
                 Branch {
                     source: 0x1008,
-                    target: 0x1000
+                    target: 0x1000,
+                    kind: BranchKind::Conditional
                 },
             ]
         );

@@ -87,6 +87,28 @@ impl BranchIndex {
             .copied()
     }
 
+    /// Direct branches to exactly `address`, with their kinds.
+    pub fn to(&self, address: u64) -> &[Branch] {
+        let first = self.by_target.partition_point(|b| b.target < address);
+        let end = first + self.by_target[first..].partition_point(|b| b.target == address);
+        &self.by_target[first..end]
+    }
+
+    /// A `jmp` or `jcc` to the entry `start` of the function `[start,
+    /// end)` from code outside it, preferring one from the nearest code (a
+    /// compiler's split-off part is entered from its parent, and a tail
+    /// call's caller is no worse a name for it). A jump reaches a function
+    /// without pushing a return address: if the jumping code's frame is
+    /// still live there, the function is a fragment of that code, not a
+    /// function that returns to a caller.
+    pub fn jump_to_entry(&self, start: u64, end: u64) -> Option<Branch> {
+        self.to(start)
+            .iter()
+            .filter(|b| b.kind.is_jump() && !(start..end).contains(&b.source))
+            .min_by_key(|b| b.source.abs_diff(start))
+            .copied()
+    }
+
     /// Number of branches indexed.
     pub fn len(&self) -> usize {
         self.by_target.len()
@@ -101,38 +123,71 @@ impl BranchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_codegen::BranchKind;
+
+    fn jump(source: u64, target: u64) -> Branch {
+        Branch {
+            source,
+            target,
+            kind: BranchKind::Jump,
+        }
+    }
 
     #[test]
     fn range_queries_exclude_the_range_itself() {
         let index = BranchIndex {
             by_target: vec![
-                Branch {
-                    source: 0x50,
-                    target: 0x100,
-                },
-                Branch {
-                    source: 0x101,
-                    target: 0x102,
-                },
-                Branch {
-                    source: 0x200,
-                    target: 0x103,
-                },
-                Branch {
-                    source: 0x300,
-                    target: 0x105,
-                },
+                jump(0x50, 0x100),
+                jump(0x101, 0x102),
+                jump(0x200, 0x103),
+                jump(0x300, 0x105),
             ],
         };
-        assert_eq!(
-            index.into_range(0x100, 0x105),
-            Some(Branch {
-                source: 0x200,
-                target: 0x103
-            })
-        );
+        assert_eq!(index.into_range(0x100, 0x105), Some(jump(0x200, 0x103)));
         assert_eq!(index.into_range(0x103, 0x105), None);
         assert_eq!(index.into_range(0x0, 0x100), None);
+    }
+
+    #[test]
+    fn jumps_and_calls_to_an_entry_are_told_apart() {
+        // 0x1000: call 0x1020 ; jmp 0x1020 ; je 0x1020 ; call 0x1030 ; nops
+        // 0x1020: the function [0x1020, 0x1030), which jumps to its own
+        //         entry (a loop, not an entry by jump) at 0x1020.
+        let mut code = vec![0xe8, 0x1b, 0, 0, 0]; // call rel32 -> 0x1020
+        code.extend([0xe9, 0x16, 0, 0, 0]); // jmp rel32 -> 0x1020
+        code.extend([0x74, 0x14]); // je rel8 -> 0x1020
+        code.extend([0xe8, 0x1f, 0, 0, 0]); // call rel32 -> 0x1030
+        code.resize(0x20, 0x90);
+        code.extend([0xeb, 0xfe]); // jmp rel8 -> 0x1020 (itself)
+        let mut found = Vec::new();
+        direct_branches(0x1000, &code, &mut found);
+        found.sort_unstable_by_key(|b| (b.target, b.source));
+        let index = BranchIndex { by_target: found };
+        let kinds: Vec<(u64, BranchKind)> = index
+            .to(0x1020)
+            .iter()
+            .map(|b| (b.source, b.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (0x1000, BranchKind::Call),
+                (0x1005, BranchKind::Jump),
+                (0x100a, BranchKind::Conditional),
+                (0x1020, BranchKind::Jump),
+            ]
+        );
+        // The nearest jump from outside the function; never a call, never
+        // its own loop.
+        assert_eq!(
+            index
+                .jump_to_entry(0x1020, 0x1030)
+                .map(|b| (b.source, b.kind)),
+            Some((0x100a, BranchKind::Conditional))
+        );
+        assert_eq!(index.to(0x1030).len(), 1);
+        assert_eq!(index.jump_to_entry(0x1030, 0x1040), None, "only called");
+        assert!(index.to(0x1021).is_empty());
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub enum Error {
     /// The target has no dynamic loader, so the runtime cannot be loaded.
     #[error("process {0} is statically linked: weft loads its runtime with the target's dlopen, so it needs a dynamically linked (glibc) program")]
     StaticallyLinked(i32),
+    /// `weft run` was given a statically linked program (nothing started).
+    #[error("`{program}` is statically linked: weft loads its runtime with the program's dynamic loader (dlopen), so it needs a dynamically linked (glibc) program; nothing was started (relink it without -static)")]
+    StaticProgram {
+        /// The program as given.
+        program: String,
+    },
     /// A pattern matched no function.
     #[error(
         "no function matches `{pattern}`{}{}",

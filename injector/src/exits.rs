@@ -6,9 +6,14 @@
 //! (call records, per-thread cells); `docs/exits-and-timers.md` explains
 //! the choice.
 
+use crate::branches::BranchIndex;
+use crate::inspect::ProcessImage;
+use crate::process::Function;
 use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
 use crate::trampolines::Pool;
 use crate::Error;
+use std::collections::HashMap;
+use std::path::PathBuf;
 use weft_codegen::{
     exit_code, exit_code_len, ActivationRow, CallRecords, CpuClockLayout, ExitHooks, ExitProbes,
     TimerSpec, Timers, WallRead,
@@ -156,6 +161,77 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
     None
 }
 
+/// The name of the function a compiler-split part belongs to: `work` for
+/// `work.cold` or `work.cold.3` (GCC's and LLVM's hot/cold splitting),
+/// else None. Parts named `.part.N` (GCC's partial inlining) are not
+/// listed: they are ordinary functions, entered by a call or a tail call.
+pub fn cold_part_of(name: &str) -> Option<&str> {
+    let name = name.split('@').next().unwrap_or(name);
+    let base = match name.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    };
+    base.strip_suffix(".cold")
+        .filter(|parent| !parent.is_empty())
+}
+
+/// Why `f`'s exit cannot be hooked because code reaches it by a jump with
+/// its own frame still live, or None.
+///
+/// An exit hook replaces the return address a `call` left on top of the
+/// stack. Code entered by a `jmp`/`jcc` from a function whose frame is still
+/// set up (a `.cold` part, which jumps back into its parent) has no return
+/// address there: replacing that stack slot corrupts the parent's frame
+/// and the callee-saved register the hook takes (a program then loops
+/// forever or computes wrong results). A tail call is also a jump, but its
+/// caller's frame is gone and the return address is on top, so a jump
+/// alone is no reason: the function's name (`.cold`) or its unwind
+/// information (a frame at its first instruction) must say so too.
+/// `indexes` are the modules' direct branches (`crate::branches`), by path.
+pub fn not_called(
+    image: &mut ProcessImage,
+    indexes: &HashMap<PathBuf, BranchIndex>,
+    f: &Function,
+) -> Option<String> {
+    let module = image.module_of(f.address)?;
+    let jump = indexes
+        .get(module.path())
+        .and_then(|i| i.jump_to_entry(f.address, f.address + f.size.max(1)));
+    let frame = module
+        .image()
+        .ok()
+        .and_then(|elf| elf.frame_at_entry(f.vaddr).ok().flatten());
+    let parent = std::iter::once(&f.name)
+        .chain(&f.aliases)
+        .find_map(|n| cold_part_of(n));
+    let evidence = match (parent, frame) {
+        (Some(parent), _) => format!(
+            "it is a part of `{parent}` the compiler split off, so time `{parent}`, which \
+             includes it"
+        ),
+        (None, Some(frame)) => format!(
+            "its unwind information has it start inside a frame set up before it (CFA = \
+             {frame} at its first instruction, where a call leaves rsp+8)"
+        ),
+        (None, None) => return None,
+    };
+    let from = match jump {
+        Some(b) => {
+            let name = match image.function_at(b.source) {
+                Ok(Some(g)) => format!("{}+{:#x}", g.name, b.source - g.address),
+                _ => format!("{:#x}", b.source),
+            };
+            format!("entered by a jump from {name}")
+        }
+        None => "entered by a jump".to_string(),
+    };
+    Some(format!(
+        "cannot time it: `{}` is {from}, not called: it can be counted (-m calls) but not \
+         timed; {evidence}",
+        f.name
+    ))
+}
+
 /// The process's exit-hook layout with `timers` and the exit code at
 /// `exit_code`, from the runtime's header (record and clock addresses) and
 /// row layout.
@@ -292,6 +368,20 @@ mod tests {
         assert!(never_hook_exit("dlopen").is_some());
         assert!(never_hook_exit("_Unwind_RaiseException").is_some());
         assert!(never_hook_exit("malloc").is_none());
+    }
+
+    #[test]
+    fn cold_parts_by_name() {
+        assert_eq!(cold_part_of("work.cold"), Some("work"));
+        assert_eq!(cold_part_of("work.cold.12"), Some("work"));
+        assert_eq!(cold_part_of("_ZN3foo3barEv.cold"), Some("_ZN3foo3barEv"));
+        assert_eq!(cold_part_of("work.part.0"), None);
+        assert_eq!(cold_part_of("work.constprop.0"), None);
+        assert_eq!(cold_part_of("work"), None);
+        assert_eq!(cold_part_of("cold"), None);
+        assert_eq!(cold_part_of(".cold"), None);
+        assert_eq!(cold_part_of("work.coldish"), None);
+        assert_eq!(cold_part_of("work.cold."), None);
     }
 
     /// The runtime closes activations itself (thread exit, exceptions): its

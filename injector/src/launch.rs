@@ -10,6 +10,7 @@
 use crate::ptrace::{ProcessExit, Tracer};
 use crate::Error;
 use std::ffi::CString;
+use std::os::unix::ffi::OsStringExt;
 use std::time::{Duration, Instant};
 
 const AT_ENTRY: u64 = 9;
@@ -21,20 +22,95 @@ fn launch_error(program: &str, source: std::io::Error) -> Error {
     }
 }
 
+/// Where `execvp` would find `program`: itself if it has a `/`, else the
+/// first executable file of that name in `PATH` (`/bin:/usr/bin` when
+/// unset, as glibc's). Resolved before the fork, so that the child needs
+/// nothing but `execve`.
+fn resolve_program(program: &str) -> Result<std::path::PathBuf, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.is_empty() {
+        return Err(launch_error(program, std::io::ErrorKind::NotFound.into()));
+    }
+    if program.contains('/') {
+        return Ok(program.into());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| {
+            if dir.as_os_str().is_empty() {
+                // An empty PATH entry is the current directory.
+                std::path::Path::new(".").join(program)
+            } else {
+                dir.join(program)
+            }
+        })
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            launch_error(
+                program,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "not found in PATH (give a path, e.g. ./prog)",
+                ),
+            )
+        })
+}
+
+/// Refuses a statically linked executable before it is started: weft loads
+/// its runtime with the program's dynamic loader, which such a program
+/// does not have, and started anyway it would run before weft could stop
+/// it. An ELF file without `PT_INTERP` (static, or static-pie) is static;
+/// anything else (a script) is left to the check at the entry point.
+fn refuse_static(program: &str, path: &std::path::Path) -> Result<(), Error> {
+    match crate::inspect::ElfImage::open(path) {
+        Ok(elf) if !elf.header().has_interp() => Err(Error::StaticProgram {
+            program: program.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Kills the program `spawn_stopped_at_entry` started (before any of its
+/// own code ran) and reaps it, so that nothing is left running when weft
+/// gives up on it.
+pub fn kill_stopped(pid: i32, tracer: Tracer) {
+    // SAFETY: kill has no memory effects; `pid` is our own child, stopped
+    // and not yet reaped, so the PID cannot have been reused.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    drop(tracer);
+    reap(pid);
+}
+
 /// Forks and execs `program` (searched in `PATH`) with `args`, seized by
-/// ptrace and stopped at its entry point.
+/// ptrace and stopped at its entry point. A statically linked program is
+/// refused before it starts ([`Error::StaticProgram`]).
 pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tracer), Error> {
-    let c_program = CString::new(program)
-        .map_err(|_| launch_error(program, std::io::ErrorKind::InvalidInput.into()))?;
-    let mut c_args = vec![c_program.clone()];
+    let invalid = || launch_error(program, std::io::ErrorKind::InvalidInput.into());
+    let path = resolve_program(program)?;
+    refuse_static(program, &path)?;
+    // Everything the child needs is allocated here: between fork and exec
+    // the child may only make async-signal-safe calls (another thread may
+    // have held the allocator's lock at the fork).
+    let c_path = CString::new(path.into_os_string().into_vec()).map_err(|_| invalid())?;
+    let mut c_args = vec![CString::new(program).map_err(|_| invalid())?];
     for a in args {
-        c_args.push(
-            CString::new(a.as_str())
-                .map_err(|_| launch_error(program, std::io::ErrorKind::InvalidInput.into()))?,
-        );
+        c_args.push(CString::new(a.as_str()).map_err(|_| invalid())?);
     }
     let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
+    let c_env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let mut envp: Vec<*const libc::c_char> = c_env.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
 
     let mut go = [0i32; 2];
     let mut report = [0i32; 2];
@@ -46,19 +122,21 @@ pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tr
             return Err(launch_error(program, std::io::Error::last_os_error()));
         }
     }
-    // SAFETY: the child only calls async-signal-safe functions (read,
-    // execvp, write, _exit) on memory prepared before the fork.
+    // SAFETY: the child only makes async-signal-safe calls (read, execve,
+    // write, _exit; `__errno_location` only reads the thread pointer) on
+    // memory prepared before the fork, and never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(launch_error(program, std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        // SAFETY: see above; the child never returns from this block.
+        // SAFETY: see above; `c_path`, `argv` and `envp` are NUL-terminated
+        // arrays of pointers to C strings that outlive the call.
         unsafe {
             let mut byte = 0u8;
             libc::read(go[0], (&mut byte as *mut u8).cast(), 1);
             if byte == b'g' {
-                libc::execvp(c_program.as_ptr(), argv.as_ptr());
+                libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr());
             }
             let errno = *libc::__errno_location();
             libc::write(report[1], (&errno as *const i32).cast(), 4);
@@ -120,11 +198,8 @@ pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tr
     match run_to_entry(&mut tracer, pid) {
         Ok(()) => Ok((pid, tracer)),
         Err(e) => {
-            // SAFETY: killing the child we forked; it has not run any of
-            // the program's own code yet.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            drop(tracer);
-            reap(pid);
+            // It has not run any of the program's own code yet.
+            kill_stopped(pid, tracer);
             Err(e)
         }
     }
@@ -178,7 +253,9 @@ static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::
 extern "C" fn forward_signal(sig: libc::c_int) {
     let pid = FORWARD_TO.load(std::sync::atomic::Ordering::Relaxed);
     if pid > 0 {
-        // SAFETY: kill is async-signal-safe; pid is our child.
+        // SAFETY: kill is async-signal-safe and has no memory effects; the
+        // PID is our unreaped child (`wait_child` clears it before it
+        // returns from reaping it).
         unsafe { libc::kill(pid, sig) };
     }
 }
@@ -202,6 +279,9 @@ pub fn wait_child(pid: i32, tick: &mut dyn FnMut()) -> Result<ProcessExit, Error
         // SAFETY: valid out-pointer.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
+            // Reaped: its PID may be reused, so a late signal must not be
+            // passed on to whoever gets it.
+            FORWARD_TO.store(0, std::sync::atomic::Ordering::Relaxed);
             if libc::WIFEXITED(status) {
                 return Ok(ProcessExit::Code(libc::WEXITSTATUS(status)));
             }

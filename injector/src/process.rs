@@ -403,11 +403,16 @@ impl Process {
     /// from `main` on.
     pub fn launch(program: &str, args: &[String]) -> Result<Process, Error> {
         let (pid, tracer) = crate::launch::spawn_stopped_at_entry(program, args)?;
-        let image = ProcessImage::open(pid)?;
+        let image = match ProcessImage::open(pid) {
+            Ok(image) => image,
+            Err(e) => {
+                crate::launch::kill_stopped(pid, tracer);
+                return Err(e.into());
+            }
+        };
         if image.is_statically_linked() {
-            let mut tracer = tracer;
-            // Nothing was changed: let the program run as if weft were not here.
-            let _ = tracer.detach();
+            // Stopped at its entry: it must not go on to main unmeasured.
+            crate::launch::kill_stopped(pid, tracer);
             return Err(Error::StaticallyLinked(pid));
         }
         Ok(Process::new(
@@ -933,11 +938,19 @@ impl Process {
             if request.hooks_exit() {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
-                    .find_map(|n| crate::exits::never_hook_exit(n));
+                    .find_map(|n| crate::exits::never_hook_exit(n))
+                    .map(|reason| format!("cannot time it: {reason}"));
+                let reason = match reason {
+                    Some(reason) => Some(reason),
+                    None => {
+                        self.branch_index(f.address)?;
+                        crate::exits::not_called(&mut self.image, &self.branch_indexes, f)
+                    }
+                };
                 if let Some(reason) = reason {
                     refused.push(Refused {
                         function: f.clone(),
-                        reason: format!("cannot time it: {reason}"),
+                        reason,
                     });
                     continue;
                 }

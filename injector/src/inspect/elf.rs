@@ -288,6 +288,26 @@ pub struct ElfImage {
     dynamic: DynamicInfo,
     table: OnceLock<FunctionTable>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
+    framed_entries: OnceLock<Vec<(u64, FrameAtEntry)>>,
+}
+
+/// Where an FDE says the canonical frame address is at its first
+/// instruction, when that is not where a `call` leaves it (`rsp + 8`).
+/// Code that starts with a frame already set up (a compiler's `.cold` part
+/// runs in its parent's frame) is entered by a jump, never by a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameAtEntry {
+    /// DWARF register number of the CFA's base (7 = `rsp`, 6 = `rbp`).
+    pub register: u16,
+    /// Offset from that register.
+    pub offset: i64,
+}
+
+impl fmt::Display for FrameAtEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = gimli::X86_64::register_name(gimli::Register(self.register)).unwrap_or("r?");
+        write!(f, "{name}{:+}", self.offset)
+    }
 }
 
 impl fmt::Debug for ElfImage {
@@ -377,6 +397,7 @@ impl ElfImage {
             dynamic,
             table: OnceLock::new(),
             fdes: OnceLock::new(),
+            framed_entries: OnceLock::new(),
         })
     }
 
@@ -624,6 +645,79 @@ impl ElfImage {
         let off = seg.offset.checked_add(addr - seg.vaddr)?;
         let len = seg.vaddr.saturating_add(seg.filesz) - addr;
         Some((slice(data, off, len)?, addr))
+    }
+
+    /// The CFA at the first instruction of the FDE starting at `vaddr`, when
+    /// it is not `rsp + 8` (the state a `call` leaves): such code runs in a
+    /// frame set up before it and is entered by a jump. `None` when no FDE
+    /// starts there or it starts like a called function. Parsed on first
+    /// use and cached; bad entries are skipped.
+    pub fn frame_at_entry(&self, vaddr: u64) -> Result<Option<FrameAtEntry>> {
+        let framed = match self.framed_entries.get() {
+            Some(f) => f,
+            None => {
+                let (endian, sections) = self.sections()?;
+                let found = self.parse_framed_entries(&sections, endian);
+                self.framed_entries.get_or_init(|| found)
+            }
+        };
+        Ok(framed
+            .binary_search_by_key(&vaddr, |&(a, _)| a)
+            .ok()
+            .map(|i| framed[i].1))
+    }
+
+    fn parse_framed_entries<'d>(
+        &'d self,
+        sections: &SectionTable<'d, Elf64, &'d [u8]>,
+        endian: Endianness,
+    ) -> Vec<(u64, FrameAtEntry)> {
+        use gimli::UnwindSection as _;
+        let Some((bytes, addr)) = self.eh_frame_bytes(sections, endian) else {
+            return Vec::new();
+        };
+        let mut eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
+        eh.set_address_size(8);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(addr);
+        if let Some((_, t)) = sections.section_by_name(endian, b".text") {
+            bases = bases.set_text(t.sh_addr(endian));
+        }
+        let mut context = Box::new(gimli::UnwindContext::new());
+        let mut entries = eh.entries(&bases);
+        let mut found = Vec::new();
+        // As in `parse_fdes`: each `next` consumes an entry header; the cap
+        // bounds work on absurd inputs.
+        for _ in 0..(bytes.len() / 8 + 1) {
+            let partial = match entries.next() {
+                Ok(Some(gimli::CieOrFde::Fde(p))) => p,
+                Ok(Some(gimli::CieOrFde::Cie(_))) => continue,
+                Ok(None) | Err(_) => break,
+            };
+            let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
+                continue;
+            };
+            let Ok(mut rows) = fde.rows(&eh, &bases, &mut context) else {
+                continue;
+            };
+            // The first row holds from the first instruction on.
+            let Ok(Some(row)) = rows.next_row() else {
+                continue;
+            };
+            if let gimli::CfaRule::RegisterAndOffset { register, offset } = *row.cfa() {
+                if register != gimli::X86_64::RSP || offset != 8 {
+                    found.push((
+                        fde.initial_address(),
+                        FrameAtEntry {
+                            register: register.0,
+                            offset,
+                        },
+                    ));
+                }
+            }
+        }
+        found.sort_by_key(|&(a, _)| a);
+        found.dedup_by_key(|&mut (a, _)| a);
+        found
     }
 
     /// One `fun_<hex vaddr>` function per FDE of `.eh_frame` that starts in

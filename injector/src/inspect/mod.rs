@@ -21,7 +21,7 @@ mod tests;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-pub use elf::{Binding, ElfImage, FunctionSymbol, SymbolKind, SymbolSource};
+pub use elf::{Binding, ElfImage, FrameAtEntry, FunctionSymbol, SymbolKind, SymbolSource};
 pub use error::InspectError;
 pub use maps::{free_gap_near, parse_maps, read_maps, Mapping, MappingPath, Perms};
 pub use module::{modules, Module};

@@ -464,27 +464,41 @@ impl Tracer {
             Some(thread) => thread.state,
             None => return Err(TraceError::NoSuchProcess(tid).into()),
         };
-        let saved = self.registers(tid)?;
-        let saved_x = sys::get_xstate(tid).map_err(|source| TraceError::Ptrace {
+        // Reading changes nothing: an error here needs no restore.
+        let regs = self.registers(tid)?;
+        let xstate = sys::get_xstate(tid).map_err(|source| TraceError::Ptrace {
             op: "GETREGSET",
             tid,
             source,
         })?;
-        let saved_mask = sys::get_sigmask(tid).map_err(|source| TraceError::Ptrace {
+        let mask = sys::get_sigmask(tid).map_err(|source| TraceError::Ptrace {
             op: "GETSIGMASK",
             tid,
             source,
         })?;
+        // From here on every way out, `?` and panics included, goes through
+        // the guard, which puts the world and the thread back.
+        let guard = CallGuard {
+            tracer: self,
+            saved: Some(SavedThread {
+                tid,
+                state: original_state,
+                regs,
+                xstate,
+                mask,
+            }),
+        };
+        let saved_x = &guard.saved.as_ref().expect("set above").xstate;
 
         // The stub needs the XSAVE image to fit its area; a thread in a
         // group-stop is put back with PTRACE_LISTEN, which only works from
         // the stop the classic way ends in.
-        let stub = self.return_stub.filter(|s| {
+        let stub = guard.tracer.return_stub.filter(|s| {
             s.xsave.map_or(true, |(_, room)| saved_x.0.len() <= room)
                 && !matches!(original_state, ThreadState::Stopped(Stop::Group(_)))
         });
         if let Some(stub) = &stub {
-            self.fill_stub(stub, &saved, &saved_x, saved_mask)?;
+            guard.tracer.fill_stub(stub, &regs, saved_x, mask)?;
         }
         // Signals for the process go first to its main thread, often the
         // one weft calls on (and with the world stopped, to the only one
@@ -495,62 +509,87 @@ impl Tracer {
         // very first call, which maps the stub, has no such net: a weft
         // killed then leaves the thread to fault on its return address
         // anyway.)
-        sys::set_sigmask(tid, saved_mask | ASYNC_SIGNALS).map_err(|source| TraceError::Ptrace {
+        sys::set_sigmask(tid, mask | ASYNC_SIGNALS).map_err(|source| TraceError::Ptrace {
             op: "SETSIGMASK",
             tid,
             source,
         })?;
-        let result = self.run_call(tid, call, &saved, world, stub.as_ref());
+        let result = guard
+            .tracer
+            .run_call(tid, call, &regs, world, stub.as_ref());
+        // A failure to put things back outweighs the call's own result.
+        guard.finish()?;
+        result
+    }
 
-        // Whatever happened, put the world and the thread back as they were.
-        let stopped = if self.any_running() {
-            self.stop_all()
-        } else {
-            Ok(())
+    /// Puts the world and `saved.tid` back as they were before a remote
+    /// call: stops every thread, stops the calling thread if the call was
+    /// abandoned while it ran, and restores its registers, vector state,
+    /// signal mask and stop. Every step is tried even when an earlier one
+    /// fails; the first error is returned.
+    fn restore_after_call(&mut self, saved: &SavedThread) -> Result<(), TraceError> {
+        let tid = saved.tid;
+        let mut first = Ok(());
+        let mut keep = |r: Result<(), TraceError>| {
+            if first.is_ok() {
+                first = r;
+            }
         };
-        if self.threads.contains_key(&tid) {
-            // Stop the thread itself if the call was abandoned while running.
-            if let Some(thread) = self.threads.get(&tid) {
-                if thread.state == ThreadState::Running {
-                    let _ = sys::interrupt(tid);
-                    let deadline = Instant::now() + Duration::from_secs(2);
-                    while self
-                        .threads
-                        .get(&tid)
-                        .is_some_and(|t| t.state == ThreadState::Running)
-                        && Instant::now() < deadline
-                    {
-                        self.wait_and_dispatch(true, Some(tid), deadline)?;
-                    }
+        if self.any_running() {
+            keep(self.stop_all());
+        }
+        if !self.threads.contains_key(&tid) {
+            return first;
+        }
+        // Stop the thread itself if the call was abandoned while running.
+        if self
+            .threads
+            .get(&tid)
+            .is_some_and(|t| t.state == ThreadState::Running)
+        {
+            let _ = sys::interrupt(tid);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self
+                .threads
+                .get(&tid)
+                .is_some_and(|t| t.state == ThreadState::Running)
+                && Instant::now() < deadline
+            {
+                if let Err(e) = self.wait_and_dispatch(true, Some(tid), deadline) {
+                    keep(Err(e));
+                    break;
                 }
             }
-            // From a signal or interrupt stop the kernel's own restart logic
-            // runs when the thread resumes; from a system-call stop (the
-            // stub's `getpid`, or one inside an abandoned call) it does not,
-            // so the restart is done here and that system call skipped.
-            let at_syscall = matches!(self.stop_of(tid), Some(Stop::Syscall));
-            let regs = if at_syscall {
-                restart_registers(&saved)
-            } else {
-                saved
-            };
-            self.set_registers(tid, &regs)?;
-            sys::set_xstate(tid, &saved_x).map_err(|source| TraceError::Ptrace {
+        }
+        // From a signal or interrupt stop the kernel's own restart logic
+        // runs when the thread resumes; from a system-call stop (the stub's
+        // `getpid`, or one inside an abandoned call) it does not, so the
+        // restart is done here and that system call skipped.
+        let at_syscall = matches!(self.stop_of(tid), Some(Stop::Syscall));
+        let regs = if at_syscall {
+            restart_registers(&saved.regs)
+        } else {
+            saved.regs
+        };
+        keep(self.set_registers(tid, &regs));
+        keep(
+            sys::set_xstate(tid, &saved.xstate).map_err(|source| TraceError::Ptrace {
                 op: "SETREGSET",
                 tid,
                 source,
-            })?;
-            sys::set_sigmask(tid, saved_mask).map_err(|source| TraceError::Ptrace {
+            }),
+        );
+        keep(
+            sys::set_sigmask(tid, saved.mask).map_err(|source| TraceError::Ptrace {
                 op: "SETSIGMASK",
                 tid,
                 source,
-            })?;
-            if let Some(thread) = self.threads.get_mut(&tid) {
-                thread.state = original_state;
-            }
+            }),
+        );
+        if let Some(thread) = self.threads.get_mut(&tid) {
+            thread.state = saved.state;
         }
-        stopped?;
-        result
+        first
     }
 
     fn run_call(
@@ -620,7 +659,10 @@ impl Tracer {
         let follow_syscalls = stub.is_some() || world == World::WhenWaiting;
         self.cont_held(tid, follow_syscalls)?;
         // Fault injection for tests: hold weft here while the call runs, so
-        // a test can kill weft in the middle of a remote call.
+        // a test can kill weft in the middle of a remote call. Debug builds
+        // only (what `cargo test` runs): a release weft takes no
+        // instructions from its environment.
+        #[cfg(debug_assertions)]
         if let Some(ms) = std::env::var_os("WEFT_TEST_REMOTE_CALL_DELAY_MS") {
             let ms = ms.to_str().and_then(|s| s.parse().ok()).unwrap_or(0);
             std::thread::sleep(Duration::from_millis(ms));
@@ -805,5 +847,42 @@ impl Tracer {
             thread.state = ThreadState::Running;
         }
         Ok(())
+    }
+}
+/// What a remote call changes in its thread, saved before the call.
+struct SavedThread {
+    tid: Tid,
+    state: ThreadState,
+    regs: sys::Registers,
+    xstate: sys::XState,
+    mask: u64,
+}
+
+/// Puts the world and the calling thread back as they were when the call
+/// is finished or, on any early return or panic, when dropped (as rr's
+/// `AutoRemoteSyscalls` does): a `?` between changing the thread and
+/// restoring it must not leave it running weft's call frame.
+struct CallGuard<'a> {
+    tracer: &'a mut Tracer,
+    /// `None` once restored.
+    saved: Option<SavedThread>,
+}
+
+impl CallGuard<'_> {
+    /// Restores now and says whether that worked.
+    fn finish(mut self) -> Result<(), TraceError> {
+        match self.saved.take() {
+            Some(saved) => self.tracer.restore_after_call(&saved),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(saved) = self.saved.take() {
+            // Already on an error path: that error is the one reported.
+            let _ = self.tracer.restore_after_call(&saved);
+        }
     }
 }

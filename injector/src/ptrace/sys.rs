@@ -31,8 +31,13 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
 }
 
 fn request(req: libc::c_uint, tid: i32, addr: usize, data: usize) -> io::Result<libc::c_long> {
-    // SAFETY: every caller passes `addr`/`data` valid for `req`: either
-    // plain integers or pointers to live, correctly sized buffers.
+    // SAFETY: `request` is private to this module, and each caller here
+    // passes for `req` either plain integers or a pointer to a live buffer
+    // of the size the kernel reads or writes for it: GETREGS/SETREGS a
+    // `user_regs_struct`, GETREGSET/SETREGSET an iovec over the XSAVE
+    // buffer, GET/SETSIGMASK 8 bytes (the size passed as `addr`),
+    // GET_SYSCALL_INFO the 96-byte array whose size is passed,
+    // GETEVENTMSG an unsigned long.
     check(unsafe {
         libc::ptrace(
             req,
