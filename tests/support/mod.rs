@@ -449,6 +449,28 @@ pub fn exits() -> &'static Path {
     P.get_or_init(|| build_simple_c("exits", "exits.c", &["-rdynamic", "-ldl"]))
 }
 
+/// Every general register, the flags and the caller's frame checked inside
+/// an instrumented `checked` (`regs THREADS CALLS [now]`, tests/targets/regs.c
+/// and regs_asm.S).
+pub fn regs() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let exe = variant_dir("regs").join("regs");
+        run_build(gcc(
+            &[
+                "-O2",
+                "-pthread",
+                "-o",
+                exe.to_str().unwrap(),
+                src("regs.c").to_str().unwrap(),
+                src("regs_asm.S").to_str().unwrap(),
+            ],
+            &[],
+        ));
+        exe
+    })
+}
+
 /// C++ exceptions thrown through `extern "C"` `thrower` and `middle`
 /// (`g++ -O2 -pthread`).
 pub fn exceptions() -> &'static Path {
