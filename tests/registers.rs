@@ -56,17 +56,26 @@ fn check_report(ctx: &Ctx, report: &Report, metrics: &str, how: &str) {
             continue;
         }
         ctx.check(c.calls == CALLS, || {
-            format!("{how}: thread {} made {} calls, expected {CALLS}", t.tid, c.calls)
+            format!(
+                "{how}: thread {} made {} calls, expected {CALLS}",
+                t.tid, c.calls
+            )
         });
         if metrics != "calls" {
             ctx.check(c.exits == Some(CALLS) && c.unwound == Some(0), || {
-                format!("{how}: thread {}: {c:?}, every call returned normally", t.tid)
+                format!(
+                    "{how}: thread {}: {c:?}, every call returned normally",
+                    t.tid
+                )
             });
         }
         calls += c.calls;
     }
     ctx.check(calls == THREADS * CALLS, || {
-        format!("{how}: {calls} calls of `checked` in the report, expected {}", THREADS * CALLS)
+        format!(
+            "{how}: {calls} calls of `checked` in the report, expected {}",
+            THREADS * CALLS
+        )
     });
 }
 
@@ -111,7 +120,12 @@ fn attach_every_metric_set() {
         t.wait_exit();
         check_target_output(&ctx, &t.stdout_text(), &how);
         weft.wait_code(0);
-        check_report(&ctx, &parse_report(&ctx, &weft.stdout_text()), metrics, &how);
+        check_report(
+            &ctx,
+            &parse_report(&ctx, &weft.stdout_text()),
+            metrics,
+            &how,
+        );
     }
 }
 
