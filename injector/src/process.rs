@@ -866,7 +866,8 @@ impl Process {
             if request.hooks_exit() {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
-                    .find_map(|n| crate::exits::never_hook_exit(n));
+                    .find_map(|n| crate::exits::never_hook_exit(n).map(String::from))
+                    .or_else(|| crate::exits::never_hook_exit_in(&self.image, f));
                 if let Some(reason) = reason {
                     refused.push(Refused {
                         function: f.clone(),
