@@ -129,14 +129,23 @@ fn attach_every_metric_set() {
     }
 }
 
-/// An exit-only user probe (a C function that changes every caller-saved
-/// register and DF on its way) on a counted and on a timed function.
+/// User probes (a C function that changes every caller-saved register and
+/// DF on its way): exit-only on a counted and on a timed function, and at
+/// entry and exit of a timed one.
 #[test]
-fn exit_probe_changes_nothing_the_caller_sees() {
-    let ctx = Ctx::new("exit_probe_changes_nothing_the_caller_sees");
+fn user_probes_change_nothing_the_caller_sees() {
+    let ctx = Ctx::new("user_probes_change_nothing_the_caller_sees");
     let (threads, calls) = (THREADS.to_string(), CALLS.to_string());
-    for metrics in [Metrics::CALLS, Metrics::ALL] {
-        let how = format!("exit probe with {:?}", metrics.names());
+    for (metrics, at_entry) in [
+        (Metrics::CALLS, false),
+        (Metrics::ALL, false),
+        (Metrics::ALL, true),
+    ] {
+        let how = format!(
+            "{} probe with {:?}",
+            if at_entry { "entry and exit" } else { "exit" },
+            metrics.names()
+        );
         let mut t = ctx.target(regs(), &[&threads, &calls]);
         let (pid, _) = wait_ready(&mut t);
         let fail = |what: &str, e: weft::Error| -> ! { ctx.fail(format!("{how}: {what}: {e}")) };
@@ -152,12 +161,14 @@ fn exit_probe_changes_nothing_the_caller_sees() {
         let function = lib
             .symbol(p.image(), "on_clobber")
             .unwrap_or_else(|| ctx.fail(format!("{how}: no on_clobber in the probe library")));
+        let probe = UserProbe {
+            function,
+            user: 0,
+            predicate: None,
+        };
         p.insert_probes(&[ProbeSpec {
-            on_exit: Some(UserProbe {
-                function,
-                user: 0,
-                predicate: None,
-            }),
+            on_entry: at_entry.then_some(probe),
+            on_exit: Some(probe),
             ..ProbeSpec::measure(checked, metrics)
         }])
         .unwrap_or_else(|e| fail("insert_probes", e));

@@ -121,7 +121,8 @@ const UNWINDABLE_ROWS: u32 = 256;
 /// A zeroed row, from the rows registered for unwinding while they last.
 fn new_row() -> &'static mut [u64] {
     struct Pool(*mut u64);
-    // SAFETY: the pool is only handed out in disjoint rows (by `USED`).
+    // SAFETY (both): the pointer is to leaked memory, handed out in
+    // disjoint rows (by `USED`), never through the Pool itself.
     unsafe impl Sync for Pool {}
     unsafe impl Send for Pool {}
     static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
