@@ -6,8 +6,8 @@
 //! At an instrumented entry ([`Snippet::CountCallHookExit`](crate::Snippet))
 //! the trampoline pushes an *activation* on the thread's activation stack:
 //! the next free *cell* gets the original return address (RA), the entry
-//! `rsp` (the RA's address, `E`), the caller's `rbx`, the function's metric
-//! base and flags. Then it sets `rbx` to the cell, drops the RA from the
+//! `rsp` (the RA's address, `E`), the function's metric base and flags.
+//! Then it restores every register and the flags, drops the RA from the
 //! stack and jumps to the function's *call record* in the runtime:
 //!
 //! ```text
@@ -23,16 +23,19 @@
 //! return-stack entry nothing consumed. (Return-address redirection, the
 //! alternative, costs two mispredictions per call.)
 //!
-//! The exit handler ([`exit_code`]) finds the activation in `rbx`
-//! (callee-saved: the body gives it back), closes it — counts the exit,
-//! stops the timer — restores the caller's `rbx` and returns to the RA with
-//! every other register, the flags and `rsp` exactly as the body's `ret`
-//! left them. It uses no vector or x87 instruction: return values in
+//! The body sees every register, the flags and the stack (but the RA) as
+//! its caller left them: nothing is passed to it, whatever its ABI (Go's
+//! register ABI passes arguments in `rbx`, for one). The exit handler
+//! ([`exit_code`]) finds the activation by the thread's row and `E` (the
+//! top cell, whose entry `rsp` is `E`, on the fast path), closes it —
+//! counts the exit, stops the timer — and returns to the RA with every
+//! register, the flags and `rsp` exactly as the body's `ret` left them. It uses no vector or x87 instruction: return values in
 //! `xmm0`/`xmm1`/`st0` survive.
 //!
 //! Unwinders (gdb, C++ exceptions, `backtrace()`) walk through the record
-//! with the unwind information the runtime ships for it: the caller's RA is
-//! at `[rbx + CELL_RETURN_ADDRESS]` and its `rbx` at `[rbx + CELL_RBX]`.
+//! with the unwind information the runtime ships for it: a DWARF expression
+//! finds the caller's RA in the oldest open cell whose entry `rsp` is the
+//! record frame's CFA − 16 (see `weft_rt::exits`).
 //!
 //! # Thread row fields (offsets chosen by the runtime, [`ActivationRow`])
 //!
@@ -62,30 +65,32 @@
 //!   a tail call from activation `j`, which is still open: the new
 //!   activation nests inside it). Stale activations are closed one by one
 //!   (counted in their `METRIC_UNWOUND`, timers stopped) before pushing.
-//! * At exit, the activation is `rbx`: every activation above it is stale
-//!   (entered after it, and it is leaving), so they are closed as unwound
-//!   first. If `rbx` is not an open activation any more, nothing is counted
-//!   and the return still goes to the RA in its cell.
+//! * At exit, the activation is the topmost open one whose entry `rsp` is
+//!   `E`: every activation above it is stale (entered after it, and it is
+//!   leaving), so they are closed as unwound first. If none is open any
+//!   more, nothing is counted and the return still goes to the RA in the
+//!   most recent closed cell with that entry `rsp`.
 //!
 //! # Signal safety
 //!
 //! A signal handler running instrumented code can interrupt any
 //! instruction. The entry stores the cell's entry `rsp`, publishes the new
 //! `top`, stores the entry `rsp` again and only then the rest; the exit
-//! reads the RA and the caller's `rbx` from the cell before publishing the
+//! reads the RA from the cell before publishing the
 //! smaller `top`. A handler that interrupts either sequence never sees, or
 //! reuses, a half-written open cell.
 //!
 //! # Functions whose exit must not be hooked
 //!
-//! The body runs with its return address pointing at a record and `rbx` =
-//! the cell. The injector must not use
+//! The body runs with its return address pointing at a record. The injector must not use
 //! [`Snippet::CountCallHookExit`](crate::Snippet) for: functions that
 //! return twice or save their RA for later (`setjmp`, `sigsetjmp`,
 //! `getcontext`, `vfork`): a second return would find its cell reused;
 //! functions that inspect their caller's address (`dlopen`, `dlsym` with
-//! `RTLD_NEXT`, `__builtin_return_address(0)` users); functions with a
-//! non-standard convention that read `rbx` as an input; and any process
+//! `RTLD_NEXT`, `__builtin_return_address(0)` users); code whose runtime
+//! walks its own stacks with its own tables (Go: its tracebacks stop at a
+//! return address outside Go code, and goroutines move between threads and
+//! stacks); and any process
 //! running with a CET shadow stack (the exit handler's `ret` would not
 //! match it).
 
@@ -102,7 +107,9 @@ pub const CELL_RETURN_ADDRESS: i32 = 0;
 /// Offset inside a cell of the entry `rsp` (u64): the address of the return
 /// address on the stack when the function was entered.
 pub const CELL_ENTRY_RSP: i32 = 8;
-/// Offset inside a cell of the caller's `rbx` (u64).
+/// Offset inside a cell of a word no longer written (it held the caller's
+/// `rbx` when the body ran with `rbx` = its cell); kept so that the layout
+/// of cells, which outlive sessions, does not change.
 pub const CELL_RBX: i32 = 16;
 /// Offset inside a cell of the metric base (i32 row byte offset).
 pub const CELL_METRIC: i32 = 24;
@@ -434,8 +441,8 @@ fn d(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
 /// `ax` = the saved flags, `[rsp]` and `[rsp+8]` = the trampoline's saved
 /// `rcx` and `rax`, `[rsp+16]` = the return address. When the exit can be
 /// hooked, the snippet never falls through: it restores every register and
-/// the flags itself, sets `rbx` to the cell, drops the return address and
-/// jumps to the record. Otherwise (no cells, stack full) it counts
+/// the flags itself (the body gets them all as its caller left them),
+/// drops the return address and jumps to the record. Otherwise (no cells, stack full) it counts
 /// `METRIC_UNHOOKED`, restores what it saved and falls through with `rcx`
 /// and `ax` as on entry, to the trampoline's epilogue and the displaced
 /// instructions. Stack below the entry `rsp`: 16 bytes (trampoline), 32
@@ -455,10 +462,10 @@ fn d(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
 /// .push: mov [rdi + ENTRY_RSP], rax
 ///     lea rdx, [rdi + 32] ; mov [rcx + top], rdx   ; publish
 ///     mov [rdi + ENTRY_RSP], rax
-///     mov rdx, [rax] ; mov [rdi + RA], rdx ; mov [rdi + RBX], rbx
+///     mov rdx, [rax] ; mov [rdi + RA], rdx
 ///     mov dword [rdi + METRIC], m ; mov dword [rdi + FLAGS], flags
 ///     <timer start, see the timer module>
-///     mov rbx, rdi ; mov eax, esi
+///     mov eax, esi
 ///     pop r8 ; pop rdi ; pop rsi ; pop rdx
 ///     add al, 0x7f ; sahf ; pop rcx ; pop rax
 ///     lea rsp, [rsp + 8]                        ; the record's call puts its own RA there
@@ -527,7 +534,6 @@ fn enter_asm(
     a.mov(q(rdi, CELL_ENTRY_RSP), rax)?;
     a.mov(rdx, qword_ptr(rax))?;
     a.mov(q(rdi, CELL_RETURN_ADDRESS), rdx)?;
-    a.mov(q(rdi, CELL_RBX), rbx)?;
     a.mov(d(rdi, CELL_METRIC), metric)?;
     a.mov(d(rdi, CELL_FLAGS), h.flags(record) as i32)?;
     if let Some(spec) = &h.timers {
@@ -536,7 +542,6 @@ fn enter_asm(
     if let Some(activity) = activity {
         a.inc(q(rcx, activity))?; // after every word of this entry
     }
-    a.mov(rbx, rdi)?;
     a.mov(eax, esi)?;
     for r in [r8, rdi, rsi, rdx] {
         a.pop(r)?;
@@ -634,33 +639,31 @@ pub struct ExitCode {
 ///
 /// **Exit handler** ([`ExitCode::handler`]). Contract: entered by the
 /// record's `jmp` with `rsp` = the function's entry `rsp` + 8 (the body
-/// returned) and, for a body that keeps the C ABI, `rbx` = its cell;
-/// returns to the cell's RA with `rsp` as on entry, `rbx` = the caller's,
-/// and every other register, all arithmetic flags and DF as the body left
-/// them. It writes 72 bytes below its entry `rsp` (dead stack once a
-/// function returned), plus a call into its stop routine and from there a
-/// clock routine. The returning activation is the top cell when that is
-/// `rbx` and its entry `rsp` is `E` (the fast path); otherwise the topmost
-/// open cell whose entry `rsp` is `E` (those above it are closed as
-/// unwound), and a body that did not preserve `rbx` gets its own `rbx`
-/// back, as without weft.
+/// returned); returns to the cell's RA with `rsp` as on entry and every
+/// register, all arithmetic flags and DF as the body left them (no
+/// register is trusted to carry the cell: the body owes its caller's
+/// convention nothing weft could rely on). It writes 64 bytes below its
+/// entry `rsp` (dead stack once a function returned), plus a call into its
+/// stop routine and from there a clock routine. The returning activation
+/// is the top cell when its entry `rsp` is `E` (the fast path); otherwise
+/// the topmost open cell whose entry `rsp` is `E` (those above it are
+/// closed as unwound).
 ///
 /// ```text
-///     lea rsp, [rsp - 16]                      ; room for the RA and rbx
+///     lea rsp, [rsp - 8]                       ; room for the RA
 ///     push rax ; push rdx ; push rcx ; push rsi ; push rdi ; push r8 ; push r9
-///     seto al ; lahf ; mov esi, eax ; mov [rsp + 56], rbx
-///     mov rcx, fs:[tls_offset] ; test rcx, rcx ; jz .orphan
-///     lea rdx, [rsp + 64]                      ; E
-///     mov rdi, [rcx + top] ; sub rdi, 32
-///     cmp rdi, rbx ; jne .search ; cmp [rdi + ENTRY_RSP], rdx ; jne .search
+///     seto al ; lahf ; mov esi, eax
+///     mov rcx, fs:[tls_offset] ; test rcx, rcx ; jz .lost
+///     lea rdx, [rsp + 56]                      ; E
+///     mov rdi, [rcx + top] ; cmp rdi, [rcx + cells] ; jbe .search
+///     sub rdi, 32 ; cmp [rdi + ENTRY_RSP], rdx ; jne .search
 /// .ours: movsxd r8, dword [rdi + METRIC] ; add r8, rcx
 ///     inc qword [r8 + EXITS]
 ///     test byte [rdi + FLAGS], TIMED ; jz .popped ; push rdi ; call .stop ; pop rdi
-/// .popped: mov rdx, [rdi + RA] ; mov [rsp + 64], rdx
-///     cmp rdi, rbx ; jne 1f ; mov rdx, [rdi + RBX] ; mov [rsp + 56], rdx
-/// 1:  mov [rcx + top], rdi
+/// .popped: mov rdx, [rdi + RA] ; mov [rsp + 56], rdx
+///     mov [rcx + top], rdi
 /// .restore: mov eax, esi ; add al, 0x7f ; sahf
-///     pop r9 ; pop r8 ; pop rdi ; pop rsi ; pop rcx ; pop rdx ; pop rax ; pop rbx
+///     pop r9 ; pop r8 ; pop rdi ; pop rsi ; pop rcx ; pop rdx ; pop rax
 ///     ret
 /// ```
 ///
@@ -774,43 +777,37 @@ fn emit_handler(
 ) -> Result<CodeLabel, IcedError> {
     let row = h.row;
     let size = CELL_SIZE as i32;
-    // Frame: [rsp + 64] = E (the RA goes there), [rsp + 56] = the rbx to
-    // return with, then the seven saves.
-    const RA_SLOT: i32 = 64;
-    const RBX_SLOT: i32 = 56;
+    // Frame: [rsp + 56] = E (the RA goes there), then the seven saves.
+    const RA_SLOT: i32 = 56;
     let mut handler = a.create_label();
     let mut search = a.create_label();
     let mut search_next = a.create_label();
     let mut ours = a.create_label();
     let mut popped = a.create_label();
-    let mut keep_rbx = a.create_label();
     let mut restore = a.create_label();
     let mut orphan = a.create_label();
-    let mut orphan_scan = a.create_label();
     let mut orphan_next = a.create_label();
-    let mut orphan_found = a.create_label();
-    let mut orphan_blind = a.create_label();
+    let mut lost = a.create_label();
     a.set_label(&mut handler)?;
-    a.lea(rsp, qword_ptr(rsp - 16))?;
+    a.lea(rsp, qword_ptr(rsp - 8))?;
     for r in [rax, rdx, rcx, rsi, rdi, r8, r9] {
         a.push(r)?;
     }
     a.seto(al)?;
     a.lahf()?;
     a.mov(esi, eax)?;
-    a.mov(qword_ptr(rsp + RBX_SLOT), rbx)?;
     a.add_instruction(Instruction::with2(
         Code::Mov_r64_rm64,
         Register::RCX,
         fs_absolute(tls_offset),
     )?)?;
     a.test(rcx, rcx)?;
-    a.jz(orphan_blind)?;
+    a.jz(lost)?;
     a.lea(rdx, qword_ptr(rsp + RA_SLOT))?; // E
     a.mov(rdi, q(rcx, row.top))?;
+    a.cmp(rdi, q(rcx, row.cells))?;
+    a.jbe(search)?; // nothing open: search finds that out
     a.sub(rdi, size)?;
-    a.cmp(rdi, rbx)?;
-    a.jne(search)?;
     a.cmp(q(rdi, CELL_ENTRY_RSP), rdx)?;
     a.jne(search)?;
 
@@ -841,11 +838,6 @@ fn emit_handler(
     // it right after).
     a.mov(rdx, q(rdi, CELL_RETURN_ADDRESS))?;
     a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
-    a.cmp(rdi, rbx)?;
-    a.jne(keep_rbx)?; // the body did not give rbx back: return its value
-    a.mov(rdx, q(rdi, CELL_RBX))?;
-    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
-    a.set_label(&mut keep_rbx)?;
     a.mov(q(rcx, row.top), rdi)?;
     if let Some(activity) = row.activity {
         a.inc(q(rcx, activity))?; // after every word of this exit
@@ -854,13 +846,12 @@ fn emit_handler(
     a.mov(eax, esi)?;
     a.add(al, 0x7f)?;
     a.sahf()?;
-    for r in [r9, r8, rdi, rsi, rcx, rdx, rax, rbx] {
+    for r in [r9, r8, rdi, rsi, rcx, rdx, rax] {
         a.pop(r)?;
     }
     a.ret()?;
 
-    // Not the top cell, or rbx is not a cell (a body that does not
-    // preserve rbx): the returning activation is the topmost open one
+    // Not the top cell: the returning activation is the topmost open one
     // whose entry rsp is E; those above it are stale.
     a.set_label(&mut search)?;
     a.mov(rdi, q(rcx, row.top))?;
@@ -877,44 +868,31 @@ fn emit_handler(
     a.jmp(ours)?;
 
     // No open activation is the returning one (it was closed already):
-    // nothing is counted, but the return must still go to its RA. Its cell
-    // is rbx when rbx is a cell, else the closed cell whose entry rsp is E;
-    // failing both, rbx as it is.
+    // nothing is counted, but the return must still go to its RA, in the
+    // most recent closed cell whose entry rsp is E.
     a.set_label(&mut orphan)?;
-    a.cmp(rbx, q(rcx, row.cells))?;
-    a.jb(orphan_scan)?;
-    a.cmp(rbx, q(rcx, row.end))?;
-    a.jae(orphan_scan)?;
-    a.mov(rdi, rbx)?;
-    a.jmp(orphan_found)?;
-    a.set_label(&mut orphan_scan)?;
     a.mov(rdi, q(rcx, row.end))?;
     a.set_label(&mut orphan_next)?;
     a.cmp(rdi, q(rcx, row.cells))?;
-    a.jbe(orphan_blind)?;
+    a.jbe(lost)?;
     a.sub(rdi, size)?;
     a.cmp(q(rdi, CELL_ENTRY_RSP), rdx)?;
     a.jne(orphan_next)?;
-    a.set_label(&mut orphan_found)?;
     a.mov(rdx, q(rdi, CELL_RETURN_ADDRESS))?;
     a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
-    a.cmp(rdi, rbx)?;
-    a.jne(restore)?;
-    a.mov(rdx, q(rdi, CELL_RBX))?;
-    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
     a.jmp(restore)?;
-    a.set_label(&mut orphan_blind)?;
-    a.mov(rdx, q(rbx, CELL_RETURN_ADDRESS))?;
-    a.mov(qword_ptr(rsp + RA_SLOT), rdx)?;
-    a.mov(rdx, q(rbx, CELL_RBX))?;
-    a.mov(qword_ptr(rsp + RBX_SLOT), rdx)?;
-    a.jmp(restore)?;
+    // No row, or no cell ever had this entry rsp: the return address is
+    // nowhere (the row pointer is never cleared and cells are kept, so
+    // only corrupted memory gets here). A deterministic SIGILL here beats
+    // a jump to an arbitrary address.
+    a.set_label(&mut lost)?;
+    a.ud2()?;
     Ok(handler)
 }
 
 /// The exit-probe routine: called by the handler with `rdi` = the cell,
 /// `rcx` = the row, the handler's frame above its return address (saved
-/// `rax` at +56, `rdx` at +48, the function's entry `rsp` = +72, see
+/// `rax` at +56, `rdx` at +48, the function's entry `rsp` = +64, see
 /// `emit_handler`); calls the probe of the cell's record with a context of
 /// the return values. May clobber `rax`, `rdx`, `rdi`, `r8`, `r9` (the
 /// handler's scratch registers); preserves every other register, the
@@ -962,7 +940,7 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     a.mov(rax, qword_ptr(rbp + (frame + 40)))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_RET2)), rax)?;
     a.movq(qword_ptr(rsp + i64::from(CTX_FRET)), xmm0)?;
-    a.lea(rax, qword_ptr(rbp + (frame + 64)))?;
+    a.lea(rax, qword_ptr(rbp + (frame + 56)))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_RSP)), rax)?;
     a.mov(rax, qword_ptr(r9 + 16))?;
     a.mov(qword_ptr(rsp + i64::from(CTX_FUNCTION)), rax)?;
@@ -1109,7 +1087,7 @@ mod tests {
             let code = exit_code(-8, &hooks).unwrap();
             assert_eq!(code.bytes.len(), exit_code_len(-8, &hooks));
             assert_eq!(code.stale_closer, 0x9000);
-            // The handler starts with `lea rsp, [rsp - 16]`.
+            // The handler starts with `lea rsp, [rsp - 8]`.
             let at = (code.handler - 0x9000) as usize;
             let mut dec = iced_x86::Decoder::with_ip(
                 64,

@@ -232,6 +232,26 @@ pub fn not_called(
     ))
 }
 
+/// Why no function of the module holding `f` may have its exit hooked,
+/// whatever its name, or None: the module is Go code. Go's runtime walks
+/// goroutine stacks with its own tables (garbage collection, stack growth,
+/// preemption, `runtime.Callers`, panics) and dies with "unexpected return
+/// pc" at a return address outside Go code, which is what a hooked exit
+/// leaves on the stack; goroutines also move between threads, and each
+/// thread keeps its own activations.
+pub fn never_hook_exit_in(image: &ProcessImage, f: &Function) -> Option<String> {
+    let module = image.module_of(f.address)?;
+    let go = module.image().is_ok_and(|elf| elf.is_go());
+    go.then(|| {
+        format!(
+            "{} is Go code, and Go's runtime aborts (\"unexpected return pc\") when it walks a \
+             goroutine's stack (garbage collection, preemption, runtime.Callers) through the \
+             return address a timer replaces; measure it with -m calls",
+            module.name()
+        )
+    })
+}
+
 /// The process's exit-hook layout with `timers` and the exit code at
 /// `exit_code`, from the runtime's header (record and clock addresses) and
 /// row layout.

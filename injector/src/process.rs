@@ -939,7 +939,11 @@ impl Process {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
                     .find_map(|n| crate::exits::never_hook_exit(n))
-                    .map(|reason| format!("cannot time it: {reason}"));
+                    .map(|reason| format!("cannot time it: {reason}"))
+                    .or_else(|| {
+                        crate::exits::never_hook_exit_in(&self.image, f)
+                            .map(|reason| format!("cannot time it: {reason}"))
+                    });
                 let reason = match reason {
                     Some(reason) => Some(reason),
                     None => {

@@ -12,9 +12,10 @@
 //! # Call records
 //!
 //! A timed function is entered through its trampoline, which pushes an
-//! activation (the original return address and the caller's `rbx` go into
-//! the thread's next cell), sets `rbx` to that cell, drops the return
-//! address from the stack and jumps to the function's call record:
+//! activation (the original return address and the entry `rsp` go into
+//! the thread's next cell), drops the return address from the stack and
+//! jumps to the function's call record with every register, the flags and
+//! the rest of the stack as the caller left them:
 //!
 //! ```text
 //! record i:  call qword ptr [rip + weft_rt_call_targets + 8*i]  ; the function's body
@@ -27,12 +28,30 @@
 //! predicted correctly; so is the exit handler's own `ret` to the original
 //! caller (that return-stack entry was never consumed). The records live
 //! here, in the runtime's own `.text`, because unwinders find their unwind
-//! information there without any registration: every record has the same
-//! rules, "the caller's `rip` is at `[rbx + CELL_RETURN_ADDRESS]`, its `rbx`
-//! at `[rbx + CELL_RBX]`, its `rsp` is this frame's CFA − 8" (`rbx` being
-//! callee-saved, the function gives it back, and its own CFI says where it
-//! kept it meanwhile). gdb, libgcc (C++ exceptions, `backtrace()`, Rust
-//! panics) and libunwind all read that from the runtime's `.eh_frame`.
+//! information there without any registration.
+//!
+//! # Unwinding through a record
+//!
+//! No register of the body may carry the activation (Go's register ABI
+//! passes arguments in `rbx`, and the project's rule is that a body sees
+//! its caller's registers unchanged), so the records' CFI finds it from
+//! the frame alone: the entry `rsp` of the activation is the record
+//! frame's CFA − 16, and stack addresses are unique among live threads. A
+//! DWARF expression ([`UNWIND_RA_EXPR`]) walks every row's open cells
+//! ([`UnwindRows`], published by the runtime at its set-up) for the
+//! oldest one whose entry `rsp` is that, and reads the caller's `rip` from
+//! it; the caller's `rsp` is CFA − 8 and every other register is unchanged
+//! by the record. The oldest, because a tail call from a timed function
+//! into another nests an activation with the same entry `rsp`: the
+//! unwinder then goes from the innermost body straight to the original
+//! caller, as it would without weft (tail-called frames vanish), and never
+//! loops. The expression reaches [`UnwindRows`] from the record's own
+//! address (its return point is on the stack at the entry `rsp`; its `jmp`
+//! names the handler slot, which the rows description follows), so
+//! `.eh_frame` needs no relocation. gdb, libgcc (C++
+//! exceptions, `backtrace()`, Rust panics) read it from the runtime's
+//! `.eh_frame`; the cost is one scan of the open activations per record
+//! frame unwound.
 //!
 //! The records' personality routine ([`weft_rt_personality`]) closes the
 //! activation an exception or forced unwind discards, at that moment.
@@ -43,67 +62,207 @@ use core::arch::global_asm;
 use core::ptr;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-// The records, their targets and the exit handler slot. CFI (see the
-// module docs): CFA = rsp + 8 (the CIE's default), caller's rsp = CFA - 8
-// (DW_CFA_val_offset r7, 1), rip at [rbx + 0] and rbx at [rbx + 16]
-// (DW_CFA_expression with DW_OP_breg3). The personality is reached through
-// a hidden, comdat DW.ref cell, the way compilers emit it.
-global_asm!(
-    ".pushsection .text.weft_rt_call_records,\"ax\",@progbits",
-    ".globl weft_rt_call_records",
-    ".hidden weft_rt_call_records",
-    ".type weft_rt_call_records,@function",
-    ".p2align 4",
-    "weft_rt_call_records:",
-    ".cfi_startproc",
-    ".cfi_personality 0x9b, DW.ref.weft_rt_personality",
-    ".cfi_escape 0x14, 0x07, 0x01",
-    ".cfi_escape 0x10, 0x10, 0x02, 0x73, {CELL_RA}",
-    ".cfi_escape 0x10, 0x03, 0x02, 0x73, {CELL_RBX}",
-    ".set weft_rt_record_index, 0",
-    ".rept {RECORDS}",
-    "call qword ptr [rip + weft_rt_call_targets + 8 * weft_rt_record_index]",
-    "jmp qword ptr [rip + weft_rt_exit_handler_slot]",
-    ".balign {RECORD_SIZE}, 0xcc",
-    ".set weft_rt_record_index, weft_rt_record_index + 1",
-    ".endr",
-    ".cfi_endproc",
-    ".size weft_rt_call_records, . - weft_rt_call_records",
-    ".popsection",
-    ".pushsection .bss.weft_rt_call_targets,\"aw\",@nobits",
-    ".globl weft_rt_call_targets",
-    ".hidden weft_rt_call_targets",
-    ".p2align 6",
-    "weft_rt_call_targets:",
-    ".zero 8 * {RECORDS}",
-    ".popsection",
-    ".pushsection .bss.weft_rt_exit_probes,\"aw\",@nobits",
-    ".globl weft_rt_exit_probes",
-    ".hidden weft_rt_exit_probes",
-    ".p2align 6",
-    "weft_rt_exit_probes:",
-    ".zero 32 * {RECORDS}",
-    ".popsection",
-    ".pushsection .data.weft_rt_exit_handler_slot,\"aw\",@progbits",
-    ".globl weft_rt_exit_handler_slot",
-    ".hidden weft_rt_exit_handler_slot",
-    ".p2align 3",
-    "weft_rt_exit_handler_slot:",
-    ".quad 0",
-    ".popsection",
-    ".pushsection .data.rel.local.DW.ref.weft_rt_personality,\"awG\",@progbits,DW.ref.weft_rt_personality,comdat",
-    ".p2align 3",
-    ".hidden DW.ref.weft_rt_personality",
-    ".weak DW.ref.weft_rt_personality",
-    "DW.ref.weft_rt_personality:",
-    ".quad {personality}",
-    ".popsection",
-    RECORDS = const CALL_RECORDS,
-    RECORD_SIZE = const crate::layout::RECORD_SIZE,
-    CELL_RA = const metric::CELL_RETURN_ADDRESS,
-    CELL_RBX = const metric::CELL_RBX,
-    personality = sym weft_rt_personality,
+/// The DWARF expression (`DW_CFA_expression` for `rip`, DWARF register
+/// 16) of every call record: with the record frame's CFA pushed, it leaves
+/// the address of the caller's `rip`, the first word of the oldest open
+/// cell (any row) whose entry `rsp` is CFA − 16, or of a zero word (end of
+/// the stack) when none is. See the module docs. The record is found from
+/// its return point, which the record's `call` left at the entry `rsp`
+/// (libgcc cannot read `rip` in an expression: `DW_OP_breg16` aborts).
+/// Opcodes, and the stack after each line (top last; the CFA stays at the
+/// bottom because libgcc's `DW_OP_pick n` wants n + 2 entries):
+///
+/// ```text
+///   0 dup, lit16 minus                  C E
+///   3 dup deref, const1s -16, and       C E rec          (this record)
+///   8 dup, plus_uconst 8, deref_size 4,
+///     const1u 32 shl, const1u 32 shra,
+///     plus, plus_uconst 20              C E dir          (jmp's slot + 8)
+///  22 dup deref, over plus_uconst 16
+///     deref deref_size 4, pick 2
+///     plus_uconst 24 deref              C E dir first count max
+///  35 over over lt, bra +1, swap, drop  C E dir first n  (n = min)
+///  43 pick 2 plus_uconst 8 deref, mul,
+///     over plus                         C E dir row end
+///  51 rows: over over lt, bra +3,
+///     skip none
+///  60 pick 2 plus_uconst 32 deref, pick
+///     2 plus deref, pick 3 plus_uconst
+///     40 deref, pick 3 plus deref       C E dir row end c top
+///  78 cells: over over lt, bra +13
+///  84 drop drop, swap, pick 2
+///     plus_uconst 8 deref, plus swap,
+///     skip rows                         C E dir row+stride end
+///  97 over plus_uconst 8 deref, pick 6
+///     eq, bra found, swap plus_uconst
+///     32 swap, skip cells
+/// 114 found: drop, skip end             ... c
+/// 118 none: drop drop plus_uconst 48    C E zero-word
+/// 122 end
+/// ```
+pub const UNWIND_RA_EXPR: [u8; 122] = [
+    0x12, 0x40, 0x1c, // 0: dup; lit16 minus
+    0x12, 0x06, 0x09, 0xf0, 0x1a, // 3: dup deref; const1s -16; and
+    0x12, 0x23, 0x08, 0x94, 0x04, // 8: dup; plus_uconst 8; deref_size 4
+    0x08, 0x20, 0x24, 0x08, 0x20, 0x26, // 13: const1u 32 shl; const1u 32 shra (sign-extends)
+    0x22, 0x23, 0x14, // 19: plus; plus_uconst 20
+    0x12, 0x06, // 22: dup deref
+    0x14, 0x23, 0x10, 0x06, 0x94, 0x04, // 24: over; plus_uconst 16; deref; deref_size 4
+    0x15, 0x02, 0x23, 0x18, 0x06, // 30: pick 2; plus_uconst 24; deref
+    0x14, 0x14, 0x2d, 0x28, 0x01, 0x00, 0x16, 0x13, // 35: over over lt; bra +1; swap; drop
+    0x15, 0x02, 0x23, 0x08, 0x06, 0x1e, 0x14, 0x22, // 43: stride; mul; over plus
+    0x14, 0x14, 0x2d, 0x28, 0x03, 0x00, // 51: rows: over over lt; bra +3
+    0x2f, 0x3a, 0x00, // 57: skip +58 (none)
+    0x15, 0x02, 0x23, 0x20, 0x06, // 60: pick 2; plus_uconst 32; deref
+    0x15, 0x02, 0x22, 0x06, // 65: pick 2; plus; deref
+    0x15, 0x03, 0x23, 0x28, 0x06, // 69: pick 3; plus_uconst 40; deref
+    0x15, 0x03, 0x22, 0x06, // 74: pick 3; plus; deref
+    0x14, 0x14, 0x2d, 0x28, 0x0d, 0x00, // 78: cells: over over lt; bra +13
+    0x13, 0x13, 0x16, // 84: drop drop swap
+    0x15, 0x02, 0x23, 0x08, 0x06, // 87: pick 2; plus_uconst 8; deref
+    0x22, 0x16, // 92: plus swap
+    0x2f, 0xd2, 0xff, // 94: skip -46 (rows)
+    0x14, 0x23, 0x08, 0x06, // 97: over; plus_uconst 8; deref
+    0x15, 0x06, 0x29, // 101: pick 6; eq
+    0x28, 0x07, 0x00, // 104: bra +7 (found)
+    0x16, 0x23, 0x20, 0x16, // 107: swap; plus_uconst 32; swap
+    0x2f, 0xdc, 0xff, // 111: skip -36 (cells)
+    0x13, 0x2f, 0x04, 0x00, // 114: found: drop; skip +4 (end)
+    0x13, 0x13, 0x23, 0x30, // 118: none: drop drop; plus_uconst 48
+];
+
+/// Where the records' unwind expression finds the threads' activation
+/// stacks: `count` rows (at most `max`) from `first`, `stride` bytes
+/// apart, each with its first cell's address at byte `cells` and its first
+/// free cell's at byte `top`.
+#[derive(Debug, Clone, Copy)]
+pub struct UnwindRows {
+    /// Address of row 0.
+    pub first: u64,
+    /// Bytes from one row to the next.
+    pub stride: u64,
+    /// Rows handed out so far (read at every unwind).
+    pub count: *const AtomicU32,
+    /// Rows that exist.
+    pub max: u64,
+    /// Row byte offset of the first cell's address.
+    pub cells: u64,
+    /// Row byte offset of the first free cell's address.
+    pub top: u64,
+}
+
+/// Publishes where the unwind expression finds activations (the runtime
+/// does at its set-up; in-process users such as tests with rows of their
+/// own do it themselves). An unwind running meanwhile sees no rows or the
+/// old ones, never a torn description: `max` goes to 0 first and is set
+/// last.
+///
+/// # Safety
+///
+/// `rows.count` must point at a live `u32` and the rows (up to `max`) must
+/// stay mapped for as long as anything may unwind through a record.
+pub unsafe fn set_unwind_rows(rows: UnwindRows) {
+    // SAFETY: a static of seven words defined in the assembly above.
+    let words = unsafe { &*ptr::addr_of!(weft_rt_unwind_rows) };
+    words[UNWIND_MAX].store(0, Ordering::Release);
+    words[0].store(rows.first, Ordering::Relaxed);
+    words[1].store(rows.stride, Ordering::Relaxed);
+    words[2].store(rows.count as u64, Ordering::Relaxed);
+    words[4].store(rows.cells, Ordering::Relaxed);
+    words[5].store(rows.top, Ordering::Relaxed);
+    words[UNWIND_MAX].store(rows.max, Ordering::Release);
+}
+
+/// Index in `weft_rt_unwind_rows` of the row limit.
+const UNWIND_MAX: usize = 3;
+
+// Expands to the records' assembly with one `.cfi_escape` per byte of
+// UNWIND_RA_EXPR (global_asm! takes integers, not byte strings, as
+// constants).
+macro_rules! call_records_asm {
+    ($($i:literal)*) => {
+        global_asm!(
+            ".pushsection .text.weft_rt_call_records,\"ax\",@progbits",
+            ".globl weft_rt_call_records",
+            ".hidden weft_rt_call_records",
+            ".type weft_rt_call_records,@function",
+            ".p2align 4",
+            "weft_rt_call_records:",
+            ".cfi_startproc",
+            ".cfi_personality 0x9b, DW.ref.weft_rt_personality",
+            ".cfi_escape 0x14, 0x07, 0x01",
+            ".cfi_escape 0x10, 0x10, {LEN}",
+            $(concat!(".cfi_escape {", stringify!($i), "}"),)*
+            ".set weft_rt_record_index, 0",
+            ".rept {RECORDS}",
+            "call qword ptr [rip + weft_rt_call_targets + 8 * weft_rt_record_index]",
+            "jmp qword ptr [rip + weft_rt_exit_handler_slot]",
+            ".balign {RECORD_SIZE}, 0xcc",
+            ".set weft_rt_record_index, weft_rt_record_index + 1",
+            ".endr",
+            ".cfi_endproc",
+            ".size weft_rt_call_records, . - weft_rt_call_records",
+            ".popsection",
+            ".pushsection .bss.weft_rt_call_targets,\"aw\",@nobits",
+            ".globl weft_rt_call_targets",
+            ".hidden weft_rt_call_targets",
+            ".p2align 6",
+            "weft_rt_call_targets:",
+            ".zero 8 * {RECORDS}",
+            ".popsection",
+            ".pushsection .bss.weft_rt_exit_probes,\"aw\",@nobits",
+            ".globl weft_rt_exit_probes",
+            ".hidden weft_rt_exit_probes",
+            ".p2align 6",
+            "weft_rt_exit_probes:",
+            ".zero 32 * {RECORDS}",
+            ".popsection",
+            // The unwind expression finds the rows description 8 bytes
+            // after the slot the records' `jmp` names: one section keeps
+            // them together. Its `count` starts out pointing at the zero
+            // word that ends it (no rows).
+            ".pushsection .data.weft_rt_exit_handler_slot,\"aw\",@progbits",
+            ".globl weft_rt_exit_handler_slot",
+            ".hidden weft_rt_exit_handler_slot",
+            ".p2align 3",
+            "weft_rt_exit_handler_slot:",
+            ".quad 0",
+            ".globl weft_rt_unwind_rows",
+            ".hidden weft_rt_unwind_rows",
+            "weft_rt_unwind_rows:",
+            ".quad 0, 0, weft_rt_unwind_rows + 48, 0, 0, 0, 0",
+            ".popsection",
+            ".pushsection .data.rel.local.DW.ref.weft_rt_personality,\"awG\",@progbits,DW.ref.weft_rt_personality,comdat",
+            ".p2align 3",
+            ".hidden DW.ref.weft_rt_personality",
+            ".weak DW.ref.weft_rt_personality",
+            "DW.ref.weft_rt_personality:",
+            ".quad {personality}",
+            ".popsection",
+            $(const UNWIND_RA_EXPR[$i],)*
+            LEN = const UNWIND_RA_EXPR.len(),
+            RECORDS = const CALL_RECORDS,
+            RECORD_SIZE = const crate::layout::RECORD_SIZE,
+            personality = sym weft_rt_personality,
+        );
+    };
+}
+
+call_records_asm!(
+    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33
+    34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
+    65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
+    96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
+    120 121
 );
+
+const _: () = {
+    // The expression hard-codes the cell layout and must fit a one-byte
+    // ULEB128 length.
+    assert!(metric::CELL_RETURN_ADDRESS == 0 && metric::CELL_ENTRY_RSP == 8);
+    assert!(metric::CELL_SIZE == 32 && crate::layout::RECORD_SIZE == 16);
+    assert!(UNWIND_RA_EXPR.len() < 128);
+};
 
 extern "C" {
     /// The first call record (see the module docs); never called from Rust.
@@ -121,6 +280,9 @@ extern "C" {
     /// constant and the instrumented function (`weft_codegen::ExitProbes`),
     /// written by the injector.
     static weft_rt_exit_probes: [[AtomicU64; 4]; CALL_RECORDS];
+    /// The rows description the unwind expression reads ([`UnwindRows`]:
+    /// first, stride, count address, max, cells, top, and a zero word).
+    static weft_rt_unwind_rows: [AtomicU64; 7];
 }
 
 /// Address of the exit-probe table.
@@ -343,9 +505,6 @@ pub(crate) fn close_from(header: &RegionHeader, row_ptr: *mut u8, from: u64) {
     if cells == 0 || from < cells || from >= end || (from - cells) % size != 0 {
         return;
     }
-    let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
-    let limit = (ROW_HEADER_SIZE as u64 + 8 * u64::from(header.metric_words))
-        .saturating_sub(metric::TIMED_LEN as u64) as i64;
     loop {
         let top = state.top.load(Ordering::Relaxed);
         if top <= from || top > end {
@@ -355,46 +514,100 @@ pub(crate) fn close_from(header: &RegionHeader, row_ptr: *mut u8, from: u64) {
             return;
         }
         let cell = top - size;
-        // SAFETY: the cell lies in the thread's cells (from <= cell < end).
-        let (base, flags) = unsafe {
-            (
-                ((cell + metric::CELL_METRIC as u64) as *const i32).read(),
-                ((cell + metric::CELL_FLAGS as u64) as *const u32).read(),
-            )
-        };
         state.top.store(cell, Ordering::Relaxed);
-        let base = i64::from(base);
-        if base < ROW_HEADER_SIZE as i64 || base > limit || base % 8 != 0 {
-            continue; // not a metric base of this row: never write there
-        }
-        let base = base as usize;
-        word(row_ptr, base + metric::UNWOUND).fetch_add(1, Ordering::Relaxed);
-        if flags & metric::CELL_TIMED != 0 {
-            // SAFETY: the clock pointer, when set, is this thread's own clock.
-            let cpu = unsafe { clock.as_mut() };
-            close_timer(row_ptr, base, &header.wall, cpu);
-        }
+        close_cell(header, row_ptr, cell);
     }
 }
 
+/// Counts the activation of `cell` (one of the thread's cells) as unwound
+/// and stops its timer.
+fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
+    // SAFETY: row_ptr is this thread's row.
+    let state = unsafe { &(*(row_ptr as *const RowHeader)).thread };
+    // SAFETY: the caller passes one of the thread's cells.
+    let (base, flags) = unsafe {
+        (
+            ((cell + metric::CELL_METRIC as u64) as *const i32).read(),
+            ((cell + metric::CELL_FLAGS as u64) as *const u32).read(),
+        )
+    };
+    let limit = (ROW_HEADER_SIZE as u64 + 8 * u64::from(header.metric_words))
+        .saturating_sub(metric::TIMED_LEN as u64) as i64;
+    let base = i64::from(base);
+    if base < ROW_HEADER_SIZE as i64 || base > limit || base % 8 != 0 {
+        return; // not a metric base of this row (or retired): never write there
+    }
+    let base = base as usize;
+    word(row_ptr, base + metric::UNWOUND).fetch_add(1, Ordering::Relaxed);
+    if flags & metric::CELL_TIMED != 0 {
+        let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
+        // SAFETY: the clock pointer, when set, is this thread's own clock.
+        let cpu = unsafe { clock.as_mut() };
+        close_timer(row_ptr, base, &header.wall, cpu);
+    }
+}
+
+/// A metric base no cell of a live activation has: closing a cell that
+/// holds it counts nothing (generated code skips negative bases too).
+const RETIRED: i32 = i32::MIN;
+
+/// Closes the activation of `cell`, whose frame an unwind is discarding,
+/// and every activation nested in it, while leaving `cell` itself on the
+/// stack of open cells: the unwinder reads the caller's return address from
+/// it right after the personality routine returns (the records' CFI only
+/// looks at open cells). The cell is counted and its timer stopped now, and
+/// its metric base is retired so that whoever pops it later (the next
+/// entry's stale check, an outer exit) counts nothing more.
+fn retire(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
+    close_from(header, row_ptr, cell + metric::CELL_SIZE as u64);
+    close_cell(header, row_ptr, cell);
+    // SAFETY: the caller passes one of the thread's open cells; only this
+    // thread writes it.
+    unsafe {
+        ((cell + metric::CELL_METRIC as u64) as *mut i32).write(RETIRED);
+        ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(0);
+    }
+    // SAFETY: row_ptr is this thread's row.
+    let row = unsafe { &*(row_ptr as *const RowHeader) };
+    row.activity.fetch_add(1, Ordering::Release);
+}
+
 extern "C" {
-    /// libgcc's accessor for a general register of an unwind frame (the
-    /// runtime links libgcc_s, whose unwinder is the one that reads the
-    /// records' unwind information and calls the routine below).
-    fn _Unwind_GetGR(context: *mut core::ffi::c_void, index: i32) -> usize;
+    /// libgcc's canonical frame address of an unwind frame (the runtime
+    /// links libgcc_s, whose unwinder is the one that reads the records'
+    /// unwind information and calls the routine below).
+    fn _Unwind_GetCFA(context: *mut core::ffi::c_void) -> usize;
 }
 
 const UA_CLEANUP_PHASE: i32 = 2;
 const URC_CONTINUE_UNWIND: i32 = 8;
-/// DWARF register number of `rbx`.
-const DWARF_RBX: i32 = 3;
+
+/// The oldest open cell of the row at `row_ptr` whose entry `rsp` is
+/// `entry_rsp` (the activation a record frame belongs to; see the module
+/// docs), if any.
+fn open_cell_at(row_ptr: *mut u8, entry_rsp: u64) -> Option<u64> {
+    // SAFETY: row_ptr is this thread's row.
+    let state = unsafe { &(*(row_ptr as *const RowHeader)).thread };
+    let (cells, top, end) = (
+        state.cells.load(Ordering::Relaxed),
+        state.top.load(Ordering::Relaxed),
+        state.cells_end.load(Ordering::Relaxed),
+    );
+    let size = metric::CELL_SIZE as u64;
+    (0..top.min(end).saturating_sub(cells) / size)
+        .map(|i| cells + i * size)
+        // SAFETY: the cell lies in the thread's cells.
+        .find(|&cell| unsafe { ((cell + metric::CELL_ENTRY_RSP as u64) as *const u64).read() } == entry_rsp)
+}
 
 /// The personality routine of the call records. An exception, Rust panic
 /// or forced unwind (`pthread_exit`, cancellation) that reaches a record
-/// has just discarded the frame of that record's activation (its cell is
-/// the frame's `rbx`) and of any nested in it: in the cleanup phase they
-/// are closed (counted as unwound, timers stopped) now rather than at the
-/// thread's next instrumented call. Never stops the unwind, never catches.
+/// has just discarded the frame of that record's activation (the oldest
+/// open cell whose entry `rsp` is the record frame's `rsp` − 8, which is
+/// its CFA − 16 in the records' CFI) and of any nested in it: in the cleanup phase they are closed
+/// (counted as unwound, timers stopped) now rather than at the thread's
+/// next instrumented call; the frame's own cell stays on the stack, retired,
+/// until then (see [`retire`]). Never stops the unwind, never catches.
 ///
 /// # Safety
 ///
@@ -419,10 +632,14 @@ pub unsafe extern "C" fn weft_rt_personality(
     if row_ptr.is_null() {
         return URC_CONTINUE_UNWIND;
     }
-    // SAFETY: the unwinder passes its live context; rbx is a register
-    // every x86-64 frame state has.
-    let cell = unsafe { _Unwind_GetGR(context, DWARF_RBX) } as u64;
-    close_from(header, row_ptr, cell);
+    // libgcc's "CFA" of a frame's context is the frame's own `rsp` (its
+    // callee's CFA): the body returned to the record with `rsp` = entry
+    // `rsp` + 8.
+    // SAFETY: the unwinder passes its live context.
+    let rsp = unsafe { _Unwind_GetCFA(context) } as u64;
+    if let Some(cell) = open_cell_at(row_ptr, rsp.wrapping_sub(8)) {
+        retire(header, row_ptr, cell);
+    }
     URC_CONTINUE_UNWIND
 }
 

@@ -429,8 +429,9 @@ pub mod metric {
     /// Offset in a cell of the entry `rsp` (the address the return address
     /// was at).
     pub const CELL_ENTRY_RSP: usize = 8;
-    /// Offset in a cell of the caller's `rbx` (the function runs with `rbx`
-    /// = its cell, which is how unwinders find the cell).
+    /// Offset in a cell of a word no longer written (the caller's `rbx`
+    /// while the body ran with `rbx` = its cell, before issue #12); the
+    /// cell layout is kept because cells outlive sessions.
     pub const CELL_RBX: usize = 16;
     /// Offset in a cell of the metric base (i32).
     pub const CELL_METRIC: usize = 24;

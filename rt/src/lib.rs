@@ -27,6 +27,9 @@ mod exits;
 mod runtime;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use exits::{call_record_addresses, cells_len, weft_rt_enable_exits};
+pub use exits::{
+    call_record_addresses, cells_len, set_unwind_rows, weft_rt_enable_exits, UnwindRows,
+    UNWIND_RA_EXPR,
+};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use runtime::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};

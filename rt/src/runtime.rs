@@ -2,8 +2,8 @@
 
 use crate::clock::{WallClock, WallPreference};
 use crate::layout::{
-    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_CLAIMED, ROW_EXITED, ROW_LIVE,
-    ROW_OVERFLOW, SESSIONS, VERSION,
+    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_CELLS, ROW_CLAIMED, ROW_EXITED,
+    ROW_LIVE, ROW_OVERFLOW, ROW_TOP, SESSIONS, VERSION,
 };
 use core::arch::{asm, global_asm};
 use core::ptr;
@@ -256,6 +256,14 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
         // Publish the magic last: a reader that sees it sees the rest.
         core::sync::atomic::fence(Ordering::Release);
         ptr::addr_of_mut!((*header).magic).write_volatile(MAGIC);
+        crate::exits::set_unwind_rows(crate::exits::UnwindRows {
+            first: base.add(geometry.rows_offset() as usize) as u64,
+            stride: geometry.row_stride(),
+            count: ptr::addr_of!((*header).rows_used),
+            max: u64::from(geometry.max_rows),
+            cells: ROW_CELLS as u64,
+            top: ROW_TOP as u64,
+        });
         REGION_FD.store(fd, Ordering::Release);
         REGION.store(base, Ordering::Release);
         i64::from(fd)

@@ -456,6 +456,55 @@ pub fn exits() -> &'static Path {
     P.get_or_init(|| build_simple_c("exits", "exits.c", &["-rdynamic", "-ldl"]))
 }
 
+/// Every general register, the flags and the caller's frame checked inside
+/// an instrumented `checked` (`regs THREADS CALLS [now]`, tests/targets/regs.c
+/// and regs_asm.S).
+pub fn regs() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let exe = variant_dir("regs").join("regs");
+        run_build(gcc(
+            &[
+                "-O2",
+                "-pthread",
+                "-o",
+                exe.to_str().unwrap(),
+                src("regs.c").to_str().unwrap(),
+                src("regs_asm.S").to_str().unwrap(),
+            ],
+            &[],
+        ));
+        exe
+    })
+}
+
+/// The cgo-linked Go program of tests/targets/gocompute (`gocompute
+/// CALLS`), built with the `go` tool (Debian's golang-go, 1.19 or later).
+pub fn go_compute() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = variant_dir("gocompute");
+        let exe = dir.join("gocompute");
+        let mut c = Command::new("go");
+        c.args(["build", "-o"])
+            .arg(&exe)
+            .arg(".")
+            .current_dir(src("gocompute"))
+            // The build cache and module cache in the build directory: the
+            // tests may run without a writable $HOME.
+            .env("GOCACHE", dir.join("gocache"))
+            .env("GOPATH", dir.join("gopath"))
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOTOOLCHAIN", "local")
+            .env("CGO_ENABLED", "1");
+        if let Err(e) = c.output() {
+            panic!("cannot run `go` ({e}): the Go tests need it (apt-get install golang-go)");
+        }
+        run_build(c);
+        exe
+    })
+}
+
 /// C++ exceptions thrown through `extern "C"` `thrower` and `middle`
 /// (`g++ -O2 -pthread`).
 pub fn exceptions() -> &'static Path {

@@ -44,3 +44,16 @@ void on_point(const struct weft_probe *p)
             (unsigned long)p->user, (long)p->args[0], (long)p->args[1], (long)p->ret, p->point,
             (unsigned long)p->function);
 }
+
+/* A probe that leaves every caller-saved register changed (tests/registers.rs):
+ * the instrumented function's caller must not see any of it. */
+void on_clobber(const struct weft_probe *p)
+{
+    __asm__ volatile("mov $-1, %%rax\n\tmov $-1, %%rcx\n\tmov $-1, %%rdx\n\tmov $-1, %%rsi\n\t"
+                     "mov $-1, %%rdi\n\tmov $-1, %%r8\n\tmov $-1, %%r9\n\tmov $-1, %%r10\n\t"
+                     "mov $-1, %%r11\n\tstd\n\tcld\n\tcmp %%rax, %%rcx"
+                     :
+                     :
+                     : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "cc");
+    (void)p;
+}

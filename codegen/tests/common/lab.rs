@@ -102,7 +102,7 @@ fn set_record_target(record: u32, target: u64) {
 /// bounds covering everything; returns it (leaked: another thread may read
 /// it).
 pub fn install_row(cells: u64) -> &'static mut [u64] {
-    let row = Box::leak(vec![0u64; ROW_WORDS].into_boxed_slice());
+    let row = new_row();
     row[(CELLS / 8) as usize] = cells;
     row[(TOP / 8) as usize] = cells;
     if cells != 0 {
@@ -111,6 +111,44 @@ pub fn install_row(cells: u64) -> &'static mut [u64] {
     row[(BOUNDS / 8) as usize + 1] = u64::MAX;
     THREAD_ROW.with(|r| r.set(row.as_mut_ptr()));
     row
+}
+
+/// Rows the records' unwind information can find (the runtime's
+/// `set_unwind_rows`); more are plain allocations, which unwinders do not
+/// see.
+const UNWINDABLE_ROWS: u32 = 256;
+
+/// A zeroed row, from the rows registered for unwinding while they last.
+fn new_row() -> &'static mut [u64] {
+    struct Pool(*mut u64);
+    // SAFETY (both): the pointer is to leaked memory, handed out in
+    // disjoint rows (by `USED`), never through the Pool itself.
+    unsafe impl Sync for Pool {}
+    unsafe impl Send for Pool {}
+    static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
+    static USED: AtomicU32 = AtomicU32::new(0);
+    let stride = (ROW_WORDS * 8) as u64;
+    let pool = POOL.get_or_init(|| {
+        let rows = Box::leak(vec![0u64; ROW_WORDS * UNWINDABLE_ROWS as usize].into_boxed_slice());
+        // SAFETY: the pool is leaked (never freed) and USED is a static.
+        unsafe {
+            weft_rt::set_unwind_rows(weft_rt::UnwindRows {
+                first: rows.as_ptr() as u64,
+                stride,
+                count: &USED,
+                max: u64::from(UNWINDABLE_ROWS),
+                cells: CELLS as u64,
+                top: TOP as u64,
+            })
+        };
+        Pool(rows.as_mut_ptr())
+    });
+    let index = USED.fetch_add(1, Ordering::AcqRel);
+    if index >= UNWINDABLE_ROWS {
+        return Box::leak(vec![0u64; ROW_WORDS].into_boxed_slice());
+    }
+    // SAFETY: row `index` of the pool is handed out once (USED only grows).
+    unsafe { std::slice::from_raw_parts_mut(pool.0.add(index as usize * ROW_WORDS), ROW_WORDS) }
 }
 
 /// This thread's row.

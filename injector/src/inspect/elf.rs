@@ -491,6 +491,20 @@ impl ElfImage {
         Ok((endian, sections))
     }
 
+    /// Whether the file holds Go code: a `.go.buildinfo` section (every Go
+    /// toolchain since 1.13 writes one, stripped or not, executables and
+    /// `c-shared` libraries alike), or, failing that, Go's runtime entry
+    /// `runtime.goexit`.
+    pub fn is_go(&self) -> bool {
+        if let Ok((endian, sections)) = self.sections() {
+            if sections.section_by_name(endian, b".go.buildinfo").is_some() {
+                return true;
+            }
+        }
+        self.functions()
+            .is_ok_and(|fs| fs.iter().any(|f| f.name == "runtime.goexit"))
+    }
+
     /// All defined functions, sorted by address; aliases at one address are
     /// ordered global, weak, local, then fewest leading underscores, then
     /// shortest name (so `malloc` comes before `__libc_malloc`).

@@ -1,0 +1,3 @@
+module weft.test/gocompute
+
+go 1.19
