@@ -145,6 +145,23 @@ pub(crate) fn allocate_record(region: &Region) -> Option<u32> {
     take(&region.control().records_next, 1, CALL_RECORDS as u32)
 }
 
+/// Gives back words `word .. word + len` if they are the last handed out
+/// (no session took any since); false when not (the caller keeps them).
+pub(crate) fn give_back_words(region: &Region, word: u32, len: u32) -> bool {
+    let cursor = &region.control().words_next;
+    cursor
+        .compare_exchange(word + len, word, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
+/// Gives back call record `record` if it is the last handed out.
+pub(crate) fn give_back_record(region: &Region, record: u32) -> bool {
+    let cursor = &region.control().records_next;
+    cursor
+        .compare_exchange(record + 1, record, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
 /// Advances `cursor` by `len` if it stays within `limit`; the old value.
 fn take(cursor: &std::sync::atomic::AtomicU32, len: u32, limit: u32) -> Option<u32> {
     cursor

@@ -41,7 +41,20 @@ use weft_codegen::{
 };
 
 mod points;
+mod undo;
 pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
+#[cfg(debug_assertions)]
+#[doc(hidden)]
+pub use undo::Fault;
+
+/// A step of a change a test may make fail (debug builds; nothing in
+/// release builds): see [`undo`].
+macro_rules! checkpoint {
+    ($process:expr, $step:ident) => {
+        #[cfg(debug_assertions)]
+        $process.checkpoint(undo::Fault::$step)?;
+    };
+}
 
 /// Longest prefix of a function decoded to look for jumps into the patch.
 const MAX_ANALYZED: u64 = 64 * 1024;
@@ -242,6 +255,14 @@ pub struct Process {
     foreign: Vec<Probe>,
     /// Threads moved out of patch sites so far ([`Process::move_threads_out`]).
     threads_moved: u64,
+    /// What the insertion in progress took, given back if it fails.
+    pending: undo::Undo,
+    /// Metric words given back by failed insertions (zero: nothing wrote
+    /// them), when the target's cursor had moved on meanwhile.
+    free_words: Vec<(u32, u32)>,
+    /// The step a test asked the next insertion to fail at.
+    #[cfg(debug_assertions)]
+    fault: Option<undo::Fault>,
     options: RuntimeOptions,
     launched: bool,
     /// Set once the process has run on its own (weft released it).
@@ -372,6 +393,10 @@ impl Process {
             baselines: AddressMap::default(),
             foreign: Vec::new(),
             threads_moved: 0,
+            pending: undo::Undo::default(),
+            free_words: Vec::new(),
+            #[cfg(debug_assertions)]
+            fault: None,
             options,
             launched,
             // A launched program has not run yet; an attached one has.
@@ -861,6 +886,25 @@ impl Process {
     /// nothing is changed then. One probe per function: a function already
     /// instrumented is skipped.
     pub fn insert_probes(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
+        self.transaction(|process| process.insert_probes_now(specs))
+    }
+
+    /// Runs `change` as a transaction: what it took from the target (and
+    /// logged in `pending`) is given back if it fails.
+    fn transaction<T>(
+        &mut self,
+        change: impl FnOnce(&mut Process) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.pending = undo::Undo::default();
+        let result = change(self);
+        let taken = std::mem::take(&mut self.pending);
+        if result.is_err() {
+            self.roll_back(taken);
+        }
+        result
+    }
+
+    fn insert_probes_now(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
@@ -1024,11 +1068,15 @@ impl Process {
             let f = request.function.clone();
             let words = request.words();
             let word = self.allocate_words(words)?;
+            checkpoint!(self, Words);
             let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
             let record = match (hooks, request.hooks_exit()) {
                 (Some(_), true) => Some(self.allocate_record()?),
                 _ => None,
             };
+            if record.is_some() {
+                checkpoint!(self, Record);
+            }
             let mut snippets = Vec::with_capacity(2);
             if let Some(entry) = request.on_entry {
                 snippets.push(Snippet::CallProbe(weft_codegen::ProbeCall {
@@ -1055,15 +1103,17 @@ impl Process {
             });
             let site = &*site;
             let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
-            let tracer = self.tracer.as_mut().expect("held");
             let (at, stub) = self.pool.reserve(
-                tracer,
+                self.tracer.as_mut().ok_or(Error::NotHeld)?,
                 call_tid,
                 mmap_fn,
                 register_fn,
                 site.patch_address,
                 len,
             )?;
+            self.pending.space.push(at..at + len);
+            checkpoint!(self, Space);
+            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             let spec = TrampolineSpec {
                 address: at,
                 site,
@@ -1102,9 +1152,10 @@ impl Process {
                 // The call record calls the trampoline's copy of the
                 // displaced instructions, which continue into the body.
                 let body = at + trampoline.relocated_offset as u64;
-                tracer
-                    .memory()
-                    .write(call_targets + 8 * u64::from(record), &body.to_le_bytes())?;
+                let slot = call_targets + 8 * u64::from(record);
+                let before = tracer.memory().read_vec(slot, 8)?;
+                self.pending.writes.push((slot, before));
+                tracer.memory().write(slot, &body.to_le_bytes())?;
                 if let Some(exit) = request.on_exit {
                     // The exit code calls this record's probe.
                     // Its thread predicate: 0 for every thread, else 1 +
@@ -1118,9 +1169,12 @@ impl Process {
                         .flat_map(|v| v.to_le_bytes())
                         .collect();
                     let at = exit_probes + weft_codegen::EXIT_PROBE_SIZE * u64::from(record);
+                    let before = tracer.memory().read_vec(at, entry.len())?;
+                    self.pending.writes.push((at, before));
                     tracer.memory().write(at, &entry)?;
                 }
             }
+            checkpoint!(self, Trampoline);
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
                 function: f,
@@ -1149,32 +1203,14 @@ impl Process {
         // between leaves entries whose patches are not there, which the
         // next one frees.
         self.enter_in_directory(&mut new_probes)?;
-        let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
-        let spliced = splice(tracer.memory(), &new_probes, &originals);
-        if let Err((e, patched)) = spliced {
-            if let Error::Refused(refused) = &e {
-                // Planned from code that has changed since: plan again.
-                for r in refused {
-                    self.plans.remove(&plan_key(&r.function));
-                }
-            }
-            // A trampoline a patch may still lead to must stay (a later
-            // weft finds that probe by its record); the others are free.
-            if !patched {
-                for p in &new_probes {
-                    self.pool.release(p.trampoline.clone());
-                    if let Some(record) = p.record {
-                        self.free_records.push(record);
-                    }
-                }
-                self.leave_directory(&mut new_probes);
-            }
-            return Err(e);
-        }
-        // Threads stopped inside the bytes just overwritten go on at the
-        // same instruction's copy in the trampoline.
+        checkpoint!(self, Directory);
+        // Threads stopped inside the bytes about to be overwritten go on at
+        // the same instruction's copy in the trampoline (moved back if the
+        // patches cannot be written).
         self.move_threads_out(&moves)?;
+        checkpoint!(self, Moved);
+        let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
+        self.splice_logged(&new_probes, &originals)?;
         for probe in &mut new_probes {
             probe.active = true;
         }
@@ -1253,6 +1289,9 @@ impl Process {
                 unwritten.push((s.at - crate::trampolines::RECORD_LEN, s.bytes));
             }
             moves.extend_from_slice(&s.resumes);
+            // Given back with the rest if the insertion fails.
+            self.pending.words.push((s.word, 1, false));
+            self.pending.space.push(s.at..s.at + s.trampoline_len);
             probes.push(Probe {
                 id: ProbeId((self.probes.len() + probes.len()) as u32),
                 function: request.function.clone(),
@@ -1441,6 +1480,10 @@ impl Process {
     /// nothing changed, when `f` cannot be patched safely or is already
     /// instrumented.
     pub fn replace_function(&mut self, f: &Function, with: u64) -> Result<Replacement, Error> {
+        self.transaction(|process| process.replace_function_now(f, with))
+    }
+
+    fn replace_function_now(&mut self, f: &Function, with: u64) -> Result<Replacement, Error> {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
@@ -1525,6 +1568,7 @@ impl Process {
         let (at, _) = self
             .pool
             .reserve(tracer, tid, mmap_fn, register_fn, near, len)?;
+        self.pending.space.push(at..at + len);
         Ok(at)
     }
 
@@ -1534,6 +1578,10 @@ impl Process {
     /// callee returns where the original would have. [`Process::remove`]
     /// with the id puts the original call back.
     pub fn redirect_call(&mut self, site: u64, to: u64) -> Result<ProbeId, Error> {
+        self.transaction(|process| process.redirect_call_now(site, to))
+    }
+
+    fn redirect_call_now(&mut self, site: u64, to: u64) -> Result<ProbeId, Error> {
         let (f, original) = self.call_site(site)?;
         let direct = weft_codegen::jmp_rel32(site, to).ok().map(|mut call| {
             call[0] = 0xe8; // the same displacement, as a call
@@ -1563,9 +1611,11 @@ impl Process {
     /// (a result the caller uses is then whatever was in `rax`).
     /// [`Process::remove`] with the id puts the call back.
     pub fn remove_call(&mut self, site: u64) -> Result<ProbeId, Error> {
-        let (f, original) = self.call_site(site)?;
-        const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-        self.splice_wordless(f, site, original, NOP5, site..site, 0)
+        self.transaction(|process| {
+            let (f, original) = process.call_site(site)?;
+            const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+            process.splice_wordless(f, site, original, NOP5, site..site, 0)
+        })
     }
 
     /// The function holding the `call rel32` at `site`, and its 5 bytes;
@@ -1654,10 +1704,7 @@ impl Process {
         }];
         self.enter_in_directory(&mut probe)?;
         let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
-        if let Err(e) = tracer.memory().write(at, &patch) {
-            self.leave_directory(&mut probe);
-            return Err(e.into());
-        }
+        tracer.memory().write(at, &patch)?;
         let [probe] = probe;
         self.probes.push(probe);
         Ok(id)
@@ -1667,9 +1714,20 @@ impl Process {
     /// the row is full, the zeroed words of a removed probe nothing writes
     /// any more (that probe then leaves reports).
     fn allocate_words(&mut self, len: u32) -> Result<u32, Error> {
+        let (word, fresh) = self.take_words(len)?;
+        self.pending.words.push((word, len, fresh));
+        Ok(word)
+    }
+
+    /// Words for a probe, and whether they are fresh from the target's
+    /// cursor.
+    fn take_words(&mut self, len: u32) -> Result<(u32, bool), Error> {
+        if let Some(i) = self.free_words.iter().position(|&(_, l)| l == len) {
+            return Ok((self.free_words.swap_remove(i).0, false));
+        }
         let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
         if let Some(word) = crate::ledger::allocate_words(&rt.region, len) {
-            return Ok(word);
+            return Ok((word, true));
         }
         let width = |p: &Probe| p.words;
         let Some(at) = self
@@ -1691,17 +1749,22 @@ impl Process {
                 *w = 0;
             }
         }
-        Ok(word)
+        Ok((word, false))
     }
 
     /// A free call record for a probe with exit hooks.
     fn allocate_record(&mut self) -> Result<u32, Error> {
-        if let Some(r) = self.free_records.pop() {
-            return Ok(r);
-        }
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
-        crate::ledger::allocate_record(&rt.region)
-            .ok_or(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS))
+        let (record, fresh) = match self.free_records.pop() {
+            Some(r) => (r, false),
+            None => {
+                let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+                let r = crate::ledger::allocate_record(&rt.region)
+                    .ok_or(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS))?;
+                (r, true)
+            }
+        };
+        self.pending.records.push((record, fresh));
+        Ok(record)
     }
 
     /// Gives the space of retired trampolines back to the pool once no
@@ -1931,31 +1994,44 @@ impl Process {
     fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
         let owners = self.owner_bit();
         let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
-        for i in 0..probes.len() {
-            let entry = directory_entry(&probes[i], owners);
-            match crate::ledger::add(&rt.region, &entry) {
-                Some(index) => probes[i].entry = Some(index),
-                None => {
-                    for p in &mut probes[..i] {
-                        if let Some(index) = p.entry.take() {
-                            crate::ledger::free(&rt.region, index);
-                        }
-                    }
-                    return Err(Error::DirectoryFull(weft_rt::layout::DIRECTORY));
-                }
-            }
+        for probe in probes {
+            let entry = directory_entry(probe, owners);
+            let index = crate::ledger::add(&rt.region, &entry)
+                .ok_or(Error::DirectoryFull(weft_rt::layout::DIRECTORY))?;
+            // Freed again if the change fails (`roll_back`).
+            self.pending.entries.push(index);
+            probe.entry = Some(index);
         }
         Ok(())
     }
 
-    /// Takes `probes` (not patched after all) out of the directory.
-    fn leave_directory(&mut self, probes: &mut [Probe]) {
-        let Some(rt) = self.runtime.as_ref() else {
-            return;
+    /// Writes the patches of `probes` ([`splice`]); on failure, forgets the
+    /// plans whose code changed, and when a patch may have stayed in place
+    /// (putting a page back failed too), keeps what the change took: its
+    /// trampolines may be reached, and its directory entries let a later
+    /// weft take the patch out.
+    fn splice_logged(&mut self, probes: &[Probe], originals: &[&[u8]]) -> Result<(), Error> {
+        #[cfg(debug_assertions)]
+        let fail_after = match self.checkpoint(undo::Fault::Splice) {
+            Ok(()) => usize::MAX,
+            Err(_) => 1,
         };
-        for p in probes {
-            if let Some(index) = p.entry.take() {
-                crate::ledger::free(&rt.region, index);
+        #[cfg(not(debug_assertions))]
+        let fail_after = usize::MAX;
+        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        match splice(tracer.memory(), probes, originals, fail_after) {
+            Ok(()) => Ok(()),
+            Err((e, patched)) => {
+                if let Error::Refused(refused) = &e {
+                    // Planned from code that has changed since: plan again.
+                    for r in refused {
+                        self.plans.remove(&plan_key(&r.function));
+                    }
+                }
+                if patched {
+                    self.pending = undo::Undo::default();
+                }
+                Err(e)
             }
         }
     }
@@ -2139,6 +2215,7 @@ impl Process {
                 .map(|m| m.copy + 2)
                 .or_else(|| find(regs.rip).filter(|m| !m.first).map(|m| m.resume));
             if let Some(rip) = target {
+                self.pending.moved.push((tid, regs.rip));
                 regs.rip = rip;
                 tracer.set_registers(tid, &regs)?;
                 moved += 1;
@@ -3084,6 +3161,7 @@ fn splice(
     memory: &crate::memory::ProcessMemory,
     probes: &[Probe],
     originals: &[&[u8]],
+    fail_after: usize,
 ) -> Result<(), (Error, bool)> {
     let mut order: Vec<usize> = (0..probes.len()).collect();
     order.sort_by_key(|&i| probes[i].patch_address);
@@ -3142,7 +3220,19 @@ fn splice(
         return Err((Error::Refused(changed), false));
     }
     for (k, (lo, _, patched)) in pages.iter().enumerate() {
-        if let Err(e) = memory.write(*lo, patched) {
+        // (A test's injected failure: the page write after `fail_after`.)
+        let written = if k >= fail_after {
+            Err(crate::memory::MemoryError::Access {
+                op: "write",
+                pid: 0,
+                address: *lo,
+                len: patched.len(),
+                source: std::io::Error::other("a failure a test injected"),
+            })
+        } else {
+            memory.write(*lo, patched)
+        };
+        if let Err(e) = written {
             // Undo: the target must never keep half an insertion.
             let kept = pages[..k]
                 .iter()

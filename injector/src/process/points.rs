@@ -135,6 +135,10 @@ impl Process {
     /// [`Error::Refused`] naming every point refused and why;
     /// [`Error::NotHeld`]; the errors of loading the runtime.
     pub fn insert_points(&mut self, specs: &[PointSpec]) -> Result<Vec<ProbeId>, Error> {
+        self.transaction(|process| process.insert_points_now(specs))
+    }
+
+    fn insert_points_now(&mut self, specs: &[PointSpec]) -> Result<Vec<ProbeId>, Error> {
         if self.tracer.is_none() {
             return Err(Error::NotHeld);
         }
@@ -175,7 +179,7 @@ impl Process {
         let mut new_probes: Vec<Probe> = Vec::with_capacity(plans.len());
         let mut moves = Vec::new();
         let mut originals: Vec<Vec<u8>> = Vec::with_capacity(plans.len());
-        let built = (|| -> Result<(), Error> {
+        {
             for (spec, site) in &plans {
                 let words = spec.words();
                 let word = self.allocate_words(words)?;
@@ -208,6 +212,7 @@ impl Process {
                     site.patch_address,
                     len,
                 )?;
+                self.pending.space.push(at..at + len);
                 let trampoline = build_instruction_trampoline(&TrampolineSpec {
                     address: at,
                     site,
@@ -265,28 +270,14 @@ impl Process {
                 });
                 originals.push(site.original.clone());
             }
-            Ok(())
-        })();
-        let spliced = built.map_err(|e| (e, false)).and_then(|()| {
-            // In the directory before the patches are in place.
-            self.enter_in_directory(&mut new_probes)
-                .map_err(|e| (e, false))?;
-            let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
-            let tracer = self.tracer.as_mut().ok_or((Error::NotHeld, false))?;
-            super::splice(tracer.memory(), &new_probes, &originals)
-        });
-        if let Err((e, patched)) = spliced {
-            if !patched {
-                for p in &new_probes {
-                    self.pool.release(p.trampoline.clone());
-                }
-                self.leave_directory(&mut new_probes);
-            }
-            return Err(e);
         }
-        // Threads stopped inside the bytes just overwritten go on in the
-        // trampolines.
+        // In the directory before the patches are in place; threads stopped
+        // inside the bytes about to be overwritten go on in the trampolines
+        // (moved back if the patches cannot be written).
+        self.enter_in_directory(&mut new_probes)?;
         self.move_threads_out(&moves)?;
+        let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
+        self.splice_logged(&new_probes, &originals)?;
         for probe in &mut new_probes {
             probe.active = true;
         }
