@@ -254,3 +254,37 @@ fn random_kills_and_attaches_never_double_count() {
     check_exit_balance(&ctx, &report);
     ctx.check(checked > 0, || "no round ended normally".into());
 }
+
+/// Only one tracer can hold a process: wefts started at the same moment
+/// wait for each other's short holds instead of failing, and each counts
+/// exactly its own functions.
+#[test]
+fn wefts_attaching_at_the_same_moment_wait_for_each_other() {
+    let ctx = Ctx::new("wefts_attaching_at_the_same_moment_wait_for_each_other");
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let p = pid.to_string();
+    let funcs = ["work_a", "work_b", "lib_work", "work_a"];
+    let mut wefts: Vec<Proc> = funcs
+        .iter()
+        .map(|f| {
+            ctx.weft(&[
+                "attach", "-p", &p, "-f", f, "-m", "calls", "--format", "json",
+            ])
+        })
+        .collect();
+    for w in &mut wefts {
+        wait_attached(w);
+    }
+    run_phase(&ctx, &mut t, 1, 3);
+    let reports: Vec<Report> = wefts
+        .iter_mut()
+        .map(|w| parse_report(&ctx, &detach_with_sigint(w)))
+        .collect();
+    run_phase(&ctx, &mut t, 2, 3);
+    finish(&mut t);
+    let text = t.stdout_text();
+    for (f, report) in funcs.iter().zip(&reports) {
+        check_report_counts(&ctx, report, &expected(&ctx, &text, &[1], &[f]), &[f]);
+    }
+}

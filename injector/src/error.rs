@@ -59,6 +59,20 @@ pub enum Error {
     /// Every session slot of the target is held by a live weft.
     #[error("{0} weft sessions already have probes in this process: stop one of them first")]
     TooManySessions(usize),
+    /// Another weft held the process (changing its code) and did not let
+    /// go in time.
+    #[error(
+        "process {pid} is held by another weft (pid {weft}), which did not let go within \
+         {waited:?}: it is changing the process's code; try again when it is done"
+    )]
+    HeldByOtherWeft {
+        /// The process.
+        pid: i32,
+        /// The weft holding it.
+        weft: i32,
+        /// How long this one waited.
+        waited: std::time::Duration,
+    },
     /// The target's probe directory is full.
     #[error(
         "the process already has {0} probes in place (weft's limit per process): remove some first"

@@ -65,6 +65,9 @@ const MOVE_ON_ATTEMPTS: u32 = 50;
 /// counters' trampolines before it stops the world: ~5 µs each, which
 /// would otherwise all be pause.
 const STAGE_AT_LEAST: usize = 64;
+/// How long [`Process::hold`] waits for another weft that holds the
+/// process to let go.
+const WAIT_FOR_OTHER_WEFT: Duration = Duration::from_secs(3);
 /// Page size, for grouping patch writes (one `pwrite` within one page is
 /// done whole or not at all, even if weft is killed).
 const PAGE: u64 = 4096;
@@ -2424,7 +2427,7 @@ impl Process {
         if self.runtime.is_none() {
             runtime::settle_wall_clock();
         }
-        let attached = preflight(self.pid).and_then(|()| Ok(Tracer::attach(self.pid)?));
+        let attached = preflight(self.pid).and_then(|()| self.attach_waiting_for_weft());
         let tracer = match attached {
             Ok(tracer) => tracer,
             Err(e) => {
@@ -2437,6 +2440,47 @@ impl Process {
         }
         self.tracer = Some(tracer);
         Ok(())
+    }
+
+    /// Seizes the process; when another weft holds it (only one tracer
+    /// can), waits for that one's change to end — a weft holds a process
+    /// for milliseconds at a time — rather than proceed blind, and says so
+    /// if it does not let go within [`WAIT_FOR_OTHER_WEFT`]. Any other
+    /// tracer (a debugger, strace) is an error at once.
+    fn attach_waiting_for_weft(&self) -> Result<Tracer, Error> {
+        let since = Instant::now();
+        loop {
+            match Tracer::attach(self.pid) {
+                Err(TraceError::AlreadyTraced { pid, tracer })
+                    if self.is_weft_session(tracer as u32) =>
+                {
+                    if since.elapsed() >= WAIT_FOR_OTHER_WEFT {
+                        return Err(Error::HeldByOtherWeft {
+                            pid,
+                            weft: tracer,
+                            waited: since.elapsed(),
+                        });
+                    }
+                    // (Sleeping: weft may run at real-time priority here.)
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// Whether `pid` is a weft: named so, or in the target's session table.
+    fn is_weft_session(&self, pid: u32) -> bool {
+        let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| comm.trim_end() == "weft");
+        let registered = self.runtime.as_ref().is_some_and(|rt| {
+            rt.region
+                .header()
+                .sessions
+                .iter()
+                .any(|s| s.pid.load(std::sync::atomic::Ordering::Acquire) == pid)
+        });
+        named || registered
     }
 
     /// Does the work of planning that needs no stopped target — sweeping
