@@ -14,6 +14,13 @@ use weft::{Metrics, Pattern, Process};
 
 const THREADS: usize = 200;
 
+/// The two tests each saturate the machine: they take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Parks every worker and returns each one's calls so far (by TID),
 /// checking that no call returned a wrong result.
 fn pause(ctx: &Ctx, t: &mut Proc) -> BTreeMap<u32, u64> {
@@ -53,6 +60,7 @@ fn counted(process: &Process, word: u32) -> BTreeMap<u32, u64> {
 /// probe is live are counted exactly, per thread.
 #[test]
 fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
+    let _turn = turn();
     let ctx = Ctx::new("attaches_to_a_leaf_two_hundred_threads_spin_through");
     let threads = THREADS.to_string();
     let mut t = ctx.target(hotleaf(), &[&threads]);
@@ -83,7 +91,9 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
         // counted itself.
         let (own0, weft0) = (pause(&ctx, &mut t), counted(&process, word));
         go(&mut t);
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Long enough for the workers woken by `go` to get back to the
+        // leaf: 200 of them share 2 cores.
+        std::thread::sleep(std::time::Duration::from_millis(200));
         let (own1, weft1) = (pause(&ctx, &mut t), counted(&process, word));
         for (tid, calls) in &own1 {
             let own = calls - own0[tid];
@@ -123,6 +133,7 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
 /// every one succeeds, and the workers' results stay right.
 #[test]
 fn thousand_cycles_on_a_leaf_two_hundred_threads_spin_through() {
+    let _turn = turn();
     let ctx = Ctx::new("thousand_cycles_on_a_leaf_two_hundred_threads_spin_through");
     let threads = THREADS.to_string();
     let mut t = ctx.target(hotleaf(), &[&threads]);
