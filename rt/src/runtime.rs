@@ -432,7 +432,10 @@ fn reuse_harvested_row(
         }
         let generation = row.generation.load(Ordering::Acquire);
         let wanted = generation.wrapping_add(1);
-        if (0..SESSIONS).any(|slot| watching[slot] && !acked(slot, index, wanted)) {
+        // Nobody watching: nobody will copy the row, so it is not reused
+        // (its figures stay for a later weft's report).
+        let copied = (0..SESSIONS).all(|slot| !watching[slot] || acked(slot, index, wanted));
+        if !watching.contains(&true) || !copied {
             continue;
         }
         if row
