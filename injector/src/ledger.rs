@@ -95,29 +95,35 @@ pub(crate) fn live_entries(region: &Region) -> Vec<(usize, ProbeEntry)> {
         .collect()
 }
 
-/// Writes `entry` (live) into a free directory entry and returns its
-/// index, or None when the directory is full.
-pub(crate) fn add(region: &Region, entry: &ProbeEntry) -> Option<usize> {
+/// Writes `entries` (live) into free directory entries, in one pass over
+/// the directory (an insertion of a thousand probes happens in a stop of
+/// the world), and returns their indices; None when the directory is full
+/// (then nothing was written).
+pub(crate) fn add_all(region: &Region, entries: &[ProbeEntry]) -> Option<Vec<usize>> {
     let header = region.control();
     let used = (header.directory_used.load(Ordering::Acquire) as usize).min(DIRECTORY);
-    let index = match (0..used).find(|&i| region.entry(i).state == PROBE_FREE) {
-        Some(i) => i,
-        None if used < DIRECTORY => {
-            header
-                .directory_used
-                .store(used as u32 + 1, Ordering::Release);
-            used
-        }
-        None => return None,
-    };
-    region.set_entry(
-        index,
-        &ProbeEntry {
-            state: PROBE_LIVE,
-            ..*entry
-        },
-    );
-    Some(index)
+    let mut slots: Vec<usize> = (0..used)
+        .filter(|&i| region.entry_state(i) == PROBE_FREE)
+        .take(entries.len())
+        .collect();
+    let more = entries.len() - slots.len();
+    if used + more > DIRECTORY {
+        return None;
+    }
+    slots.extend(used..used + more);
+    for (&i, entry) in slots.iter().zip(entries) {
+        region.set_entry(
+            i,
+            &ProbeEntry {
+                state: PROBE_LIVE,
+                ..*entry
+            },
+        );
+    }
+    header
+        .directory_used
+        .store((used + more) as u32, Ordering::Release);
+    Some(slots)
 }
 
 /// Marks entry `i` free.

@@ -1390,9 +1390,18 @@ impl Process {
             };
             self.staged.insert(key, staged);
         }
-        // The probes' records of an insertion of them, in memory touched
-        // now rather than in the stop of the world.
+        // The probes' records of an insertion of them, and their directory
+        // entries, in memory touched now rather than in the stop of the
+        // world.
         let staged = self.staged.len();
+        if let Some(rt) = &self.runtime {
+            let used = rt
+                .region
+                .header()
+                .directory_used
+                .load(std::sync::atomic::Ordering::Acquire) as usize;
+            rt.region.prefault_entries(used, staged);
+        }
         prefault(&mut self.probes, staged);
         prefault(&mut self.spare_probes, staged);
         // Those in areas already mapped go in now, while the target runs:
@@ -1997,10 +2006,11 @@ impl Process {
     fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
         let owners = self.owner_bit();
         let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
-        for probe in probes {
-            let entry = directory_entry(probe, owners);
-            let index = crate::ledger::add(&rt.region, &entry)
-                .ok_or(Error::DirectoryFull(weft_rt::layout::DIRECTORY))?;
+        let entries: Vec<weft_rt::layout::ProbeEntry> =
+            probes.iter().map(|p| directory_entry(p, owners)).collect();
+        let indices = crate::ledger::add_all(&rt.region, &entries)
+            .ok_or(Error::DirectoryFull(weft_rt::layout::DIRECTORY))?;
+        for (probe, index) in probes.iter_mut().zip(indices) {
             // Freed again if the change fails (`roll_back`).
             self.pending.entries.push(index);
             probe.entry = Some(index);

@@ -209,6 +209,33 @@ impl Region {
         unsafe { std::ptr::read_volatile(self.entry_ptr(i)) }
     }
 
+    /// The state word of probe-directory entry `i` (cheaper than a copy of
+    /// the entry when scanning for a free one).
+    pub fn entry_state(&self, i: usize) -> u32 {
+        // SAFETY: `state` is the entry's first field, a u32 inside the
+        // mapping, 4-byte aligned.
+        unsafe { std::ptr::read_volatile(self.entry_ptr(i) as *const u32) }
+    }
+
+    /// Touches the pages of probe-directory entries `first .. first + n`
+    /// with an atomic no-op write, so that writing them later, with the
+    /// world stopped, takes no page fault (microseconds each on a KVM
+    /// guest). Safe while another weft writes entries: the values stay.
+    pub fn prefault_entries(&self, first: usize, n: usize) {
+        let end = (first + n).min(layout::DIRECTORY);
+        let per_page = layout::PAGE as usize / layout::PROBE_ENTRY_SIZE;
+        for i in (first..end)
+            .step_by(per_page.max(1))
+            .chain(end.checked_sub(1))
+        {
+            // SAFETY: inside the writable mapping (`entry_ptr` clamps); the
+            // state word is a 4-byte aligned u32, accessed atomically here
+            // as every writer of it is another process or this one.
+            let state = unsafe { &*(self.entry_ptr(i) as *const std::sync::atomic::AtomicU32) };
+            state.fetch_add(0, Ordering::Relaxed);
+        }
+    }
+
     /// Writes probe-directory entry `i` (the process must be held by this
     /// weft: no other writes entries meanwhile).
     pub fn set_entry(&self, i: usize, entry: &layout::ProbeEntry) {
