@@ -268,7 +268,7 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
         first: header.call_records,
         count: CALL_RECORDS as u32,
     };
-    let wall = if header.wall.kind == weft_rt::clock::WALL_TSC {
+    let wall = if weft_rt::clock::WallClock::in_region(header).kind == weft_rt::clock::WALL_TSC {
         WallRead::Tsc
     } else {
         WallRead::Call {

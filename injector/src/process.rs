@@ -2547,7 +2547,7 @@ impl Process {
             return Vec::new();
         };
         let mut rows = self.harvested.clone();
-        let wall = rt.region.header().wall;
+        let wall = *weft_rt::clock::WallClock::in_region(rt.region.header());
         let words = crate::ledger::words_used(&rt.region);
         let live = rt.region.snapshot(words).into_iter().filter(|r| {
             !self
@@ -2824,7 +2824,8 @@ impl Process {
         );
         let timed = self.probes.iter().any(|p| p.metrics.hooks_exit());
         if let (true, Some(rt)) = (timed, &self.runtime) {
-            report.clocks = Some(clocks(&rt.region.header().wall, &rows));
+            let wall = weft_rt::clock::WallClock::in_region(rt.region.header());
+            report.clocks = Some(clocks(wall, &rows));
         }
         let (rows_used, rows_reused) = self.row_usage();
         report.runtime = Some(crate::report::RuntimeStats {

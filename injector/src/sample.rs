@@ -206,7 +206,7 @@ impl Sampler {
             self.rows.resize_with(needed, RowState::default);
         }
         // One wall reading serves the sample, taken before any word.
-        let wall_now = header.wall.raw();
+        let wall_now = weft_rt::clock::WallClock::in_region(header).raw();
         for index in (0..used.min(geometry.max_rows)).chain(overflow) {
             let row = region.row_header(index);
             // The activity word first (see the module docs).
