@@ -2596,12 +2596,8 @@ impl Process {
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
-        let read = |base: usize| {
-            read_timer_words(
-                |off| region.load_word(row.index, base + off as usize),
-                10_000,
-            )
-        };
+        let read =
+            |base: usize| read_timer_words(|off| region.load_word(row.index, base + off), 10_000);
         // Clocks before the words: a running timer's value then never
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
