@@ -200,7 +200,7 @@ fn sampling(c: &mut Criterion) {
         let tid = unsafe { libc::gettid() };
         u32::try_from(tid).unwrap()
     });
-    let words = || read_timer_words(|off| load(row, m + off), 1000).expect("seqlock stuck");
+    let words = || read_timer_words(|off| load(row, m + off as i32), 1000).expect("seqlock stuck");
 
     while_timed(w.0, &mut || {
         // The wrapper's timer is running: the words are those a sampler

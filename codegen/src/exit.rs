@@ -98,33 +98,34 @@ use iced_x86::code_asm::*;
 use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
 
 use crate::timer::TimerSpec;
-use crate::BuildError;
+use crate::{disp, BuildError};
+use weft_abi::layout::{self as abi, metric};
+
+// The cell and word layout is `weft_abi::layout::metric`'s (the runtime
+// closes activations with it too); these are its values typed for
+// instruction operands.
 
 /// Bytes per activation cell.
-pub const CELL_SIZE: u32 = 32;
+pub const CELL_SIZE: u32 = disp(metric::CELL_SIZE) as u32;
 /// Offset inside a cell of the original return address (u64).
-pub const CELL_RETURN_ADDRESS: i32 = 0;
+pub const CELL_RETURN_ADDRESS: i32 = disp(metric::CELL_RETURN_ADDRESS);
 /// Offset inside a cell of the entry `rsp` (u64): the address of the return
 /// address on the stack when the function was entered.
-pub const CELL_ENTRY_RSP: i32 = 8;
+pub const CELL_ENTRY_RSP: i32 = disp(metric::CELL_ENTRY_RSP);
 /// Offset inside a cell of a word no longer written (it held the caller's
 /// `rbx` when the body ran with `rbx` = its cell); kept so that the layout
 /// of cells, which outlive sessions, does not change.
-pub const CELL_RBX: i32 = 16;
+pub const CELL_RBX: i32 = disp(metric::CELL_RBX);
 /// Offset inside a cell of the metric base (i32 row byte offset).
-pub const CELL_METRIC: i32 = 24;
+pub const CELL_METRIC: i32 = disp(metric::CELL_METRIC);
 /// Offset inside a cell of its flags (u32).
-pub const CELL_FLAGS: i32 = 28;
-/// Cell flag: the function has timers (its metric base holds the
-/// [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) bytes of the `timer`
-/// module).
-pub const CELL_TIMED: u32 = 1;
-/// Cell flag: the exit calls the user probe of the function's call record
-/// (the record's index is in the flags' bits from [`CELL_RECORD_SHIFT`]
-/// up; see [`ExitProbes`]).
-pub const CELL_PROBE: u32 = 2;
-/// Where a cell's flags keep the function's call record index.
-pub const CELL_RECORD_SHIFT: u32 = 8;
+pub const CELL_FLAGS: i32 = disp(metric::CELL_FLAGS);
+/// Cell flags: [`CELL_TIMED`] (the function has timers: its metric base
+/// holds the [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) bytes of the
+/// `timer` module), [`CELL_PROBE`] (the exit calls the user probe of the
+/// function's call record, whose index is in the flags' bits from
+/// [`CELL_RECORD_SHIFT`] up; see [`ExitProbes`]).
+pub use metric::{CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED};
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
@@ -143,25 +144,25 @@ pub struct ExitProbes {
 }
 
 /// Bytes per entry of the exit-probe table.
-pub const EXIT_PROBE_SIZE: u64 = 32;
+pub const EXIT_PROBE_SIZE: u64 = abi::EXIT_PROBE_SIZE as u64;
 
 /// Offset from a metric base of the entries counter (u64).
-pub const METRIC_ENTRIES: i32 = 0;
+pub const METRIC_ENTRIES: i32 = disp(metric::ENTRIES);
 /// Offset from a metric base of the hooked-exits counter (u64).
-pub const METRIC_EXITS: i32 = 8;
+pub const METRIC_EXITS: i32 = disp(metric::EXITS);
 /// Offset from a metric base of the counter of activations closed because
 /// their frame was discarded (longjmp, exceptions) (u64).
-pub const METRIC_UNWOUND: i32 = 16;
+pub const METRIC_UNWOUND: i32 = disp(metric::UNWOUND);
 /// Offset from a metric base of the counter of entries whose exit could not
 /// be hooked (no cells, or all in use) (u64).
-pub const METRIC_UNHOOKED: i32 = 24;
+pub const METRIC_UNHOOKED: i32 = disp(metric::UNHOOKED);
 /// Bytes of row used per metric base without timers.
-pub const METRIC_LEN: i32 = 32;
+pub const METRIC_LEN: i32 = disp(metric::UNTIMED_LEN);
 
-/// Bytes per call record.
-pub const RECORD_SIZE: u64 = 16;
+/// Bytes per call record (the runtime's records, `weft_abi::layout`).
+pub const RECORD_SIZE: u64 = abi::RECORD_SIZE as u64;
 /// Offset inside a record of its return point (the end of its `call`).
-pub const RECORD_RETURN: u64 = 6;
+pub const RECORD_RETURN: u64 = abi::RECORD_RETURN as u64;
 
 /// Offset in the exit code ([`exit_code`]) of the stale-activation closer
 /// the entry snippets call (the exit handler's address is in [`ExitCode`]).

@@ -49,18 +49,28 @@ pub use remote_stub::{
 };
 pub use scan::{direct_branches, Branch, BranchKind};
 pub use timer::{
-    q32_mul, read_timer_words, timer_value, CpuClockLayout, TimerSpec, TimerValue, TimerWords,
-    Timers, WallRead, METRIC_CPU_START, METRIC_CPU_TOTAL, METRIC_NESTING, METRIC_SEQ,
-    METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
+    CpuClockLayout, TimerSpec, Timers, WallRead, METRIC_CPU_START, METRIC_CPU_TOTAL,
+    METRIC_NESTING, METRIC_SEQ, METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
 };
 pub use trampoline::{
     build_instruction_trampoline, build_redirect, build_trampoline, max_redirect_len,
     max_trampoline_len, register_stub, register_stub_len, BuildError, Redirect, Snippet, ThreadRow,
     Trampoline, TrampolineSpec, VectorSave, XSAVE_UNUSED_BY_WEFT,
 };
+/// Readers of the timer words generated code writes (defined with the
+/// layout in `weft-abi`; here for the injector and the tests).
+pub use weft_abi::timer::{q32_mul, read_timer_words, timer_value, TimerValue, TimerWords};
 
 /// Length in bytes of the `jmp rel32` written over a function entry.
 pub const JMP_REL32_LEN: usize = 5;
+
+/// A `weft-abi` byte offset as an instruction displacement. The layout's
+/// offsets are far below 2 GiB; one that outgrew that fails to compile
+/// where the constant is defined instead of wrapping.
+pub(crate) const fn disp(offset: usize) -> i32 {
+    assert!(offset <= i32::MAX as usize);
+    offset as i32
+}
 
 /// A `rel32` branch could not reach its target.
 ///

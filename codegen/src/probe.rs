@@ -81,8 +81,9 @@ pub const CTX_FRET: i32 = 128;
 pub const CTX_RSP: i32 = 136;
 /// See [`CTX_ARGS`].
 pub const CTX_FUNCTION: i32 = 144;
-/// See [`CTX_ARGS`].
-pub const CTX_USER: i32 = 152;
+/// See [`CTX_ARGS`]. The runtime reads `user` too
+/// (`weft_abi::layout::PROBE_CTX_USER`, whose value this is).
+pub const CTX_USER: i32 = crate::disp(weft_abi::layout::PROBE_CTX_USER);
 /// See [`CTX_ARGS`].
 pub const CTX_THREAD: i32 = 160;
 /// See [`CTX_ARGS`].

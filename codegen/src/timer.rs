@@ -67,8 +67,10 @@
 //! x86-64 (TSO) makes stores visible in program order and does not reorder
 //! loads with loads, so the writer's plain stores `seq` (odd), fields, `seq`
 //! (even) and a reader's plain loads `seq`, fields, `seq` form a correct
-//! seqlock with compiler barriers only. Readers use [`read_timer_words`]
-//! (which retries on an odd or changed `seq`) and [`timer_value`].
+//! seqlock with compiler barriers only. Readers use
+//! [`read_timer_words`](crate::read_timer_words)
+//! (which retries on an odd or changed `seq`) and
+//! [`timer_value`](crate::timer_value), defined with the layout in `weft-abi`.
 //!
 //! # Registers
 //!
@@ -81,27 +83,30 @@
 
 use iced_x86::code_asm::*;
 
+use crate::disp;
 use crate::exit::SlowPaths;
+use weft_abi::clock as abi_clock;
+use weft_abi::layout::metric;
 
 /// Offset from a metric base of the number of open hooked activations of
 /// the function on the thread (u64).
-pub const METRIC_NESTING: i32 = 32;
+pub const METRIC_NESTING: i32 = disp(metric::NESTING);
 /// Offset from a metric base of the timer seqlock (u64): odd while a start
 /// or stop is being written.
-pub const METRIC_SEQ: i32 = 40;
+pub const METRIC_SEQ: i32 = disp(metric::SEQ);
 /// Offset from a metric base of the closed wall time, ns (u64).
-pub const METRIC_WALL_TOTAL: i32 = 48;
+pub const METRIC_WALL_TOTAL: i32 = disp(metric::WALL_TOTAL);
 /// Offset from a metric base of the raw wall clock at the outermost
 /// activation's start (u64); 0 while not running.
-pub const METRIC_WALL_START: i32 = 56;
+pub const METRIC_WALL_START: i32 = disp(metric::WALL_START);
 /// Offset from a metric base of the closed thread CPU time, ns (u64).
-pub const METRIC_CPU_TOTAL: i32 = 64;
+pub const METRIC_CPU_TOTAL: i32 = disp(metric::CPU_TOTAL);
 /// Offset from a metric base of the raw thread CPU clock (ticks) at the
 /// outermost activation's start (u64); 0 while not running (or no CPU
 /// clock).
-pub const METRIC_CPU_START: i32 = 72;
+pub const METRIC_CPU_START: i32 = disp(metric::CPU_START);
 /// Bytes of row used per metric base when timers are on.
-pub const TIMER_METRIC_LEN: i32 = 80;
+pub const TIMER_METRIC_LEN: i32 = disp(metric::TIMED_LEN);
 
 /// Which clocks the timers read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,18 +173,18 @@ pub struct CpuClockLayout {
 }
 
 impl CpuClockLayout {
-    /// The offsets of `weft-rt`'s `ThreadCpuClock` (the injector checks
-    /// them against the runtime's in a test); `row_offset` and `slow_path`
-    /// must be filled in.
+    /// The offsets of `weft-rt`'s `ThreadCpuClock` (`weft_abi::clock`,
+    /// which the runtime checks against its type); `row_offset` and
+    /// `slow_path` must be filled in.
     pub const WEFT_RT: CpuClockLayout = CpuClockLayout {
         row_offset: 0,
         slow_path: 0,
-        page: 0,
-        anchor_lock: 12,
-        anchor_tsc: 24,
-        max_age: 96,
-        ticks_offset: 112,
-        page_lock: 8,
+        page: disp(abi_clock::CPU_OFF_PAGE),
+        anchor_lock: disp(abi_clock::CPU_OFF_ANCHOR_LOCK),
+        anchor_tsc: disp(abi_clock::CPU_OFF_ANCHOR_TSC),
+        max_age: disp(abi_clock::CPU_OFF_MAX_AGE),
+        ticks_offset: disp(abi_clock::CPU_OFF_TICKS_OFFSET),
+        page_lock: disp(abi_clock::PAGE_OFF_LOCK),
     };
 }
 
@@ -336,169 +341,4 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
     a.set_label(&mut ret)?;
     a.ret()?;
     lits.emit(a)
-}
-
-/// `(a * q) >> 32`, saturating: how generated code converts ticks to ns.
-pub fn q32_mul(a: u64, q: u64) -> u64 {
-    u64::try_from((u128::from(a) * u128::from(q)) >> 32).unwrap_or(u64::MAX)
-}
-
-/// A consistent copy of one function's timer words (see the module docs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimerWords {
-    /// Open hooked activations (informational: not covered by the seqlock).
-    pub nesting: u64,
-    /// The (even) seqlock value the copy was taken at.
-    pub seq: u64,
-    /// Closed wall time, ns.
-    pub wall_total: u64,
-    /// Wall clock at the running activation's start, or 0.
-    pub wall_start: u64,
-    /// Closed CPU time, ns.
-    pub cpu_total: u64,
-    /// CPU clock at the running activation's start, or 0.
-    pub cpu_start: u64,
-}
-
-/// Takes a consistent copy of a function's timer words, seqlock-style:
-/// `seq`, the fields, `seq` again, retrying while `seq` is odd (a start or
-/// stop is being written) or changed. `load(offset)` must return the live
-/// word at `metric base + offset` with one aligned 8-byte load that the
-/// compiler neither elides nor reorders with the others (`read_volatile`,
-/// or an atomic load). Gives up with `None` after `max_attempts` tries (a
-/// writer can be descheduled, or killed, between its two `seq` stores).
-///
-/// Correct as is on x86-64, where loads are not reordered with loads.
-pub fn read_timer_words(mut load: impl FnMut(i32) -> u64, max_attempts: u32) -> Option<TimerWords> {
-    use core::sync::atomic::{compiler_fence, Ordering};
-    for _ in 0..max_attempts {
-        let seq = load(METRIC_SEQ);
-        if seq & 1 != 0 {
-            core::hint::spin_loop();
-            continue;
-        }
-        compiler_fence(Ordering::SeqCst);
-        let words = TimerWords {
-            nesting: load(METRIC_NESTING),
-            seq,
-            wall_total: load(METRIC_WALL_TOTAL),
-            wall_start: load(METRIC_WALL_START),
-            cpu_total: load(METRIC_CPU_TOTAL),
-            cpu_start: load(METRIC_CPU_START),
-        };
-        compiler_fence(Ordering::SeqCst);
-        if load(METRIC_SEQ) == seq {
-            return Some(words);
-        }
-        core::hint::spin_loop();
-    }
-    None
-}
-
-/// A function's timer values on one thread.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimerValue {
-    /// Wall time, ns: closed total plus, while running, the time since the
-    /// start.
-    pub wall_ns: u64,
-    /// CPU time, ns: closed total plus, while running and when the thread's
-    /// CPU time was given, the CPU time since the start.
-    pub cpu_ns: u64,
-    /// An outermost activation is open and started.
-    pub running: bool,
-}
-
-/// Computes the timer values from a consistent copy ([`read_timer_words`]).
-///
-/// `wall_raw_now` is the reader's own raw wall reading (the TSC when the
-/// target's timers use it, else CLOCK_MONOTONIC ns: the same source as the
-/// target's, see the runtime's `WallClock::raw`); `cpu_ns_now` the thread's
-/// current CPU time in ns on the CLOCK_THREAD_CPUTIME_ID timeline
-/// (`/proc/PID/task/TID/schedstat`'s first field), `None` to count closed
-/// CPU time only; `ns_per_tick_q32` the target's
-/// [`TimerSpec::ns_per_tick_q32`]. Read the clocks *before* the words: a
-/// running timer's value then never exceeds what its stop will record,
-/// except by how early the stop's `rdtsc` can execute before its seqlock
-/// store is visible to the reader (it is not ordered with the instructions
-/// before it; an `lfence` to order it cost ~20 ns a timed call here), up
-/// to 1-3 µs measured on a loaded 2-vCPU guest, or the small disagreement
-/// between the thread's own CPU clock and the kernel's accounting. A
-/// reader that needs a non-decreasing series keeps the maximum of its
-/// readings, as `weft::Sampler` does.
-pub fn timer_value(
-    words: &TimerWords,
-    wall_raw_now: u64,
-    cpu_ns_now: Option<u64>,
-    ns_per_tick_q32: u64,
-) -> TimerValue {
-    let mut v = TimerValue {
-        wall_ns: words.wall_total,
-        cpu_ns: words.cpu_total,
-        running: words.wall_start != 0 || words.cpu_start != 0,
-    };
-    if words.wall_start != 0 {
-        let ticks = wall_raw_now.saturating_sub(words.wall_start);
-        v.wall_ns = v.wall_ns.wrapping_add(q32_mul(ticks, ns_per_tick_q32));
-    }
-    if let (true, Some(now)) = (words.cpu_start != 0, cpu_ns_now) {
-        let start = q32_mul(words.cpu_start, ns_per_tick_q32);
-        v.cpu_ns = v.cpu_ns.wrapping_add(now.saturating_sub(start));
-    }
-    v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seqlock_reader_retries_and_values() {
-        // Words at metric base 0 in a little row; seq goes odd then even
-        // across loads, as a writer racing the reader would make it.
-        let mut row = [0u64; 10];
-        row[(METRIC_NESTING / 8) as usize] = 1;
-        row[(METRIC_WALL_TOTAL / 8) as usize] = 1000;
-        row[(METRIC_WALL_START / 8) as usize] = 5000;
-        row[(METRIC_CPU_TOTAL / 8) as usize] = 300;
-        row[(METRIC_CPU_START / 8) as usize] = 7000;
-        let mut seqs = [1u64, 2, 4, 4, 4].into_iter();
-        let mut last_seq = 0;
-        let w = read_timer_words(
-            |off| {
-                if off == METRIC_SEQ {
-                    last_seq = seqs.next().unwrap_or(last_seq);
-                    last_seq
-                } else {
-                    row[(off / 8) as usize]
-                }
-            },
-            10,
-        )
-        .unwrap();
-        assert_eq!(w.seq, 4);
-        // Ticks are half a nanosecond here.
-        let half = 1u64 << 31;
-        let v = timer_value(&w, 5000 + 1200, Some(3500 + 50), half);
-        assert_eq!(
-            v,
-            TimerValue {
-                wall_ns: 1600,
-                cpu_ns: 350,
-                running: true
-            }
-        );
-        assert_eq!(timer_value(&w, 6200, None, half).cpu_ns, 300);
-        // A clock behind the start counts nothing.
-        assert_eq!(timer_value(&w, 10, Some(10), half).wall_ns, 1000);
-        // Not running: totals only.
-        let idle = TimerWords {
-            wall_start: 0,
-            cpu_start: 0,
-            ..w
-        };
-        let v = timer_value(&idle, u64::MAX, Some(u64::MAX), half);
-        assert_eq!((v.wall_ns, v.cpu_ns, v.running), (1000, 300, false));
-        // A writer stuck in the middle: give up.
-        assert_eq!(read_timer_words(|_| 3, 5), None);
-    }
 }

@@ -707,8 +707,8 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
             // The clocks first, then the words (see `timer_value`).
             let wall_now = wall_clock.raw();
             let cpu_now = cpu_of(clock);
-            let words =
-                read_timer_words(|off| load(row, m + off), 1_000_000).expect("seqlock stuck");
+            let words = read_timer_words(|off| load(row, m + off as i32), 1_000_000)
+                .expect("seqlock stuck");
             let v = timer_value(
                 &words,
                 wall_now,

@@ -268,7 +268,7 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
         first: header.call_records,
         count: CALL_RECORDS as u32,
     };
-    let wall = if header.wall.kind == weft_rt::clock::WALL_TSC {
+    let wall = if weft_rt::clock::WallClock::in_region(header).kind == weft_rt::clock::WALL_TSC {
         WallRead::Tsc
     } else {
         WallRead::Call {
@@ -361,7 +361,6 @@ impl Installer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_rt::layout::metric;
 
     #[test]
     fn metrics_parse() {
@@ -402,47 +401,5 @@ mod tests {
         assert_eq!(cold_part_of(".cold"), None);
         assert_eq!(cold_part_of("work.coldish"), None);
         assert_eq!(cold_part_of("work.cold."), None);
-    }
-
-    /// The runtime closes activations itself (thread exit, exceptions): its
-    /// copy of the word and cell layout must be the code generator's.
-    #[test]
-    fn runtime_and_code_generator_agree_on_the_words() {
-        use weft_codegen as cg;
-        assert_eq!(weft_rt::layout::PROBE_CTX_USER as i32, cg::CTX_USER);
-        let pairs = [
-            (metric::ENTRIES, cg::METRIC_ENTRIES),
-            (metric::EXITS, cg::METRIC_EXITS),
-            (metric::UNWOUND, cg::METRIC_UNWOUND),
-            (metric::UNHOOKED, cg::METRIC_UNHOOKED),
-            (metric::NESTING, cg::METRIC_NESTING),
-            (metric::SEQ, cg::METRIC_SEQ),
-            (metric::WALL_TOTAL, cg::METRIC_WALL_TOTAL),
-            (metric::WALL_START, cg::METRIC_WALL_START),
-            (metric::CPU_TOTAL, cg::METRIC_CPU_TOTAL),
-            (metric::CPU_START, cg::METRIC_CPU_START),
-            (metric::TIMED_LEN, cg::TIMER_METRIC_LEN),
-            (metric::CELL_SIZE, cg::CELL_SIZE as i32),
-            (metric::CELL_RETURN_ADDRESS, cg::CELL_RETURN_ADDRESS),
-            (metric::CELL_ENTRY_RSP, cg::CELL_ENTRY_RSP),
-            (metric::CELL_RBX, cg::CELL_RBX),
-            (metric::CELL_METRIC, cg::CELL_METRIC),
-            (metric::CELL_FLAGS, cg::CELL_FLAGS),
-            (metric::CELL_TIMED as usize, cg::CELL_TIMED as i32),
-            (weft_rt::layout::RECORD_SIZE, cg::RECORD_SIZE as i32),
-            (weft_rt::layout::RECORD_RETURN, cg::RECORD_RETURN as i32),
-        ];
-        for (rt, cg) in pairs {
-            assert_eq!(rt as i64, i64::from(cg));
-        }
-        // The CPU clock fields generated code reads inline.
-        use weft_rt::clock as c;
-        let cpu = cg::CpuClockLayout::WEFT_RT;
-        assert_eq!(cpu.page as usize, c::CPU_OFF_PAGE);
-        assert_eq!(cpu.anchor_lock as usize, c::CPU_OFF_ANCHOR_LOCK);
-        assert_eq!(cpu.anchor_tsc as usize, c::CPU_OFF_ANCHOR_TSC);
-        assert_eq!(cpu.max_age as usize, c::CPU_OFF_MAX_AGE);
-        assert_eq!(cpu.ticks_offset as usize, c::CPU_OFF_TICKS_OFFSET);
-        assert_eq!(cpu.page_lock as usize, c::PAGE_OFF_LOCK);
     }
 }

@@ -2601,7 +2601,7 @@ impl Process {
             return Vec::new();
         };
         let mut rows = self.harvested.clone();
-        let wall = rt.region.header().wall;
+        let wall = *weft_rt::clock::WallClock::in_region(rt.region.header());
         let words = crate::ledger::words_used(&rt.region);
         let live = rt.region.snapshot(words).into_iter().filter(|r| {
             !self
@@ -2650,12 +2650,8 @@ impl Process {
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
-        let read = |base: usize| {
-            read_timer_words(
-                |off| region.load_word(row.index, base + off as usize),
-                10_000,
-            )
-        };
+        let read =
+            |base: usize| read_timer_words(|off| region.load_word(row.index, base + off), 10_000);
         // Clocks before the words: a running timer's value then never
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
@@ -2878,7 +2874,8 @@ impl Process {
         );
         let timed = self.probes.iter().any(|p| p.metrics.hooks_exit());
         if let (true, Some(rt)) = (timed, &self.runtime) {
-            report.clocks = Some(clocks(&rt.region.header().wall, &rows));
+            let wall = weft_rt::clock::WallClock::in_region(rt.region.header());
+            report.clocks = Some(clocks(wall, &rows));
         }
         let (rows_used, rows_reused) = self.row_usage();
         report.runtime = Some(crate::report::RuntimeStats {

@@ -33,7 +33,7 @@ use crate::region::Region;
 use crate::{Metrics, ProbeId, Process};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
-use weft_codegen::{timer_value, TimerWords};
+use weft_codegen::{read_timer_words, timer_value, TimerWords};
 use weft_rt::layout::ROW_FREE;
 
 /// One probe's value on one thread.
@@ -206,7 +206,7 @@ impl Sampler {
             self.rows.resize_with(needed, RowState::default);
         }
         // One wall reading serves the sample, taken before any word.
-        let wall_now = header.wall.raw();
+        let wall_now = weft_rt::clock::WallClock::in_region(header).raw();
         for index in (0..used.min(geometry.max_rows)).chain(overflow) {
             let row = region.row_header(index);
             // The activity word first (see the module docs).
@@ -257,37 +257,16 @@ const TIMED_WORDS: usize = (weft_codegen::TIMER_METRIC_LEN / 8) as usize;
 
 /// Offsets (in words) of the timer words the sampler reads.
 const W_ENTRIES: usize = (weft_codegen::METRIC_ENTRIES / 8) as usize;
-const W_SEQ: usize = (weft_codegen::METRIC_SEQ / 8) as usize;
 const W_WALL_TOTAL: usize = (weft_codegen::METRIC_WALL_TOTAL / 8) as usize;
-const W_WALL_START: usize = (weft_codegen::METRIC_WALL_START / 8) as usize;
 const W_CPU_TOTAL: usize = (weft_codegen::METRIC_CPU_TOTAL / 8) as usize;
-const W_CPU_START: usize = (weft_codegen::METRIC_CPU_START / 8) as usize;
 
-/// A consistent copy of a timed probe's words `w` (the seqlock of
-/// `weft_codegen::read_timer_words`, on the row in place), or None after
-/// `tries` attempts (a writer stuck mid-update: descheduled, or killed).
+/// A consistent copy of a timed probe's words `w`, read in place with the
+/// seqlock reader of the layout's definition, or None after `tries`
+/// attempts (a writer stuck mid-update: descheduled, or killed).
 fn timer_words(w: &[AtomicU64], tries: u32) -> Option<TimerWords> {
-    for _ in 0..tries {
-        let seq = w[W_SEQ].load(Ordering::Acquire);
-        if seq & 1 == 0 {
-            let words = TimerWords {
-                nesting: 0,
-                seq,
-                wall_total: w[W_WALL_TOTAL].load(Ordering::Relaxed),
-                wall_start: w[W_WALL_START].load(Ordering::Relaxed),
-                cpu_total: w[W_CPU_TOTAL].load(Ordering::Relaxed),
-                cpu_start: w[W_CPU_START].load(Ordering::Relaxed),
-            };
-            // Loads are not reordered with loads on x86-64; the fence keeps
-            // the compiler from doing it.
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            if w[W_SEQ].load(Ordering::Relaxed) == seq {
-                return Some(words);
-            }
-        }
-        std::hint::spin_loop();
-    }
-    None
+    // Relaxed: the reader orders its loads itself (compiler fences, and
+    // x86-64 does not reorder loads with loads).
+    read_timer_words(|off| w[off / 8].load(Ordering::Relaxed), tries)
 }
 
 /// Reads a row whole, from its metric words `words`.

@@ -23,11 +23,13 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use core::arch::{asm, global_asm};
-use core::mem::{offset_of, size_of};
+use core::mem::{align_of, offset_of, size_of};
 use core::ptr;
 use core::sync::atomic::{compiler_fence, Ordering};
 use std::fmt;
 use std::io;
+
+use crate::layout::{ClockStorage, RegionHeader, WallClockStorage};
 
 // ---------------------------------------------------------------------------
 // Primitives
@@ -304,6 +306,9 @@ const _: () = {
     assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, tsc_base) == WALL_OFF_TSC_BASE);
     assert!(offset_of!(WallClock, cal) + offset_of!(TscCalibration, ns_base) == WALL_OFF_NS_BASE);
     assert!(size_of::<WallClock>() == 32);
+    // The region's header keeps the process's clock (`RegionHeader::wall`).
+    assert!(size_of::<WallClock>() == size_of::<WallClockStorage>());
+    assert!(align_of::<WallClock>() <= align_of::<WallClockStorage>());
 };
 
 impl WallClock {
@@ -345,6 +350,17 @@ impl WallClock {
             },
             None => monotonic(WHY_CALIBRATION_FAILED),
         }
+    }
+
+    /// The clock a region's header keeps ([`RegionHeader::wall`]), which
+    /// the runtime that created the region wrote before publishing it.
+    pub fn in_region(header: &RegionHeader) -> &WallClock {
+        // SAFETY: the storage is as large as a WallClock and at least as
+        // aligned (asserted at compile time above), and the reference
+        // borrows `header`, so it lives no longer than the storage. Every
+        // bit pattern is a valid WallClock (integers only), so a region
+        // whose clock was never written reads as some clock, not UB.
+        unsafe { &*ptr::addr_of!(header.wall).cast::<WallClock>() }
     }
 
     /// The clock's 32 bytes (the layout above), to hand to another
@@ -483,11 +499,7 @@ impl TimerUnits {
     }
 }
 
-/// `(a * q) >> 32`, saturating at `u64::MAX`.
-#[inline]
-pub fn q32_mul(a: u64, q: u64) -> u64 {
-    u64::try_from((u128::from(a) * u128::from(q)) >> 32).unwrap_or(u64::MAX)
-}
+pub use weft_abi::timer::q32_mul;
 
 // ---------------------------------------------------------------------------
 // perf_event plumbing
@@ -542,8 +554,9 @@ pub const CAP_USER_TIME: u64 = 1 << 3;
 /// `capabilities` bit: the TSC must be widened with time_cycles/time_mask.
 pub const CAP_USER_TIME_SHORT: u64 = 1 << 5;
 
-/// Offsets in [`PerfEventMmapPage`], for generated code.
-pub const PAGE_OFF_LOCK: usize = 8;
+/// Offsets in [`PerfEventMmapPage`], for the assembly readers. The `lock`'s
+/// is `weft-abi`'s because generated code reads it too.
+pub use weft_abi::clock::PAGE_OFF_LOCK;
 /// See [`PAGE_OFF_LOCK`].
 pub const PAGE_OFF_TIME_RUNNING: usize = 32;
 /// See [`PAGE_OFF_LOCK`].
@@ -839,16 +852,16 @@ fn ns_to_ticks(ns: u64, mult: u32, shift: u32) -> u64 {
     u64::try_from((u128::from(ns) << shift) / u128::from(mult)).unwrap_or(u64::MAX)
 }
 
-/// Offsets in [`ThreadCpuClock`], for generated code.
-pub const CPU_OFF_PAGE: usize = 0;
+/// Offsets in [`ThreadCpuClock`], for the assembly readers. Those generated
+/// code reads inline too (the page, the anchor, its age, `ticks_offset`)
+/// are `weft-abi`'s.
+pub use weft_abi::clock::{
+    CPU_OFF_ANCHOR_LOCK, CPU_OFF_ANCHOR_TSC, CPU_OFF_MAX_AGE, CPU_OFF_PAGE, CPU_OFF_TICKS_OFFSET,
+};
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_MODE: usize = 8;
 /// See [`CPU_OFF_PAGE`].
-pub const CPU_OFF_ANCHOR_LOCK: usize = 12;
-/// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_ANCHOR_CPU: usize = 16;
-/// See [`CPU_OFF_PAGE`].
-pub const CPU_OFF_ANCHOR_TSC: usize = 24;
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_MULT: usize = 32;
 /// See [`CPU_OFF_PAGE`].
@@ -862,11 +875,7 @@ pub const CPU_OFF_READS: usize = 56;
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_SYSCALLS: usize = 64;
 /// See [`CPU_OFF_PAGE`].
-pub const CPU_OFF_MAX_AGE: usize = 96;
-/// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_SCRATCH: usize = 72;
-/// See [`CPU_OFF_PAGE`].
-pub const CPU_OFF_TICKS_OFFSET: usize = 112;
 /// See [`CPU_OFF_PAGE`].
 pub const CPU_OFF_TO_TICKS: usize = 120;
 /// An `anchor_lock` no settled page lock equals (see [`ThreadCpuClock`]).
@@ -890,6 +899,9 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, ticks_offset) == CPU_OFF_TICKS_OFFSET);
     assert!(offset_of!(ThreadCpuClock, to_ticks_q32) == CPU_OFF_TO_TICKS);
     assert!(size_of::<ThreadCpuClock>() == 128);
+    // Each row keeps its thread's clock in place (`RowHeader::clock`).
+    assert!(size_of::<ThreadCpuClock>() <= size_of::<ClockStorage>());
+    assert!(align_of::<ThreadCpuClock>() <= align_of::<ClockStorage>());
 };
 
 /// [`ThreadCpuClock::why`] for a forced syscall mode / an unusable TSC;

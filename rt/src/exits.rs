@@ -57,7 +57,9 @@
 //! activation an exception or forced unwind discards, at that moment.
 
 use crate::clock::{CpuPreference, ThreadCpuClock, WallClock};
-use crate::layout::{metric, RegionHeader, RowHeader, CALL_RECORDS, ROW_HEADER_SIZE};
+use crate::layout::{
+    metric, RegionHeader, RowHeader, CALL_RECORDS, EXIT_PROBE_SIZE, ROW_HEADER_SIZE,
+};
 use core::arch::global_asm;
 use core::ptr;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -215,7 +217,7 @@ macro_rules! call_records_asm {
             ".hidden weft_rt_exit_probes",
             ".p2align 6",
             "weft_rt_exit_probes:",
-            ".zero 32 * {RECORDS}",
+            ".zero {EXIT_PROBE_SIZE} * {RECORDS}",
             ".popsection",
             // The unwind expression finds the rows description 8 bytes
             // after the slot the records' `jmp` names: one section keeps
@@ -243,6 +245,7 @@ macro_rules! call_records_asm {
             LEN = const UNWIND_RA_EXPR.len(),
             RECORDS = const CALL_RECORDS,
             RECORD_SIZE = const crate::layout::RECORD_SIZE,
+            EXIT_PROBE_SIZE = const EXIT_PROBE_SIZE,
             personality = sym weft_rt_personality,
         );
     };
@@ -279,7 +282,7 @@ extern "C" {
     /// The exit-probe table: per call record, the probe function, its
     /// constant and the instrumented function (`weft_codegen::ExitProbes`),
     /// written by the injector.
-    static weft_rt_exit_probes: [[AtomicU64; 4]; CALL_RECORDS];
+    static weft_rt_exit_probes: [[AtomicU64; EXIT_PROBE_SIZE / 8]; CALL_RECORDS];
     /// The rows description the unwind expression reads ([`UnwindRows`]:
     /// first, stride, count address, max, cells, top, and a zero word).
     static weft_rt_unwind_rows: [AtomicU64; 7];
@@ -417,7 +420,7 @@ pub(crate) fn setup_thread(header: &RegionHeader, row: &RowHeader) {
     }
     state.top.store(cells, Ordering::Release);
     let clock_at = ptr::addr_of!(row.clock) as *mut ThreadCpuClock;
-    let mut clock = ThreadCpuClock::new(&header.wall, CpuPreference::Auto);
+    let mut clock = ThreadCpuClock::new(WallClock::in_region(header), CpuPreference::Auto);
     clock.close_fd();
     let (mode, why) = (clock.mode(), clock.why());
     // SAFETY: the storage is this row's, sized and aligned for the clock
@@ -543,7 +546,7 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
         let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
         // SAFETY: the clock pointer, when set, is this thread's own clock.
         let cpu = unsafe { clock.as_mut() };
-        close_timer(row_ptr, base, &header.wall, cpu);
+        close_timer(row_ptr, base, WallClock::in_region(header), cpu);
     }
 }
 

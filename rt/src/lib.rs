@@ -19,7 +19,10 @@
 #![deny(missing_docs)]
 
 pub mod clock;
-pub mod layout;
+/// The region layout, defined once in `weft-abi` for the runtime, the code
+/// generator and the injector; kept under this name so that
+/// `weft_rt::layout::...` paths stay valid.
+pub use weft_abi::layout;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod exits;

@@ -236,7 +236,10 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
         ptr::addr_of_mut!((*header).cpu_ticks_fn)
             .write(crate::clock::weft_rt_cpu_ticks as *const () as u64);
         let wall = wall_clock(theirs);
-        ptr::addr_of_mut!((*header).wall).write(wall);
+        // The header's storage fits a WallClock (asserted in `clock`).
+        ptr::addr_of_mut!((*header).wall)
+            .cast::<WallClock>()
+            .write(wall);
         ptr::addr_of_mut!((*header).wall_address).write(ptr::addr_of!((*header).wall) as u64);
         ptr::addr_of_mut!((*header).timer_ns_per_tick_q32).write(wall.units().ns_per_tick_q32);
         let (records, targets, slot) = crate::exits::call_record_addresses();

@@ -68,14 +68,15 @@ fn the_runtime_contract() {
     assert_eq!(header.tls_offset, weft_rt_tls_offset());
     // The handed clock's rate, re-based on this process's own timeline.
     let handed = handed_clock();
-    assert_eq!(header.wall.kind, handed.kind);
-    assert_eq!(header.wall.source(), handed.source());
+    let wall = WallClock::in_region(header);
+    assert_eq!(wall.kind, handed.kind);
+    assert_eq!(wall.source(), handed.source());
     if handed.kind == WALL_TSC {
         assert!(tsc_is_invariant());
-        assert_eq!(header.wall.cal.mult, handed.cal.mult);
-        assert_eq!(header.wall.cal.shift, handed.cal.shift);
-        assert_ne!(header.wall.cal.ns_base, 12_345, "not re-based");
-        let skew = header.wall.now().abs_diff(weft_rt::clock::monotonic_ns());
+        assert_eq!(wall.cal.mult, handed.cal.mult);
+        assert_eq!(wall.cal.shift, handed.cal.shift);
+        assert_ne!(wall.cal.ns_base, 12_345, "not re-based");
+        let skew = wall.now().abs_diff(weft_rt::clock::monotonic_ns());
         assert!(skew < 1_000_000, "re-based clock off by {skew} ns");
     }
     let geometry = Geometry {

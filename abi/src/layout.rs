@@ -1,5 +1,7 @@
 //! The layout of the shared-memory region, shared by the runtime (which
-//! creates it inside the target) and the injector (which maps it read-only).
+//! creates it inside the target), the code generated for probes (which
+//! writes rows and cells at the offsets below) and the injector (which maps
+//! it read-only). The runtime re-exports this module as `weft_rt::layout`.
 //!
 //! ```text
 //! +--------------------+ 0
@@ -50,9 +52,9 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
 pub const VERSION: u32 = 6;
-/// Byte offset of `user` in a user probe's context (`weft_codegen::CTX_USER`;
-/// the injector's tests check they agree): `weft_rt_library_event` reads
-/// its constant there.
+/// Byte offset of `user` in a user probe's context: the code generator lays
+/// its `ProbeContext` out around it (`weft_codegen::CTX_USER`, checked with
+/// `offset_of!` there) and `weft_rt_library_event` reads its constant here.
 pub const PROBE_CTX_USER: usize = 152;
 /// The cache-line size every row is aligned and padded to.
 pub const CACHE_LINE: usize = 64;
@@ -143,12 +145,13 @@ pub struct RegionHeader {
     /// Nanoseconds per raw timer tick, as a 32.32 fixed-point number: raw
     /// timer readings (the TSC, or CLOCK_MONOTONIC nanoseconds when the
     /// TSC is not the wall clock) convert to ns as `(ticks * q32) >> 32`.
-    /// See [`crate::clock::TimerUnits`].
+    /// See `weft_rt::clock::TimerUnits`.
     pub timer_ns_per_tick_q32: u64,
     /// The process's wall clock, calibrated when the runtime was loaded. A
     /// reader in another process on the same machine computes the same
-    /// clock with [`crate::clock::WallClock::now`] (the TSC is shared).
-    pub wall: crate::clock::WallClock,
+    /// clock with `weft_rt::clock::WallClock::now` (the TSC is shared);
+    /// `weft_rt::clock::WallClock::in_region` gives it its type.
+    pub wall: WallClockStorage,
     /// Address (in the target) of `weft_rt_library_event`, the user probe
     /// an injector puts on the dynamic loader's `_dl_debug_state` to
     /// instrument a library as soon as it is mapped, before its code runs.
@@ -191,6 +194,14 @@ pub struct RegionHeader {
     /// [`ProbeEntry::owners`] bit `i` names `sessions[i]`.
     pub sessions: [SessionSlot; SESSIONS],
 }
+
+/// Room for the runtime's `weft_rt::clock::WallClock` (32 bytes) in the
+/// header. Opaque here: only the runtime's own code reads its fields (no
+/// generated code does; timers call `weft_rt_wall_raw` with its address,
+/// [`RegionHeader::wall_address`]), and the runtime asserts at compile time
+/// that the clock fits.
+#[repr(C, align(8))]
+pub struct WallClockStorage(pub [u64; 4]);
 
 /// Session slots in the header: wefts that may own probes at once.
 pub const SESSIONS: usize = 16;
@@ -304,7 +315,7 @@ pub struct RowHeader {
     /// Per-thread state of the exit hooks and timers, read by generated
     /// code at fixed row offsets ([`ROW_CELLS`] and the rest).
     pub thread: ThreadState,
-    /// Storage for the thread's [`crate::clock::ThreadCpuClock`]
+    /// Storage for the thread's `weft_rt::clock::ThreadCpuClock`
     /// ([`ThreadState::cpu_clock`] points here when it is set up).
     pub clock: ClockStorage,
 }
@@ -327,7 +338,7 @@ pub struct ThreadState {
     /// Address of the thread's CPU clock state, 0 = no CPU time.
     pub cpu_clock: AtomicU64,
     /// The CPU clock's source: [`CPU_SOURCE_NONE`] or `1 +` the clock's
-    /// mode (`clock::CPU_ANCHOR`, `CPU_PERF_TIME`, `CPU_SYSCALL`).
+    /// mode (`weft_rt::clock::CPU_ANCHOR`, `CPU_PERF_TIME`, `CPU_SYSCALL`).
     pub cpu_source: AtomicU32,
     /// The `why` behind a syscall-mode CPU clock (errno of
     /// `perf_event_open`, or a negative reason), for reports.
@@ -342,17 +353,13 @@ pub struct ThreadState {
 /// No CPU clock for the thread.
 pub const CPU_SOURCE_NONE: u32 = 0;
 
-/// Room for one [`crate::clock::ThreadCpuClock`] inside a row.
+/// Room for one `weft_rt::clock::ThreadCpuClock` inside a row (the
+/// runtime asserts at compile time that it fits; generated code reads the
+/// fields at the [`crate::clock`] offsets).
 #[repr(C, align(64))]
 pub struct ClockStorage(pub [u64; 16]);
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 64);
-const _: () = assert!(
-    core::mem::size_of::<crate::clock::ThreadCpuClock>() <= core::mem::size_of::<ClockStorage>()
-);
-const _: () = assert!(
-    core::mem::align_of::<crate::clock::ThreadCpuClock>() <= core::mem::align_of::<ClockStorage>()
-);
 
 /// Row byte offset of [`RowHeader::activity`].
 pub const ROW_ACTIVITY: usize = 32;
@@ -394,11 +401,17 @@ pub const RECORD_SIZE: usize = 16;
 /// Offset in a record of its return point (the end of its `call`): the
 /// return address a timed function sees.
 pub const RECORD_RETURN: usize = 6;
+/// Bytes per entry of the exit-probe table ([`RegionHeader::exit_probes`]),
+/// one per call record: the probe function at +0, its constant at +8, the
+/// instrumented function at +16, a u32 thread predicate at +24.
+pub const EXIT_PROBE_SIZE: usize = 32;
 
 /// Offsets from a function's metric base of the exit-hook and timer words,
-/// as the generated code (`weft_codegen::exit`, `weft_codegen::timer`) lays
-/// them out; the runtime needs them to close activations itself (thread
-/// exit, exceptions). The injector checks they match the code generator's.
+/// and the layout of an activation cell: what generated code
+/// (`weft_codegen::exit`, `weft_codegen::timer`, whose `METRIC_*` and
+/// `CELL_*` are these values) writes, the runtime reads to close
+/// activations itself (thread exit, exceptions) and the injector reads for
+/// its reports.
 pub mod metric {
     /// Entries (calls).
     pub const ENTRIES: usize = 0;
@@ -408,6 +421,9 @@ pub mod metric {
     pub const UNWOUND: usize = 16;
     /// Entries whose exit could not be hooked.
     pub const UNHOOKED: usize = 24;
+    /// Bytes per function whose exits are hooked without timers (the four
+    /// counters above).
+    pub const UNTIMED_LEN: usize = 32;
     /// Open activations of the function on the thread.
     pub const NESTING: usize = 32;
     /// Timer seqlock.
@@ -439,6 +455,11 @@ pub mod metric {
     pub const CELL_FLAGS: usize = 28;
     /// Cell flag: the metric base has the timer words.
     pub const CELL_TIMED: u32 = 1;
+    /// Cell flag: the exit calls the user probe of the function's call
+    /// record (its index is in the flags from [`CELL_RECORD_SHIFT`] up).
+    pub const CELL_PROBE: u32 = 2;
+    /// Where a cell's flags keep the function's call record index.
+    pub const CELL_RECORD_SHIFT: u32 = 8;
 }
 
 /// Four name bytes, stored atomically so concurrent readers are sound.
