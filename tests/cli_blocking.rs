@@ -1,5 +1,6 @@
 //! Attach and detach while the target's threads sit in read(), nanosleep(),
-//! pthread_cond_wait() and a raw FUTEX_WAIT: no EINTR, no shortened sleep,
+//! pthread_cond_wait(), a raw FUTEX_WAIT and epoll_wait() with no timeout
+//! (which the kernel never restarts): no EINTR, no shortened sleep,
 //! exact `tick` counts. And the first attach (weft's `dlopen` of its
 //! runtime) while threads hold the dynamic loader's lock.
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 use support::*;
 
 const FLAGS: [&str; 4] = ["-f", "tick", "--format", "json"];
-const NT: usize = 4;
+const NT: usize = 5;
 
 #[derive(Deserialize, Debug)]
 struct BlockLine {
@@ -32,7 +33,7 @@ fn check_target(ctx: &Ctx, t: &mut Proc, rounds: usize) -> Vec<BlockLine> {
     ctx.check(fails.is_empty(), || {
         format!("the target reported failures: {fails:?}")
     });
-    for kind in ["read", "nanosleep", "condvar", "futex"] {
+    for kind in ["read", "nanosleep", "condvar", "futex", "epoll"] {
         let want = format!("ok {kind}");
         ctx.check(text.lines().any(|l| l == want), || {
             format!("missing `{want}`")

@@ -3,13 +3,15 @@
  *
  * Usage: blocking [--rounds R] [--sleep-ms MS]
  *
- * Four threads, index i = 0..3, kinds "read" (read() on a pipe), "nanosleep"
+ * Five threads, index i = 0..4, kinds "read" (read() on a pipe), "nanosleep"
  * (back-to-back nanosleep(MS) calls until released), "condvar"
- * (pthread_cond_wait) and "futex" (raw FUTEX_WAIT_PRIVATE). Each thread runs,
+ * (pthread_cond_wait), "futex" (raw FUTEX_WAIT_PRIVATE) and "epoll"
+ * (epoll_wait with no timeout on a second pipe: the kernel never restarts
+ * it, so every stop of the world used to end it with EINTR). Each thread runs,
  * for r = 1..R:   block(r) ; call tick() 1000*(i+1)+7*r times.
  *
  * Protocol (stdout, flushed):
- *   ready pid=<pid> threads=5     all four threads announced block 1
+ *   ready pid=<pid> threads=6     all five threads announced block 1
  *   main reads stdin lines; each "release" ends block r (main writes one byte
  *   to the pipe, broadcasts the condvar, bumps and wakes the futex word);
  *   after release r < R, once every thread has ticked and announced block r+1:
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,10 +42,10 @@ __attribute__((noinline, noipa)) long tick(long *counter, long x)
     return x * 5 + 3;
 }
 
-#define NT 4
+#define NT 5
 #define MAXR 16
-static const char *kinds[NT] = {"read", "nanosleep", "condvar", "futex"};
-static const char *names[NT] = {"blk-read", "blk-sleep", "blk-cond", "blk-futex"};
+static const char *kinds[NT] = {"read", "nanosleep", "condvar", "futex", "epoll"};
+static const char *names[NT] = {"blk-read", "blk-sleep", "blk-cond", "blk-futex", "blk-epoll"};
 
 struct tstate {
     pthread_t th;
@@ -56,6 +59,8 @@ static struct tstate ts[NT];
 static int rounds = 2;
 static long sleep_ms = 2000;
 static int pipefd[2];
+static int epoll_pipe[2];
+static int epfd;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv_release = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t cv_blocked = PTHREAD_COND_INITIALIZER;
@@ -142,6 +147,24 @@ static void block(struct tstate *s, int r)
                 fail(s, "futex wait errno %ld%ld", errno, 0);
         }
         break;
+    case 4: { /* epoll */
+        struct epoll_event ev;
+        for (;;) {
+            int n = epoll_wait(epfd, &ev, 1, -1);
+            if (n == 1)
+                break;
+            if (n < 0 && errno == EINTR) {
+                fail(s, "epoll_wait returned EINTR (round %ld)%ld", r, 0);
+                continue;
+            }
+            fail(s, "epoll_wait returned %ld errno %ld", n, errno);
+            return;
+        }
+        char c = 0;
+        if (read(epoll_pipe[0], &c, 1) != 1 || c != 'A' + r)
+            fail(s, "epoll pipe: wrong byte %ld, expected %ld", c, 'A' + r);
+        break;
+    }
     }
 }
 
@@ -212,8 +235,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "blocking: bad values\n");
         return 64;
     }
-    if (pipe(pipefd) != 0) {
+    if (pipe(pipefd) != 0 || pipe(epoll_pipe) != 0) {
         perror("pipe");
+        return 1;
+    }
+    epfd = epoll_create1(0);
+    struct epoll_event want = {.events = EPOLLIN};
+    if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, epoll_pipe[0], &want) != 0) {
+        perror("epoll");
         return 1;
     }
     for (int i = 0; i < NT; i++) {
@@ -241,7 +270,7 @@ int main(int argc, char **argv)
         pthread_cond_broadcast(&cv_release);
         pthread_mutex_unlock(&mu);
         char c = 'A' + r;
-        if (write(pipefd[1], &c, 1) != 1)
+        if (write(pipefd[1], &c, 1) != 1 || write(epoll_pipe[1], &c, 1) != 1)
             fail(NULL, "pipe write failed%ld%ld", 0, 0);
         atomic_store(&futex_word, r);
         syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);

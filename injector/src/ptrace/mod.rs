@@ -523,6 +523,9 @@ impl Tracer {
             return Ok(());
         };
         let mut withheld = std::mem::take(&mut thread.withheld);
+        if matches!(stop, Stop::Trap) && withheld.is_empty() {
+            restart_wait_ended_by_stop(&self.memory, self.pid, tid);
+        }
         let result = match stop {
             Stop::Group(_) => sys::listen(tid).map_err(|e| ("LISTEN", e)),
             Stop::Signal(sig) => sys::cont(tid, sig).map_err(|e| ("CONT", e)),
@@ -701,6 +704,11 @@ impl Tracer {
         };
         let thread = self.threads.get_mut(&tid).expect("inserted above");
         thread.state = ThreadState::Stopped(stop);
+        // Right away, not only when resuming: if weft dies while holding
+        // the process, the kernel lets the thread go as it is now.
+        if event == libc::PTRACE_EVENT_STOP && stop == Stop::Trap && thread.withheld.is_empty() {
+            restart_wait_ended_by_stop(&self.memory, self.pid, tid);
+        }
         if !keep_stopped && hold != Some(tid) {
             self.resume(tid)?;
         }
@@ -811,6 +819,9 @@ impl Tracer {
                 _ => 0,
             };
             let mut withheld = std::mem::take(&mut thread.withheld);
+            if thread.state == ThreadState::Stopped(Stop::Trap) && withheld.is_empty() {
+                restart_wait_ended_by_stop(&self.memory, self.pid, tid);
+            }
             let sig = if sig == 0 && !withheld.is_empty() {
                 withheld.remove(0)
             } else {
@@ -833,6 +844,62 @@ impl Tracer {
         self.stop_ended();
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Puts a thread whose endless wait was ended by weft's stop back into it.
+///
+/// `epoll_wait`, `epoll_pwait`, `epoll_pwait2` and `rt_sigtimedwait` are
+/// never restarted by the kernel: interrupted by a stop — weft's
+/// `PTRACE_INTERRUPT` — they return `EINTR` to the program even though no
+/// signal handler ran (signal(7), "Interruption of system calls ... by stop
+/// signals"). A program that does not expect it (nothing happened, for
+/// it) might treat it as an error. So a thread stopped right after such a
+/// call returned `-EINTR`, with no timeout (the program waits for an
+/// event, not for a time, so waiting again from now changes nothing it can
+/// see), and no signal pending that should end the wait, is set back onto
+/// the `syscall` instruction to make the call again. A wait with a timeout
+/// is left with its `EINTR` (making it again would wait longer than asked).
+fn restart_wait_ended_by_stop(memory: &ProcessMemory, pid: i32, tid: Tid) {
+    let Ok(mut regs) = sys::get_regs(tid) else {
+        return;
+    };
+    let eintr = regs.rax as i64 == -i64::from(libc::EINTR);
+    let endless = match regs.orig_rax as i64 {
+        // The timeout in milliseconds: negative waits forever.
+        libc::SYS_epoll_wait | libc::SYS_epoll_pwait => (regs.r10 as i32) < 0,
+        // A NULL timeout waits forever.
+        libc::SYS_epoll_pwait2 => regs.r10 == 0,
+        libc::SYS_rt_sigtimedwait => regs.rdx == 0,
+        _ => false,
+    };
+    if !eintr || !endless || signal_pending(pid, tid) {
+        return;
+    }
+    // Only onto a `syscall` instruction (0f 05) that is really there.
+    let at = regs.rip.wrapping_sub(2);
+    let mut insn = [0u8; 2];
+    if memory.read(at, &mut insn).is_err() || insn != [0x0f, 0x05] {
+        return;
+    }
+    regs.rip = at;
+    regs.rax = regs.orig_rax;
+    let _ = sys::set_regs(tid, &regs);
+}
+
+/// Whether a signal is pending for `tid` or its whole process (it would end
+/// the wait again, and with a handler the program must see its `EINTR`).
+fn signal_pending(pid: i32, tid: Tid) -> bool {
+    let pending = |path: String, field: &str| {
+        std::fs::read_to_string(path).map_or(true, |status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_none_or(|mask| mask != 0)
+        })
+    };
+    pending(format!("/proc/{pid}/task/{tid}/status"), "SigPnd:")
+        || pending(format!("/proc/{pid}/status"), "ShdPnd:")
 }
 
 impl Drop for Tracer {
