@@ -889,14 +889,15 @@ fn restart_wait_ended_by_stop(memory: &ProcessMemory, pid: i32, tid: Tid) {
 /// Whether a signal is pending for `tid` or its whole process (it would end
 /// the wait again, and with a handler the program must see its `EINTR`).
 fn signal_pending(pid: i32, tid: Tid) -> bool {
+    // Unreadable or unparsable counts as pending: then nothing is changed.
     let pending = |path: String, field: &str| {
-        std::fs::read_to_string(path).map_or(true, |status| {
+        let mask = std::fs::read_to_string(path).ok().and_then(|status| {
             status
                 .lines()
                 .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                .is_none_or(|mask| mask != 0)
-        })
+        });
+        mask != Some(0)
     };
     pending(format!("/proc/{pid}/task/{tid}/status"), "SigPnd:")
         || pending(format!("/proc/{pid}/status"), "ShdPnd:")
