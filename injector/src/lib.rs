@@ -31,7 +31,7 @@ pub use error::Error;
 pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
 pub use process::{
-    CallTargetCounts, Function, PointSpec, Probe, ProbeId, ProbeSpec, Process, Refused,
+    CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeSpec, Process, Refused,
     Replacement, UserProbe,
 };
 pub use report::Report;
