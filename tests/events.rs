@@ -196,7 +196,7 @@ fn deferred_probes_go_in_at_the_load_itself() {
 
     // The loader's hook saw the loads (its state changes twice each), and
     // stays out of reports (it is weft's, not the user's).
-    let word = p.probes()[hook.0 as usize].calls_word as usize;
+    let word = p.probes()[hook.0 as usize].calls_word().unwrap() as usize;
     let hook_calls: u64 = p
         .snapshot()
         .iter()

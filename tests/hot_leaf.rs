@@ -78,7 +78,7 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
         let ids = held
             .insert(&leaf, metrics)
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: insert: {e}")));
-        let word = held.probes()[ids[0].0 as usize].calls_word;
+        let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
         held.release()
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: release: {e}")));
         // Exact between two pauses: what weft counted is what each thread

@@ -57,7 +57,7 @@ fn thousand_insert_remove_cycles_under_load() {
         let ids = held
             .insert(&hot, metrics)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
-        let word = held.probes()[ids[0].0 as usize].calls_word;
+        let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
         held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
         // The window: the probe is live and weft is detached.
@@ -193,7 +193,7 @@ fn thousand_probes_in_one_stop() {
     let rows = p.snapshot();
     let words: Vec<u32> = ids
         .iter()
-        .map(|id| p.probes()[id.0 as usize].calls_word)
+        .map(|id| p.probes()[id.0 as usize].calls_word().unwrap())
         .collect();
     let silent: Vec<u32> = words
         .iter()
@@ -323,7 +323,7 @@ fn two_hundred_planned_functions_in_one_stop() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     for id in &ids {
         let probe = &process.probes()[id.0 as usize];
-        let counted = calls(&process, probe.calls_word);
+        let counted = calls(&process, probe.calls_word().unwrap());
         ctx.check(counted > 0, || {
             format!("{} counted no call in 300 ms", probe.function.name)
         });

@@ -37,7 +37,7 @@ fn instrument(ctx: &Ctx, pid: u32, name: &str, metrics: Metrics) -> (Process, u3
     let ids = held
         .insert(&f, metrics)
         .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
-    let word = held.probes()[ids[0].0 as usize].calls_word;
+    let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
     held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     (p, word)

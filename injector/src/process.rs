@@ -104,38 +104,13 @@ pub struct Probe {
     pub patch: [u8; 5],
     /// The trampoline's address range.
     pub trampoline: std::ops::Range<u64>,
-    /// Metric word of the call counter (with timers, the first of the
-    /// function's words; see `weft_codegen::timer` for the rest).
-    pub calls_word: u32,
-    /// What the probe measures.
-    pub metrics: Metrics,
-    /// Its words were given to a later probe (only when the runtime's row
-    /// ran out of words): its figures are gone and it leaves reports.
-    pub words_recycled: bool,
     /// Still spliced in.
     pub active: bool,
-    /// The runtime call record a probe with exit hooks calls the function
-    /// through (freed with its trampoline).
-    pub record: Option<u32>,
-    /// Metric words the probe owns from `calls_word` on.
-    pub words: u32,
-    /// The user probe called at the function's entry, if any.
-    pub on_entry: Option<UserProbe>,
-    /// The user probe called at the function's exits, if any.
-    pub on_exit: Option<UserProbe>,
-    /// For a replaced function ([`Held::replace_function`]): the
-    /// function it is redirected to. Such a probe has no words.
-    pub replaced_by: Option<u64>,
-    /// For an instruction point ([`Held::insert_points`]): the
-    /// instruction's address (the patch may start at an earlier
-    /// instruction of its block). Its calls word counts executions.
-    pub point: Option<u64>,
     /// The bytes from `patch_address` whose instructions run in the
     /// trampoline instead: no other probe may be patched inside them.
     pub displaced: std::ops::Range<u64>,
-    /// For a point recording where an indirect call goes: the first word
-    /// of its table and the table's slots ([`Process::call_targets`]).
-    pub call_targets: Option<(u32, u32)>,
+    /// What it does, with what only that kind of probe has.
+    pub kind: ProbeKind,
     /// Its entry in the target's probe directory (see `weft_rt::layout`).
     pub(crate) entry: Option<usize>,
     /// Another weft's probe this session shares (the same function and
@@ -156,17 +131,177 @@ pub struct Replacement {
     pub original: u64,
 }
 
+/// The metric words a counting probe owns in every thread's row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Words {
+    /// The first: the call (or execution) counter; with timers, see
+    /// `weft_codegen::timer` for the rest.
+    pub first: u32,
+    /// How many, from `first` on.
+    pub len: u32,
+    /// Given to a later probe (only when the runtime's row ran out of
+    /// words): the figures are gone and the probe leaves reports.
+    pub recycled: bool,
+}
+
+impl Words {
+    fn fresh(first: u32, len: u32) -> Words {
+        Words {
+            first,
+            len,
+            recycled: false,
+        }
+    }
+}
+
+/// What a [`Probe`] does. Each kind has only what it needs: a replaced
+/// function has no counters, a point no exit hooks, only a point records
+/// call targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// Counts a function's calls; with timers, times them too (the function
+    /// is then called through a call record).
+    Measure {
+        /// What it measures.
+        metrics: Metrics,
+        /// Its counters (and timers).
+        words: Words,
+        /// The runtime call record a probe with exit hooks calls the
+        /// function through (freed with its trampoline).
+        record: Option<u32>,
+    },
+    /// Calls user probes at a function's entry or exits (at least one),
+    /// and measures it like [`ProbeKind::Measure`].
+    UserProbes {
+        /// What it measures.
+        metrics: Metrics,
+        /// Its counters (and timers).
+        words: Words,
+        /// The call record (with an exit probe or timers).
+        record: Option<u32>,
+        /// Called at the function's entry.
+        on_entry: Option<UserProbe>,
+        /// Called at the function's exits.
+        on_exit: Option<UserProbe>,
+    },
+    /// An instruction point ([`Held::insert_points`]): counts executions.
+    Point {
+        /// The instruction's address (the patch may start at an earlier
+        /// instruction of its block).
+        at: u64,
+        /// The execution counter, then the call-target table, if any.
+        words: Words,
+        /// A user probe called there.
+        probe: Option<UserProbe>,
+        /// Slots of the table recording where the indirect call there goes
+        /// ([`Process::call_targets`]); it starts at the word after the
+        /// counter.
+        call_targets: Option<u32>,
+    },
+    /// A function redirected to another ([`Held::replace_function`]).
+    Replacement {
+        /// The function it is redirected to.
+        with: u64,
+    },
+    /// A `call` made to call another function ([`Held::redirect_call`]).
+    CallRedirect {
+        /// The new callee.
+        to: u64,
+    },
+    /// A `call` taken out ([`Held::remove_call`]).
+    CallRemoved,
+    /// Another live weft's probe that only it may own (user probes, a
+    /// point, a replacement: the target's directory does not say which).
+    /// Planned around, never shared.
+    Private {
+        /// Where it is a point (the directory's function is not where it
+        /// patched), as far as the directory tells.
+        point: Option<u64>,
+    },
+}
+
 impl Probe {
     /// Whether this is a live probe at the entry of `f` (not a point inside
     /// it, not a removed probe).
     pub fn is_live_entry_of(&self, f: &Function) -> bool {
-        self.active && self.point.is_none() && self.function.address == f.address
+        self.active && self.point().is_none() && self.function.address == f.address
     }
 
     /// Whether the probe hooks the function's exit (timers, or a user
     /// probe at exits).
     pub fn hooks_exit(&self) -> bool {
-        self.metrics.hooks_exit() || self.on_exit.is_some()
+        match &self.kind {
+            ProbeKind::Measure { metrics, .. } => metrics.hooks_exit(),
+            ProbeKind::UserProbes {
+                metrics, on_exit, ..
+            } => metrics.hooks_exit() || on_exit.is_some(),
+            _ => false,
+        }
+    }
+
+    /// What it measures: calls (executions, for a point), and the timers
+    /// of a timed function.
+    pub fn metrics(&self) -> Metrics {
+        match &self.kind {
+            ProbeKind::Measure { metrics, .. } | ProbeKind::UserProbes { metrics, .. } => *metrics,
+            _ => Metrics::CALLS,
+        }
+    }
+
+    /// Its metric words, for a probe that counts.
+    pub fn words(&self) -> Option<&Words> {
+        match &self.kind {
+            ProbeKind::Measure { words, .. }
+            | ProbeKind::UserProbes { words, .. }
+            | ProbeKind::Point { words, .. } => Some(words),
+            _ => None,
+        }
+    }
+
+    fn words_mut(&mut self) -> Option<&mut Words> {
+        match &mut self.kind {
+            ProbeKind::Measure { words, .. }
+            | ProbeKind::UserProbes { words, .. }
+            | ProbeKind::Point { words, .. } => Some(words),
+            _ => None,
+        }
+    }
+
+    /// The metric word of its call (or execution) counter, for a probe
+    /// that counts: where its row values start.
+    pub fn calls_word(&self) -> Option<u32> {
+        self.words().map(|w| w.first)
+    }
+
+    /// Its words, unless they were given to a later probe.
+    fn own_words(&self) -> Option<&Words> {
+        self.words().filter(|w| !w.recycled && w.len > 0)
+    }
+
+    /// The runtime call record the function is called through (exit hooks).
+    pub fn record(&self) -> Option<u32> {
+        match &self.kind {
+            ProbeKind::Measure { record, .. } | ProbeKind::UserProbes { record, .. } => *record,
+            _ => None,
+        }
+    }
+
+    fn take_record(&mut self) -> Option<u32> {
+        match &mut self.kind {
+            ProbeKind::Measure { record, .. } | ProbeKind::UserProbes { record, .. } => {
+                record.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// For an instruction point: the instruction's address.
+    pub fn point(&self) -> Option<u64> {
+        match &self.kind {
+            ProbeKind::Point { at, .. } => Some(*at),
+            ProbeKind::Private { point } => *point,
+            _ => None,
+        }
     }
 }
 
@@ -216,6 +351,24 @@ impl ProbeSpec {
 
     fn hooks_exit(&self) -> bool {
         self.metrics.hooks_exit() || self.on_exit.is_some()
+    }
+
+    /// The kind of probe it makes, with its words and call record.
+    fn kind(&self, words: Words, record: Option<u32>) -> ProbeKind {
+        if self.on_entry.is_none() && self.on_exit.is_none() {
+            return ProbeKind::Measure {
+                metrics: self.metrics,
+                words,
+                record,
+            };
+        }
+        ProbeKind::UserProbes {
+            metrics: self.metrics,
+            words,
+            record,
+            on_entry: self.on_entry,
+            on_exit: self.on_exit,
+        }
     }
 
     /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
@@ -918,7 +1071,7 @@ impl Process {
         let active: AddressSet<u64> = self
             .probes
             .iter()
-            .filter(|p| p.active && p.point.is_none())
+            .filter(|p| p.active && p.point().is_none())
             .map(|p| p.function.address)
             .collect();
         let mut sites = AddressSet::default();
@@ -936,7 +1089,7 @@ impl Process {
             if let Some(other) = self
                 .foreign
                 .iter()
-                .find(|p| p.point.is_none() && p.function.address == f.address)
+                .find(|p| p.point().is_none() && p.function.address == f.address)
             {
                 match self.share_or_refuse(request, other) {
                     Ok(index) => shares.push((request, index)),
@@ -1149,18 +1302,9 @@ impl Process {
                 original,
                 patch,
                 trampoline: at..at + trampoline.bytes.len() as u64,
-                calls_word: word,
-                metrics: request.metrics,
-                words_recycled: false,
                 active: false,
-                record,
-                words,
-                on_entry: request.on_entry,
-                on_exit: request.on_exit,
-                replaced_by: None,
-                point: None,
                 displaced: site.patch_address..site.end(),
-                call_targets: None,
+                kind: request.kind(Words::fresh(word, words), record),
                 entry: None,
                 borrowed: false,
             });
@@ -1266,18 +1410,13 @@ impl Process {
                 original: s.original,
                 patch: s.patch,
                 trampoline: s.at..s.at + s.trampoline_len,
-                calls_word: s.word,
-                metrics: Metrics::CALLS,
-                words_recycled: false,
                 active: false,
-                record: None,
-                words: 1,
-                on_entry: None,
-                on_exit: None,
-                replaced_by: None,
-                point: None,
                 displaced: s.site.patch_address..s.site.end(),
-                call_targets: None,
+                kind: ProbeKind::Measure {
+                    metrics: Metrics::CALLS,
+                    words: Words::fresh(s.word, 1),
+                    record: None,
+                },
                 entry: None,
                 borrowed: false,
             });
@@ -1494,7 +1633,7 @@ impl Process {
             original,
             patch,
             at..at + redirect.bytes.len() as u64,
-            with,
+            ProbeKind::Replacement { with },
         )?;
         if let Some(p) = self.probes.iter_mut().find(|p| p.id == id) {
             p.displaced = site.patch_address..site.end();
@@ -1554,13 +1693,29 @@ impl Process {
                 (call, at..at + code.len() as u64)
             }
         };
-        self.splice_wordless(tracer, f, site, original, patch, trampoline, to)
+        self.splice_wordless(
+            tracer,
+            f,
+            site,
+            original,
+            patch,
+            trampoline,
+            ProbeKind::CallRedirect { to },
+        )
     }
 
     fn remove_call_now(&mut self, tracer: &mut Tracer, site: u64) -> Result<ProbeId, Error> {
         let (f, original) = self.call_site(tracer, site)?;
         const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-        self.splice_wordless(tracer, f, site, original, NOP5, site..site, 0)
+        self.splice_wordless(
+            tracer,
+            f,
+            site,
+            original,
+            NOP5,
+            site..site,
+            ProbeKind::CallRemoved,
+        )
     }
 
     /// The function holding the `call rel32` at `site`, and its 5 bytes;
@@ -1608,8 +1763,9 @@ impl Process {
     }
 
     /// Writes `patch` over the 5 bytes at `at` with no thread inside them,
-    /// and records it as an active word-less probe (a replacement),
-    /// removable like any other.
+    /// and records it as an active word-less probe of `kind` (a
+    /// replacement, a call redirected or removed), removable like any
+    /// other.
     #[allow(clippy::too_many_arguments)]
     fn splice_wordless(
         &mut self,
@@ -1619,7 +1775,7 @@ impl Process {
         original: [u8; 5],
         patch: [u8; 5],
         trampoline: std::ops::Range<u64>,
-        replaced_by: u64,
+        kind: ProbeKind,
     ) -> Result<ProbeId, Error> {
         self.wait_until_outside(tracer, |pc| at < pc && pc < at + 5, "a patch site")?;
         let id = ProbeId(self.probes.len() as u32);
@@ -1630,18 +1786,9 @@ impl Process {
             original,
             patch,
             trampoline,
-            calls_word: 0,
-            metrics: Metrics::CALLS,
-            words_recycled: false,
             active: true,
-            record: None,
-            words: 0,
-            on_entry: None,
-            on_exit: None,
-            replaced_by: Some(replaced_by),
-            point: None,
             displaced: at..at + 5,
-            call_targets: None,
+            kind,
             entry: None,
             borrowed: false,
         }];
@@ -1671,7 +1818,7 @@ impl Process {
         if let Some(word) = crate::ledger::allocate_words(&rt.region, len) {
             return Ok((word, true));
         }
-        let width = |p: &Probe| p.words;
+        let width = |p: &Probe| p.words().map_or(0, |w| w.len);
         let Some(at) = self
             .quiet
             .iter()
@@ -1680,8 +1827,11 @@ impl Process {
             return Err(Error::TooManyProbes(self.options.metric_words));
         };
         let index = self.quiet.swap_remove(at);
-        let word = self.probes[index].calls_word;
-        self.probes[index].words_recycled = true;
+        let Some(words) = self.probes[index].words_mut() else {
+            return Err(Error::Internal("a quiet probe without words".into()));
+        };
+        words.recycled = true;
+        let word = words.first;
         let rt = self.rt()?;
         rt.region
             .zero_words(word, len)
@@ -1738,7 +1888,7 @@ impl Process {
                 .iter()
                 .map(|r| {
                     let probe = self.probes.iter().find(|p| &p.trampoline == r)?;
-                    let at = first + u64::from(probe.record?) * weft_codegen::RECORD_SIZE;
+                    let at = first + u64::from(probe.record()?) * weft_codegen::RECORD_SIZE;
                     Some(at..at + weft_codegen::RECORD_RETURN)
                 })
                 .collect()
@@ -1801,7 +1951,7 @@ impl Process {
             self.pool.release(range.clone());
             if let Some(i) = self.probes.iter().position(|p| p.trampoline == range) {
                 self.quiet.push(i);
-                if let Some(record) = self.probes[i].record.take() {
+                if let Some(record) = self.probes[i].take_record() {
                     self.free_records.push(record);
                 }
             }
@@ -1835,7 +1985,8 @@ impl Process {
                     .load(std::sync::atomic::Ordering::Acquire)
             });
         let measures_only = request.on_entry.is_none() && request.on_exit.is_none();
-        let covered = other.metrics.union(request.metrics) == other.metrics;
+        let theirs = other.metrics();
+        let covered = theirs.union(request.metrics) == theirs;
         if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
             return Ok(index);
         }
@@ -1847,8 +1998,8 @@ impl Process {
             format!(
                 "measuring only {}: ask for those metrics (-m {}) to share its probe, or stop \
                  that weft first",
-                other.metrics.names().join(","),
-                other.metrics.names().join(",")
+                theirs.names().join(","),
+                theirs.names().join(",")
             )
         };
         Err(format!(
@@ -1995,7 +2146,12 @@ impl Process {
         let mut probe = foreign_probe(index, &entry);
         probe.id = ProbeId(self.probes.len() as u32);
         probe.function = f.clone();
-        probe.metrics = metrics;
+        // Measured as asked: a share covers at most what its owner measures.
+        probe.kind = ProbeKind::Measure {
+            metrics,
+            words: Words::fresh(entry.first_word, entry.words),
+            record: crate::ledger::record_of(&entry),
+        };
         // The words that add up (calls, exits, closed time), not a running
         // timer's start or a nesting depth.
         let offsets: &[i32] = if entry.words > 1 {
@@ -2298,7 +2454,8 @@ impl Process {
             .probes
             .iter()
             .filter(|p| ids.contains(&p.id) && p.hooks_exit())
-            .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
+            .filter_map(Probe::calls_word)
+            .map(|word| weft_rt::layout::Geometry::metric_offset(word) as i32)
             .collect();
         self.retire_open_activations(tracer, &hooked)?;
         // Only this session's own trampolines come back to its pool (a
@@ -2589,16 +2746,19 @@ impl Process {
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
         let q32 = region.header().timer_ns_per_tick_q32;
-        for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
-            let first = probe.calls_word as usize;
-            let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
+        for probe in self.probes.iter().filter(|p| p.metrics().hooks_exit()) {
+            let Some(word) = probe.calls_word() else {
+                continue;
+            };
+            let first = word as usize;
+            let base = weft_rt::layout::Geometry::metric_offset(word) as usize;
             let Some(mut words) = read(base) else {
                 continue; // a writer stuck mid-update: keep the copy's totals
             };
             // The thread's CPU time only for a running CPU timer (one
             // /proc read per thread and report at most), then the words
             // again, after it.
-            if probe.metrics.cpu && words.cpu_start != 0 && cpu_now.is_none() {
+            if probe.metrics().cpu && words.cpu_start != 0 && cpu_now.is_none() {
                 cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
                 match read(base) {
                     Some(again) => words = again,
@@ -2730,13 +2890,15 @@ impl Process {
         let probes: Vec<ProbeInfo> = self
             .probes
             .iter()
-            .filter(|p| !p.words_recycled && p.words > 0 && !self.unreported.contains(&p.id))
-            .map(|p| ProbeInfo {
-                name: points::probe_name(p),
-                module: p.function.module.clone(),
-                address: p.patch_address,
-                calls_word: p.calls_word,
-                metrics: p.metrics,
+            .filter(|p| !self.unreported.contains(&p.id))
+            .filter_map(|p| {
+                Some(ProbeInfo {
+                    name: points::probe_name(p),
+                    module: p.function.module.clone(),
+                    address: p.patch_address,
+                    calls_word: p.own_words()?.first,
+                    metrics: p.metrics(),
+                })
             })
             .collect();
         let overflow = self.runtime.as_ref().map_or(0, |rt| {
@@ -2759,7 +2921,7 @@ impl Process {
                     .map(|s| s.trim_end().to_string())
             },
         );
-        let timed = self.probes.iter().any(|p| p.metrics.hooks_exit());
+        let timed = self.probes.iter().any(|p| p.metrics().hooks_exit());
         if let (true, Some(rt)) = (timed, &self.runtime) {
             report.clocks = Some(clocks(&rt.region.header().wall, &rows));
         }
@@ -3025,22 +3187,22 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
         original,
         patch,
         trampoline: e.trampoline..e.trampoline + e.trampoline_len,
-        calls_word: e.first_word,
-        metrics: Metrics {
-            wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
-            cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
-        },
-        words_recycled: false,
         active: true,
-        record: crate::ledger::record_of(e),
-        words: e.words,
-        on_entry: None,
-        on_exit: None,
-        replaced_by: None,
-        point: (e.kind != weft_rt::layout::KIND_MEASURE && e.function != e.patch_address)
-            .then_some(e.function),
         displaced: e.patch_address..e.patch_address + displaced,
-        call_targets: None,
+        kind: if e.kind == weft_rt::layout::KIND_MEASURE {
+            ProbeKind::Measure {
+                metrics: Metrics {
+                    wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
+                    cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
+                },
+                words: Words::fresh(e.first_word, e.words),
+                record: crate::ledger::record_of(e),
+            }
+        } else {
+            ProbeKind::Private {
+                point: (e.function != e.patch_address).then_some(e.function),
+            }
+        },
         entry: Some(index),
         borrowed: true,
     }
@@ -3050,12 +3212,9 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
 /// just measures a function's entry may be shared by another session.
 fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
     use weft_rt::layout as l;
-    let shareable = probe.point.is_none()
-        && probe.on_entry.is_none()
-        && probe.on_exit.is_none()
-        && probe.replaced_by.is_none()
-        && probe.call_targets.is_none()
-        && probe.words > 0;
+    let shareable = matches!(probe.kind, ProbeKind::Measure { .. });
+    let metrics = probe.metrics();
+    let words = probe.words().copied().unwrap_or(Words::fresh(0, 0));
     let mut original = [0u8; 8];
     original[..5].copy_from_slice(&probe.original);
     let mut patch = [0u8; 8];
@@ -3068,16 +3227,13 @@ fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
         } else {
             l::KIND_PRIVATE
         },
-        metrics: if probe.metrics.wall {
-            l::METRIC_WALL
-        } else {
-            0
-        } | if probe.metrics.cpu { l::METRIC_CPU } else { 0 },
-        first_word: probe.calls_word,
-        words: probe.words,
-        record: probe.record.unwrap_or(l::NO_RECORD),
+        metrics: if metrics.wall { l::METRIC_WALL } else { 0 }
+            | if metrics.cpu { l::METRIC_CPU } else { 0 },
+        first_word: words.first,
+        words: words.len,
+        record: probe.record().unwrap_or(l::NO_RECORD),
         reserved: (probe.displaced.end - probe.displaced.start) as u32,
-        function: probe.point.unwrap_or(probe.function.address),
+        function: probe.point().unwrap_or(probe.function.address),
         patch_address: probe.patch_address,
         trampoline: probe.trampoline.start,
         trampoline_len: probe.trampoline.end - probe.trampoline.start,
@@ -3217,18 +3373,13 @@ mod tests {
             original,
             patch: [0xe9, 0, 0, 0, 0],
             trampoline: 0..0,
-            calls_word: 0,
-            metrics: Metrics::CALLS,
-            words_recycled: false,
             active,
-            record: None,
-            words: 1,
-            on_entry: None,
-            on_exit: None,
-            replaced_by: None,
-            point: None,
             displaced: patch..displaced_end,
-            call_targets: None,
+            kind: ProbeKind::Measure {
+                metrics: Metrics::CALLS,
+                words: Words::fresh(0, 1),
+                record: None,
+            },
             entry: None,
             borrowed: false,
         }

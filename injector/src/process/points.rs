@@ -9,8 +9,9 @@
 //! [`weft_codegen::analyze_at`]). Every point counts how often threads
 //! reach it, in a word of their own rows, like a function's calls.
 
-use super::{Error, Function, Occupied, Probe, ProbeId, Process, Refused, UserProbe};
-use crate::exits::Metrics;
+use super::{
+    Error, Function, Occupied, Probe, ProbeId, ProbeKind, Process, Refused, UserProbe, Words,
+};
 use crate::ptrace::Tracer;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
@@ -238,18 +239,14 @@ impl Process {
                     original,
                     patch,
                     trampoline: at..at + trampoline.bytes.len() as u64,
-                    calls_word: word,
-                    metrics: Metrics::CALLS,
-                    words_recycled: false,
                     active: false,
-                    record: None,
-                    words,
-                    on_entry: spec.probe,
-                    on_exit: None,
-                    replaced_by: None,
-                    point: Some(spec.address),
                     displaced: site.patch_address..site.end(),
-                    call_targets: spec.call_targets.map(|slots| (word + 1, slots)),
+                    kind: ProbeKind::Point {
+                        at: spec.address,
+                        words: Words::fresh(word, words),
+                        probe: spec.probe,
+                        call_targets: spec.call_targets,
+                    },
                     entry: None,
                     borrowed: false,
                 });
@@ -312,8 +309,12 @@ impl Process {
             .iter()
             .find(|p| p.id == id)
             .ok_or(Error::NotACallTargetPoint(id.0))?;
-        let (table, slots) = match (probe.call_targets, probe.words_recycled) {
-            (Some(t), false) => t,
+        let (table, slots) = match &probe.kind {
+            ProbeKind::Point {
+                words,
+                call_targets: Some(slots),
+                ..
+            } if !words.recycled => (words.first + 1, *slots),
             _ => return Err(Error::NotACallTargetPoint(id.0)),
         };
         let mut out = Vec::new();
@@ -522,7 +523,7 @@ pub(crate) fn point_name(f: &Function, address: u64) -> String {
 
 /// How a probe is named in messages and reports.
 pub(crate) fn probe_name(p: &Probe) -> String {
-    match p.point {
+    match p.point() {
         Some(at) => point_name(&p.function, at),
         None => p.function.name.clone(),
     }
