@@ -383,15 +383,15 @@ fn section_attach(quick: bool) {
         p.prepare(&f).expect("prepare");
         let t1 = Instant::now();
         let stops = p.stops();
-        p.hold().expect("hold");
-        p.insert(&f, Metrics::CALLS).expect("insert");
-        p.release().expect("release");
+        let mut held = p.hold().expect("hold");
+        held.insert(&f, Metrics::CALLS).expect("insert");
+        held.release().expect("release");
         let held = t1.elapsed();
         let whole = t0.elapsed();
         rows.push((p.longest_stop(), held, whole, p.stops() - stops));
-        p.hold().expect("hold");
-        p.remove_all().expect("remove");
-        p.release().expect("release");
+        let mut held = p.hold().expect("hold");
+        held.remove_all().expect("remove");
+        held.release().expect("release");
     }
     rows.sort();
     for (stop, held, whole, stops) in &rows {
@@ -442,14 +442,14 @@ fn section_many_functions(quick: bool) {
         let warm = p
             .find_functions(&[Pattern::parse("usleep").unwrap()])
             .expect("usleep");
-        p.hold().expect("hold");
-        p.insert(&warm, Metrics::CALLS).expect("insert");
-        p.release().expect("release");
+        let mut held = p.hold().expect("hold");
+        held.insert(&warm, Metrics::CALLS).expect("insert");
+        held.release().expect("release");
         let stops = p.stops();
         let t0 = Instant::now();
-        p.hold().expect("hold");
-        p.insert(&f, Metrics::CALLS).expect("insert 1000");
-        p.release().expect("release");
+        let mut held = p.hold().expect("hold");
+        held.insert(&f, Metrics::CALLS).expect("insert 1000");
+        held.release().expect("release");
         let held = t0.elapsed();
         let stops = p.stops() - stops;
         assert_eq!(stops, 1, "1,000 functions in one stop of the world");
@@ -489,9 +489,9 @@ fn section_sampling(quick: bool) {
     let target = Target::start(&exe, &[threads.to_string()]);
     let (mut p, f) = open_generated(&target);
     p.prepare(&f).expect("prepare");
-    p.hold().expect("hold");
-    p.insert(&f, Metrics::ALL).expect("insert");
-    p.release().expect("release");
+    let mut held = p.hold().expect("hold");
+    held.insert(&f, Metrics::ALL).expect("insert");
+    held.release().expect("release");
     // Every thread runs every function within 200 ms, then sleeps 200 ms:
     // at 10 Hz about half the rows have changed between two samples.
     std::thread::sleep(Duration::from_millis(500));
@@ -542,9 +542,9 @@ fn section_sampling(quick: bool) {
         cold * 1e3,
         report * 1e3
     );
-    p.hold().expect("hold");
-    p.remove_all().expect("remove");
-    p.release().expect("release");
+    let mut held = p.hold().expect("hold");
+    held.remove_all().expect("remove");
+    held.release().expect("release");
 }
 
 /// Calls counted so far in every live row (a full snapshot).

@@ -61,9 +61,9 @@ fn main() -> Result<()> {
         .zip(verdicts)
         .filter_map(|(s, v)| v.is_none().then_some(s))
         .collect();
-    process.hold()?;
-    let ids = process.insert_points(&specs)?;
-    process.release()?;
+    let mut held = process.hold()?;
+    let ids = held.insert_points(&specs)?;
+    held.release()?;
 
     server.send("go");
     let lines = server.until_done();
@@ -199,9 +199,9 @@ fn main() -> Result<()> {
         bail!("expected {workers} worker lines, got {lines:?}");
     }
 
-    process.hold()?;
-    process.remove(&ids)?;
-    process.release()?;
+    let mut held = process.hold()?;
+    held.remove(&ids)?;
+    held.release()?;
     let status = server.finish();
     if !status.success() {
         bail!("the server exited with {status}");

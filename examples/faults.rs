@@ -10,7 +10,7 @@ mod common;
 
 use anyhow::{bail, Context, Result};
 use common::{build_probes, build_server, work_dir, Server};
-use weft::{Pattern, Process};
+use weft::{Held, Pattern, Process};
 
 fn main() -> Result<()> {
     let dir = work_dir("faults");
@@ -25,19 +25,19 @@ fn main() -> Result<()> {
         .into_iter()
         .next()
         .context("the server's libc has no malloc")?;
-    process.hold()?;
-    let library = process.load_library(&faults)?;
-    let symbol = |p: &mut Process, name: &str| {
+    let mut held = process.hold()?;
+    let library = held.load_library(&faults)?;
+    let symbol = |p: &mut Held, name: &str| {
         library
             .symbol(p.image(), name)
             .with_context(|| format!("the fault library has no {name}"))
     };
-    let faulty = symbol(&mut process, "malloc_faulty")?;
-    let original_slot = symbol(&mut process, "malloc_original")?;
-    let injected = symbol(&mut process, "injected")?;
-    let fault = process.replace_function(&malloc, faulty)?;
-    process.write_memory(original_slot, &fault.original.to_le_bytes())?;
-    process.release()?;
+    let faulty = symbol(&mut held, "malloc_faulty")?;
+    let original_slot = symbol(&mut held, "malloc_original")?;
+    let injected = symbol(&mut held, "injected")?;
+    let fault = held.replace_function(&malloc, faulty)?;
+    held.write_memory(original_slot, &fault.original.to_le_bytes())?;
+    held.release()?;
     println!("malloc now fails at the 1000th call of the first thread to make that many");
 
     server.send("go");
@@ -47,9 +47,9 @@ fn main() -> Result<()> {
         println!("server: {l}");
     }
     let was_injected = process.read_memory(injected, 8)?;
-    process.hold()?;
-    process.remove(&[fault.id])?;
-    process.release()?;
+    let mut held = process.hold()?;
+    held.remove(&[fault.id])?;
+    held.release()?;
     let status = server.finish();
     if failures.len() != 1 || !failures[0].ends_with("malloc #1000 failed") {
         bail!("expected exactly one failed malloc, the 1000th of a worker: {failures:?}");

@@ -40,13 +40,13 @@ fn main() -> Result<()> {
         .into_iter()
         .next()
         .context("the server has no checksum()")?;
-    process.hold()?;
-    let library = process.load_library(&fix)?;
+    let mut held = process.hold()?;
+    let library = held.load_library(&fix)?;
     let fixed = library
-        .symbol(process.image(), "checksum_fixed")
+        .symbol(held.image(), "checksum_fixed")
         .context("the fix library has no checksum_fixed")?;
-    let patch = process.replace_function(&checksum, fixed)?;
-    process.release()?;
+    let patch = held.replace_function(&checksum, fixed)?;
+    held.release()?;
     println!(
         "checksum at {:#x} now goes to {fixed:#x} (the original stays at {:#x})",
         checksum.address, patch.original
@@ -65,9 +65,9 @@ fn main() -> Result<()> {
         }
     }
     // Take the patch out again and leave the server as it was.
-    process.hold()?;
-    process.remove(&[patch.id])?;
-    process.release()?;
+    let mut held = process.hold()?;
+    held.remove(&[patch.id])?;
+    held.release()?;
     let status = server.finish();
     if wrong > 0 || !status.success() {
         bail!("{wrong} workers had a wrong sum; the server ended with {status}");

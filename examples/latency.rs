@@ -11,7 +11,7 @@ mod common;
 
 use anyhow::{bail, Context, Result};
 use common::{build_probes, build_server, work_dir, Server};
-use weft::{Metrics, Pattern, ProbeSpec, Process, Sampler, UserProbe};
+use weft::{Held, Metrics, Pattern, ProbeSpec, Process, Sampler, UserProbe};
 
 const THREADS: usize = 256;
 const BUCKETS: usize = 32;
@@ -29,14 +29,14 @@ fn main() -> Result<()> {
         .into_iter()
         .next()
         .context("the server has no handle()")?;
-    process.hold()?;
-    let library = process.load_library(&probes)?;
-    let symbol = |p: &mut Process, name: &str| {
+    let mut held = process.hold()?;
+    let library = held.load_library(&probes)?;
+    let symbol = |p: &mut Held, name: &str| {
         library
             .symbol(p.image(), name)
             .with_context(|| format!("the probe library has no {name}"))
     };
-    let probe = |p: &mut Process, name: &str| -> Result<UserProbe> {
+    let probe = |p: &mut Held, name: &str| -> Result<UserProbe> {
         Ok(UserProbe {
             function: symbol(p, name)?,
             user: 0,
@@ -44,13 +44,13 @@ fn main() -> Result<()> {
         })
     };
     let spec = ProbeSpec {
-        on_entry: Some(probe(&mut process, "on_entry")?),
-        on_exit: Some(probe(&mut process, "on_exit")?),
+        on_entry: Some(probe(&mut held, "on_entry")?),
+        on_exit: Some(probe(&mut held, "on_exit")?),
         ..ProbeSpec::measure(handle, Metrics::CALLS)
     };
-    let hist_at = symbol(&mut process, "hist")?;
-    let ids = process.insert_probes(&[spec])?;
-    process.release()?;
+    let hist_at = symbol(&mut held, "hist")?;
+    let ids = held.insert_probes(&[spec])?;
+    held.release()?;
 
     server.send("go");
     server.until_done();
@@ -84,9 +84,9 @@ fn main() -> Result<()> {
         }
         checked += 1;
     }
-    process.hold()?;
-    process.remove(&ids)?;
-    process.release()?;
+    let mut held = process.hold()?;
+    held.remove(&ids)?;
+    held.release()?;
     let status = server.finish();
     if checked != workers as usize {
         bail!("{checked} threads had histograms, {workers} workers ran");

@@ -88,10 +88,10 @@ fn threads_libraries_and_deferred_probes() {
     ctx.check(calls == Some(250), || {
         format!("lib_work, instrumented when it was loaded, counted {calls:?} of 250 calls")
     });
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    p.remove_all()
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    held.remove_all()
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.send("quit");
     t.wait_code(0);
@@ -120,11 +120,11 @@ fn deferred_probes_go_in_at_the_load_itself() {
         vec![Pattern::parse("libwork.so:lib_work").unwrap()],
         Metrics::CALLS,
     );
-    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
     let hook = w
-        .defer_at_load(&mut p, Duration::from_secs(5))
+        .defer_at_load(&mut held, Duration::from_secs(5))
         .unwrap_or_else(|e| fail("defer_at_load", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
 
     // The target loads and calls at once, on another thread of the test;
     // this one only waits on the watcher.
@@ -163,10 +163,10 @@ fn deferred_probes_go_in_at_the_load_itself() {
     });
 
     // Nobody polling: a load waits at most what was asked, then goes on.
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    w.defer_at_load(&mut p, Duration::from_millis(300))
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    w.defer_at_load(&mut held, Duration::from_millis(300))
         .unwrap_or_else(|e| fail("defer_at_load again", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     // How long `loadcall 5` of a fresh copy of the library takes (a new
     // file each time, so the loader really maps it).
     let mut copies = 0;
@@ -196,7 +196,7 @@ fn deferred_probes_go_in_at_the_load_itself() {
 
     // The loader's hook saw the loads (its state changes twice each), and
     // stays out of reports (it is weft's, not the user's).
-    let word = p.probes()[hook.0 as usize].calls_word as usize;
+    let word = p.probes()[hook.0 as usize].calls_word().unwrap() as usize;
     let hook_calls: u64 = p
         .snapshot()
         .iter()
@@ -213,18 +213,18 @@ fn deferred_probes_go_in_at_the_load_itself() {
     );
     // Stopped: with the watcher just seen (so a load would wait the whole
     // 5 s, unpolled), a load goes on at once.
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    w.defer_at_load(&mut p, Duration::from_secs(5))
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    w.defer_at_load(&mut held, Duration::from_secs(5))
         .unwrap_or_else(|e| fail("defer_at_load a third time", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
-    w.stop_deferring_at_load(&mut p);
+    held.release().unwrap_or_else(|e| fail("release", e));
+    w.stop_deferring_at_load(&p);
     let waited = timed_load(&mut t);
     ctx.check(waited < Duration::from_millis(250), || {
         format!("a load waited {waited:?} after stop_deferring_at_load")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove_all().unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove_all().unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     t.send("join");
     t.expect_stdout("`joined`", |l| l == "joined");
     t.send("quit");

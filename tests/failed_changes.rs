@@ -10,7 +10,7 @@ mod support;
 
 use support::*;
 use weft::process::Fault;
-use weft::{Metrics, Pattern, Process};
+use weft::{Held, Metrics, Pattern, Process};
 
 const FAILURES: usize = 1_000;
 
@@ -20,8 +20,11 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
     let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
     let (pid, _) = wait_ready(&mut t);
     let mut process =
-        Process::attach(pid as i32).unwrap_or_else(|e| ctx.fail(format!("attach: {e}")));
-    let functions = process
+        Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("attach: {e}")));
+    let mut held = process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("attach: {e}")));
+    let functions = held
         .find_functions(&[
             Pattern::parse("work_a").unwrap(),
             Pattern::parse("work_b").unwrap(),
@@ -30,55 +33,51 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
         .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
     // A first insertion and removal loads the runtime and installs the
     // exit code: what stays after a success, not what a failure leaves.
-    let ids = process
+    let ids = held
         .insert(&functions, Metrics::ALL)
         .unwrap_or_else(|e| ctx.fail(format!("first insert: {e}")));
-    process
-        .remove(&ids)
+    held.remove(&ids)
         .unwrap_or_else(|e| ctx.fail(format!("first remove: {e}")));
 
-    let state = |process: &Process| {
+    let state = |held: &Held| {
         let code: Vec<Vec<u8>> = functions
             .iter()
             .map(|f| {
-                process
-                    .read_memory(f.address, 16)
+                held.read_memory(f.address, 16)
                     .unwrap_or_else(|e| ctx.fail(format!("read {}: {e}", f.name)))
             })
             .collect();
-        let threads = process
-            .threads()
-            .unwrap_or_else(|e| ctx.fail(format!("threads: {e}")));
+        let threads = held.threads();
         let pcs: Vec<(i32, u64)> = threads
             .iter()
             .map(|&tid| {
-                let regs = process
+                let regs = held
                     .registers(tid)
                     .unwrap_or_else(|e| ctx.fail(format!("registers of {tid}: {e}")));
                 (tid, regs.rip)
             })
             .collect();
-        let active = process.probes().iter().filter(|p| p.active).count();
-        (code, process.ledger_state(), pcs, active)
+        let active = held.probes().iter().filter(|p| p.active).count();
+        (code, held.ledger_state(), pcs, active)
     };
     // One failed insertion first: the first change after a removal finds
     // the threads as the removal's last stop left them, some just at the
     // `syscall` a restart steps back onto; from then on they show the PC
     // after it. (The same instruction to run next either way.)
-    process.fail_next_insertion_at(Fault::Words);
-    let _ = process.insert(&functions, Metrics::ALL);
-    let before = state(&process);
+    held.fail_next_insertion_at(Fault::Words);
+    let _ = held.insert(&functions, Metrics::ALL);
+    let before = state(&held);
     let mut pool_after_first_round = None;
     for i in 0..FAILURES {
         let step = Fault::ALL[i % Fault::ALL.len()];
-        process.fail_next_insertion_at(step);
-        match process.insert(&functions, Metrics::ALL) {
+        held.fail_next_insertion_at(step);
+        match held.insert(&functions, Metrics::ALL) {
             Ok(_) => ctx.fail(format!("failure {i} at {step:?}: the insertion succeeded")),
             Err(e) => ctx.check(e.to_string().contains("inject"), || {
                 format!("failure {i} at {step:?} failed for another reason: {e}")
             }),
         }
-        let after = state(&process);
+        let after = state(&held);
         ctx.check(after == before, || {
             format!(
                 "failure {i} at {step:?} left the target changed:\nbefore {before:x?}\nafter  \
@@ -86,7 +85,7 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
             )
         });
         // Trampoline space given back is reused: no growth after a round.
-        let used = process.trampoline_memory().1;
+        let used = held.trampoline_memory().1;
         if i + 1 == Fault::ALL.len() {
             pool_after_first_round = Some(used);
         }
@@ -97,11 +96,10 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
         }
     }
     // And the process is as good as new: an insertion works and counts.
-    let ids = process
+    let ids = held
         .insert(&functions, Metrics::ALL)
         .unwrap_or_else(|e| ctx.fail(format!("insert after the failures: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.send("go");
     t.expect_stdout("phase 1 done", |l| l == "phase 1 done");
@@ -119,14 +117,12 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
             format!("{f}: weft counted {got}, the target {want}")
         });
     }
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    process
-        .remove(&ids)
+    held.remove(&ids)
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.send("go");
     t.expect_stdout("`done`", |l| l == "done");

@@ -70,9 +70,12 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
         if round == 0 {
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
-        let mut process = Process::attach(pid as i32)
+        let mut process = Process::open(pid as i32)
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: attach: {e}")));
-        let leaf = process
+        let mut held = process
+            .hold()
+            .unwrap_or_else(|e| ctx.fail(format!("round {round}: attach: {e}")));
+        let leaf = held
             .find_functions(&[Pattern::parse("leaf").unwrap()])
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: find: {e}")));
         let metrics = if round % 2 == 0 {
@@ -80,12 +83,11 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
         } else {
             Metrics::ALL
         };
-        let ids = process
+        let ids = held
             .insert(&leaf, metrics)
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: insert: {e}")));
-        let word = process.probes()[ids[0].0 as usize].calls_word;
-        process
-            .release()
+        let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: release: {e}")));
         // Exact between two pauses: what weft counted is what each thread
         // counted itself.
@@ -109,15 +111,13 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
         go(&mut t);
         // Every worker back in its loop before the next attach.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        process
+        let mut held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: hold: {e}")));
-        process
-            .remove_all()
+        held.remove_all()
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: remove: {e}")));
-        moved += process.threads_moved();
-        process
-            .release()
+        moved += held.threads_moved();
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("round {round}: release: {e}")));
     }
     eprintln!(
@@ -149,24 +149,21 @@ fn thousand_cycles_on_a_leaf_two_hundred_threads_spin_through() {
         } else {
             Metrics::ALL
         };
-        process
+        let mut held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        let ids = process
+        let ids = held
             .insert(&leaf, metrics)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
-        process
-            .release()
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
         longest = longest.max(process.longest_stop());
-        process
+        let mut held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        process
-            .remove(&ids)
+        held.remove(&ids)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: remove: {e}")));
-        process
-            .release()
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
         longest = longest.max(process.longest_stop());
     }

@@ -131,9 +131,9 @@ fn memory_and_registers_of_a_held_process() {
     // The ready line can reach us before the target's write(2) returns:
     // wait until the kernel reports it blocked in read(2).
     wait_blocked_in_read(&ctx, pid as i32);
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    let tid = p.threads().unwrap()[0];
-    let regs = p
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let tid = held.threads()[0];
+    let regs = held
         .registers(tid)
         .unwrap_or_else(|e| ctx.fail(format!("registers: {e}")));
     // Blocked in read(0, ...) for the next command.
@@ -146,20 +146,19 @@ fn memory_and_registers_of_a_held_process() {
             )
         },
     );
-    p.set_registers(tid, &regs)
+    held.set_registers(tid, &regs)
         .unwrap_or_else(|e| ctx.fail(format!("set_registers: {e}")));
-    p.write_memory(factor, &3.0f64.to_le_bytes())
+    held.write_memory(factor, &3.0f64.to_le_bytes())
         .unwrap_or_else(|e| ctx.fail(format!("write: {e}")));
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.send("run 1");
     t.expect_stdout("the call with factor 3", |l| {
         l == "call 1 add3=6 scale=4.50 pick=odd"
     });
     t.expect_stdout("the end of the round", |l| l == "round 1 done");
-    ctx.check(p.write_memory(factor, &[0]).is_err(), || {
-        "write_memory on a process weft does not hold must fail".into()
-    });
+    // write_memory on a process weft does not hold does not compile
+    // (`Process` has none: the compile_fail examples of `weft::Held`).
     t.send("quit");
     t.wait_code(0);
 }

@@ -42,27 +42,27 @@ fn two_processes_held_at_once_and_a_child_of_ours_reaped_by_us() {
     let fb = pb.find_functions(std::slice::from_ref(&hot)).unwrap();
     // Both held, both changed while the other is held: each loads its
     // runtime with remote calls, whose stops must reach the right tracer.
-    pa.hold().unwrap_or_else(|e| fail("hold a", e));
-    pb.hold().unwrap_or_else(|e| fail("hold b", e));
-    let ia = pa
+    let mut ha = pa.hold().unwrap_or_else(|e| fail("hold a", e));
+    let mut hb = pb.hold().unwrap_or_else(|e| fail("hold b", e));
+    let ia = ha
         .insert(&fa, Metrics::ALL)
         .unwrap_or_else(|e| fail("insert into a while b is held", e));
-    let ib = pb
+    let ib = hb
         .insert(&fb, Metrics::CALLS)
         .unwrap_or_else(|e| fail("insert into b while a is held", e));
-    pb.release().unwrap_or_else(|e| fail("release b", e));
-    pa.release().unwrap_or_else(|e| fail("release a", e));
+    hb.release().unwrap_or_else(|e| fail("release b", e));
+    ha.release().unwrap_or_else(|e| fail("release a", e));
     std::thread::sleep(std::time::Duration::from_millis(100));
     let (ca, cb) = (counted(&pa), counted(&pb));
     ctx.check(ca > 0 && cb > 0, || format!("both count: a {ca}, b {cb}"));
 
     // Taken out, again both held at once.
-    pa.hold().unwrap_or_else(|e| fail("hold a", e));
-    pb.hold().unwrap_or_else(|e| fail("hold b", e));
-    pa.remove(&ia).unwrap_or_else(|e| fail("remove from a", e));
-    pb.remove(&ib).unwrap_or_else(|e| fail("remove from b", e));
-    pa.release().unwrap_or_else(|e| fail("release a", e));
-    pb.release().unwrap_or_else(|e| fail("release b", e));
+    let mut ha = pa.hold().unwrap_or_else(|e| fail("hold a", e));
+    let mut hb = pb.hold().unwrap_or_else(|e| fail("hold b", e));
+    ha.remove(&ia).unwrap_or_else(|e| fail("remove from a", e));
+    hb.remove(&ib).unwrap_or_else(|e| fail("remove from b", e));
+    ha.release().unwrap_or_else(|e| fail("release a", e));
+    hb.release().unwrap_or_else(|e| fail("release b", e));
 
     // Our child was left to us.
     let status = child

@@ -10,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use support::*;
 use weft::code::function_code;
-use weft::{Function, Pattern, PointSpec, Process, UserProbe};
+use weft::{Function, Held, Pattern, PointSpec, Process, UserProbe};
 use weft_codegen::cfg::{CallSite, CallTarget, Flow};
 
 /// A worker's cumulative ground truth, from its line.
@@ -113,8 +113,8 @@ fn indirect_call_targets_per_thread_match_the_ground_truth() {
     );
     // A round before the points: their counts start from zero.
     let (before, _) = run_round(&mut t, 100);
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let ids = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let ids = held
         .insert_points(&[
             // Two slots for three targets: one overflows.
             PointSpec::call_targets(dispatch.clone(), &by_pointer, 2),
@@ -124,7 +124,7 @@ fn indirect_call_targets_per_thread_match_the_ground_truth() {
             PointSpec::before_call(worker.clone(), &to_dispatch),
         ])
         .unwrap_or_else(|e| fail("insert_points", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
 
     let n = 3000;
     let (after, _) = run_round(&mut t, n);
@@ -214,13 +214,13 @@ fn indirect_call_targets_per_thread_match_the_ground_truth() {
 
     // Removal: the code as it was, the program as before.
     let code = |p: &Process, f: &Function| p.read_memory(f.address, f.size as usize).unwrap();
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&ids).unwrap_or_else(|e| fail("remove", e));
     let restored: Vec<Vec<u8>> = [&dispatch, &area, &worker]
         .iter()
-        .map(|f| code(&p, f))
+        .map(|f| code(&held, f))
         .collect();
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let (again, _) = run_round(&mut t, 100);
     let still = read(&mut p, ids[0]);
     for (tid, truth) in &again {
@@ -255,25 +255,25 @@ fn probes_before_and_after_a_call_see_its_arguments_and_result() {
     let mut p = Process::open(t.pid as i32).unwrap_or_else(|e| fail("open", e));
     let dispatch = find(&ctx, &mut p, "dispatch");
     let site = indirect_call(&ctx, &mut p, &dispatch);
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let lib = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = held
         .load_library(probe_lib())
         .unwrap_or_else(|e| fail("load_library", e));
     let on_point = lib
-        .symbol(p.image(), "on_point")
+        .symbol(held.image(), "on_point")
         .unwrap_or_else(|| ctx.fail("on_point not in the probe library"));
     let probe = |user| UserProbe {
         function: on_point,
         user,
         predicate: None,
     };
-    let ids = p
+    let ids = held
         .insert_points(&[
             PointSpec::before_call(dispatch.clone(), &site).with_probe(probe(1)),
             PointSpec::after_call(dispatch.clone(), &site).with_probe(probe(2)),
         ])
         .unwrap_or_else(|e| fail("insert_points", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     // Worker 0: i = 0..5, op j = i % 3 (twice, square, negate).
     let (_, lines) = run_round(&mut t, 6);
     let mut expected = Vec::new();
@@ -308,9 +308,9 @@ fn probes_before_and_after_a_call_see_its_arguments_and_result() {
     ctx.check(seen == expected, || {
         format!("probe lines {seen:#?}, expected {expected:#?} (all lines {lines:#?})")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let (_, lines) = run_round(&mut t, 3);
     ctx.check(lines.iter().all(|l| !l.starts_with("probe")), || {
         format!("no probe after removal: {lines:?}")
@@ -346,11 +346,11 @@ fn bad_points_are_refused_and_change_nothing() {
             && says(2, "same batch"),
         || format!("check_points: {verdicts:?}"),
     );
-    ctx.check(!p.is_held() && p.probes().is_empty(), || {
+    ctx.check(p.probes().is_empty(), || {
         "check_points changed something".into()
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let refused = |p: &mut Process, specs: &[PointSpec], why: &str| match p.insert_points(specs) {
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let refused = |p: &mut Held, specs: &[PointSpec], why: &str| match p.insert_points(specs) {
         Err(weft::Error::Refused(r)) => {
             let text = r
                 .iter()
@@ -365,13 +365,13 @@ fn bad_points_are_refused_and_change_nothing() {
     };
     // The middle of the 5-byte call: no instruction starts there.
     refused(
-        &mut p,
+        &mut held,
         &[PointSpec::at(worker.clone(), direct.address + 1)],
         "not the start of an instruction",
     );
     // Outside the function.
     refused(
-        &mut p,
+        &mut held,
         &[PointSpec::at(
             dispatch.clone(),
             dispatch.address + dispatch.size,
@@ -380,13 +380,13 @@ fn bad_points_are_refused_and_change_nothing() {
     );
     // Call targets at a direct call.
     refused(
-        &mut p,
+        &mut held,
         &[PointSpec::call_targets(worker.clone(), &direct, 2)],
         "recorded at an indirect call",
     );
     // A good point and a bad one in one batch: neither goes in.
     refused(
-        &mut p,
+        &mut held,
         &[
             PointSpec::call_targets(dispatch.clone(), &site, 0),
             PointSpec::before_call(worker.clone(), &direct),
@@ -395,7 +395,7 @@ fn bad_points_are_refused_and_change_nothing() {
     );
     // Two points whose patches overlap: the short call's is patched from
     // the instruction before it, which is the other point.
-    let code = function_code(p.image(), &dispatch).unwrap();
+    let code = function_code(held.image(), &dispatch).unwrap();
     let previous = code
         .instructions
         .iter()
@@ -403,7 +403,7 @@ fn bad_points_are_refused_and_change_nothing() {
         .unwrap_or_else(|| ctx.fail("no instruction before the call"))
         .address;
     refused(
-        &mut p,
+        &mut held,
         &[
             PointSpec::before_call(dispatch.clone(), &site),
             PointSpec::at(dispatch.clone(), previous),
@@ -413,29 +413,29 @@ fn bad_points_are_refused_and_change_nothing() {
     // A point on the function's second instruction, then the entry probe,
     // whose patch covers it.
     let second = code.instructions[1].address;
-    let id = p
+    let id = held
         .insert_points(&[PointSpec::at(dispatch.clone(), second)])
         .unwrap_or_else(|e| fail("insert_points", e));
-    match p.insert_counters(std::slice::from_ref(&dispatch)) {
+    match held.insert_counters(std::slice::from_ref(&dispatch)) {
         Err(weft::Error::Refused(r)) => ctx.check(r[0].reason.contains("overlaps"), || {
             format!("entry over a point: {}", r[0].reason)
         }),
         other => ctx.fail(format!("an entry probe over a point: {other:?}")),
     }
-    p.remove(&id).unwrap_or_else(|e| fail("remove", e));
-    let after = p
+    held.remove(&id).unwrap_or_else(|e| fail("remove", e));
+    let after = held
         .read_memory(dispatch.address, dispatch.size as usize)
         .unwrap();
     ctx.check(before == after, || "dispatch unchanged".into());
     // Side by side, the entry probe and a point after it both count.
-    let mut ids = p
+    let mut ids = held
         .insert_points(&[PointSpec::at(dispatch.clone(), previous)])
         .unwrap_or_else(|e| fail("insert_points", e));
     ids.extend(
-        p.insert_counters(std::slice::from_ref(&dispatch))
+        held.insert_counters(std::slice::from_ref(&dispatch))
             .unwrap_or_else(|e| fail("insert_counters beside a point", e)),
     );
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let (truth, _) = run_round(&mut t, 10);
     ctx.check(truth.values().all(|w| w.calls == 10), || {
         format!("the target runs as before: {truth:?}")
@@ -452,13 +452,13 @@ fn bad_points_are_refused_and_change_nothing() {
     ctx.check(count("dispatch") == 10 && count(&point) == 10, || {
         format!("entry and {point} 10 each: {:?}", report.functions)
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
-    let after = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    let after = held
         .read_memory(dispatch.address, dispatch.size as usize)
         .unwrap();
     ctx.check(before == after, || "dispatch restored".into());
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     t.send("quit");
 }
 
@@ -479,19 +479,19 @@ fn points_come_and_go_under_load() {
     let inside = function_code(p.image(), &hot).unwrap().instructions[1].address;
     const CYCLES: u64 = 200;
     for cycle in 0..CYCLES {
-        p.hold().unwrap_or_else(|e| fail("hold", e));
-        let ids = p
+        let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+        let ids = held
             .insert_points(&[
                 PointSpec::before_call(run.clone(), &call),
                 PointSpec::at(hot.clone(), inside),
             ])
             .unwrap_or_else(|e| fail(&format!("cycle {cycle}: insert_points"), e));
-        p.release().unwrap_or_else(|e| fail("release", e));
+        held.release().unwrap_or_else(|e| fail("release", e));
         std::thread::sleep(std::time::Duration::from_micros(200));
-        p.hold().unwrap_or_else(|e| fail("hold", e));
-        p.remove(&ids)
+        let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+        held.remove(&ids)
             .unwrap_or_else(|e| fail(&format!("cycle {cycle}: remove"), e));
-        p.release().unwrap_or_else(|e| fail("release", e));
+        held.release().unwrap_or_else(|e| fail("release", e));
     }
     // Every cycle's points have words of their own; the report adds up
     // the probes of one point.
@@ -552,11 +552,11 @@ fn a_plt_stub_records_the_function_it_reaches() {
         .find(|i| i.address >= stub && matches!(i.flow, Flow::IndirectJump { .. }))
         .unwrap_or_else(|| ctx.fail("no jmp [rip + slot] in the stub"))
         .address;
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let ids = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let ids = held
         .insert_points(&[PointSpec::targets_at(plt, jump, 2)])
         .unwrap_or_else(|e| fail("insert_points at the PLT stub", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let rounds = 5u64;
     let mut tids = Vec::new();
     for _ in 0..rounds {
@@ -589,9 +589,9 @@ fn a_plt_stub_records_the_function_it_reaches() {
     ctx.check(rows.len() as u64 == workers + 1, || {
         format!("every thread went through the stub: {rows:?}")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let (truth, _) = run_round(&mut t, 10);
     ctx.check(truth.len() as u64 == workers, || {
         format!("the target runs on: {truth:?}")

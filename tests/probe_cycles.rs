@@ -43,6 +43,10 @@ fn thousand_insert_remove_cycles_under_load() {
         .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
     let mut bytes_early = (0, 0);
     let mut windows_counting = 0;
+    // Each removal's hold goes on into the next cycle's insertion.
+    let mut held = process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("cycle 0: hold: {e}")));
     for cycle in 0..CYCLES {
         // Alternate entry counters and timed probes (exit hooks).
         let metrics = if cycle % 2 == 0 {
@@ -50,15 +54,11 @@ fn thousand_insert_remove_cycles_under_load() {
         } else {
             Metrics::ALL
         };
-        process
-            .hold()
-            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        let ids = process
+        let ids = held
             .insert(&hot, metrics)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
-        let word = process.probes()[ids[0].0 as usize].calls_word;
-        process
-            .release()
+        let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
         // The window: the probe is live and weft is detached.
         let a = calls(&process, word);
@@ -70,23 +70,21 @@ fn thousand_insert_remove_cycles_under_load() {
         if b > 0 {
             windows_counting += 1;
         }
-        process
+        held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        process
-            .remove(&ids)
+        held.remove(&ids)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: remove: {e}")));
-        let c = calls(&process, word);
+        let c = calls(&held, word);
         ctx.check(c >= b, || {
             format!("cycle {cycle}: the count went back from {b} to {c} at removal")
         });
         if cycle == 10 {
-            bytes_early = process.trampoline_memory();
+            bytes_early = held.trampoline_memory();
         }
     }
-    let bytes = process.trampoline_memory();
-    process
-        .release()
+    let bytes = held.trampoline_memory();
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     eprintln!(
         "{CYCLES} cycles: {windows_counting} windows saw calls; trampoline memory (mapped, used) \
@@ -131,24 +129,21 @@ fn remove_while_many_threads_spin_through_the_function() {
         .find_functions(&[Pattern::parse("hot").unwrap()])
         .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
     for cycle in 0..10 {
-        process
+        let mut held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        let ids = process
+        let ids = held
             .insert(&hot, Metrics::CALLS)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
-        process
-            .release()
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
         std::thread::sleep(std::time::Duration::from_millis(20));
-        process
+        let mut held = process
             .hold()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: hold: {e}")));
-        process
-            .remove(&ids)
+        held.remove(&ids)
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: remove: {e}")));
-        process
-            .release()
+        held.release()
             .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: release: {e}")));
     }
     stop_cycles(&mut t, 48, "after removals with 48 spinning threads");
@@ -175,17 +170,17 @@ fn thousand_probes_in_one_stop() {
     p.prepare(&f)
         .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
     // The runtime first (its loading lets the world run).
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    p.insert(&f[..1], Metrics::CALLS)
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    held.insert(&f[..1], Metrics::CALLS)
         .unwrap_or_else(|e| ctx.fail(format!("insert f0: {e}")));
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     let before = p.stops();
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    let ids = p
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let ids = held
         .insert(&f[1..], Metrics::CALLS)
         .unwrap_or_else(|e| ctx.fail(format!("insert 1000: {e}")));
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     let stops = p.stops() - before;
     ctx.check(ids.len() == 1000 && stops == 1, || {
@@ -198,7 +193,7 @@ fn thousand_probes_in_one_stop() {
     let rows = p.snapshot();
     let words: Vec<u32> = ids
         .iter()
-        .map(|id| p.probes()[id.0 as usize].calls_word)
+        .map(|id| p.probes()[id.0 as usize].calls_word().unwrap())
         .collect();
     let silent: Vec<u32> = words
         .iter()
@@ -213,10 +208,10 @@ fn thousand_probes_in_one_stop() {
     ctx.check(silent.is_empty(), || {
         format!("{} probes counted nothing", silent.len())
     });
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    p.remove_all()
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    held.remove_all()
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     t.close_stdin();
     t.wait_code(0);
@@ -278,14 +273,12 @@ fn planned_with_runtime(ctx: &Ctx, pid: u32) -> (Process, Vec<weft::Function>, w
     process
         .prepare(&functions)
         .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    process
-        .insert(std::slice::from_ref(&spare), Metrics::CALLS)
+    held.insert(std::slice::from_ref(&spare), Metrics::CALLS)
         .unwrap_or_else(|e| ctx.fail(format!("insert spare: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     (process, functions, spare)
 }
@@ -304,14 +297,13 @@ fn two_hundred_planned_functions_in_one_stop() {
     let before = code_of(&ctx, pid, &functions, 16);
     let stops = process.stops();
     let (mapped, _) = process.trampoline_memory();
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    let ids = process
+    let ids = held
         .insert(&functions, Metrics::CALLS)
         .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     ctx.check(ids.len() == 200 && process.stops() == stops + 1, || {
         format!(
@@ -331,19 +323,17 @@ fn two_hundred_planned_functions_in_one_stop() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     for id in &ids {
         let probe = &process.probes()[id.0 as usize];
-        let counted = calls(&process, probe.calls_word);
+        let counted = calls(&process, probe.calls_word().unwrap());
         ctx.check(counted > 0, || {
             format!("{} counted no call in 300 ms", probe.function.name)
         });
     }
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    process
-        .remove_all()
+    held.remove_all()
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     ctx.check(code_of(&ctx, pid, &functions, 16) == before, || {
         "the functions' code is not as it was after removal".into()
@@ -377,14 +367,14 @@ fn code_changed_since_prepare_is_refused() {
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .unwrap_or_else(|e| ctx.fail(format!("opening the target's memory: {e}")));
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
     let at = victim.address + 1;
     let mut old = [0u8; 1];
     mem.read_exact_at(&mut old, at).unwrap();
     mem.write_all_at(&[old[0] ^ 0x5a], at).unwrap();
-    match process.insert(&functions, Metrics::CALLS) {
+    match held.insert(&functions, Metrics::CALLS) {
         Err(weft::Error::Refused(refused)) => ctx.check(
             refused.len() == 1
                 && refused[0].function.name == "f7"
@@ -395,8 +385,7 @@ fn code_changed_since_prepare_is_refused() {
         Ok(_) => ctx.fail("insert succeeded over changed code"),
     }
     ctx.check(
-        process
-            .probes()
+        held.probes()
             .iter()
             .filter(|p| p.active)
             .all(|p| p.function.name == "spare"),
@@ -409,24 +398,21 @@ fn code_changed_since_prepare_is_refused() {
         "a refused insertion changed the functions' code".into()
     });
     mem.write_all_at(&old, at).unwrap();
-    let ids = process
+    let ids = held
         .insert(&functions, Metrics::CALLS)
         .unwrap_or_else(|e| ctx.fail(format!("insert once the code is back: {e}")));
     ctx.check(ids.len() == 200, || {
         format!("{} probes inserted", ids.len())
     });
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    process
+    let mut held = process
         .hold()
         .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    process
-        .remove_all()
+    held.remove_all()
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    process
-        .release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     ctx.check(code_of(&ctx, pid, &functions, 16) == before, || {
         "the functions' code is not as it was after removal".into()

@@ -154,25 +154,25 @@ fn user_probes_change_nothing_the_caller_sees() {
             .find_functions(&[Pattern::parse("checked").unwrap()])
             .unwrap_or_else(|e| fail("find_functions", e))
             .remove(0);
-        p.hold().unwrap_or_else(|e| fail("hold", e));
-        let lib = p
+        let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+        let lib = held
             .load_library(probe_lib())
             .unwrap_or_else(|e| fail("load_library", e));
         let function = lib
-            .symbol(p.image(), "on_clobber")
+            .symbol(held.image(), "on_clobber")
             .unwrap_or_else(|| ctx.fail(format!("{how}: no on_clobber in the probe library")));
         let probe = UserProbe {
             function,
             user: 0,
             predicate: None,
         };
-        p.insert_probes(&[ProbeSpec {
+        held.insert_probes(&[ProbeSpec {
             on_entry: at_entry.then_some(probe),
             on_exit: Some(probe),
             ..ProbeSpec::measure(checked, metrics)
         }])
         .unwrap_or_else(|e| fail("insert_probes", e));
-        p.release().unwrap_or_else(|e| fail("release", e));
+        held.release().unwrap_or_else(|e| fail("release", e));
         t.send("go");
         t.expect_stdout("the verdict", |l| l.starts_with("verdict"));
         t.wait_exit();

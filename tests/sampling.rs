@@ -33,12 +33,12 @@ fn instrument(ctx: &Ctx, pid: u32, name: &str, metrics: Metrics) -> (Process, u3
         .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
     p.prepare(&f)
         .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    let ids = p
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let ids = held
         .insert(&f, metrics)
         .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
-    let word = p.probes()[ids[0].0 as usize].calls_word;
-    p.release()
+    let word = held.probes()[ids[0].0 as usize].calls_word().unwrap();
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     (p, word)
 }

@@ -8,6 +8,7 @@
 mod support;
 
 use support::*;
+use weft::inspect::ProcessImage;
 use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};
 use weft_codegen::Predicate;
 
@@ -63,40 +64,40 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
         find(&mut p, "scale"),
         find(&mut p, "pick"),
     );
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let lib = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = held
         .load_library(probe_lib())
         .unwrap_or_else(|e| fail("load_library", e));
-    let sym = |p: &mut Process, name: &str| {
-        lib.symbol(p.image(), name)
+    let sym = |image: &mut ProcessImage, name: &str| {
+        lib.symbol(image, name)
             .unwrap_or_else(|| ctx.fail(format!("{name} not found in {}", lib.path.display())))
     };
-    let probe = |p: &mut Process, name: &str, user: u64| UserProbe {
-        function: sym(p, name),
+    let probe = |image: &mut ProcessImage, name: &str, user: u64| UserProbe {
+        function: sym(image, name),
         user,
         predicate: None,
     };
     let specs = vec![
         ProbeSpec {
-            on_entry: Some(probe(&mut p, "on_add3", 7)),
-            on_exit: Some(probe(&mut p, "on_add3_exit", 0)),
+            on_entry: Some(probe(held.image(), "on_add3", 7)),
+            on_exit: Some(probe(held.image(), "on_add3_exit", 0)),
             ..ProbeSpec::measure(add3.clone(), Metrics::CALLS)
         },
         ProbeSpec {
-            on_entry: Some(probe(&mut p, "on_scale", 0)),
-            on_exit: Some(probe(&mut p, "on_scale_exit", 0)),
+            on_entry: Some(probe(held.image(), "on_scale", 0)),
+            on_exit: Some(probe(held.image(), "on_scale_exit", 0)),
             // Timers and an exit probe on one function.
             ..ProbeSpec::measure(scale.clone(), Metrics::ALL)
         },
         ProbeSpec {
-            on_exit: Some(probe(&mut p, "on_pick_exit", 0)),
+            on_exit: Some(probe(held.image(), "on_pick_exit", 0)),
             ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
         },
     ];
-    let ids = p
+    let ids = held
         .insert_probes(&specs)
         .unwrap_or_else(|e| fail("insert_probes", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
 
     let lines = run_round(&mut t, 3);
     let thread = lines
@@ -133,26 +134,26 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     });
 
     // Out again: the target prints only its own lines.
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&ids).unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&ids).unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     ctx.check(lines == plain_round(2), || {
         format!("after removal, round 2 printed {lines:#?}")
     });
 
     // A predicate: add3's entry probe only when its first argument is 2.
-    p.hold().unwrap_or_else(|e| fail("hold", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
     let only_two = UserProbe {
         predicate: Some(Predicate::ArgEquals { arg: 0, value: 2 }),
-        ..probe(&mut p, "on_add3", 9)
+        ..probe(held.image(), "on_add3", 9)
     };
-    p.insert_probes(&[ProbeSpec {
+    held.insert_probes(&[ProbeSpec {
         on_entry: Some(only_two),
         ..ProbeSpec::measure(add3.clone(), Metrics::CALLS)
     }])
     .unwrap_or_else(|e| fail("insert with a predicate", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 3);
     let mut expected = plain_round(3);
     // Before call 2's lines ("note 2", "call 2 ...").
@@ -163,22 +164,22 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     ctx.check(lines == expected, || {
         format!("with the predicate, round 3 printed {lines:#?}")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove_all().unwrap_or_else(|e| fail("remove_all", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove_all().unwrap_or_else(|e| fail("remove_all", e));
 
     // Thread predicates on exit probes: pick's for the target's thread
     // runs, scale's for another index never does; an argument predicate at
     // an exit is refused, changing nothing.
     let thread_index: u32 = thread.parse().unwrap();
-    let on_thread = |p: &mut Process, name: &str, t: u32| UserProbe {
+    let on_thread = |image: &mut ProcessImage, name: &str, t: u32| UserProbe {
         predicate: Some(Predicate::Thread(t)),
-        ..probe(p, name, 0)
+        ..probe(image, name, 0)
     };
     let by_argument = UserProbe {
         predicate: Some(Predicate::ArgEquals { arg: 0, value: 1 }),
-        ..probe(&mut p, "on_pick_exit", 0)
+        ..probe(held.image(), "on_pick_exit", 0)
     };
-    let refused = p.insert_probes(&[ProbeSpec {
+    let refused = held.insert_probes(&[ProbeSpec {
         on_exit: Some(by_argument),
         ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
     }]);
@@ -188,17 +189,17 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     );
     let specs = [
         ProbeSpec {
-            on_exit: Some(on_thread(&mut p, "on_pick_exit", thread_index)),
+            on_exit: Some(on_thread(held.image(), "on_pick_exit", thread_index)),
             ..ProbeSpec::measure(pick.clone(), Metrics::CALLS)
         },
         ProbeSpec {
-            on_exit: Some(on_thread(&mut p, "on_scale_exit", thread_index + 1)),
+            on_exit: Some(on_thread(held.image(), "on_scale_exit", thread_index + 1)),
             ..ProbeSpec::measure(scale.clone(), Metrics::CALLS)
         },
     ];
-    p.insert_probes(&specs)
+    held.insert_probes(&specs)
         .unwrap_or_else(|e| fail("insert exit probes with thread predicates", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     let mut expected = plain_round(2);
     expected.insert(0, "probe exit pick odd".into());
@@ -206,9 +207,9 @@ fn probes_see_arguments_and_results_and_leave_nothing_behind() {
     ctx.check(lines == expected, || {
         format!("with thread predicates at exits, round 2 printed {lines:#?}")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove_all().unwrap_or_else(|e| fail("remove_all", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove_all().unwrap_or_else(|e| fail("remove_all", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     t.send("quit");
     t.wait_code(0);
 }
@@ -220,8 +221,8 @@ fn loading_what_is_not_a_library_fails_clearly() {
     let mut t = ctx.target(probed(), &[]);
     let (pid, _) = wait_ready(&mut t);
     let mut p = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
-    p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    let missing = p
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    let missing = held
         .load_library("/nonexistent/libnothing.so")
         .unwrap_err()
         .to_string();
@@ -229,14 +230,14 @@ fn loading_what_is_not_a_library_fails_clearly() {
         missing.contains("/nonexistent/libnothing.so") && missing.contains("-shared"),
         || format!("missing library: {missing}"),
     );
-    let not_elf = p
+    let not_elf = held
         .load_library(src_path("probed.c"))
         .unwrap_err()
         .to_string();
     ctx.check(not_elf.contains("dlopen refused"), || {
         format!("a C source: {not_elf}")
     });
-    p.release()
+    held.release()
         .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
     let lines = run_round(&mut t, 1);
     ctx.check(lines == plain_round(1), || {
@@ -265,35 +266,35 @@ fn a_replaced_function_and_back() {
         .find_functions(&[Pattern::parse("add3").unwrap()])
         .unwrap_or_else(|e| fail("find", e))
         .remove(0);
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let lib = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = held
         .load_library(probe_lib())
         .unwrap_or_else(|e| fail("load_library", e));
     let with = lib
-        .symbol(p.image(), "add3_times10")
+        .symbol(held.image(), "add3_times10")
         .unwrap_or_else(|| ctx.fail("no add3_times10"));
     let slot = lib
-        .symbol(p.image(), "add3_original")
+        .symbol(held.image(), "add3_original")
         .unwrap_or_else(|| ctx.fail("no add3_original"));
-    let r = p
+    let r = held
         .replace_function(&add3, with)
         .unwrap_or_else(|e| fail("replace_function", e));
-    p.write_memory(slot, &r.original.to_le_bytes())
+    held.write_memory(slot, &r.original.to_le_bytes())
         .unwrap_or_else(|e| fail("write the original's address", e));
     // A second probe on a replaced function is refused, nothing changed.
-    let again = p.insert(std::slice::from_ref(&add3), Metrics::CALLS);
+    let again = held.insert(std::slice::from_ref(&add3), Metrics::CALLS);
     ctx.check(again.is_ok_and(|ids| ids.is_empty()), || {
         "instrumenting a replaced function must be skipped".into()
     });
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     let mut expected = plain_round(2);
     expected[1] = expected[1].replace("add3=6", "add3=60");
     expected[3] = expected[3].replace("add3=12", "add3=120");
     ctx.check(lines == expected, || format!("replaced: {lines:#?}"));
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&[r.id]).unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&[r.id]).unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     ctx.check(lines == plain_round(2), || format!("restored: {lines:#?}"));
     t.send("quit");
@@ -330,25 +331,25 @@ fn call_sites_redirected_and_removed_and_back() {
             .unwrap_or_else(|| ctx.fail(format!("main has no direct call to {target:#x}")))
     };
     let (scale_site, note_site) = (site_of(scale.address), site_of(note.address));
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    let lib = p
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    let lib = held
         .load_library(probe_lib())
         .unwrap_or_else(|e| fail("load_library", e));
     let negated = lib
-        .symbol(p.image(), "scale_negated")
+        .symbol(held.image(), "scale_negated")
         .unwrap_or_else(|| ctx.fail("no scale_negated"));
-    let a = p
+    let a = held
         .redirect_call(scale_site, negated)
         .unwrap_or_else(|e| fail("redirect_call", e));
-    let b = p
+    let b = held
         .remove_call(note_site)
         .unwrap_or_else(|e| fail("remove_call", e));
     // Not a call: refused, with the reason.
-    let refused = p.remove_call(main.address).unwrap_err().to_string();
+    let refused = held.remove_call(main.address).unwrap_err().to_string();
     ctx.check(refused.contains("not a direct call"), || {
         format!("refusal: {refused}")
     });
-    p.release().unwrap_or_else(|e| fail("release", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     let expected: Vec<String> = vec![
         call_line(1).replace("scale=3.00", "scale=-3.00"),
@@ -358,9 +359,9 @@ fn call_sites_redirected_and_removed_and_back() {
     ctx.check(lines == expected, || {
         format!("changed call sites: {lines:#?}")
     });
-    p.hold().unwrap_or_else(|e| fail("hold", e));
-    p.remove(&[a, b]).unwrap_or_else(|e| fail("remove", e));
-    p.release().unwrap_or_else(|e| fail("release", e));
+    let mut held = p.hold().unwrap_or_else(|e| fail("hold", e));
+    held.remove(&[a, b]).unwrap_or_else(|e| fail("remove", e));
+    held.release().unwrap_or_else(|e| fail("release", e));
     let lines = run_round(&mut t, 2);
     ctx.check(lines == plain_round(2), || format!("restored: {lines:#?}"));
     t.send("quit");

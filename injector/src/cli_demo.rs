@@ -146,10 +146,10 @@ pub fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
         .collect::<Result<_, _>>()?;
     let found = process.find_functions(&patterns)?;
     process.prepare(&found)?;
-    process.hold()?;
-    process.insert_counters(&found)?;
+    let mut held = process.hold()?;
+    held.insert_counters(&found)?;
     let attach_time = started.elapsed();
-    process.release()?;
+    held.release()?;
     println!(
         "demo: instrumented {} functions in {:.1} ms; the server runs on while weft reads its counters live",
         found.len(),
@@ -185,10 +185,10 @@ pub fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
         }
     }
 
-    process.hold()?;
-    process.remove_all()?;
-    let report = process.report();
-    process.release()?;
+    let mut held = process.hold()?;
+    held.remove_all()?;
+    let report = held.report();
+    held.release()?;
     println!("\n--- final (instrumentation removed, weft detached) ---");
     print!("{}", report.to_table());
 

@@ -81,9 +81,6 @@ pub enum Error {
     /// The target's libc lacks a function weft calls.
     #[error("the target's C library has no `{0}`: weft needs glibc")]
     MissingLibc(&'static str),
-    /// An operation needs the process held (stopped) by weft.
-    #[error("the process must be held (attached and stopped) for this: call hold() first")]
-    NotHeld,
     /// A thread stayed inside code weft had to change.
     #[error("thread {tid} stayed inside {what} weft must change, even after letting it run 50 times; try again")]
     ThreadStuck {

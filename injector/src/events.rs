@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::inspect::Pattern;
-use crate::{Error, Metrics, ProbeId, Process};
+use crate::{Error, Held, Metrics, ProbeId, Process};
 
 /// Something that happened in the process since the last poll.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,25 +98,22 @@ impl Watcher {
     /// Makes every library loaded from now on wait, inside the dynamic
     /// loader, until this watcher has applied the deferred probes
     /// ([`Watcher::defer`]) to it — at most `wait` each — so that none of
-    /// its code runs uninstrumented. The process must be held (the probe
+    /// its code runs uninstrumented. The process is held for it (the probe
     /// on the loader goes in now, loading weft's runtime if need be); poll
     /// with [`Watcher::wait`], which wakes as soon as a load waits. Undo
-    /// with [`Watcher::stop_deferring_at_load`] (and `Process::remove` of
+    /// with [`Watcher::stop_deferring_at_load`] (and [`Held::remove`] of
     /// the returned probe).
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`]; [`Error::NoMatch`], [`Error::Refused`] or
+    /// [`Error::NoMatch`], [`Error::Refused`] or
     /// [`Error::MissingLibc`] when the loader's `_dl_debug_state` or
     /// `_r_debug` cannot be had or patched (not a glibc loader).
     pub fn defer_at_load(
         &mut self,
-        process: &mut Process,
+        process: &mut Held<'_>,
         wait: std::time::Duration,
     ) -> Result<ProbeId, Error> {
-        if !process.is_held() {
-            return Err(Error::NotHeld);
-        }
         let f = process
             .find_functions(&[Pattern::parse("_dl_debug_state")?])?
             .remove(0);
@@ -124,10 +121,7 @@ impl Watcher {
             .image()
             .symbol_address("ld", "_r_debug")
             .ok_or(Error::MissingLibc("_r_debug"))?;
-        let hook = process
-            .region_header(true)?
-            .map(|h| h.library_event_fn)
-            .ok_or(Error::NotHeld)?;
+        let hook = process.region_header()?.library_event_fn;
         let id = match self.at_load {
             Some(id) if process.probes().iter().any(|p| p.id == id && p.active) => id,
             _ => process.insert_probes(&[crate::ProbeSpec {
@@ -140,7 +134,8 @@ impl Watcher {
             }])?[0],
         };
         let ms = wait.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-        if let Some(h) = process.region_header(false)? {
+        {
+            let h = process.region_header()?;
             use std::sync::atomic::Ordering;
             h.library_watcher_ms
                 .store(monotonic_ms(), Ordering::Release);
@@ -154,8 +149,8 @@ impl Watcher {
 
     /// Loads no longer wait for this watcher (a thread waiting now goes on
     /// at once). The probe on the loader stays, harmless, until removed.
-    pub fn stop_deferring_at_load(&mut self, process: &mut Process) {
-        if let Ok(Some(h)) = process.region_header(false) {
+    pub fn stop_deferring_at_load(&mut self, process: &Process) {
+        if let Some(h) = process.region_header() {
             use std::sync::atomic::Ordering;
             h.library_wait_ms.store(0, Ordering::Release);
             h.library_loads_done
@@ -175,7 +170,7 @@ impl Watcher {
     ) -> Result<Vec<Event>, Error> {
         use std::sync::atomic::Ordering;
         let armed = self.at_load.is_some();
-        match process.region_header(false)? {
+        match process.region_header() {
             Some(h) if armed => {
                 h.library_watcher_ms
                     .store(monotonic_ms(), Ordering::Release);
@@ -201,7 +196,7 @@ impl Watcher {
     pub fn poll(&mut self, process: &mut Process) -> Result<Vec<Event>, Error> {
         // Loads waiting now: their libraries are mapped, so the look at
         // /proc below sees them; later ones wait for the next poll.
-        let waiting = match (self.at_load, process.region_header(false)?) {
+        let waiting = match (self.at_load, process.region_header()) {
             (Some(_), Some(h)) => {
                 use std::sync::atomic::Ordering;
                 h.library_watcher_ms
@@ -211,7 +206,7 @@ impl Watcher {
             _ => None,
         };
         let events = self.look(process);
-        if let (Some(loads), Ok(Some(h))) = (waiting, process.region_header(false)) {
+        if let (Some(loads), Some(h)) = (waiting, process.region_header()) {
             use std::sync::atomic::Ordering;
             if h.library_loads_done.load(Ordering::Acquire) != loads {
                 h.library_loads_done.store(loads, Ordering::Release);
@@ -297,9 +292,9 @@ impl Watcher {
                 continue;
             }
             process.prepare(&in_library)?;
-            process.hold()?;
-            let inserted = process.insert(&in_library, d.metrics);
-            process.release()?;
+            let mut held = process.hold()?;
+            let inserted = held.insert(&in_library, d.metrics);
+            held.release()?;
             ids.extend(inserted?);
         }
         Ok(ids)

@@ -76,11 +76,16 @@ fn refuse_static(program: &str, path: &std::path::Path) -> Result<(), Error> {
 /// Kills the program `spawn_stopped_at_entry` started (before any of its
 /// own code ran) and reaps it, so that nothing is left running when weft
 /// gives up on it.
-pub fn kill_stopped(pid: i32, tracer: Tracer) {
+pub fn kill_stopped(pid: i32, mut tracer: Tracer) {
+    kill_traced(pid, &mut tracer);
+}
+
+/// [`kill_stopped`] for a tracer that is not ours to drop (a `Held`'s).
+pub(crate) fn kill_traced(pid: i32, tracer: &mut Tracer) {
     // SAFETY: kill has no memory effects; `pid` is our own child, stopped
     // and not yet reaped, so the PID cannot have been reused.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    drop(tracer);
+    let _ = tracer.detach();
     reap(pid);
 }
 

@@ -31,8 +31,8 @@ pub use error::Error;
 pub use exits::Metrics;
 pub use inspect::pattern::Pattern;
 pub use process::{
-    CallTargetCounts, Function, PointSpec, Probe, ProbeId, ProbeSpec, Process, Refused,
-    Replacement, UserProbe,
+    CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec, Process,
+    Refused, Replacement, UserProbe, Words,
 };
 pub use report::Report;
 pub use sample::Sampler;

@@ -1,4 +1,4 @@
-//! Loading a shared library into the target ([`crate::Process::load_library`])
+//! Loading a shared library into the target ([`crate::Held::load_library`])
 //! and finding its symbols: how a tool brings its own probe functions (C or
 //! Rust, built as a `.so`) into a running process.
 

@@ -415,7 +415,11 @@ fn run_program(
     let (program, args) = command.split_first().context("no program given after --")?;
     let mut process = Process::launch(program, args)?;
     let found = process.find_functions(&patterns)?;
-    process.insert(&found, metrics)?;
+    // Its first hold is the stop at its entry: dropped on an error, it
+    // kills the program before main.
+    let mut held = process.hold()?;
+    held.insert(&found, metrics)?;
+    held.release()?;
     let exit = process.wait_exit()?;
     write_report(&process.report(), output)?;
     Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
@@ -476,11 +480,15 @@ fn attach(
     });
     process.prepare(&found)?;
     timing.mark("found functions and swept their modules (target running)");
-    process.hold()?;
+    let mut held = process.hold()?;
     timing.mark("seized and stopped every thread");
-    process.insert(&found, metrics)?;
+    held.insert(&found, metrics)?;
     if let Some(w) = &mut watcher {
-        w.defer_at_load(&mut process, LOAD_WAIT)?;
+        if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
+            // A weft that gives up leaves nothing in place.
+            let _ = held.remove_all();
+            return Err(e.into());
+        }
         let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
         eprintln!(
             "weft: waiting for libraries loaded later for {}",
@@ -488,8 +496,8 @@ fn attach(
         );
     }
     timing.mark("loaded the runtime and spliced");
-    let threads = process.threads_at_attach();
-    process.release()?;
+    let threads = held.threads_at_attach();
+    held.release()?;
     timing.mark("detached");
     timing.note(&format!(
         "longest stop of the world: {:.2} ms",
@@ -534,13 +542,13 @@ fn attach(
         process.report()
     } else {
         if let Some(w) = &mut watcher {
-            w.stop_deferring_at_load(&mut process);
+            w.stop_deferring_at_load(&process);
         }
-        process.hold()?;
-        process.remove_all()?;
-        process.harvest();
-        let report = process.report();
-        process.release()?;
+        let mut held = process.hold()?;
+        held.remove_all()?;
+        held.harvest();
+        let report = held.report();
+        held.release()?;
         report
     };
     if let Some(e) = failed {

@@ -4,21 +4,26 @@
 //! ```no_run
 //! # fn main() -> Result<(), weft::Error> {
 //! use weft::{Pattern, Process};
-//! let mut process = Process::attach(1234)?;          // every thread stopped
+//! let mut process = Process::open(1234)?;            // inspect; nothing stopped
 //! let functions = process.find_functions(&[Pattern::parse("work_*")?])?;
-//! process.insert_counters(&functions)?;              // still stopped
-//! process.release()?;                                // runs, counting, weft detached
+//! let mut held = process.hold()?;                    // every thread stopped
+//! held.insert_counters(&functions)?;
+//! held.release()?;                                   // runs, counting, weft detached
 //! std::thread::sleep(std::time::Duration::from_secs(1));
 //! let report = process.report();                     // read live, target not stopped
-//! process.hold()?;                                   // stop it again
-//! process.remove_all()?;                             // original code back
-//! process.release()?;
+//! let mut held = process.hold()?;                    // stop it again
+//! held.remove_all()?;                                // original code back
+//! held.release()?;
 //! # drop(report); Ok(()) }
 //! ```
 //!
-//! A [`Process`] is either *held* (weft is attached with ptrace and every
-//! thread is stopped) or *released* (weft is not attached at all; probes
-//! keep counting into the shared region). Code is only changed while held.
+//! A [`Process`] is weft's view of the target; while a [`Held`] borrowed
+//! from it ([`Process::hold`]) lives, weft is attached with ptrace and
+//! every thread is stopped. Everything that changes code or needs stopped
+//! threads is a method of [`Held`], so "not held" is a compile error, not a
+//! run-time one. Between holds weft is not attached at all; probes keep
+//! counting into the shared region, and what only reads (reports,
+//! snapshots, memory) stays on [`Process`], reachable from a [`Held`] too.
 //!
 //! Several processes may be held at once, from one thread or several: each
 //! tracer takes only its own threads' ptrace events (never `waitpid(-1)`),
@@ -40,8 +45,10 @@ use weft_codegen::{
     TrampolineSpec,
 };
 
+mod held;
 mod points;
 mod undo;
+pub use held::Held;
 pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
 #[cfg(debug_assertions)]
 #[doc(hidden)]
@@ -97,38 +104,13 @@ pub struct Probe {
     pub patch: [u8; 5],
     /// The trampoline's address range.
     pub trampoline: std::ops::Range<u64>,
-    /// Metric word of the call counter (with timers, the first of the
-    /// function's words; see `weft_codegen::timer` for the rest).
-    pub calls_word: u32,
-    /// What the probe measures.
-    pub metrics: Metrics,
-    /// Its words were given to a later probe (only when the runtime's row
-    /// ran out of words): its figures are gone and it leaves reports.
-    pub words_recycled: bool,
     /// Still spliced in.
     pub active: bool,
-    /// The runtime call record a probe with exit hooks calls the function
-    /// through (freed with its trampoline).
-    pub record: Option<u32>,
-    /// Metric words the probe owns from `calls_word` on.
-    pub words: u32,
-    /// The user probe called at the function's entry, if any.
-    pub on_entry: Option<UserProbe>,
-    /// The user probe called at the function's exits, if any.
-    pub on_exit: Option<UserProbe>,
-    /// For a replaced function ([`Process::replace_function`]): the
-    /// function it is redirected to. Such a probe has no words.
-    pub replaced_by: Option<u64>,
-    /// For an instruction point ([`Process::insert_points`]): the
-    /// instruction's address (the patch may start at an earlier
-    /// instruction of its block). Its calls word counts executions.
-    pub point: Option<u64>,
     /// The bytes from `patch_address` whose instructions run in the
     /// trampoline instead: no other probe may be patched inside them.
     pub displaced: std::ops::Range<u64>,
-    /// For a point recording where an indirect call goes: the first word
-    /// of its table and the table's slots ([`Process::call_targets`]).
-    pub call_targets: Option<(u32, u32)>,
+    /// What it does, with what only that kind of probe has.
+    pub kind: ProbeKind,
     /// Its entry in the target's probe directory (see `weft_rt::layout`).
     pub(crate) entry: Option<usize>,
     /// Another weft's probe this session shares (the same function and
@@ -138,10 +120,10 @@ pub struct Probe {
     pub(crate) borrowed: bool,
 }
 
-/// A function redirected to another ([`Process::replace_function`]).
+/// A function redirected to another ([`Held::replace_function`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Replacement {
-    /// Its handle: [`Process::remove`] puts the original back.
+    /// Its handle: [`Held::remove`] puts the original back.
     pub id: ProbeId,
     /// The original function, still callable (its first instructions,
     /// relocated, then the rest of its body): a replacement that wants the
@@ -149,22 +131,182 @@ pub struct Replacement {
     pub original: u64,
 }
 
+/// The metric words a counting probe owns in every thread's row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Words {
+    /// The first: the call (or execution) counter; with timers, see
+    /// `weft_codegen::timer` for the rest.
+    pub first: u32,
+    /// How many, from `first` on.
+    pub len: u32,
+    /// Given to a later probe (only when the runtime's row ran out of
+    /// words): the figures are gone and the probe leaves reports.
+    pub recycled: bool,
+}
+
+impl Words {
+    fn fresh(first: u32, len: u32) -> Words {
+        Words {
+            first,
+            len,
+            recycled: false,
+        }
+    }
+}
+
+/// What a [`Probe`] does. Each kind has only what it needs: a replaced
+/// function has no counters, a point no exit hooks, only a point records
+/// call targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// Counts a function's calls; with timers, times them too (the function
+    /// is then called through a call record).
+    Measure {
+        /// What it measures.
+        metrics: Metrics,
+        /// Its counters (and timers).
+        words: Words,
+        /// The runtime call record a probe with exit hooks calls the
+        /// function through (freed with its trampoline).
+        record: Option<u32>,
+    },
+    /// Calls user probes at a function's entry or exits (at least one),
+    /// and measures it like [`ProbeKind::Measure`].
+    UserProbes {
+        /// What it measures.
+        metrics: Metrics,
+        /// Its counters (and timers).
+        words: Words,
+        /// The call record (with an exit probe or timers).
+        record: Option<u32>,
+        /// Called at the function's entry.
+        on_entry: Option<UserProbe>,
+        /// Called at the function's exits.
+        on_exit: Option<UserProbe>,
+    },
+    /// An instruction point ([`Held::insert_points`]): counts executions.
+    Point {
+        /// The instruction's address (the patch may start at an earlier
+        /// instruction of its block).
+        at: u64,
+        /// The execution counter, then the call-target table, if any.
+        words: Words,
+        /// A user probe called there.
+        probe: Option<UserProbe>,
+        /// Slots of the table recording where the indirect call there goes
+        /// ([`Process::call_targets`]); it starts at the word after the
+        /// counter.
+        call_targets: Option<u32>,
+    },
+    /// A function redirected to another ([`Held::replace_function`]).
+    Replacement {
+        /// The function it is redirected to.
+        with: u64,
+    },
+    /// A `call` made to call another function ([`Held::redirect_call`]).
+    CallRedirect {
+        /// The new callee.
+        to: u64,
+    },
+    /// A `call` taken out ([`Held::remove_call`]).
+    CallRemoved,
+    /// Another live weft's probe that only it may own (user probes, a
+    /// point, a replacement: the target's directory does not say which).
+    /// Planned around, never shared.
+    Private {
+        /// Where it is a point (the directory's function is not where it
+        /// patched), as far as the directory tells.
+        point: Option<u64>,
+    },
+}
+
 impl Probe {
     /// Whether this is a live probe at the entry of `f` (not a point inside
     /// it, not a removed probe).
     pub fn is_live_entry_of(&self, f: &Function) -> bool {
-        self.active && self.point.is_none() && self.function.address == f.address
+        self.active && self.point().is_none() && self.function.address == f.address
     }
 
     /// Whether the probe hooks the function's exit (timers, or a user
     /// probe at exits).
     pub fn hooks_exit(&self) -> bool {
-        self.metrics.hooks_exit() || self.on_exit.is_some()
+        match &self.kind {
+            ProbeKind::Measure { metrics, .. } => metrics.hooks_exit(),
+            ProbeKind::UserProbes {
+                metrics, on_exit, ..
+            } => metrics.hooks_exit() || on_exit.is_some(),
+            _ => false,
+        }
+    }
+
+    /// What it measures: calls (executions, for a point), and the timers
+    /// of a timed function.
+    pub fn metrics(&self) -> Metrics {
+        match &self.kind {
+            ProbeKind::Measure { metrics, .. } | ProbeKind::UserProbes { metrics, .. } => *metrics,
+            _ => Metrics::CALLS,
+        }
+    }
+
+    /// Its metric words, for a probe that counts.
+    pub fn words(&self) -> Option<&Words> {
+        match &self.kind {
+            ProbeKind::Measure { words, .. }
+            | ProbeKind::UserProbes { words, .. }
+            | ProbeKind::Point { words, .. } => Some(words),
+            _ => None,
+        }
+    }
+
+    fn words_mut(&mut self) -> Option<&mut Words> {
+        match &mut self.kind {
+            ProbeKind::Measure { words, .. }
+            | ProbeKind::UserProbes { words, .. }
+            | ProbeKind::Point { words, .. } => Some(words),
+            _ => None,
+        }
+    }
+
+    /// The metric word of its call (or execution) counter, for a probe
+    /// that counts: where its row values start.
+    pub fn calls_word(&self) -> Option<u32> {
+        self.words().map(|w| w.first)
+    }
+
+    /// Its words, unless they were given to a later probe.
+    fn own_words(&self) -> Option<&Words> {
+        self.words().filter(|w| !w.recycled && w.len > 0)
+    }
+
+    /// The runtime call record the function is called through (exit hooks).
+    pub fn record(&self) -> Option<u32> {
+        match &self.kind {
+            ProbeKind::Measure { record, .. } | ProbeKind::UserProbes { record, .. } => *record,
+            _ => None,
+        }
+    }
+
+    fn take_record(&mut self) -> Option<u32> {
+        match &mut self.kind {
+            ProbeKind::Measure { record, .. } | ProbeKind::UserProbes { record, .. } => {
+                record.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// For an instruction point: the instruction's address.
+    pub fn point(&self) -> Option<u64> {
+        match &self.kind {
+            ProbeKind::Point { at, .. } => Some(*at),
+            ProbeKind::Private { point } => *point,
+            _ => None,
+        }
     }
 }
 
 /// A call to a function of a library loaded into the target
-/// ([`Process::load_library`]) at a function's entry or exits: the probe
+/// ([`Held::load_library`]) at a function's entry or exits: the probe
 /// function gets a `const struct weft_probe *` (see `include/weft_probe.h`
 /// and [`weft_codegen::ProbeContext`]) with the arguments or return
 /// values, the thread's index and `user`.
@@ -181,7 +323,7 @@ pub struct UserProbe {
     pub predicate: Option<weft_codegen::Predicate>,
 }
 
-/// One function to instrument and what to do there ([`Process::insert_probes`]).
+/// One function to instrument and what to do there ([`Held::insert_probes`]).
 #[derive(Clone, Debug)]
 pub struct ProbeSpec {
     /// The function.
@@ -211,6 +353,24 @@ impl ProbeSpec {
         self.metrics.hooks_exit() || self.on_exit.is_some()
     }
 
+    /// The kind of probe it makes, with its words and call record.
+    fn kind(&self, words: Words, record: Option<u32>) -> ProbeKind {
+        if self.on_entry.is_none() && self.on_exit.is_none() {
+            return ProbeKind::Measure {
+                metrics: self.metrics,
+                words,
+                record,
+            };
+        }
+        ProbeKind::UserProbes {
+            metrics: self.metrics,
+            words,
+            record,
+            on_entry: self.on_entry,
+            on_exit: self.on_exit,
+        }
+    }
+
     /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
     /// (timers).
     fn words(&self) -> u32 {
@@ -237,7 +397,10 @@ pub struct Refused {
 #[derive(Debug)]
 pub struct Process {
     pid: i32,
-    tracer: Option<Tracer>,
+    /// A launched program's ptrace stop at its entry: its first
+    /// [`Process::hold`] takes it instead of attaching (the program has not
+    /// run yet). Otherwise the tracer lives only in a [`Held`].
+    entry_stop: Option<Tracer>,
     /// Real-time priority from `open` or `hold` until `release` (see
     /// [`Process::open`]).
     boost: Option<RealtimeGuard>,
@@ -315,6 +478,12 @@ pub struct Process {
     spare_probes: Vec<Probe>,
 }
 
+/// A step of a change used the runtime before the change loaded it: a bug
+/// in weft, not something a caller can cause.
+fn no_runtime() -> Error {
+    Error::Internal("the runtime was used before it was loaded".into())
+}
+
 /// Checks that make attach errors clear before ptrace is tried.
 fn preflight(pid: i32) -> Result<(), Error> {
     if pid <= 0 {
@@ -335,23 +504,13 @@ fn preflight(pid: i32) -> Result<(), Error> {
 }
 
 impl Process {
-    /// Attaches to a running process and stops every thread.
-    pub fn attach(pid: i32) -> Result<Process, Error> {
-        Self::attach_with(pid, RuntimeOptions::default())
-    }
-
-    /// [`Process::attach`] with a runtime geometry.
-    pub fn attach_with(pid: i32, options: RuntimeOptions) -> Result<Process, Error> {
-        let mut process = Process::open_with(pid, options)?;
-        process.hold()?;
-        Ok(process)
-    }
-
     /// Opens a running process for inspection without stopping it: find
     /// functions and [`Process::prepare`] them first, then [`Process::hold`]
     /// it only for the splice, so the target's pause holds no file parsing.
+    /// (There is no `attach` that returns a process already stopped: the
+    /// stop is the [`Held`] that `hold` returns, and ends with it.)
     ///
-    /// From `open` (or [`Process::hold`]) until [`Process::release`] the
+    /// From `open` (or [`Process::hold`]) until [`Held::release`] the
     /// calling thread runs at real-time priority (`SCHED_FIFO` 1) when the
     /// system permits: a target with many busy threads on few cores would
     /// otherwise keep weft waiting 100-400 ms for the CPU every time it is
@@ -385,7 +544,7 @@ impl Process {
         Process {
             pid,
             threads_at_attach: tracer.as_ref().map_or(0, Tracer::thread_count),
-            tracer,
+            entry_stop: tracer,
             boost: None,
             image,
             runtime: None,
@@ -427,8 +586,11 @@ impl Process {
 
     /// Starts `program` with `args` and stops it at its entry point, after
     /// the dynamic loader has run and before `main` (and before the
-    /// executable's own constructors): probes inserted now count every call
-    /// from `main` on.
+    /// executable's own constructors). It stays there until the first
+    /// [`Held`] of it is released: probes inserted in that hold count every
+    /// call from `main` on. Dropped before that (the `Process`, or a `Held`
+    /// without [`Held::release`]), the program is killed and reaped: it
+    /// must not run uninstrumented.
     pub fn launch(program: &str, args: &[String]) -> Result<Process, Error> {
         let (pid, tracer) = crate::launch::spawn_stopped_at_entry(program, args)?;
         let image = match ProcessImage::open(pid) {
@@ -460,11 +622,6 @@ impl Process {
     /// Threads found when weft attached.
     pub fn threads_at_attach(&self) -> usize {
         self.threads_at_attach
-    }
-
-    /// Whether weft currently holds (has stopped) the process.
-    pub fn is_held(&self) -> bool {
-        self.tracer.is_some()
     }
 
     /// The probes inserted so far (removed ones included, inactive).
@@ -500,13 +657,14 @@ impl Process {
         Ok(all)
     }
 
-    fn tracer(&mut self) -> Result<&mut Tracer, Error> {
-        self.tracer.as_mut().ok_or(Error::NotHeld)
+    /// The runtime, loaded by an earlier step of the change in progress.
+    fn rt(&self) -> Result<&Runtime, Error> {
+        self.runtime.as_ref().ok_or_else(no_runtime)
     }
 
     /// The thread that runs remote calls (see [`Process::pick_call_thread`]).
-    fn call_thread(&mut self) -> Result<Tid, Error> {
-        let tid = self.pick_call_thread()?;
+    fn call_thread(&mut self, tracer: &mut Tracer) -> Result<Tid, Error> {
+        let tid = self.pick_call_thread(tracer)?;
         // Every remote call after the first returns through a stub that puts
         // the thread back by itself should weft die meanwhile.
         let mmap_fn = self
@@ -515,9 +673,7 @@ impl Process {
             .ok_or(Error::MissingLibc("mmap"))?;
         let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
         let known = self.stub_address;
-        let stub = self
-            .tracer()?
-            .install_return_stub(tid, mmap_fn, cave, known)?;
+        let stub = tracer.install_return_stub(tid, mmap_fn, cave, known)?;
         self.stub_address = Some(stub);
         Ok(tid)
     }
@@ -552,28 +708,26 @@ impl Process {
     /// A thread at a point where it holds no lock a remote `dlopen` (or
     /// `malloc` inside the runtime) could need; when none is, the world runs
     /// a little and weft looks again.
-    fn pick_call_thread(&mut self) -> Result<Tid, Error> {
+    fn pick_call_thread(&self, tracer: &mut Tracer) -> Result<Tid, Error> {
         const SAMPLES: u32 = 10;
         for attempt in 0..SAMPLES {
-            if let Some(tid) = self.safe_call_thread()? {
+            if let Some(tid) = self.safe_call_thread(tracer)? {
                 return Ok(tid);
             }
             if attempt + 1 == SAMPLES {
                 break;
             }
-            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             tracer.resume_all()?;
             std::thread::sleep(Duration::from_millis(1 + u64::from(attempt)));
             tracer.stop_all()?;
         }
         // Every thread keeps being inside the C library (a program that
         // lives in malloc): run one until it returns to its own code.
-        let threads: Vec<Tid> = self.tracer()?.threads().collect();
+        let threads: Vec<Tid> = tracer.threads().collect();
         for tid in threads {
-            let Some(back) = self.return_into_user_code(tid) else {
+            let Some(back) = self.return_into_user_code(tracer, tid) else {
                 continue;
             };
-            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             if tracer.run_thread_to(tid, back, Duration::from_secs(2))? {
                 return Ok(tid);
             }
@@ -585,9 +739,8 @@ impl Process {
     /// code outside libc, the dynamic loader and weft's runtime: a word in
     /// such a module's executable mapping right after a `call`. The thread
     /// is there once it has returned from the C library.
-    fn return_into_user_code(&self, tid: Tid) -> Option<u64> {
+    fn return_into_user_code(&self, tracer: &Tracer, tid: Tid) -> Option<u64> {
         const SCAN: u64 = 64 * 1024;
-        let tracer = self.tracer.as_ref()?;
         let rsp = tracer.registers(tid).ok()?.rsp & !7;
         let maps = crate::inspect::read_maps(self.pid).ok()?;
         let stack = maps.iter().find(|m| m.start <= rsp && rsp < m.end)?;
@@ -617,12 +770,11 @@ impl Process {
     /// Safe: a thread blocked in a system call made outside the dynamic
     /// loader, other than those the allocator or `fork` make while holding
     /// their locks; else a thread running code outside libc and the loader.
-    fn safe_call_thread(&self) -> Result<Option<Tid>, Error> {
+    fn safe_call_thread(&self, tracer: &Tracer) -> Result<Option<Tid>, Error> {
         // mmap, mprotect, munmap, brk, mremap, madvise (malloc holds an arena
         // lock around them), clone, clone3 (fork holds every arena lock and
         // the loader's).
         const LOCKED_SYSCALLS: [i64; 8] = [9, 10, 11, 12, 25, 28, 56, 435];
-        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
         let mut outside = None;
         let mut alive = false;
         for tid in tracer.threads() {
@@ -656,33 +808,25 @@ impl Process {
     }
 
     /// The runtime's region header, writable (for the words weft sets
-    /// there), once the runtime is loaded; loads it first when `load` (the
-    /// process must be held then).
-    pub(crate) fn region_header(
-        &mut self,
-        load: bool,
-    ) -> Result<Option<&weft_rt::layout::RegionHeader>, Error> {
-        if load {
-            self.ensure_runtime()?;
-        }
-        Ok(self.runtime.as_ref().map(|rt| rt.region.control()))
+    /// there), once the runtime is loaded ([`Held`] loads it).
+    pub(crate) fn region_header(&self) -> Option<&weft_rt::layout::RegionHeader> {
+        self.runtime.as_ref().map(|rt| rt.region.control())
     }
 
-    fn ensure_runtime(&mut self) -> Result<(), Error> {
+    fn ensure_runtime(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         if self.runtime.is_some() {
             return Ok(());
         }
-        let tid = self.call_thread()?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let tid = self.call_thread(tracer)?;
         // Nothing is reset: the words of probes other sessions still have
         // in place keep counting, and fresh words were never written.
         let rt = runtime::load(tracer, &mut self.image, tid, self.options, 0)?;
         self.runtime = Some(rt);
-        self.join_session()?;
+        self.join_session(tracer)?;
         // Exit hooks are enabled in every session, even one that only
         // counts calls, so that every thread gets its return-slot block at
         // registration and a later session can time it.
-        self.ensure_exits(Metrics::CALLS)?;
+        self.ensure_exits(tracer, Metrics::CALLS)?;
         Ok(())
     }
 
@@ -690,9 +834,13 @@ impl Process {
     /// for the union of what it serves and `metrics` when not: whichever
     /// weft installed it, never less than it served), and returns the
     /// layout entry snippets must use.
-    fn ensure_exits(&mut self, metrics: Metrics) -> Result<weft_codegen::ExitHooks, Error> {
+    fn ensure_exits(
+        &mut self,
+        tracer: &mut Tracer,
+        metrics: Metrics,
+    ) -> Result<weft_codegen::ExitHooks, Error> {
         use weft_rt::layout::{EXITS_CPU, EXITS_INSTALLED, EXITS_WALL};
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.rt()?;
         let control = rt.region.control();
         let flags = control
             .exit_flags
@@ -708,15 +856,14 @@ impl Process {
             return Ok(hooks);
         }
         let wanted = installed.unwrap_or(Metrics::CALLS).union(metrics);
-        let tid = self.call_thread()?;
+        let tid = self.call_thread(tracer)?;
         let mmap_fn = self
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.rt()?;
         let enable_fn = runtime::export_address(rt.base, "weft_rt_enable_exits")?;
         let rt_base = rt.base;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let rt = self.runtime.as_ref().expect("checked above");
         let hooks = crate::exits::Installer {
             tracer,
@@ -746,7 +893,7 @@ impl Process {
     /// pointed at: one set for the process, whichever weft took it.
     fn sink_word(&self) -> Result<u32, Error> {
         use std::sync::atomic::Ordering;
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.rt()?;
         let control = rt.region.control();
         if let Some(word) = control.sink_word.load(Ordering::Acquire).checked_sub(1) {
             return Ok(word);
@@ -763,9 +910,9 @@ impl Process {
     /// detaches returns later through whatever exit handler is installed
     /// then, and would count its exit and stop its timer in the words its
     /// cell names, which a later session may have given to another
-    /// function. The process must be held, with no thread inside a
+    /// function. Needs the world stopped (`tracer`), no thread inside a
     /// trampoline.
-    fn retire_open_activations(&mut self, bases: &[i32]) -> Result<(), Error> {
+    fn retire_open_activations(&mut self, tracer: &mut Tracer, bases: &[i32]) -> Result<(), Error> {
         use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_TOP};
         if bases.is_empty() {
             return Ok(());
@@ -781,7 +928,6 @@ impl Process {
             .rows_used
             .load(std::sync::atomic::Ordering::Acquire)
             .min(region.geometry().max_rows);
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let size = u64::from(weft_codegen::CELL_SIZE);
         for index in 0..rows {
             let cells = region.load_word(index, ROW_CELLS);
@@ -816,10 +962,15 @@ impl Process {
 
     /// Resolves an IFUNC to the implementation the process uses: from a GOT
     /// slot the dynamic loader filled, else by calling the resolver.
-    fn resolve_ifunc(&mut self, f: &Function, resolver: u64) -> Result<Function, Error> {
+    fn resolve_ifunc(
+        &mut self,
+        tracer: &mut Tracer,
+        f: &Function,
+        resolver: u64,
+    ) -> Result<Function, Error> {
         let mut implementation = None;
         for slot in self.image.ifunc_slots(f)? {
-            if let Ok(value) = self.tracer()?.memory().read_u64(slot) {
+            if let Ok(value) = tracer.memory().read_u64(slot) {
                 if value != resolver
                     && self
                         .image
@@ -834,10 +985,10 @@ impl Process {
         let implementation = match implementation {
             Some(v) => v,
             None => {
-                let tid = self.call_thread()?;
+                let tid = self.call_thread(tracer)?;
                 let call =
                     RemoteCall::new(&format!("{} (IFUNC resolver)", f.name), resolver, vec![]);
-                self.tracer()?.call(tid, &call, false)?
+                tracer.call(tid, &call, false)?
             }
         };
         let mut resolved = self
@@ -857,60 +1008,27 @@ impl Process {
         Ok(resolved)
     }
 
-    /// Splices a per-thread call counter into each function's entry. The
-    /// process must be held. Functions that cannot be patched safely are
-    /// returned in the error, and nothing at all is changed then.
-    pub fn insert_counters(&mut self, functions: &[Function]) -> Result<Vec<ProbeId>, Error> {
-        self.insert(functions, Metrics::CALLS)
-    }
-
-    /// Splices probes measuring `metrics` into each function: an entry
-    /// counter for calls only; with wall or CPU time, an entry counter that
-    /// also hooks the function's exit and times its outermost activation
-    /// per thread. The process must be held. Functions that cannot be
-    /// patched safely (or whose exit must not be hooked, when timing) are
-    /// returned in the error, and nothing at all is changed then.
-    pub fn insert(
-        &mut self,
-        functions: &[Function],
-        metrics: Metrics,
-    ) -> Result<Vec<ProbeId>, Error> {
-        let specs: Vec<ProbeSpec> = functions
-            .iter()
-            .map(|f| ProbeSpec::measure(f.clone(), metrics))
-            .collect();
-        self.insert_probes(&specs)
-    }
-
-    /// Splices every probe of `specs` in, in one stop of the world (the
-    /// process must be held): counters, timers, user probes at entries
-    /// and exits. All or nothing: functions that cannot be patched safely
-    /// (or whose exit must not be hooked) are returned in the error, and
-    /// nothing is changed then. One probe per function: a function already
-    /// instrumented is skipped.
-    pub fn insert_probes(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
-        self.transaction(|process| process.insert_probes_now(specs))
-    }
-
     /// Runs `change` as a transaction: what it took from the target (and
     /// logged in `pending`) is given back if it fails.
     fn transaction<T>(
         &mut self,
-        change: impl FnOnce(&mut Process) -> Result<T, Error>,
+        tracer: &mut Tracer,
+        change: impl FnOnce(&mut Process, &mut Tracer) -> Result<T, Error>,
     ) -> Result<T, Error> {
         self.pending = undo::Undo::default();
-        let result = change(self);
+        let result = change(self, tracer);
         let taken = std::mem::take(&mut self.pending);
         if result.is_err() {
-            self.roll_back(taken);
+            self.roll_back(tracer, taken);
         }
         result
     }
 
-    fn insert_probes_now(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
-        if self.tracer.is_none() {
-            return Err(Error::NotHeld);
-        }
+    fn insert_probes_now(
+        &mut self,
+        tracer: &mut Tracer,
+        specs: &[ProbeSpec],
+    ) -> Result<Vec<ProbeId>, Error> {
         for spec in specs {
             let exit_predicate = spec.on_exit.and_then(|p| p.predicate);
             if matches!(
@@ -931,14 +1049,14 @@ impl Process {
         for spec in specs {
             requests.push(match spec.function.kind {
                 FunctionKind::Ifunc { resolver } => std::borrow::Cow::Owned(ProbeSpec {
-                    function: self.resolve_ifunc(&spec.function, resolver)?,
+                    function: self.resolve_ifunc(tracer, &spec.function, resolver)?,
                     ..spec.clone()
                 }),
                 _ => std::borrow::Cow::Borrowed(spec),
             });
         }
         // What other sessions have in place, and what killed ones left.
-        self.begin_change()?;
+        self.begin_change(tracer)?;
         // Functions planned by `prepare` were checked for leftover probes
         // then (and their code is checked again before patching).
         let unplanned: Vec<Function> = requests
@@ -947,13 +1065,13 @@ impl Process {
             .map(|r| r.function.clone())
             .collect();
         if !unplanned.is_empty() {
-            self.remove_leftover_probes(&unplanned)?;
+            self.remove_leftover_probes(tracer, &unplanned)?;
         }
         // Plan every site before touching anything.
         let active: AddressSet<u64> = self
             .probes
             .iter()
-            .filter(|p| p.active && p.point.is_none())
+            .filter(|p| p.active && p.point().is_none())
             .map(|p| p.function.address)
             .collect();
         let mut sites = AddressSet::default();
@@ -971,7 +1089,7 @@ impl Process {
             if let Some(other) = self
                 .foreign
                 .iter()
-                .find(|p| p.point.is_none() && p.function.address == f.address)
+                .find(|p| p.point().is_none() && p.function.address == f.address)
             {
                 match self.share_or_refuse(request, other) {
                     Ok(index) => shares.push((request, index)),
@@ -1039,12 +1157,12 @@ impl Process {
         if !refused.is_empty() {
             return Err(Error::Refused(refused));
         }
-        self.ensure_runtime()?;
+        self.ensure_runtime(tracer)?;
         let wanted = requests
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
         let hooks = if requests.iter().any(|r| r.hooks_exit()) {
-            Some(self.ensure_exits(wanted)?)
+            Some(self.ensure_exits(tracer, wanted)?)
         } else {
             None
         };
@@ -1063,9 +1181,9 @@ impl Process {
         // Build and write every trampoline (unreachable until patched):
         // counters built ahead by `hold` first, in one write per run of
         // neighbours, then the others.
-        let call_tid = self.call_thread()?;
+        let call_tid = self.call_thread(tracer)?;
         let (mut new_probes, mut originals, plans, mut moves) =
-            self.write_staged(plans, call_tid, mmap_fn, register_fn)?;
+            self.write_staged(tracer, plans, call_tid, mmap_fn, register_fn)?;
         for (request, site) in plans {
             originals.push(site.clone());
             let f = request.function.clone();
@@ -1107,7 +1225,7 @@ impl Process {
             let site = &*site;
             let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
             let (at, stub) = self.pool.reserve(
-                self.tracer.as_mut().ok_or(Error::NotHeld)?,
+                tracer,
                 call_tid,
                 mmap_fn,
                 register_fn,
@@ -1116,7 +1234,6 @@ impl Process {
             )?;
             self.pending.space.push(at..at + len);
             checkpoint!(self, Space);
-            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             let spec = TrampolineSpec {
                 address: at,
                 site,
@@ -1185,18 +1302,9 @@ impl Process {
                 original,
                 patch,
                 trampoline: at..at + trampoline.bytes.len() as u64,
-                calls_word: word,
-                metrics: request.metrics,
-                words_recycled: false,
                 active: false,
-                record,
-                words,
-                on_entry: request.on_entry,
-                on_exit: request.on_exit,
-                replaced_by: None,
-                point: None,
                 displaced: site.patch_address..site.end(),
-                call_targets: None,
+                kind: request.kind(Words::fresh(word, words), record),
                 entry: None,
                 borrowed: false,
             });
@@ -1210,10 +1318,10 @@ impl Process {
         // Threads stopped inside the bytes about to be overwritten go on at
         // the same instruction's copy in the trampoline (moved back if the
         // patches cannot be written).
-        self.move_threads_out(&moves)?;
+        self.move_threads_out(tracer, &moves)?;
         checkpoint!(self, Moved);
         let originals: Vec<&[u8]> = originals.iter().map(|s| &s.original[..]).collect();
-        self.splice_logged(&new_probes, &originals)?;
+        self.splice_logged(tracer, &new_probes, &originals)?;
         for probe in &mut new_probes {
             probe.active = true;
         }
@@ -1239,6 +1347,7 @@ impl Process {
     /// could not be mapped where planned is built again with the others.
     fn write_staged<'a>(
         &mut self,
+        tracer: &mut Tracer,
         plans: Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
         call_tid: Tid,
         mmap_fn: u64,
@@ -1263,7 +1372,6 @@ impl Process {
         let mut areas: Vec<u64> = use_staged.iter().map(|(_, s)| s.area).collect();
         areas.sort_unstable();
         areas.dedup();
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut lost = Vec::new();
         for area in areas {
             if !self
@@ -1302,18 +1410,13 @@ impl Process {
                 original: s.original,
                 patch: s.patch,
                 trampoline: s.at..s.at + s.trampoline_len,
-                calls_word: s.word,
-                metrics: Metrics::CALLS,
-                words_recycled: false,
                 active: false,
-                record: None,
-                words: 1,
-                on_entry: None,
-                on_exit: None,
-                replaced_by: None,
-                point: None,
                 displaced: s.site.patch_address..s.site.end(),
-                call_targets: None,
+                kind: ProbeKind::Measure {
+                    metrics: Metrics::CALLS,
+                    words: Words::fresh(s.word, 1),
+                    record: None,
+                },
                 entry: None,
                 borrowed: false,
             });
@@ -1484,27 +1587,18 @@ impl Process {
         })
     }
 
-    /// Redirects every call of `f` to `with` (a function of the same
-    /// signature in the target, e.g. from [`Process::load_library`]), in one
-    /// stop of the world (the process must be held). The returned
-    /// [`Replacement`] says where the original is, for `with` to call;
-    /// [`Process::remove`] with its id puts the original back. Refused, and
-    /// nothing changed, when `f` cannot be patched safely or is already
-    /// instrumented.
-    pub fn replace_function(&mut self, f: &Function, with: u64) -> Result<Replacement, Error> {
-        self.transaction(|process| process.replace_function_now(f, with))
-    }
-
-    fn replace_function_now(&mut self, f: &Function, with: u64) -> Result<Replacement, Error> {
-        if self.tracer.is_none() {
-            return Err(Error::NotHeld);
-        }
+    fn replace_function_now(
+        &mut self,
+        tracer: &mut Tracer,
+        f: &Function,
+        with: u64,
+    ) -> Result<Replacement, Error> {
         let f = match f.kind {
-            FunctionKind::Ifunc { resolver } => self.resolve_ifunc(f, resolver)?,
+            FunctionKind::Ifunc { resolver } => self.resolve_ifunc(tracer, f, resolver)?,
             _ => f.clone(),
         };
-        self.begin_change()?;
-        self.remove_leftover_probes(std::slice::from_ref(&f))?;
+        self.begin_change(tracer)?;
+        self.remove_leftover_probes(tracer, std::slice::from_ref(&f))?;
         let refuse = |reason: String| {
             Error::Refused(vec![Refused {
                 function: f.clone(),
@@ -1528,8 +1622,7 @@ impl Process {
             )));
         }
         let len = weft_codegen::max_redirect_len(&site) as u64;
-        let at = self.reserve_near(site.patch_address, len)?;
-        let tracer = self.tracer.as_mut().expect("held");
+        let at = self.reserve_near(tracer, site.patch_address, len)?;
         let redirect =
             weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.to_string()))?;
         let patch =
@@ -1543,12 +1636,13 @@ impl Process {
             .write(at - crate::trampolines::RECORD_LEN, &record)?;
         tracer.memory().write(at, &redirect.bytes)?;
         let id = self.splice_wordless(
+            tracer,
             f,
             site.patch_address,
             original,
             patch,
             at..at + redirect.bytes.len() as u64,
-            with,
+            ProbeKind::Replacement { with },
         )?;
         if let Some(p) = self.probes.iter_mut().find(|p| p.id == id) {
             p.displaced = site.patch_address..site.end();
@@ -1561,9 +1655,9 @@ impl Process {
 
     /// Reserves `len` bytes of trampoline space within `rel32` reach of
     /// `near` (loading the runtime first: new areas register with it), with
-    /// a leftover record's room in front. The process must be held.
-    fn reserve_near(&mut self, near: u64, len: u64) -> Result<u64, Error> {
-        self.ensure_runtime()?;
+    /// a leftover record's room in front.
+    fn reserve_near(&mut self, tracer: &mut Tracer, near: u64, len: u64) -> Result<u64, Error> {
+        self.ensure_runtime(tracer)?;
         let register_fn = self
             .runtime
             .as_ref()
@@ -1575,8 +1669,7 @@ impl Process {
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        let tid = self.call_thread()?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let tid = self.call_thread(tracer)?;
         let (at, _) = self
             .pool
             .reserve(tracer, tid, mmap_fn, register_fn, near, len)?;
@@ -1584,17 +1677,13 @@ impl Process {
         Ok(at)
     }
 
-    /// Makes the `call rel32` at `site` (inside a function of the target,
-    /// e.g. from [`crate::code::function_code`]'s call sites) call `to`
-    /// instead, in one stop of the world (the process must be held). The
-    /// callee returns where the original would have. [`Process::remove`]
-    /// with the id puts the original call back.
-    pub fn redirect_call(&mut self, site: u64, to: u64) -> Result<ProbeId, Error> {
-        self.transaction(|process| process.redirect_call_now(site, to))
-    }
-
-    fn redirect_call_now(&mut self, site: u64, to: u64) -> Result<ProbeId, Error> {
-        let (f, original) = self.call_site(site)?;
+    fn redirect_call_now(
+        &mut self,
+        tracer: &mut Tracer,
+        site: u64,
+        to: u64,
+    ) -> Result<ProbeId, Error> {
+        let (f, original) = self.call_site(tracer, site)?;
         let direct = weft_codegen::jmp_rel32(site, to).ok().map(|mut call| {
             call[0] = 0xe8; // the same displacement, as a call
             call
@@ -1603,8 +1692,7 @@ impl Process {
             Some(call) => (call, site..site),
             None => {
                 // Out of rel32 reach: call a `jmp [rip]` next to the site.
-                let at = self.reserve_near(site, 14)?;
-                let tracer = self.tracer.as_mut().expect("held");
+                let at = self.reserve_near(tracer, site, 14)?;
                 let mut code = vec![0xff, 0x25, 0, 0, 0, 0];
                 code.extend_from_slice(&to.to_le_bytes());
                 tracer.memory().write(at, &code)?;
@@ -1614,29 +1702,35 @@ impl Process {
                 (call, at..at + code.len() as u64)
             }
         };
-        self.splice_wordless(f, site, original, patch, trampoline, to)
+        self.splice_wordless(
+            tracer,
+            f,
+            site,
+            original,
+            patch,
+            trampoline,
+            ProbeKind::CallRedirect { to },
+        )
     }
 
-    /// Takes the `call rel32` at `site` out (a 5-byte `nop` instead), in one
-    /// stop of the world (the process must be held): the caller goes on as
-    /// if the callee had returned at once, with the registers as they were
-    /// (a result the caller uses is then whatever was in `rax`).
-    /// [`Process::remove`] with the id puts the call back.
-    pub fn remove_call(&mut self, site: u64) -> Result<ProbeId, Error> {
-        self.transaction(|process| {
-            let (f, original) = process.call_site(site)?;
-            const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-            process.splice_wordless(f, site, original, NOP5, site..site, 0)
-        })
+    fn remove_call_now(&mut self, tracer: &mut Tracer, site: u64) -> Result<ProbeId, Error> {
+        let (f, original) = self.call_site(tracer, site)?;
+        const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        self.splice_wordless(
+            tracer,
+            f,
+            site,
+            original,
+            NOP5,
+            site..site,
+            ProbeKind::CallRemoved,
+        )
     }
 
     /// The function holding the `call rel32` at `site`, and its 5 bytes;
     /// refused when it is not one, or already changed.
-    fn call_site(&mut self, site: u64) -> Result<(Function, [u8; 5]), Error> {
-        if self.tracer.is_none() {
-            return Err(Error::NotHeld);
-        }
-        self.begin_change()?;
+    fn call_site(&mut self, tracer: &mut Tracer, site: u64) -> Result<(Function, [u8; 5]), Error> {
+        self.begin_change(tracer)?;
         let f = self.image.function_at(site)?.unwrap_or_else(|| Function {
             name: format!("{site:#x}"),
             module: String::new(),
@@ -1655,7 +1749,6 @@ impl Process {
                 reason,
             }])
         };
-        let tracer = self.tracer.as_ref().expect("held");
         let mut bytes = [0u8; 5];
         tracer.memory().read(site, &mut bytes)?;
         if bytes[0] != 0xe8 {
@@ -1679,18 +1772,21 @@ impl Process {
     }
 
     /// Writes `patch` over the 5 bytes at `at` with no thread inside them,
-    /// and records it as an active word-less probe (a replacement),
-    /// removable like any other.
+    /// and records it as an active word-less probe of `kind` (a
+    /// replacement, a call redirected or removed), removable like any
+    /// other.
+    #[allow(clippy::too_many_arguments)]
     fn splice_wordless(
         &mut self,
+        tracer: &mut Tracer,
         function: Function,
         at: u64,
         original: [u8; 5],
         patch: [u8; 5],
         trampoline: std::ops::Range<u64>,
-        replaced_by: u64,
+        kind: ProbeKind,
     ) -> Result<ProbeId, Error> {
-        self.wait_until_outside(|pc| at < pc && pc < at + 5, "a patch site")?;
+        self.wait_until_outside(tracer, |pc| at < pc && pc < at + 5, "a patch site")?;
         let id = ProbeId(self.probes.len() as u32);
         let mut probe = [Probe {
             id,
@@ -1699,23 +1795,13 @@ impl Process {
             original,
             patch,
             trampoline,
-            calls_word: 0,
-            metrics: Metrics::CALLS,
-            words_recycled: false,
             active: true,
-            record: None,
-            words: 0,
-            on_entry: None,
-            on_exit: None,
-            replaced_by: Some(replaced_by),
-            point: None,
             displaced: at..at + 5,
-            call_targets: None,
+            kind,
             entry: None,
             borrowed: false,
         }];
         self.enter_in_directory(&mut probe)?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         tracer.memory().write(at, &patch)?;
         let [probe] = probe;
         self.probes.push(probe);
@@ -1737,11 +1823,11 @@ impl Process {
         if let Some(i) = self.free_words.iter().position(|&(_, l)| l == len) {
             return Ok((self.free_words.swap_remove(i).0, false));
         }
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.rt()?;
         if let Some(word) = crate::ledger::allocate_words(&rt.region, len) {
             return Ok((word, true));
         }
-        let width = |p: &Probe| p.words;
+        let width = |p: &Probe| p.words().map_or(0, |w| w.len);
         let Some(at) = self
             .quiet
             .iter()
@@ -1750,9 +1836,12 @@ impl Process {
             return Err(Error::TooManyProbes(self.options.metric_words));
         };
         let index = self.quiet.swap_remove(at);
-        let word = self.probes[index].calls_word;
-        self.probes[index].words_recycled = true;
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let Some(words) = self.probes[index].words_mut() else {
+            return Err(Error::Internal("a quiet probe without words".into()));
+        };
+        words.recycled = true;
+        let word = words.first;
+        let rt = self.rt()?;
         rt.region
             .zero_words(word, len)
             .map_err(|e| Error::Internal(format!("cannot reset recycled counters: {e}")))?;
@@ -1769,7 +1858,7 @@ impl Process {
         let (record, fresh) = match self.free_records.pop() {
             Some(r) => (r, false),
             None => {
-                let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+                let rt = self.rt()?;
                 let r = crate::ledger::allocate_record(&rt.region)
                     .ok_or(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS))?;
                 (r, true)
@@ -1785,14 +1874,13 @@ impl Process {
     /// PC); the others stay retired and are checked again next time.
     /// Scans each thread's stack from its `rsp` to the end of that mapping
     /// (the stack it is on now: frames on another stack, below a
-    /// `sigaltstack` handler, are not seen). The process must be held.
-    fn recycle_trampolines(&mut self) -> Result<(), Error> {
+    /// `sigaltstack` handler, are not seen).
+    fn recycle_trampolines(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         if self.retired.is_empty() {
             return Ok(());
         }
         const MAX_SCAN: u64 = 16 << 20;
         let maps = crate::inspect::read_maps(self.pid)?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut busy = vec![false; self.retired.len()];
         let retired = &self.retired;
         // A thread about to execute a retired probe's call record (its PC
@@ -1809,7 +1897,7 @@ impl Process {
                 .iter()
                 .map(|r| {
                     let probe = self.probes.iter().find(|p| &p.trampoline == r)?;
-                    let at = first + u64::from(probe.record?) * weft_codegen::RECORD_SIZE;
+                    let at = first + u64::from(probe.record()?) * weft_codegen::RECORD_SIZE;
                     Some(at..at + weft_codegen::RECORD_RETURN)
                 })
                 .collect()
@@ -1872,7 +1960,7 @@ impl Process {
             self.pool.release(range.clone());
             if let Some(i) = self.probes.iter().position(|p| p.trampoline == range) {
                 self.quiet.push(i);
-                if let Some(record) = self.probes[i].record.take() {
+                if let Some(record) = self.probes[i].take_record() {
                     self.free_records.push(record);
                 }
             }
@@ -1884,11 +1972,11 @@ impl Process {
     /// Before any change: loads the runtime (or joins the one loaded), takes
     /// out what killed wefts left, and reads what other sessions have in
     /// place.
-    fn begin_change(&mut self) -> Result<(), Error> {
+    fn begin_change(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         if self.runtime.is_none() {
-            return self.ensure_runtime(); // joins the session too
+            return self.ensure_runtime(tracer); // joins the session too
         }
-        self.join_session()
+        self.join_session(tracer)
     }
 
     /// Whether `request` can share `other`, another session's live probe at
@@ -1906,7 +1994,8 @@ impl Process {
                     .load(std::sync::atomic::Ordering::Acquire)
             });
         let measures_only = request.on_entry.is_none() && request.on_exit.is_none();
-        let covered = other.metrics.union(request.metrics) == other.metrics;
+        let theirs = other.metrics();
+        let covered = theirs.union(request.metrics) == theirs;
         if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
             return Ok(index);
         }
@@ -1918,8 +2007,8 @@ impl Process {
             format!(
                 "measuring only {}: ask for those metrics (-m {}) to share its probe, or stop \
                  that weft first",
-                other.metrics.names().join(","),
-                other.metrics.names().join(",")
+                theirs.names().join(","),
+                theirs.names().join(",")
             )
         };
         Err(format!(
@@ -1931,9 +2020,9 @@ impl Process {
     /// after a release that left it), takes out every probe no live session
     /// owns any more (wefts that were killed: all their probes, not only
     /// those on functions asked for now), and reads the other sessions'
-    /// live probes. The process must be held, the runtime loaded.
-    fn join_session(&mut self) -> Result<(), Error> {
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+    /// live probes. The runtime must be loaded.
+    fn join_session(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+        let rt = self.rt()?;
         let orphans = crate::ledger::sweep(&rt.region);
         if self.slot.is_none() {
             self.slot = Some(
@@ -1941,7 +2030,7 @@ impl Process {
                     .ok_or(Error::TooManySessions(weft_rt::layout::SESSIONS))?,
             );
         }
-        self.remove_orphans(&orphans)?;
+        self.remove_orphans(tracer, &orphans)?;
         self.read_foreign();
         Ok(())
     }
@@ -1969,11 +2058,14 @@ impl Process {
     /// gone) where they are still in place, points their open activations
     /// at the sink and frees their entries. Their trampolines, words and
     /// records are never reused: a thread may still be inside one.
-    fn remove_orphans(&mut self, orphans: &[crate::ledger::Orphan]) -> Result<(), Error> {
+    fn remove_orphans(
+        &mut self,
+        tracer: &mut Tracer,
+        orphans: &[crate::ledger::Orphan],
+    ) -> Result<(), Error> {
         if orphans.is_empty() {
             return Ok(());
         }
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut ranges = Vec::new();
         let mut hooked = Vec::new();
         for orphan in orphans {
@@ -1992,9 +2084,9 @@ impl Process {
             }
         }
         // Threads inside finish them normally (the memory stays).
-        self.prefer_outside(|pc| ranges.iter().any(|r| r.contains(&pc)))?;
-        self.retire_open_activations(&hooked)?;
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        self.prefer_outside(tracer, |pc| ranges.iter().any(|r| r.contains(&pc)))?;
+        self.retire_open_activations(tracer, &hooked)?;
+        let rt = self.rt()?;
         for orphan in orphans {
             crate::ledger::free(&rt.region, orphan.index);
         }
@@ -2005,7 +2097,7 @@ impl Process {
     /// owned by this session.
     fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
         let owners = self.owner_bit();
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.runtime.as_ref().ok_or_else(no_runtime)?;
         let entries: Vec<weft_rt::layout::ProbeEntry> =
             probes.iter().map(|p| directory_entry(p, owners)).collect();
         let indices = crate::ledger::add_all(&rt.region, &entries)
@@ -2023,7 +2115,12 @@ impl Process {
     /// (putting a page back failed too), keeps what the change took: its
     /// trampolines may be reached, and its directory entries let a later
     /// weft take the patch out.
-    fn splice_logged(&mut self, probes: &[Probe], originals: &[&[u8]]) -> Result<(), Error> {
+    fn splice_logged(
+        &mut self,
+        tracer: &mut Tracer,
+        probes: &[Probe],
+        originals: &[&[u8]],
+    ) -> Result<(), Error> {
         #[cfg(debug_assertions)]
         let fail_after = match self.checkpoint(undo::Fault::Splice) {
             Ok(()) => usize::MAX,
@@ -2031,7 +2128,6 @@ impl Process {
         };
         #[cfg(not(debug_assertions))]
         let fail_after = usize::MAX;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         match splice(tracer.memory(), probes, originals, fail_after) {
             Ok(()) => Ok(()),
             Err((e, patched)) => {
@@ -2053,14 +2149,19 @@ impl Process {
     /// directory): this session becomes an owner and reads its words from
     /// now on, the values they hold now (the world is stopped) subtracted.
     fn borrow(&mut self, f: &Function, index: usize, metrics: Metrics) -> Result<Probe, Error> {
-        let rt = self.runtime.as_ref().ok_or(Error::NotHeld)?;
+        let rt = self.rt()?;
         let mut entry = rt.region.entry(index);
         entry.owners |= self.owner_bit();
         rt.region.set_entry(index, &entry);
         let mut probe = foreign_probe(index, &entry);
         probe.id = ProbeId(self.probes.len() as u32);
         probe.function = f.clone();
-        probe.metrics = metrics;
+        // Measured as asked: a share covers at most what its owner measures.
+        probe.kind = ProbeKind::Measure {
+            metrics,
+            words: Words::fresh(entry.first_word, entry.words),
+            record: crate::ledger::record_of(&entry),
+        };
         // The words that add up (calls, exits, closed time), not a running
         // timer's start or a nesting depth.
         let offsets: &[i32] = if entry.words > 1 {
@@ -2100,9 +2201,12 @@ impl Process {
     /// killed while they were live): their trampolines count into words
     /// this session reuses, and a new probe would stack on top of them.
     /// The original bytes come from the record in front of each trampoline.
-    fn remove_leftover_probes(&mut self, functions: &[Function]) -> Result<(), Error> {
+    fn remove_leftover_probes(
+        &mut self,
+        tracer: &mut Tracer,
+        functions: &[Function],
+    ) -> Result<(), Error> {
         let maps = crate::inspect::read_maps(self.pid)?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut leftovers = Vec::new();
         for f in functions {
             // This session's own probes are not leftovers.
@@ -2126,7 +2230,7 @@ impl Process {
         }
         if !leftovers.is_empty() {
             // Threads inside finish them normally (the memory stays).
-            self.prefer_outside(|pc| leftovers.iter().any(|r| r.contains(&pc)))?;
+            self.prefer_outside(tracer, |pc| leftovers.iter().any(|r| r.contains(&pc)))?;
         }
         Ok(())
     }
@@ -2180,18 +2284,14 @@ impl Process {
         Ok(site)
     }
 
-    /// The target's memory for reading: the tracer's while held, else a
-    /// read-only handle of our own (reading needs no attach, only the
-    /// right to trace).
+    /// The target's memory for reading: a read-only handle of our own,
+    /// held or not (reading needs no attach, only the right to trace).
     fn reader(&mut self) -> Result<&crate::memory::ProcessMemory, Error> {
-        if self.tracer.is_none() && self.memory.is_none() {
-            self.memory = Some(crate::memory::ProcessMemory::open_read_only(self.pid)?);
-        }
-        match (&self.tracer, &self.memory) {
-            (Some(tracer), _) => Ok(tracer.memory()),
-            (None, Some(memory)) => Ok(memory),
-            (None, None) => Err(Error::NotHeld),
-        }
+        let memory = match self.memory.take() {
+            Some(memory) => memory,
+            None => crate::memory::ProcessMemory::open_read_only(self.pid)?,
+        };
+        Ok(self.memory.insert(memory))
     }
 
     /// Moves every thread stopped inside the bytes of a patch just written
@@ -2201,8 +2301,8 @@ impl Process {
     /// instruction boundary goes on at that instruction's copy; one stopped
     /// in a system call whose restart steps back over a displaced `syscall`
     /// goes on after its copy, so that the restart lands on the copy.
-    /// Returns how many threads moved. The process must be held.
-    fn move_threads_out(&mut self, moves: &[Resume]) -> Result<usize, Error> {
+    /// Returns how many threads moved.
+    fn move_threads_out(&mut self, tracer: &mut Tracer, moves: &[Resume]) -> Result<usize, Error> {
         if moves.is_empty() {
             return Ok(0);
         }
@@ -2212,7 +2312,6 @@ impl Process {
             let k = sorted.partition_point(|m| m.at <= pc);
             sorted[..k].last().filter(|m| m.at == pc).copied()
         };
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mut moved = 0;
         for tid in tracer.threads().collect::<Vec<_>>() {
             let Ok(mut regs) = tracer.registers(tid) else {
@@ -2242,29 +2341,34 @@ impl Process {
     /// letting it run a little between attempts.
     fn wait_until_outside(
         &mut self,
+        tracer: &mut Tracer,
         inside: impl Fn(u64) -> bool,
         what: &str,
     ) -> Result<(), Error> {
-        self.try_to_get_outside(inside, what, MOVE_ON_ATTEMPTS, true)
+        self.try_to_get_outside(tracer, inside, what, MOVE_ON_ATTEMPTS, true)
     }
 
     /// [`Process::wait_until_outside`] for code that only *prefers* no
     /// thread inside (a trampoline whose patch is gone: threads in it finish
     /// it normally): a few attempts, then on regardless. Many threads
     /// spinning through a hot function may never all be out at once.
-    fn prefer_outside(&mut self, inside: impl Fn(u64) -> bool) -> Result<(), Error> {
-        self.try_to_get_outside(inside, "", 5, false)
+    fn prefer_outside(
+        &mut self,
+        tracer: &mut Tracer,
+        inside: impl Fn(u64) -> bool,
+    ) -> Result<(), Error> {
+        self.try_to_get_outside(tracer, inside, "", 5, false)
     }
 
     fn try_to_get_outside(
-        &mut self,
+        &self,
+        tracer: &mut Tracer,
         inside: impl Fn(u64) -> bool,
         what: &str,
         attempts: u32,
         required: bool,
     ) -> Result<(), Error> {
         for attempt in 0..=attempts {
-            let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
             let mut blocked = None;
             for tid in tracer.threads().collect::<Vec<_>>() {
                 let Ok(regs) = tracer.registers(tid) else {
@@ -2295,21 +2399,8 @@ impl Process {
         Ok(())
     }
 
-    /// Restores every active probe's original bytes. Threads inside a
-    /// trampoline finish it normally; its memory is reused only once none
-    /// can be in it. The process must be held.
-    pub fn remove_all(&mut self) -> Result<(), Error> {
-        let ids: Vec<ProbeId> = self
-            .probes
-            .iter()
-            .filter(|p| p.active)
-            .map(|p| p.id)
-            .collect();
-        self.remove(&ids)
-    }
-
-    /// Removes the given probes (see [`Process::remove_all`]).
-    pub fn remove(&mut self, ids: &[ProbeId]) -> Result<(), Error> {
+    /// [`Held::remove`].
+    fn remove_now(&mut self, tracer: &mut Tracer, ids: &[ProbeId]) -> Result<(), Error> {
         // Only the probes still in: removing one twice is a no-op.
         let ids: Vec<ProbeId> = self
             .probes
@@ -2317,7 +2408,6 @@ impl Process {
             .filter(|p| p.active && ids.contains(&p.id))
             .map(|p| p.id)
             .collect();
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
         let mine = self.slot.map_or(0, |s| 1u32 << s);
         let region = self.runtime.as_ref().map(|rt| &rt.region);
         let mut handed_over = Vec::new();
@@ -2369,14 +2459,15 @@ impl Process {
         // stays; its space is reused only once no thread is in it, see
         // recycle_trampolines), but would count once more: let threads leave
         // first when they do so quickly.
-        self.prefer_outside(|pc| ranges.iter().any(|r| r.contains(&pc)))?;
+        self.prefer_outside(tracer, |pc| ranges.iter().any(|r| r.contains(&pc)))?;
         let hooked: Vec<i32> = self
             .probes
             .iter()
             .filter(|p| ids.contains(&p.id) && p.hooks_exit())
-            .map(|p| weft_rt::layout::Geometry::metric_offset(p.calls_word) as i32)
+            .filter_map(Probe::calls_word)
+            .map(|word| weft_rt::layout::Geometry::metric_offset(word) as i32)
             .collect();
-        self.retire_open_activations(&hooked)?;
+        self.retire_open_activations(tracer, &hooked)?;
         // Only this session's own trampolines come back to its pool (a
         // borrowed one lies in another weft's area).
         let own: Vec<std::ops::Range<u64>> = self
@@ -2386,7 +2477,7 @@ impl Process {
             .map(|p| p.trampoline.clone())
             .collect();
         self.retired.extend(own);
-        self.recycle_trampolines()?;
+        self.recycle_trampolines(tracer)?;
         if !self.probes.iter().any(|p| p.active) {
             if let Some(since) = self.live_since.take() {
                 self.live_for += since.elapsed();
@@ -2395,18 +2486,13 @@ impl Process {
         Ok(())
     }
 
-    /// Detaches: the process runs on, probes keep counting, weft is no
-    /// longer attached (its signals, clones and exits never wait for weft).
-    pub fn release(&mut self) -> Result<(), Error> {
-        let detached = match self.tracer.take() {
-            Some(mut tracer) => {
-                self.stops_before += tracer.stop_count();
-                let detached = tracer.detach();
-                self.longest_stop = self.longest_stop.max(tracer.longest_stop());
-                detached
-            }
-            None => Ok(()),
-        };
+    /// Detaches `tracer` ([`Held::release`]): the process runs on, probes
+    /// keep counting, weft is no longer attached (its signals, clones and
+    /// exits never wait for weft).
+    fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+        self.stops_before += tracer.stop_count();
+        let detached = tracer.detach();
+        self.longest_stop = self.longest_stop.max(tracer.longest_stop());
         // Normal priority again, whatever happened.
         self.boost = None;
         // A session with nothing in place gives its slot back: its acks
@@ -2421,10 +2507,18 @@ impl Process {
         Ok(())
     }
 
-    /// Attaches again and stops every thread.
-    pub fn hold(&mut self) -> Result<(), Error> {
-        if self.tracer.is_some() {
-            return Ok(());
+    /// Attaches (again) and stops every thread, for as long as the
+    /// returned [`Held`] lives: everything that changes the target's code
+    /// or needs its threads stopped is a method of [`Held`]. It ends with
+    /// [`Held::release`], or when the `Held` is dropped (which releases,
+    /// errors ignored): weft never leaves the target stopped.
+    ///
+    /// A launched program's first hold is the stop at its entry
+    /// ([`Process::launch`]). When another weft holds the process, waits up
+    /// to 3 s for it to let go ([`Error::HeldByOtherWeft`]).
+    pub fn hold(&mut self) -> Result<Held<'_>, Error> {
+        if let Some(tracer) = self.entry_stop.take() {
+            return Ok(Held::new(self, tracer));
         }
         if self.boost.is_none() {
             self.boost = RealtimeGuard::raise();
@@ -2448,8 +2542,7 @@ impl Process {
         if self.threads_at_attach == 0 {
             self.threads_at_attach = tracer.thread_count();
         }
-        self.tracer = Some(tracer);
-        Ok(())
+        Ok(Held::new(self, tracer))
     }
 
     /// Seizes the process; when another weft holds it (only one tracer
@@ -2497,7 +2590,7 @@ impl Process {
     /// the direct branches of the modules holding `functions`, reading each
     /// function's first bytes and deciding how to patch it — so that it
     /// happens before [`Process::hold`] rather than inside the pause.
-    /// Optional: [`Process::insert_counters`] does what is left itself.
+    /// Optional: [`Held::insert_counters`] does what is left itself.
     /// Sites planned here are checked against the code again, with the
     /// world stopped, right before they are patched. Once the runtime is
     /// loaded (after a first insertion), `hold` also builds the counters'
@@ -2572,7 +2665,10 @@ impl Process {
         if !self.launched {
             return Err(Error::NotOurChild(self.pid));
         }
-        self.release()?;
+        if let Some(mut tracer) = self.entry_stop.take() {
+            // Never held: it runs from its entry uninstrumented, as asked.
+            self.let_go(&mut tracer)?;
+        }
         // Harvest exited threads' rows while waiting, so that a program that
         // creates many short-lived threads reuses rows instead of running
         // out of them.
@@ -2656,16 +2752,19 @@ impl Process {
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
         let q32 = region.header().timer_ns_per_tick_q32;
-        for probe in self.probes.iter().filter(|p| p.metrics.hooks_exit()) {
-            let first = probe.calls_word as usize;
-            let base = weft_rt::layout::Geometry::metric_offset(probe.calls_word) as usize;
+        for probe in self.probes.iter().filter(|p| p.metrics().hooks_exit()) {
+            let Some(word) = probe.calls_word() else {
+                continue;
+            };
+            let first = word as usize;
+            let base = weft_rt::layout::Geometry::metric_offset(word) as usize;
             let Some(mut words) = read(base) else {
                 continue; // a writer stuck mid-update: keep the copy's totals
             };
             // The thread's CPU time only for a running CPU timer (one
             // /proc read per thread and report at most), then the words
             // again, after it.
-            if probe.metrics.cpu && words.cpu_start != 0 && cpu_now.is_none() {
+            if probe.metrics().cpu && words.cpu_start != 0 && cpu_now.is_none() {
                 cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
                 match read(base) {
                     Some(again) => words = again,
@@ -2707,27 +2806,18 @@ impl Process {
         n
     }
 
-    /// Loads the shared library at `path` into the target with the target's
-    /// own `dlopen` (its constructors run; the other threads run
-    /// meanwhile, so a lock one of them holds cannot deadlock the loader).
-    /// The process must be held. Loading it again returns the same library
-    /// (dlopen counts references). Look its probe functions up with
-    /// [`Library::symbol`](crate::library::Library::symbol).
-    pub fn load_library(
+    /// [`Held::load_library`].
+    fn load_library_now(
         &mut self,
-        path: impl AsRef<std::path::Path>,
+        tracer: &mut Tracer,
+        path: &std::path::Path,
     ) -> Result<crate::library::Library, Error> {
-        let given = path.as_ref();
         let path =
-            std::fs::canonicalize(given).map_err(|source| crate::library::LibraryError::Path {
-                path: given.to_path_buf(),
+            std::fs::canonicalize(path).map_err(|source| crate::library::LibraryError::Path {
+                path: path.to_path_buf(),
                 source,
             })?;
-        if self.tracer.is_none() {
-            return Err(Error::NotHeld);
-        }
-        let tid = self.call_thread()?;
-        let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
+        let tid = self.call_thread(tracer)?;
         let handle = crate::library::dlopen(tracer, &mut self.image, tid, &path)?;
         self.image.refresh()?;
         let base = self
@@ -2746,9 +2836,10 @@ impl Process {
     /// How many times weft has stopped the whole process so far (each
     /// [`Process::hold`], and each time a remote call let the other threads
     /// run and stopped them again): what a tool checks to know its batch of
-    /// changes was applied in one stop.
+    /// changes was applied in one stop. ([`Held::stops`] counts the current
+    /// hold's too.)
     pub fn stops(&self) -> u64 {
-        self.stops_before + self.tracer.as_ref().map_or(0, |t| t.stop_count())
+        self.stops_before
     }
 
     /// How many threads weft found stopped inside the bytes of a patch it
@@ -2758,21 +2849,10 @@ impl Process {
     }
 
     /// The longest time the target's threads were all stopped at once
-    /// during the current (or else the last) hold, from the first interrupt
-    /// to the last thread resumed.
+    /// during the last hold, from the first interrupt to the last thread
+    /// resumed ([`Held::longest_stop`]: during the current one).
     pub fn longest_stop(&self) -> Duration {
-        let now = self
-            .tracer
-            .as_ref()
-            .map_or(Duration::ZERO, Tracer::longest_stop);
-        self.longest_stop.max(now)
-    }
-
-    /// The kernel thread IDs of the threads weft holds. The process must be
-    /// held.
-    pub fn threads(&self) -> Result<Vec<crate::ptrace::Tid>, Error> {
-        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-        Ok(tracer.threads().collect())
+        self.longest_stop
     }
 
     /// Reads `len` bytes of the target's memory at `address` (through
@@ -2781,33 +2861,6 @@ impl Process {
     pub fn read_memory(&self, address: u64, len: usize) -> Result<Vec<u8>, Error> {
         let memory = crate::memory::ProcessMemory::open(self.pid)?;
         Ok(memory.read_vec(address, len)?)
-    }
-
-    /// Writes `bytes` into the target's memory at `address`, read-only
-    /// mappings (code) included, as a debugger does. The process must be
-    /// held: writing code a running thread executes is not safe (weft's own
-    /// patches check where every thread is; this does not).
-    pub fn write_memory(&mut self, address: u64, bytes: &[u8]) -> Result<(), Error> {
-        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-        Ok(tracer.memory().write(address, bytes)?)
-    }
-
-    /// The general registers of thread `tid`, stopped (the process must be
-    /// held).
-    pub fn registers(&self, tid: crate::ptrace::Tid) -> Result<crate::ptrace::Registers, Error> {
-        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-        Ok(tracer.registers(tid)?)
-    }
-
-    /// Sets the general registers of thread `tid`, stopped (the process must
-    /// be held); they take effect when it runs again.
-    pub fn set_registers(
-        &mut self,
-        tid: crate::ptrace::Tid,
-        registers: &crate::ptrace::Registers,
-    ) -> Result<(), Error> {
-        let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
-        Ok(tracer.set_registers(tid, registers)?)
     }
 
     /// The shared region, once the runtime is loaded.
@@ -2843,13 +2896,15 @@ impl Process {
         let probes: Vec<ProbeInfo> = self
             .probes
             .iter()
-            .filter(|p| !p.words_recycled && p.words > 0 && !self.unreported.contains(&p.id))
-            .map(|p| ProbeInfo {
-                name: points::probe_name(p),
-                module: p.function.module.clone(),
-                address: p.patch_address,
-                calls_word: p.calls_word,
-                metrics: p.metrics,
+            .filter(|p| !self.unreported.contains(&p.id))
+            .filter_map(|p| {
+                Some(ProbeInfo {
+                    name: points::probe_name(p),
+                    module: p.function.module.clone(),
+                    address: p.patch_address,
+                    calls_word: p.own_words()?.first,
+                    metrics: p.metrics(),
+                })
             })
             .collect();
         let overflow = self.runtime.as_ref().map_or(0, |rt| {
@@ -2872,7 +2927,7 @@ impl Process {
                     .map(|s| s.trim_end().to_string())
             },
         );
-        let timed = self.probes.iter().any(|p| p.metrics.hooks_exit());
+        let timed = self.probes.iter().any(|p| p.metrics().hooks_exit());
         if let (true, Some(rt)) = (timed, &self.runtime) {
             let wall = weft_rt::clock::WallClock::in_region(rt.region.header());
             report.clocks = Some(clocks(wall, &rows));
@@ -3139,22 +3194,22 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
         original,
         patch,
         trampoline: e.trampoline..e.trampoline + e.trampoline_len,
-        calls_word: e.first_word,
-        metrics: Metrics {
-            wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
-            cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
-        },
-        words_recycled: false,
         active: true,
-        record: crate::ledger::record_of(e),
-        words: e.words,
-        on_entry: None,
-        on_exit: None,
-        replaced_by: None,
-        point: (e.kind != weft_rt::layout::KIND_MEASURE && e.function != e.patch_address)
-            .then_some(e.function),
         displaced: e.patch_address..e.patch_address + displaced,
-        call_targets: None,
+        kind: if e.kind == weft_rt::layout::KIND_MEASURE {
+            ProbeKind::Measure {
+                metrics: Metrics {
+                    wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
+                    cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
+                },
+                words: Words::fresh(e.first_word, e.words),
+                record: crate::ledger::record_of(e),
+            }
+        } else {
+            ProbeKind::Private {
+                point: (e.function != e.patch_address).then_some(e.function),
+            }
+        },
         entry: Some(index),
         borrowed: true,
     }
@@ -3164,12 +3219,9 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
 /// just measures a function's entry may be shared by another session.
 fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
     use weft_rt::layout as l;
-    let shareable = probe.point.is_none()
-        && probe.on_entry.is_none()
-        && probe.on_exit.is_none()
-        && probe.replaced_by.is_none()
-        && probe.call_targets.is_none()
-        && probe.words > 0;
+    let shareable = matches!(probe.kind, ProbeKind::Measure { .. });
+    let metrics = probe.metrics();
+    let words = probe.words().copied().unwrap_or(Words::fresh(0, 0));
     let mut original = [0u8; 8];
     original[..5].copy_from_slice(&probe.original);
     let mut patch = [0u8; 8];
@@ -3182,16 +3234,13 @@ fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
         } else {
             l::KIND_PRIVATE
         },
-        metrics: if probe.metrics.wall {
-            l::METRIC_WALL
-        } else {
-            0
-        } | if probe.metrics.cpu { l::METRIC_CPU } else { 0 },
-        first_word: probe.calls_word,
-        words: probe.words,
-        record: probe.record.unwrap_or(l::NO_RECORD),
+        metrics: if metrics.wall { l::METRIC_WALL } else { 0 }
+            | if metrics.cpu { l::METRIC_CPU } else { 0 },
+        first_word: words.first,
+        words: words.len,
+        record: probe.record().unwrap_or(l::NO_RECORD),
         reserved: (probe.displaced.end - probe.displaced.start) as u32,
-        function: probe.point.unwrap_or(probe.function.address),
+        function: probe.point().unwrap_or(probe.function.address),
         patch_address: probe.patch_address,
         trampoline: probe.trampoline.start,
         trampoline_len: probe.trampoline.end - probe.trampoline.start,
@@ -3296,25 +3345,15 @@ fn splice(
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if self.launched && !self.ever_released {
-            // A program weft launched has not reached `main` yet: instrumenting
-            // it failed, so it must not run at all (the user asked for it to
-            // run instrumented). It is our child: kill and reap it.
-            // SAFETY: kill and waitpid on our own child, no memory arguments
-            // besides a valid out-pointer.
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-                self.tracer.take();
-                let mut status = 0;
-                libc::waitpid(self.pid, &mut status, libc::__WALL);
-            }
-            return;
+        // A program weft launched that is still stopped at its entry
+        // (never released): instrumenting it failed or was never done, so
+        // it must not run at all (the user asked for it to run
+        // instrumented). It is our child, not reaped yet.
+        if let Some(tracer) = self.entry_stop.take() {
+            crate::launch::kill_stopped(self.pid, tracer);
         }
-        // If weft still holds the process, undo what it did, then let go.
-        if self.tracer.is_some() && self.probes.iter().any(|p| p.active) {
-            let _ = self.remove_all();
-        }
-        let _ = self.release();
+        // Otherwise there is nothing to let go of: the tracer lived in a
+        // `Held`, which released the process when it ended.
     }
 }
 
@@ -3341,18 +3380,13 @@ mod tests {
             original,
             patch: [0xe9, 0, 0, 0, 0],
             trampoline: 0..0,
-            calls_word: 0,
-            metrics: Metrics::CALLS,
-            words_recycled: false,
             active,
-            record: None,
-            words: 1,
-            on_entry: None,
-            on_exit: None,
-            replaced_by: None,
-            point: None,
             displaced: patch..displaced_end,
-            call_targets: None,
+            kind: ProbeKind::Measure {
+                metrics: Metrics::CALLS,
+                words: Words::fresh(0, 1),
+                record: None,
+            },
             entry: None,
             borrowed: false,
         }

@@ -176,12 +176,14 @@ impl Sampler {
         self.probes = process
             .probes()
             .iter()
-            .filter(|p| !p.words_recycled && p.words > 0)
-            .map(|p| Sampled {
-                id: p.id,
-                word: p.calls_word as usize,
-                metrics: p.metrics,
-                borrowed: p.borrowed,
+            .filter_map(|p| {
+                let words = p.words().filter(|w| !w.recycled && w.len > 0)?;
+                Some(Sampled {
+                    id: p.id,
+                    word: words.first as usize,
+                    metrics: p.metrics(),
+                    borrowed: p.borrowed,
+                })
             })
             .collect();
         self.words = self

@@ -9,8 +9,10 @@
 //! [`weft_codegen::analyze_at`]). Every point counts how often threads
 //! reach it, in a word of their own rows, like a function's calls.
 
-use super::{Error, Function, Occupied, Probe, ProbeId, Process, Refused, UserProbe};
-use crate::exits::Metrics;
+use super::{
+    Error, Function, Occupied, Probe, ProbeId, ProbeKind, Process, Refused, UserProbe, Words,
+};
+use crate::ptrace::Tracer;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
 use weft_codegen::{
@@ -24,7 +26,7 @@ const MAX_POINT_FUNCTION: u64 = 64 * 1024;
 /// Most (target, count) slots a call-target table may have.
 pub const MAX_CALL_TARGET_SLOTS: u32 = 64;
 
-/// A probe at one instruction of a function ([`Process::insert_points`]).
+/// A probe at one instruction of a function ([`Held::insert_points`](super::Held::insert_points)).
 /// Each time a thread is about to execute the instruction it is counted
 /// (per thread; reports name the point `function+0xoffset`), and, if
 /// asked, a user probe is called with the registers there and the target
@@ -121,30 +123,15 @@ pub struct CallTargetCounts {
 }
 
 impl Process {
-    /// Inserts instruction points, all in one stop of the world (the
-    /// process must be held). Each point is planned from the function's
-    /// original code and refused, with nothing changed, when it is not an
-    /// instruction boundary, when it cannot be patched safely (a branch or
-    /// a jump table may enter the bytes the patch overwrites, a call would
-    /// return into them...), when it overlaps another probe's patch, or
-    /// when call targets are asked for at an instruction that is not an
-    /// indirect call. [`Process::remove`] takes a point out like any probe.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Refused`] naming every point refused and why;
-    /// [`Error::NotHeld`]; the errors of loading the runtime.
-    pub fn insert_points(&mut self, specs: &[PointSpec]) -> Result<Vec<ProbeId>, Error> {
-        self.transaction(|process| process.insert_points_now(specs))
-    }
-
-    fn insert_points_now(&mut self, specs: &[PointSpec]) -> Result<Vec<ProbeId>, Error> {
-        if self.tracer.is_none() {
-            return Err(Error::NotHeld);
-        }
-        self.begin_change()?;
+    /// [`Held::insert_points`](super::Held::insert_points).
+    pub(super) fn insert_points_now(
+        &mut self,
+        tracer: &mut Tracer,
+        specs: &[PointSpec],
+    ) -> Result<Vec<ProbeId>, Error> {
+        self.begin_change(tracer)?;
         let functions: Vec<&Function> = specs.iter().map(|s| &s.function).collect();
-        self.remove_leftover_points(&functions)?;
+        self.remove_leftover_points(tracer, &functions)?;
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
         let occupied = Occupied::of(&self.probes, &self.foreign);
@@ -164,7 +151,7 @@ impl Process {
         if !refused.is_empty() {
             return Err(Error::Refused(refused));
         }
-        self.ensure_runtime()?;
+        self.ensure_runtime(tracer)?;
         let save = crate::trampolines::vector_save();
         let header = self.runtime.as_ref().expect("loaded above").region.header();
         let register_stub_fn = header.register_fn;
@@ -174,7 +161,7 @@ impl Process {
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        let call_tid = self.call_thread()?;
+        let call_tid = self.call_thread(tracer)?;
 
         let mut new_probes: Vec<Probe> = Vec::with_capacity(plans.len());
         let mut moves = Vec::new();
@@ -203,7 +190,6 @@ impl Process {
                     snippets.push(Snippet::RecordCallTarget(table));
                 }
                 let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
-                let tracer = self.tracer.as_mut().ok_or(Error::NotHeld)?;
                 let (at, stub) = self.pool.reserve(
                     tracer,
                     call_tid,
@@ -253,18 +239,14 @@ impl Process {
                     original,
                     patch,
                     trampoline: at..at + trampoline.bytes.len() as u64,
-                    calls_word: word,
-                    metrics: Metrics::CALLS,
-                    words_recycled: false,
                     active: false,
-                    record: None,
-                    words,
-                    on_entry: spec.probe,
-                    on_exit: None,
-                    replaced_by: None,
-                    point: Some(spec.address),
                     displaced: site.patch_address..site.end(),
-                    call_targets: spec.call_targets.map(|slots| (word + 1, slots)),
+                    kind: ProbeKind::Point {
+                        at: spec.address,
+                        words: Words::fresh(word, words),
+                        probe: spec.probe,
+                        call_targets: spec.call_targets,
+                    },
                     entry: None,
                     borrowed: false,
                 });
@@ -275,9 +257,9 @@ impl Process {
         // inside the bytes about to be overwritten go on in the trampolines
         // (moved back if the patches cannot be written).
         self.enter_in_directory(&mut new_probes)?;
-        self.move_threads_out(&moves)?;
+        self.move_threads_out(tracer, &moves)?;
         let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
-        self.splice_logged(&new_probes, &originals)?;
+        self.splice_logged(tracer, &new_probes, &originals)?;
         for probe in &mut new_probes {
             probe.active = true;
         }
@@ -289,7 +271,7 @@ impl Process {
         Ok(ids)
     }
 
-    /// Which of `specs` [`Process::insert_points`] would refuse, and why
+    /// Which of `specs` [`Held::insert_points`](super::Held::insert_points) would refuse, and why
     /// (`None`: it would go in), changing nothing; the process need not be
     /// held. A tool instrumenting many points (every call site of a
     /// module, say) keeps those that pass and inserts them in one batch.
@@ -327,8 +309,12 @@ impl Process {
             .iter()
             .find(|p| p.id == id)
             .ok_or(Error::NotACallTargetPoint(id.0))?;
-        let (table, slots) = match (probe.call_targets, probe.words_recycled) {
-            (Some(t), false) => t,
+        let (table, slots) = match &probe.kind {
+            ProbeKind::Point {
+                words,
+                call_targets: Some(slots),
+                ..
+            } if !words.recycled => (words.first + 1, *slots),
             _ => return Err(Error::NotACallTargetPoint(id.0)),
         };
         let mut out = Vec::new();
@@ -474,7 +460,11 @@ impl Process {
     /// whose record names that address gets its bytes back. Leftovers only
     /// come from before this `Process` attached, so each function is looked
     /// at once per `Process` (this runs with the world stopped).
-    fn remove_leftover_points(&mut self, functions: &[&Function]) -> Result<(), Error> {
+    fn remove_leftover_points(
+        &mut self,
+        tracer: &mut Tracer,
+        functions: &[&Function],
+    ) -> Result<(), Error> {
         let todo: Vec<&Function> = functions
             .iter()
             .copied()
@@ -489,7 +479,6 @@ impl Process {
         for f in todo {
             // Each restore may bring instructions the jmp hid: decode again.
             for _ in 0..64 {
-                let tracer = self.tracer.as_ref().ok_or(Error::NotHeld)?;
                 let mut code = tracer
                     .memory()
                     .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
@@ -518,7 +507,7 @@ impl Process {
         }
         if !leftovers.is_empty() {
             // Threads inside finish them normally (the memory stays).
-            self.prefer_outside(|pc| leftovers.iter().any(|r| r.contains(&pc)))?;
+            self.prefer_outside(tracer, |pc| leftovers.iter().any(|r| r.contains(&pc)))?;
         }
         Ok(())
     }
@@ -534,7 +523,7 @@ pub(crate) fn point_name(f: &Function, address: u64) -> String {
 
 /// How a probe is named in messages and reports.
 pub(crate) fn probe_name(p: &Probe) -> String {
-    match p.point {
+    match p.point() {
         Some(at) => point_name(&p.function, at),
         None => p.function.name.clone(),
     }

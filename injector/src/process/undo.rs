@@ -9,7 +9,7 @@
 #[cfg(debug_assertions)]
 use super::Error;
 use super::Process;
-use crate::ptrace::Tid;
+use crate::ptrace::{Tid, Tracer};
 
 /// What the insertion in progress has taken so far.
 #[derive(Debug, Default)]
@@ -101,17 +101,15 @@ impl Process {
     }
 
     /// Gives back everything `undo` logged, newest first.
-    pub(crate) fn roll_back(&mut self, undo: Undo) {
-        if let Some(tracer) = self.tracer.as_mut() {
-            for &(tid, pc) in undo.moved.iter().rev() {
-                if let Ok(mut regs) = tracer.registers(tid) {
-                    regs.rip = pc;
-                    let _ = tracer.set_registers(tid, &regs);
-                }
+    pub(crate) fn roll_back(&mut self, tracer: &mut Tracer, undo: Undo) {
+        for &(tid, pc) in undo.moved.iter().rev() {
+            if let Ok(mut regs) = tracer.registers(tid) {
+                regs.rip = pc;
+                let _ = tracer.set_registers(tid, &regs);
             }
-            for (at, before) in undo.writes.iter().rev() {
-                let _ = tracer.memory().write(*at, before);
-            }
+        }
+        for (at, before) in undo.writes.iter().rev() {
+            let _ = tracer.memory().write(*at, before);
         }
         let Some(rt) = self.runtime.as_ref() else {
             return;
