@@ -339,8 +339,8 @@ fn branch_index_tells_jumps_from_calls() {
     let exe = image
         .executable()
         .unwrap_or_else(|| ctx.fail("no executable module"));
-    let index =
-        weft::branches::BranchIndex::build(exe).unwrap_or_else(|e| ctx.fail(format!("index: {e}")));
+    let index = weft::internals::BranchIndex::build(exe)
+        .unwrap_or_else(|e| ctx.fail(format!("index: {e}")));
     let (work, cold) = (exe.runtime_address(b.work), exe.runtime_address(b.cold));
     let into_cold: Vec<_> = index.to(cold).iter().map(|b| (b.source, b.kind)).collect();
     ctx.check(

@@ -9,7 +9,7 @@
 mod support;
 
 use support::*;
-use weft::process::Fault;
+use weft::internals::Fault;
 use weft::{Held, Metrics, Pattern, Process};
 
 const FAILURES: usize = 1_000;

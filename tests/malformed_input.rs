@@ -7,7 +7,7 @@
 //! headers, symbol tables, string tables, relocations, version tables,
 //! `.dynamic`, `.eh_frame` and `.eh_frame_hdr`. Every public parsing entry
 //! point of `weft::inspect` runs on each variant, and so does the machine
-//! code sweep of `weft::branches::BranchIndex` (which reads the executable
+//! code sweep of `weft::internals::BranchIndex` (which reads the executable
 //! segments the corrupt headers describe). `/proc/PID/maps` and
 //! `/proc/PID/stat` text and function patterns get the same treatment.
 //!
@@ -33,13 +33,10 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 use support::Rng;
 
-use weft::branches::BranchIndex;
-use weft::inspect::elf::ElfHeaderInfo;
-use weft::inspect::maps::{free_gap_near, parse_maps, Mapping, MappingPath, Perms};
-use weft::inspect::module::{modules_from_maps, Module};
-use weft::inspect::pattern::Glob;
-use weft::inspect::procfs::parse_stat_state;
-use weft::inspect::{suggest, ElfImage, Pattern};
+use weft::inspect::{ElfHeaderInfo, ElfImage, Glob, Mapping, MappingPath, Module, Pattern, Perms};
+use weft::internals::{
+    free_gap_near, modules_from_maps, parse_maps, parse_stat_state, suggest, BranchIndex,
+};
 
 /// A corpus that has not finished after this long is taken to hang.
 const DEADLINE: Duration = Duration::from_secs(120);

@@ -98,7 +98,7 @@ fn thousand_insert_remove_cycles_under_load() {
     // timer's clock call). Without reuse it grows ~400 bytes per cycle.
     ctx.check(
         bytes.0 == bytes_early.0
-            && bytes.0 <= 2 * weft::trampolines::AREA_SIZE
+            && bytes.0 <= 2 * weft::TRAMPOLINE_AREA_SIZE
             && bytes.1 <= bytes_early.1 + 8 * 1024,
         || {
             format!(

@@ -195,8 +195,9 @@ mod tests {
         // This test process's own libc: some branch must land strictly inside
         // the first bytes of the memmove implementation glibc's mempcpy
         // variants share (their `jmp L(start_erms)`).
-        let modules = crate::inspect::modules(std::process::id() as i32).unwrap();
-        let libc = modules
+        let image = crate::inspect::ProcessImage::open(std::process::id() as i32).unwrap();
+        let libc = image
+            .modules()
             .iter()
             .find(|m| m.name().starts_with("libc.so"))
             .unwrap();

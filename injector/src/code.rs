@@ -383,8 +383,8 @@ mod tests {
         // This function's own address, as a file vaddr: PIE, so subtract
         // the load bias (found from /proc/self/maps).
         let here = line_table_of_this_test_binary_finds_this_function as *const () as u64;
-        let modules = crate::inspect::modules(std::process::id() as i32).unwrap();
-        let module = modules.iter().find(|m| m.contains(here)).unwrap();
+        let image = crate::inspect::ProcessImage::open(std::process::id() as i32).unwrap();
+        let module = image.modules().iter().find(|m| m.contains(here)).unwrap();
         let vaddr = here - module.bias();
         let loc = table.lookup(vaddr).expect("a line for this function");
         assert!(loc.file.ends_with("code.rs"), "{loc:?}");

@@ -1,6 +1,17 @@
-//! The library's error type: every message says what happened and what to do.
+//! The library's error type, [`Error`] (also at the crate root), and the
+//! errors of the layers it wraps (its variants' sources): every message says
+//! what happened and what to do.
 
 use crate::process::Refused;
+
+pub use crate::code::CodeError;
+pub use crate::inspect::{InspectError, MapsParseError, PatternError};
+pub use crate::library::LibraryError;
+pub use crate::memory::MemoryError;
+pub use crate::ptrace::{RemoteError, TraceError};
+pub use crate::region::RegionError;
+pub use crate::runtime::RuntimeError;
+pub use crate::trampolines::PoolError;
 
 /// Anything that can go wrong in weft.
 #[derive(Debug, thiserror::Error)]
@@ -115,28 +126,28 @@ pub enum Error {
     Internal(String),
     /// Tracing failed.
     #[error(transparent)]
-    Trace(#[from] crate::ptrace::TraceError),
+    Trace(#[from] TraceError),
     /// A remote call failed.
     #[error(transparent)]
-    Remote(#[from] crate::ptrace::RemoteError),
+    Remote(#[from] RemoteError),
     /// Inspecting the process failed.
     #[error(transparent)]
-    Inspect(#[from] crate::inspect::InspectError),
+    Inspect(#[from] InspectError),
     /// A pattern is malformed.
     #[error(transparent)]
-    Pattern(#[from] crate::inspect::pattern::PatternError),
+    Pattern(#[from] PatternError),
     /// Loading the runtime failed.
     #[error(transparent)]
-    Runtime(#[from] crate::runtime::RuntimeError),
+    Runtime(#[from] RuntimeError),
     /// Trampoline memory could not be had.
     #[error(transparent)]
-    Pool(#[from] crate::trampolines::PoolError),
+    Pool(#[from] PoolError),
     /// Target memory access failed.
     #[error(transparent)]
-    Memory(#[from] crate::memory::MemoryError),
+    Memory(#[from] MemoryError),
     /// A library could not be loaded into the target.
     #[error(transparent)]
-    Library(#[from] crate::library::LibraryError),
+    Library(#[from] LibraryError),
 }
 
 fn suggest(names: &[String]) -> String {

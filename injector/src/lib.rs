@@ -9,33 +9,52 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
-pub mod branches;
+mod branches;
 pub mod code;
-mod error;
+pub mod error;
 pub mod events;
-pub mod exits;
+mod exits;
 pub mod inspect;
-pub mod launch;
+mod launch;
 mod ledger;
-pub mod library;
-pub mod memory;
-pub mod process;
-pub mod ptrace;
-pub mod region;
+mod library;
+mod memory;
+mod process;
+mod ptrace;
+mod region;
 pub mod report;
-pub mod runtime;
+mod runtime;
 pub mod sample;
-pub mod trampolines;
+mod trampolines;
 
 pub use error::Error;
 pub use exits::Metrics;
-pub use inspect::pattern::Pattern;
+pub use inspect::Pattern;
+pub use library::Library;
 pub use process::{
     CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec, Process,
-    Refused, Replacement, UserProbe, Words,
+    Refused, Replacement, UserProbe, Words, MAX_CALL_TARGET_SLOTS,
 };
+pub use ptrace::{ProcessExit, RealtimeGuard, Registers, Tid};
 pub use report::Report;
+pub use runtime::RuntimeOptions;
 pub use sample::Sampler;
+pub use trampolines::AREA_SIZE as TRAMPOLINE_AREA_SIZE;
+
+/// Internals that weft's own integration tests exercise directly: the
+/// parsers `tests/malformed_input.rs` feeds malformed input, the branch
+/// index (`tests/cold_parts.rs`), and fault injection in debug builds
+/// (`tests/failed_changes.rs`). Not part of the API.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::branches::BranchIndex;
+    pub use crate::inspect::maps::{free_gap_near, parse_maps};
+    pub use crate::inspect::module::modules_from_maps;
+    pub use crate::inspect::pattern::suggest;
+    pub use crate::inspect::procfs::{parse_stat_state, ProcState};
+    #[cfg(debug_assertions)]
+    pub use crate::process::Fault;
+}
 
 /// Bytes with the alignment an ELF parser needs for zero-copy reads.
 #[repr(C, align(16))]
@@ -44,4 +63,4 @@ struct Aligned<T: ?Sized>(T);
 static RT_ALIGNED: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("WEFT_RT_EMBEDDED")));
 
 /// The runtime library (`weft-rt`), embedded at build time (16-byte aligned).
-pub static RT: &[u8] = &RT_ALIGNED.0;
+pub(crate) static RT: &[u8] = &RT_ALIGNED.0;

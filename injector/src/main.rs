@@ -9,7 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use weft::ptrace::RealtimeGuard;
+use weft::RealtimeGuard;
 use weft::{Pattern, Process, Report};
 
 /// Measure any function of a running threaded program, per thread, without

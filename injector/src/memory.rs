@@ -63,11 +63,6 @@ impl ProcessMemory {
         Ok(ProcessMemory { pid, file })
     }
 
-    /// The process this handle reads.
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-
     /// Reads exactly `buf.len()` bytes at `address`.
     pub fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         self.file

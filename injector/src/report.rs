@@ -115,7 +115,7 @@ fn is_zero(v: &u64) -> bool {
 
 /// What the report needs to know about a probe.
 #[derive(Clone, Debug)]
-pub struct ProbeInfo {
+pub(crate) struct ProbeInfo {
     /// Function name.
     pub name: String,
     /// Module file name.
@@ -131,7 +131,7 @@ pub struct ProbeInfo {
 impl Report {
     /// Builds a report from the probes and a snapshot of the region's rows.
     /// `live_name` gives a live thread's current name, when known.
-    pub fn build(
+    pub(crate) fn build(
         pid: i32,
         duration_ns: u64,
         probes: &[ProbeInfo],

@@ -89,8 +89,6 @@ pub fn runtime_bytes() -> Result<std::borrow::Cow<'static, [u8]>, RuntimeError> 
 pub struct Runtime {
     /// Load address of the runtime library in the target.
     pub base: u64,
-    /// The region's memfd number in the target.
-    pub region_fd: i32,
     /// Our read-only view of the region.
     pub region: Region,
 }
@@ -373,11 +371,7 @@ pub fn load(
     )?;
     let region_fd = negative_errno("weft_rt_init", init)? as i32;
     let region = Region::open(pid, region_fd)?;
-    Ok(Runtime {
-        base,
-        region_fd,
-        region,
-    })
+    Ok(Runtime { base, region })
 }
 
 /// libc functions return -1 and set errno; read errno with a second call

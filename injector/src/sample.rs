@@ -30,6 +30,7 @@
 //! for people (names, exited threads whose rows were reused, totals).
 
 use crate::region::Region;
+pub use crate::region::RowSnapshot;
 use crate::{Metrics, ProbeId, Process};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;

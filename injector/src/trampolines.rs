@@ -189,11 +189,6 @@ pub fn vector_save() -> VectorSave {
 }
 
 impl Pool {
-    /// All areas mapped so far.
-    pub fn areas(&self) -> &[Area] {
-        &self.areas
-    }
-
     /// Bytes of target memory mapped for trampolines (all areas).
     pub fn mapped_bytes(&self) -> u64 {
         self.areas.iter().map(|a| a.size).sum()
@@ -214,13 +209,6 @@ impl Pool {
         if let Some(end) = self.given.remove(&start) {
             self.free.push(start..end);
         }
-    }
-
-    /// Whether `addr` lies inside any trampoline area.
-    pub fn contains(&self, addr: u64) -> bool {
-        self.areas
-            .iter()
-            .any(|a| a.start <= addr && addr < a.start + a.size)
     }
 
     /// Reserves `len` bytes (16-aligned) within [`MAX_DISTANCE`] of `near`,

@@ -423,8 +423,11 @@ impl ElfImage {
         Self::from_bytes(path, data)
     }
 
-    /// Opens the file behind `mapping` of process `pid` (see
-    /// [`open_mapped_file`]) and parses it.
+    /// Opens the file behind `mapping` of process `pid` and parses it: as
+    /// `/proc/PID/root/PATH` (the target's mount namespace; accepted only
+    /// if its inode is the mapping's), else `/proc/PID/map_files/START-END`
+    /// (reaches a deleted file, but needs `CAP_CHECKPOINT_RESTORE` or
+    /// `CAP_SYS_ADMIN`).
     pub fn open_mapped(pid: i32, mapping: &Mapping) -> Result<Self> {
         let (file, path) = open_mapped_file(pid, mapping)?;
         Self::from_file(&path, file)

@@ -8,12 +8,12 @@
 //! file's own address space (what `readelf` prints); a *runtime address* is
 //! where it lives in the process, `vaddr + bias` ([`Module::bias`]).
 
-pub mod elf;
-pub mod error;
-pub mod maps;
-pub mod module;
-pub mod pattern;
-pub mod procfs;
+pub(crate) mod elf;
+pub(crate) mod error;
+pub(crate) mod maps;
+pub(crate) mod module;
+pub(crate) mod pattern;
+pub(crate) mod procfs;
 
 #[cfg(test)]
 mod tests;
@@ -21,12 +21,17 @@ mod tests;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-pub use elf::{Binding, ElfImage, FrameAtEntry, FunctionSymbol, SymbolKind, SymbolSource};
+pub use elf::{
+    Binding, ElfHeaderInfo, ElfImage, ElfType, FrameAtEntry, FunctionSymbol, Segment, SymbolKind,
+    SymbolSource,
+};
 pub use error::InspectError;
-pub use maps::{free_gap_near, parse_maps, read_maps, Mapping, MappingPath, Perms};
-pub use module::{modules, Module};
-pub use pattern::{suggest, Pattern, PatternError};
-pub use procfs::{process_state, tracer_pid, ProcState};
+pub(crate) use maps::read_maps;
+pub use maps::{Mapping, MappingPath, MapsParseError, Perms};
+pub use module::Module;
+pub(crate) use pattern::suggest;
+pub use pattern::{Glob, Pattern, PatternError};
+pub(crate) use procfs::{process_state, ProcState};
 
 /// What kind of function was found, with its runtime details.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use super::elf::{open_mapped_file, ElfHeaderInfo, ElfImage};
 use super::error::InspectError;
-use super::maps::{read_maps, Mapping, MappingPath};
+use super::maps::{Mapping, MappingPath};
 
 /// Bytes read up front to check the magic and parse the program headers;
 /// they almost always fit in the first page.
@@ -302,12 +302,6 @@ pub fn modules_from_maps(pid: i32, maps: &[Mapping]) -> Vec<Module> {
         out.insert(0, exe);
     }
     out
-}
-
-/// Reads `/proc/PID/maps` and returns the process's modules (see
-/// [`modules_from_maps`]).
-pub fn modules(pid: i32) -> Result<Vec<Module>, InspectError> {
-    Ok(modules_from_maps(pid, &read_maps(pid)?))
 }
 
 /// Moves cached images from `old` modules to the equal ones in `new`.

@@ -62,14 +62,6 @@ pub fn parse_stat_state(stat: &str) -> Option<ProcState> {
     c.is_ascii_alphabetic().then(|| ProcState::from_letter(c))
 }
 
-/// Extracts `TracerPid` from the contents of `/proc/PID/status`: `Some(Ok(0))`
-/// means not traced, `None` means the line is missing, `Some(Err(()))` that
-/// it is malformed.
-fn parse_tracer_pid(status: &str) -> Option<Result<i32, ()>> {
-    let line = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
-    Some(line.trim().parse::<i32>().map_err(|_| ()))
-}
-
 fn read_proc(pid: i32, file: &str) -> Result<(PathBuf, String), InspectError> {
     let path = PathBuf::from(format!("/proc/{pid}/{file}"));
     let bytes =
@@ -88,27 +80,6 @@ pub fn process_state(pid: i32) -> Result<ProcState, InspectError> {
         path,
         what: "no state letter after the `(comm)` field".into(),
     })
-}
-
-/// The PID of the process tracing `pid` (a debugger, strace, another weft),
-/// or `None` if it is not traced; from `/proc/PID/status`.
-pub fn tracer_pid(pid: i32) -> Result<Option<i32>, InspectError> {
-    if pid <= 0 {
-        return Err(InspectError::NoSuchProcess(pid));
-    }
-    let (path, text) = read_proc(pid, "status")?;
-    match parse_tracer_pid(&text) {
-        Some(Ok(0)) => Ok(None),
-        Some(Ok(t)) => Ok(Some(t)),
-        Some(Err(())) => Err(InspectError::BadProcFile {
-            path,
-            what: "TracerPid is not a number".into(),
-        }),
-        None => Err(InspectError::BadProcFile {
-            path,
-            what: "no TracerPid line".into(),
-        }),
-    }
 }
 
 /// The process's PID as the process itself sees it (the last `NSpid`
@@ -155,14 +126,6 @@ mod tests {
     }
 
     #[test]
-    fn tracer() {
-        assert_eq!(parse_tracer_pid("Name:\tx\nTracerPid:\t0\n"), Some(Ok(0)));
-        assert_eq!(parse_tracer_pid("TracerPid:\t42\nUid: 1"), Some(Ok(42)));
-        assert_eq!(parse_tracer_pid("TracerPid:\tx\n"), Some(Err(())));
-        assert_eq!(parse_tracer_pid("Name: x\n"), None);
-    }
-
-    #[test]
     fn own_process() {
         let pid = std::process::id() as i32;
         // /proc/PID/stat shows the main thread, which may be waiting for
@@ -173,9 +136,6 @@ mod tests {
             "{state:?}"
         );
         assert!(!state.is_zombie());
-        // Not traced, unless the tests run under a debugger.
-        let t = tracer_pid(pid).unwrap();
-        assert!(t.is_none() || t.unwrap() > 0);
         assert!(matches!(
             process_state(-1),
             Err(InspectError::NoSuchProcess(-1))
@@ -183,10 +143,6 @@ mod tests {
         // PIDs are below 2^22; this one cannot exist.
         assert!(matches!(
             process_state(i32::MAX),
-            Err(InspectError::NoSuchProcess(_))
-        ));
-        assert!(matches!(
-            tracer_pid(i32::MAX),
             Err(InspectError::NoSuchProcess(_))
         ));
     }

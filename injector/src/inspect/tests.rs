@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use super::maps::{free_gap_near, parse_maps};
 use super::*;
 
 fn own_pid() -> i32 {
@@ -438,7 +439,7 @@ fn running_program_functions_and_refresh() {
         img.executable().unwrap().loaded_image().is_some(),
         "refresh keeps parsed images"
     );
-    assert_eq!(tracer_pid(child.pid()).unwrap(), None);
+    assert_eq!(crate::ptrace::tracer_of(child.pid()), None);
 }
 
 #[test]

@@ -29,8 +29,8 @@
 mod remote;
 mod sys;
 
-pub use remote::{RemoteArg, RemoteCall, RemoteError, World, STOPPED_RUN_LIMIT};
-pub use sys::{Registers, XState};
+pub use remote::{RemoteArg, RemoteCall, RemoteError, World};
+pub use sys::Registers;
 
 use crate::memory::{MemoryError, ProcessMemory};
 use std::collections::BTreeMap;
@@ -381,11 +381,6 @@ impl Tracer {
     /// Number of threads currently known.
     pub fn thread_count(&self) -> usize {
         self.threads.len()
-    }
-
-    /// How the process ended, if it did while traced.
-    pub fn exit(&self) -> Option<ProcessExit> {
-        self.exit
     }
 
     /// How many times the world was stopped (for tests and benchmarks).
