@@ -16,9 +16,8 @@ mod common;
 use anyhow::{bail, Context, Result};
 use common::{build_program, work_dir, Server};
 use std::collections::BTreeMap;
-use weft::code::function_code;
+use weft::code::{function_code, CallTarget};
 use weft::{Pattern, PointSpec, Process};
-use weft_codegen::cfg::CallTarget;
 
 /// Targets one indirect call site keeps per thread (more are overflow).
 const SLOTS: u32 = 8;

@@ -10,7 +10,12 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment};
-use weft_codegen::Disassembly;
+
+/// What [`function_code`] returns, so that a tool needs no direct
+/// dependency on `weft-codegen`.
+pub use weft_codegen::cfg::{
+    BasicBlock, CallSite, CallTarget, Disassembly, ExitKind, ExitPoint, Flow, Instruction,
+};
 
 use crate::inspect::{FoundFunction, Module, ProcessImage};
 

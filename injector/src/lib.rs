@@ -3,8 +3,31 @@
 //! Attach to an unmodified, running process (or launch one), find its
 //! functions, splice per-thread counters into them, read the counters while
 //! the process runs, and take everything out again, leaving the process as
-//! it was. See [`Process`] for the entry point and `docs/design.md` for how
-//! it works.
+//! it was. See [`Process`] for the entry point, `docs/api.md` for a map
+//! for tool builders and `docs/design.md` for how it works.
+//!
+//! # The public surface
+//!
+//! * At the root: [`Process`] (open, launch, find functions, read reports
+//!   and memory) and [`Held`] (every change, while the process is held);
+//!   what a change is made of: [`ProbeSpec`], [`Metrics`], [`UserProbe`],
+//!   [`Predicate`], [`PointSpec`], [`ProbeId`], [`Probe`], [`ProbeKind`],
+//!   [`Replacement`], [`CallTargetCounts`], [`Library`]; [`Pattern`],
+//!   [`Function`]; [`Tid`], [`Registers`], [`ProcessExit`]; [`Report`],
+//!   [`Sampler`]; [`Error`]; [`RuntimeOptions`], [`RealtimeGuard`].
+//! * [`inspect`]: the process's modules, mappings and ELF files
+//!   ([`ProcessImage`](inspect::ProcessImage), [`Module`](inspect::Module),
+//!   [`ElfImage`](inspect::ElfImage)).
+//! * [`code`]: a function's instructions, blocks, call sites and exits,
+//!   source lines, demangled names.
+//! * [`events`]: threads, libraries and exit as they happen; probes for
+//!   libraries loaded later.
+//! * [`report`] and [`sample`]: reading results (all of it, or live values
+//!   cheaply and often).
+//! * [`error`]: [`Error`] and the errors of the layers it wraps.
+//!
+//! Everything else (ptrace plumbing, the trampoline pool, the shared region,
+//! runtime loading, the branch index) is internal.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
@@ -40,6 +63,8 @@ pub use report::Report;
 pub use runtime::RuntimeOptions;
 pub use sample::Sampler;
 pub use trampolines::AREA_SIZE as TRAMPOLINE_AREA_SIZE;
+/// The condition of a [`UserProbe`] (re-exported from `weft-codegen`).
+pub use weft_codegen::Predicate;
 
 /// Internals that weft's own integration tests exercise directly: the
 /// parsers `tests/malformed_input.rs` feeds malformed input, the branch
