@@ -337,19 +337,12 @@ fn read_row(
         };
         if t.wall_start == 0 && t.cpu_start == 0 {
             // Not running: the totals are the values.
-            r.values[i] = Value {
+            r.values[i] = timed_value(
                 calls,
-                wall_ns: if p.metrics.wall {
-                    t.wall_total.saturating_sub(base_wall)
-                } else {
-                    0
-                },
-                cpu_ns: if p.metrics.cpu {
-                    t.cpu_total.saturating_sub(base_cpu)
-                } else {
-                    0
-                },
-            };
+                p.metrics,
+                (t.wall_total, t.cpu_total),
+                (base_wall, base_cpu),
+            );
             continue;
         }
         if p.metrics.cpu && t.cpu_start != 0 && cpu_now.is_none() {
@@ -365,24 +358,29 @@ fn read_row(
         if v.running {
             r.running.push((i, t, (base_wall, base_cpu)));
         }
-        r.values[i] = Value {
+        r.values[i] = timed_value(
             calls,
-            wall_ns: if p.metrics.wall {
-                v.wall_ns.saturating_sub(base_wall)
-            } else {
-                0
-            },
-            cpu_ns: if p.metrics.cpu {
-                v.cpu_ns.saturating_sub(base_cpu)
-            } else {
-                0
-            },
-        };
+            p.metrics,
+            (v.wall_ns, v.cpu_ns),
+            (base_wall, base_cpu),
+        );
     }
     for (value, before) in r.values.iter_mut().zip(&floor) {
         value.calls = value.calls.max(before.calls);
         value.wall_ns = value.wall_ns.max(before.wall_ns);
         value.cpu_ns = value.cpu_ns.max(before.cpu_ns);
+    }
+}
+
+/// A timed probe's value: the `(wall, cpu)` timers its metrics measure
+/// (0 for the others), less `base`, what a borrowed probe had counted
+/// before this session.
+fn timed_value(calls: u64, metrics: Metrics, (wall, cpu): (u64, u64), base: (u64, u64)) -> Value {
+    let measured = |on: bool, ns: u64, base: u64| if on { ns.saturating_sub(base) } else { 0 };
+    Value {
+        calls,
+        wall_ns: measured(metrics.wall, wall, base.0),
+        cpu_ns: measured(metrics.cpu, cpu, base.1),
     }
 }
 
