@@ -147,8 +147,8 @@ fn unchanged_rows_are_not_read_again() {
             .map(|t| (t.tid, t.values[0].calls, t.values[0].wall_ns))
             .collect();
         let stats = sampler.stats();
-        ctx.check(first.len() == 4 && read_first == 4, || {
-            format!("round {r}: the first sample read {read_first} of {first:?} (4 threads ticked)")
+        ctx.check(first.len() == 5 && read_first == 5, || {
+            format!("round {r}: the first sample read {read_first} of {first:?} (5 threads ticked)")
         });
         ctx.check(stats.rows_read == 0 && again == first, || {
             format!(

@@ -774,7 +774,16 @@ impl Process {
         // mmap, mprotect, munmap, brk, mremap, madvise (malloc holds an arena
         // lock around them), clone, clone3 (fork holds every arena lock and
         // the loader's).
-        const LOCKED_SYSCALLS: [i64; 8] = [9, 10, 11, 12, 25, 28, 56, 435];
+        const LOCKED_SYSCALLS: [i64; 8] = [
+            libc::SYS_mmap,
+            libc::SYS_mprotect,
+            libc::SYS_munmap,
+            libc::SYS_brk,
+            libc::SYS_mremap,
+            libc::SYS_madvise,
+            libc::SYS_clone,
+            libc::SYS_clone3,
+        ];
         let mut outside = None;
         let mut alive = false;
         for tid in tracer.threads() {
