@@ -39,13 +39,18 @@ impl Identity {
 }
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat`
-/// field 22), None when it is gone.
+/// field 22), None when it is gone or a zombie (a killed weft its parent
+/// has not reaped yet is no session any more).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields start after
-    // the last ')'. Field 22 is the 20th after it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // the last ')'. The state is the first after it, field 22 the 20th.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Whether the session in `slot` is a running process (not a free slot,
@@ -225,5 +230,14 @@ mod tests {
         assert_eq!((again.pid, again.start_time), (me.pid, me.start_time));
         assert_ne!(again.instance, me.instance);
         assert_eq!(start_time(u32::MAX), None);
+        // A zombie is not a live session.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while start_time(pid).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(start_time(pid), None, "an exited, unreaped child");
+        child.wait().unwrap();
     }
 }
