@@ -368,7 +368,14 @@ impl ProcessImage {
     pub fn suggest(&mut self, pattern: &Pattern) -> Result<Vec<String>, InspectError> {
         if let Some(module) = pattern.module() {
             if !self.modules.iter().any(|m| pattern.could_match_module(m)) {
-                let names: Vec<&str> = self.modules.iter().map(Module::name).collect();
+                // Every name a module answers to (file name, soname, the
+                // name it was started as, `exe`), paths left out.
+                let names: Vec<&str> = self
+                    .modules
+                    .iter()
+                    .flat_map(Module::names)
+                    .filter(|n| !n.contains('/'))
+                    .collect();
                 return Ok(suggest(module.as_str(), names.into_iter())
                     .into_iter()
                     .map(|m| format!("{m}:{}", pattern.name()))

@@ -12,6 +12,13 @@ use super::elf::{open_mapped_file, ElfHeaderInfo, ElfImage};
 use super::error::InspectError;
 use super::maps::{Mapping, MappingPath};
 
+/// What the main executable answers to in a pattern, whatever its name.
+pub const EXE_NAME: &str = "exe";
+/// Refuse dynamic sections larger than this (corrupt `p_filesz`).
+const MAX_DYNAMIC_LEN: u64 = 1 << 16;
+/// Longest soname read.
+const MAX_SONAME_LEN: usize = 256;
+
 /// Bytes read up front to check the magic and parse the program headers;
 /// they almost always fit in the first page.
 const PREFIX_LEN: usize = 4096;
@@ -26,6 +33,8 @@ pub struct Module {
     pid: i32,
     path: PathBuf,
     name: String,
+    soname: Option<String>,
+    started_as: Vec<String>,
     dev: (u32, u32),
     inode: u64,
     deleted: bool,
@@ -58,6 +67,31 @@ impl Module {
     /// The file name, e.g. `libc.so.6`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The `DT_SONAME` of a shared library (`libevent-2.1.so.7` for the
+    /// file `libevent-2.1.so.7.0.1`), if the module has one and its dynamic
+    /// section could be read.
+    pub fn soname(&self) -> Option<&str> {
+        self.soname.as_deref()
+    }
+
+    /// For the main executable, how the process was started: `argv[0]` as in
+    /// `/proc/PID/cmdline` (the path the user typed or gave `weft run`,
+    /// e.g. `/usr/bin/redis-server` when that is a symlink to
+    /// `redis-check-rdb`), and its file name. Empty for other modules.
+    pub fn started_as(&self) -> &[String] {
+        &self.started_as
+    }
+
+    /// The names a pattern's `MODULE:` part may use for this module: the
+    /// file name, the soname, the names it was started as and, for the
+    /// main executable, `exe`.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.name.as_str())
+            .chain(self.soname.as_deref())
+            .chain(self.started_as.iter().map(String::as_str))
+            .chain(self.is_main.then_some(EXE_NAME))
     }
 
     /// Device of the file, `(major, minor)`.
@@ -180,11 +214,13 @@ type ReadAt = dyn Fn(&mut [u8], u64) -> std::io::Result<usize>;
 /// Reads the ELF header prefix of a module: from the file if it can be
 /// opened, otherwise from the process memory at the mapping of file offset 0
 /// (which holds the ELF header and, in practice, the program headers).
+///
+/// Returns the header and the soname (see [`read_soname`]).
 fn read_header(
     pid: i32,
     group: &[Mapping],
     mem: &mut Option<Option<File>>,
-) -> Option<ElfHeaderInfo> {
+) -> Option<(ElfHeaderInfo, Option<String>)> {
     let path = group[0].path.file()?.to_path_buf();
     let mut buf = vec![0u8; PREFIX_LEN];
     let (n, source): (usize, Box<ReadAt>) = match open_mapped_file(pid, &group[0]) {
@@ -220,7 +256,79 @@ fn read_header(
         let n = read_full(&*source, &mut buf[old..], old as u64);
         buf.truncate(old + n);
     }
-    ElfHeaderInfo::parse(&path, &buf).ok()
+    let header = ElfHeaderInfo::parse(&path, &buf).ok()?;
+    let soname = read_soname(&header, &*source);
+    Some((header, soname))
+}
+
+/// The `DT_SONAME` string, read through `read` (positioned reads of the
+/// file): the `PT_DYNAMIC` entries, then the string at `DT_STRTAB` (a file
+/// vaddr, turned into an offset through the `PT_LOAD` containing it) plus
+/// the soname's offset. `None` if there is none or anything is out of
+/// bounds, unreadable or not UTF-8.
+pub(crate) fn read_soname(
+    header: &ElfHeaderInfo,
+    read: &dyn Fn(&mut [u8], u64) -> std::io::Result<usize>,
+) -> Option<String> {
+    use object::elf;
+    let dynamic = header
+        .segments
+        .iter()
+        .find(|s| s.p_type == elf::PT_DYNAMIC)?;
+    let mut buf = vec![0u8; dynamic.filesz.min(MAX_DYNAMIC_LEN) as usize];
+    let n = read_full(read, &mut buf, dynamic.offset);
+    buf.truncate(n);
+    let (mut soname, mut strtab) = (None, None);
+    for entry in buf.chunks_exact(16) {
+        let tag = i64::from_le_bytes(entry[..8].try_into().ok()?);
+        let val = u64::from_le_bytes(entry[8..].try_into().ok()?);
+        match tag {
+            t if t == elf::DT_NULL as i64 => break,
+            t if t == elf::DT_SONAME as i64 => soname = Some(val),
+            t if t == elf::DT_STRTAB as i64 => strtab = Some(val),
+            _ => {}
+        }
+    }
+    let (soname, strtab) = (soname?, strtab?);
+    let seg = header
+        .segments
+        .iter()
+        .find(|s| s.is_load() && s.vaddr <= strtab && strtab - s.vaddr < s.filesz)?;
+    let offset = seg
+        .offset
+        .checked_add(strtab - seg.vaddr)?
+        .checked_add(soname)?;
+    let mut name = vec![0u8; MAX_SONAME_LEN];
+    let n = read_full(read, &mut name, offset);
+    name.truncate(n);
+    let end = name.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&name[..end]).ok()?;
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// How process `pid` was started, from `argv[0]` in `/proc/PID/cmdline`:
+/// `argv[0]` and its file name. A program that rewrote its title
+/// (`redis-server *:6379`) is taken by the first word; a login shell's
+/// leading `-` (`-bash`) is dropped.
+fn started_as(pid: i32) -> Vec<String> {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return Vec::new();
+    };
+    let argv0 = raw.split(|&b| b == 0).next().unwrap_or_default();
+    let argv0 = String::from_utf8_lossy(argv0);
+    let first = argv0
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches('-');
+    let file_name = first.rsplit('/').next().unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    for n in [argv0.as_ref(), first, file_name] {
+        if !n.is_empty() && !out.iter().any(|o| o == n) {
+            out.push(n.to_owned());
+        }
+    }
+    out
 }
 
 /// Reads until `buf` is full, end of file or an error; returns the count.
@@ -269,7 +377,7 @@ pub fn modules_from_maps(pid: i32, maps: &[Mapping]) -> Vec<Module> {
     let mut out = Vec::new();
     for mut group in groups {
         group.sort_by_key(|m| m.start);
-        let Some(header) = read_header(pid, &group, &mut mem) else {
+        let Some((header, soname)) = read_header(pid, &group, &mut mem) else {
             continue;
         };
         let MappingPath::File { path, deleted } = &group[0].path else {
@@ -286,6 +394,8 @@ pub fn modules_from_maps(pid: i32, maps: &[Mapping]) -> Vec<Module> {
             pid,
             path: path.clone(),
             name,
+            soname,
+            started_as: Vec::new(),
             dev: group[0].dev,
             inode: group[0].inode,
             deleted: *deleted,
@@ -299,6 +409,7 @@ pub fn modules_from_maps(pid: i32, maps: &[Mapping]) -> Vec<Module> {
     if let Some(i) = exe_inode.and_then(|ino| out.iter().position(|m| m.inode == ino)) {
         let mut exe = out.remove(i);
         exe.is_main = true;
+        exe.started_as = started_as(pid);
         out.insert(0, exe);
     }
     out

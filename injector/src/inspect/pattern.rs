@@ -219,8 +219,11 @@ impl fmt::Display for Glob {
 ///
 /// Syntax: `NAME` or `MODULE:NAME`. The module part is split at the first
 /// single `:` (a `::` belongs to a C++ name). It matches a module whose file
-/// name (`libc.so.6`), full path (`/usr/lib/x86_64-linux-gnu/libc.so.6`) or
-/// file name without the version suffix (`libc.so`, `libc`) matches.
+/// name (`libc.so.6`), full path (`/usr/lib/x86_64-linux-gnu/libc.so.6`),
+/// soname (`libevent-2.1.so.7` for `libevent-2.1.so.7.0.1`) or, for the main
+/// executable, `exe` or the name it was started as (`redis-server` through a
+/// symlink to `redis-check-rdb`) matches, or one of these names without its
+/// version suffix (`libc.so`, `libc`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pattern {
     text: String,
@@ -273,33 +276,55 @@ impl Pattern {
 
     /// Whether a module with this file name and path is selected.
     pub fn matches_module_name(&self, file_name: &str, path: &str) -> bool {
+        self.matches_module_names(path, [file_name])
+    }
+
+    /// Whether a module at `path` answering to any of `names` (its file
+    /// name, its soname, the name it was started as, `exe`, see
+    /// [`Module::names`]) is selected. Each name also answers without its
+    /// `.so` version suffix.
+    pub fn matches_module_names<'a>(
+        &self,
+        path: &str,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> bool {
         let Some(g) = &self.module else {
             return true;
         };
-        if g.matches(file_name) || g.matches(path) {
-            return true;
-        }
-        // `libc.so.6` also answers to `libc.so` and `libc`;
-        // `libfoo-1.2.so` to `libfoo-1.2`.
-        if let Some(i) = file_name.find(".so") {
-            let rest = &file_name[i + 3..];
-            if rest.is_empty() || rest.starts_with('.') {
-                return g.matches(&file_name[..i]) || g.matches(&file_name[..i + 3]);
-            }
-        }
-        false
+        g.matches(path) || names.into_iter().any(|n| name_matches(g, n))
     }
 
     /// Whether this pattern can select functions of `module`, so that only
     /// such modules need their symbols parsed.
     pub fn could_match_module(&self, module: &Module) -> bool {
-        self.matches_module_name(module.name(), &module.path().to_string_lossy())
+        self.matches_module_names(&module.path().to_string_lossy(), module.names())
     }
 
     /// Whether a function called `name` is selected (module not checked).
     pub fn matches_function(&self, name: &str) -> bool {
         self.name.matches(name)
     }
+}
+
+/// Whether module name `name` matches `g`: as is or, for a name like
+/// `libc.so.6`, as `libc.so` and `libc` (`libfoo-1.2.so` as `libfoo-1.2`).
+/// A name may be a path (`./bin/tool`, how a program was started).
+fn name_matches(g: &Glob, name: &str) -> bool {
+    if g.matches(name) {
+        return true;
+    }
+    let file_name = name.rsplit('/').next().unwrap_or(name);
+    if file_name != name && g.matches(file_name) {
+        return true;
+    }
+    // `.so` in the middle of a name (`lib.sox`) is not a version suffix.
+    if let Some(i) = file_name.find(".so") {
+        let rest = &file_name[i + 3..];
+        if rest.is_empty() || rest.starts_with('.') {
+            return g.matches(&file_name[..i]) || g.matches(&file_name[..i + 3]);
+        }
+    }
+    false
 }
 
 impl fmt::Display for Pattern {
@@ -510,6 +535,53 @@ mod tests {
             Err(PatternError::UnclosedClass(_))
         ));
         assert_eq!("a:b".parse::<Pattern>().unwrap().to_string(), "a:b");
+    }
+
+    #[test]
+    fn module_sonames_started_names_and_exe() {
+        let m = |p: &str| Pattern::parse(&format!("{p}:f")).unwrap();
+        // A library whose file name is not its soname.
+        let lib = ["libevent-2.1.so.7.0.1", "libevent-2.1.so.7"];
+        let lib_path = "/usr/lib/libevent-2.1.so.7.0.1";
+        for p in [
+            "libevent-2.1.so.7",
+            "libevent-2.1.so.7.0.1",
+            "libevent-2.1.so",
+            "libevent-2.1",
+            "libevent*",
+        ] {
+            assert!(m(p).matches_module_names(lib_path, lib), "{p}");
+        }
+        assert!(!m("libevent-2.1.so.7").matches_module_name(lib[0], lib_path));
+        assert!(!m("libevent-2.1.so.8").matches_module_names(lib_path, lib));
+        // The main executable, started through a symlink `redis-server` to
+        // `redis-check-rdb`: `exe`, the path typed and its file name.
+        let exe = [
+            "redis-check-rdb",
+            "/usr/bin/redis-server",
+            "redis-server",
+            "exe",
+        ];
+        let exe_path = "/usr/bin/redis-check-rdb";
+        for p in [
+            "exe",
+            "redis-server",
+            "/usr/bin/redis-server",
+            "redis-check-rdb",
+            "redis-s*",
+        ] {
+            assert!(m(p).matches_module_names(exe_path, exe), "{p}");
+        }
+        assert!(!m("redis-server").matches_module_name(exe[0], exe_path));
+        assert!(!m("exe").matches_module_name(exe[0], exe_path));
+        assert!(!m("redis-cli").matches_module_names(exe_path, exe));
+        // A relative path typed (`./bin/tool`) answers to its file name too.
+        assert!(m("tool").matches_module_names("/x/real", ["real", "./bin/tool"]));
+        assert!(m("./bin/tool").matches_module_names("/x/real", ["real", "./bin/tool"]));
+        // No module part: everything.
+        assert!(Pattern::parse("f")
+            .unwrap()
+            .matches_module_names("/x", std::iter::empty()));
     }
 
     #[test]

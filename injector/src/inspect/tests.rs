@@ -508,6 +508,15 @@ fn exercise(data: Vec<u8>) {
     let _ = img.padding_after(u64::MAX, u64::MAX);
     let _ = img.ifunc_got_slots("memcpy", 0x1234);
     let _ = img.symbol_vaddr("main");
+    let data = img.data();
+    let _ = module::read_soname(img.header(), &|b: &mut [u8], o: u64| {
+        let Some(rest) = usize::try_from(o).ok().and_then(|o| data.get(o..)) else {
+            return Ok(0);
+        };
+        let n = b.len().min(rest.len());
+        b[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    });
 }
 
 #[test]
@@ -563,4 +572,107 @@ fn corrupted_libc_never_panics() {
     for frac in [1, 3, 10, 50, 90, 99, 100] {
         exercise(libc[..libc.len() * frac / 100].to_vec());
     }
+}
+
+/// A library whose file name (`libfoo.so.1.2.3`) is not its soname
+/// (`libfoo.so.1`), and a program linked against it, started through a
+/// symlink `mytool`: the module answers to its soname, the executable to
+/// `exe` and to the name it was started as.
+#[test]
+fn modules_answer_to_soname_started_name_and_exe() {
+    let dir = TempDir::new("modnames");
+    let d = &dir.0;
+    std::fs::write(d.join("foo.c"), "int foo(int x) { return x * 3; }\n").unwrap();
+    std::fs::write(
+        d.join("main.c"),
+        "#include <unistd.h>\nint foo(int);\n\
+         __attribute__((noinline)) int work_a(int x) { return foo(x) + 1; }\n\
+         int main(void) { volatile int r = work_a(2); (void)r; pause(); return 0; }\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let st = Command::new("gcc")
+            .current_dir(d)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "gcc {args:?}");
+    };
+    run(&[
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libfoo.so.1",
+        "-o",
+        "libfoo.so.1.2.3",
+        "foo.c",
+    ]);
+    std::os::unix::fs::symlink("libfoo.so.1.2.3", d.join("libfoo.so.1")).unwrap();
+    std::os::unix::fs::symlink("libfoo.so.1.2.3", d.join("libfoo.so")).unwrap();
+    run(&[
+        "-O1",
+        "-o",
+        "realprog",
+        "main.c",
+        "-L.",
+        "-lfoo",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    std::os::unix::fs::symlink("realprog", d.join("mytool")).unwrap();
+
+    let child = Command::new(d.join("mytool")).spawn().unwrap();
+    let pid = child.id() as i32;
+    let child = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(process_state(pid).unwrap() == ProcState::Sleeping
+        && std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .contains("libfoo.so.1.2.3"))
+    {
+        assert!(Instant::now() < deadline, "child did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let mut img = ProcessImage::open(child.pid()).unwrap();
+    let exe = img.executable().unwrap();
+    assert_eq!(exe.name(), "realprog");
+    assert!(
+        exe.started_as().iter().any(|n| n == "mytool"),
+        "{:?}",
+        exe.started_as()
+    );
+    let names: Vec<&str> = exe.names().collect();
+    assert!(names.contains(&"exe"), "{names:?}");
+    let lib = img
+        .modules()
+        .iter()
+        .find(|m| m.name() == "libfoo.so.1.2.3")
+        .unwrap();
+    assert_eq!(lib.soname(), Some("libfoo.so.1"));
+    assert!(lib.started_as().is_empty());
+    assert!(!lib.names().any(|n| n == "exe"));
+
+    for (pattern, module) in [
+        ("exe:work_a", "realprog"),
+        ("mytool:work_a", "realprog"),
+        ("realprog:work_a", "realprog"),
+        ("libfoo.so.1:foo", "libfoo.so.1.2.3"),
+        ("libfoo.so.1.2.3:foo", "libfoo.so.1.2.3"),
+        ("libfoo:foo", "libfoo.so.1.2.3"),
+    ] {
+        let f = find_one(&mut img, pattern);
+        assert_eq!(f.module, module, "{pattern}");
+    }
+    assert!(img.find_functions(&pats(&["exe:foo"])).unwrap().is_empty());
+
+    // Misspelled modules: near names among all of them.
+    let s = img
+        .suggest(&Pattern::parse("mytol:work_a").unwrap())
+        .unwrap();
+    assert!(s.contains(&"mytool:work_a".to_string()), "{s:?}");
+    let s = img
+        .suggest(&Pattern::parse("libfoo.so.2:foo").unwrap())
+        .unwrap();
+    assert!(s.contains(&"libfoo.so.1:foo".to_string()), "{s:?}");
+    let s = img.suggest(&Pattern::parse("exx:work_a").unwrap()).unwrap();
+    assert!(s.contains(&"exe:work_a".to_string()), "{s:?}");
 }
