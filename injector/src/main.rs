@@ -98,12 +98,14 @@ enum Command {
         )]
         functions: Vec<String>,
         /// Stop after this many seconds.
-        #[arg(long, value_name = "SECS")]
-        duration: Option<f64>,
+        // Taken as text, `-1` too, so that every bad value gets weft's
+        // own error (see `seconds`), not clap's.
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        duration: Option<String>,
         /// Also write a report every SECS seconds while live (read without
         /// stopping the target); best with --format jsonl.
-        #[arg(long, value_name = "SECS")]
-        interval: Option<f64>,
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        interval: Option<String>,
         /// Patterns that match nothing now wait for libraries the process
         /// loads later (dlopen): each is instrumented as it loads, before
         /// any of its code runs (the loading thread waits for weft, at
@@ -396,12 +398,28 @@ fn since_start_ms() -> f64 {
     (now - start / hz) * 1e3
 }
 
-/// A non-negative, finite number of seconds.
-fn seconds(name: &str, value: Option<f64>) -> Result<Option<std::time::Duration>> {
-    match value {
-        None => Ok(None),
-        Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(std::time::Duration::from_secs_f64(v))),
-        Some(v) => bail!("--{name} must be a non-negative number of seconds, not {v}"),
+/// `--NAME SECS`: a finite number of seconds, 0 or more (more than 0 when
+/// `positive`).
+fn seconds(name: &str, value: Option<&str>, positive: bool) -> Result<Option<std::time::Duration>> {
+    let Some(text) = value else {
+        return Ok(None);
+    };
+    let parsed = text
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|v| std::time::Duration::try_from_secs_f64(v).ok())
+        .filter(|d| !(positive && d.is_zero()));
+    match parsed {
+        Some(d) => Ok(Some(d)),
+        None => bail!(
+            "--{name} takes a number of seconds {}, like --{name} 2.5, not `{text}`",
+            if positive {
+                "more than 0"
+            } else {
+                "(0 or more)"
+            }
+        ),
     }
 }
 
@@ -427,8 +445,8 @@ fn run_program(
 
 /// How `attach` stays live.
 struct Live {
-    duration: Option<f64>,
-    interval: Option<f64>,
+    duration: Option<String>,
+    interval: Option<String>,
     /// `--later`: patterns matching nothing yet wait for libraries loaded
     /// later.
     later: bool,
@@ -447,11 +465,8 @@ fn attach(
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
-    let duration = seconds("duration", live.duration)?;
-    let interval = match seconds("interval", live.interval)? {
-        Some(i) if i.is_zero() => bail!("--interval must be more than 0 seconds"),
-        i => i,
-    };
+    let duration = seconds("duration", live.duration.as_deref(), false)?;
+    let interval = seconds("interval", live.interval.as_deref(), true)?;
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
     let timing = Timing::from_env();
