@@ -54,3 +54,47 @@ fn bad_seconds_get_weft_errors() {
         });
     }
 }
+
+/// The lines `weft list` printed, after it exited 0.
+fn list_lines(ctx: &Ctx, args: &[&str]) -> Vec<String> {
+    let mut w = ctx.weft(args);
+    w.wait_code(0);
+    w.stdout_text().lines().map(str::to_string).collect()
+}
+
+/// `weft list -p PID P1 P2 P3` prints the union of what each pattern lists
+/// alone, each function once (here `work_a` matches two of the patterns);
+/// a pattern that matches nothing is an error, as for `attach`.
+#[test]
+fn list_takes_several_patterns() {
+    let ctx = Ctx::new("list_takes_several_patterns");
+    let (_t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let patterns = ["work_*", "libc.so.6:malloc", "work_a"];
+    let mut args = vec!["list", "-p", p.as_str()];
+    args.extend(patterns);
+    let all = list_lines(&ctx, &args);
+    let mut expected = std::collections::BTreeSet::new();
+    for pattern in patterns {
+        let alone = list_lines(&ctx, &["list", "-p", &p, pattern]);
+        ctx.check(!alone.is_empty(), || format!("{pattern} lists nothing"));
+        expected.extend(alone);
+    }
+    let got: std::collections::BTreeSet<String> = all.iter().cloned().collect();
+    ctx.check(got.len() == all.len(), || {
+        format!("a function listed twice:\n{}", all.join("\n"))
+    });
+    ctx.check(got == expected, || {
+        format!("listed {got:#?}\nexpected the union of the patterns alone: {expected:#?}")
+    });
+    for name in ["work_a", "malloc"] {
+        ctx.check(all.iter().any(|l| l.ends_with(&format!(" {name}"))), || {
+            format!("{name} is not listed:\n{}", all.join("\n"))
+        });
+    }
+    let mut w = ctx.weft(&["list", "-p", &p, "work_a", "no_such_function_here"]);
+    let (_, err) = expect_weft_error(&mut w);
+    ctx.check(err.contains("no_such_function_here"), || {
+        format!("the error should name the pattern that matched nothing: {err:?}")
+    });
+}

@@ -122,8 +122,10 @@ enum Command {
         /// The process.
         #[arg(short = 'p', long = "pid")]
         pid: i32,
-        /// Only functions matching this pattern.
-        pattern: Option<String>,
+        /// Only functions matching one of these patterns (as for `run`;
+        /// each function is listed once).
+        #[arg(value_name = "PATTERN")]
+        patterns: Vec<String>,
     },
     /// Start a bundled threaded server, attach, show live per-thread counts,
     /// detach, and check the counts against the server's own.
@@ -266,7 +268,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             &output,
             boost,
         ),
-        Command::List { pid, pattern } => list(pid, pattern.as_deref()),
+        Command::List { pid, patterns } => list(pid, &patterns),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
@@ -573,18 +575,32 @@ fn attach(
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(pid: i32, pattern: Option<&str>) -> Result<ExitCode> {
-    let pattern = Pattern::parse(pattern.unwrap_or("*"))?;
+fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
+    let patterns = if specs.is_empty() {
+        vec![Pattern::parse("*")?]
+    } else {
+        patterns(specs)?
+    };
     let mut image = weft::inspect::ProcessImage::open(pid)?;
-    let mut functions = image.find_functions(std::slice::from_ref(&pattern))?;
-    if functions.is_empty() {
-        let suggestions = image.suggest(&pattern)?;
-        return Err(weft::Error::NoMatch {
-            pattern: pattern.to_string(),
-            suggestions,
-            still_loading: image.still_loading(),
+    // One search for all: a function several patterns match is found once.
+    let mut functions = image.find_functions(&patterns)?;
+    // As for `attach`: a pattern that matches nothing is an error.
+    for pattern in &patterns {
+        let matched = functions.iter().any(|f| {
+            pattern.matches_module_name(&f.module, &f.module_path.to_string_lossy())
+                && std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .any(|name| pattern.matches_function(name))
+        });
+        if !matched {
+            let suggestions = image.suggest(pattern)?;
+            return Err(weft::Error::NoMatch {
+                pattern: pattern.to_string(),
+                suggestions,
+                still_loading: image.still_loading(),
+            }
+            .into());
         }
-        .into());
     }
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
     let mut stdout = std::io::stdout().lock();
