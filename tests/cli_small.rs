@@ -98,3 +98,41 @@ fn list_takes_several_patterns() {
         format!("the error should name the pattern that matched nothing: {err:?}")
     });
 }
+
+/// The table's `times:` line names the clock of each time metric asked and
+/// no other: `-m wall` has no CPU clock line, `-m cpu` no wall clock.
+#[test]
+fn table_names_only_the_clocks_asked() {
+    let ctx = Ctx::new("table_names_only_the_clocks_asked");
+    let exe = workers_c().to_str().unwrap();
+    for (metrics, wall, cpu) in [
+        ("wall", true, false),
+        ("cpu", false, true),
+        ("calls,wall,cpu", true, true),
+    ] {
+        let mut w = ctx.weft(&[
+            "run",
+            "-m",
+            metrics,
+            "-f",
+            "work_a",
+            "--",
+            exe,
+            "--no-wait",
+            "--threads",
+            "2",
+        ]);
+        w.wait_code(0);
+        let out = w.stdout_text();
+        let times: Vec<&str> = out.lines().filter(|l| l.starts_with("times:")).collect();
+        ctx.check(times.len() == 1, || {
+            format!("-m {metrics}: expected one `times:` line:\n{out}")
+        });
+        ctx.check(times[0].contains("wall clock") == wall, || {
+            format!("-m {metrics}: wall clock shown: {}: {:?}", !wall, times[0])
+        });
+        ctx.check(times[0].contains("cpu clock") == cpu, || {
+            format!("-m {metrics}: cpu clock shown: {}: {:?}", !cpu, times[0])
+        });
+    }
+}
