@@ -136,3 +136,83 @@ fn table_names_only_the_clocks_asked() {
         });
     }
 }
+
+/// Runs weft with the read end of its stdout closed before it writes
+/// anything; returns its exit status, stderr and how long it took.
+fn weft_into_closed_pipe(args: &[&str]) -> (std::process::ExitStatus, String, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut child = Command::new(weft_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weft");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for weft");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status, err, start.elapsed())
+}
+
+/// A closed pipe ends `weft list` quietly: exit 0, nothing on stderr (no
+/// "Broken pipe" error, no panic), both when the reader is gone before
+/// weft writes and with a real `| head -1`.
+#[test]
+fn list_into_a_closed_pipe_ends_quietly() {
+    let ctx = Ctx::new("list_into_a_closed_pipe_ends_quietly");
+    let (_t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let (status, err, _) = weft_into_closed_pipe(&["list", "-p", &p, "*"]);
+    ctx.check(status.code() == Some(0) && err.is_empty(), || {
+        format!("weft list into a closed pipe: {status:?}, stderr {err:?}")
+    });
+    let script = format!("'{}' list -p {p} '*' | head -1", weft_bin());
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ctx.check(stdout.lines().count() == 1 && stderr.is_empty(), || {
+        format!("`{script}`: stdout {stdout:?}, stderr {stderr:?}")
+    });
+}
+
+/// `attach --interval` whose reader went away detaches at its next report
+/// (not at --duration), exits 0 with only its `attached` line on stderr,
+/// and leaves the target untraced and working.
+#[test]
+fn attach_into_a_closed_pipe_detaches_quietly() {
+    let ctx = Ctx::new("attach_into_a_closed_pipe_detaches_quietly");
+    let (mut t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let args = [
+        "attach",
+        "-p",
+        &p,
+        "-f",
+        "work_a",
+        "--format",
+        "jsonl",
+        "--interval",
+        "0.05",
+        "--duration",
+        "20",
+    ];
+    let (status, err, took) = weft_into_closed_pipe(&args);
+    ctx.check(status.code() == Some(0), || {
+        format!("weft attach into a closed pipe: {status:?}, stderr {err:?}")
+    });
+    ctx.check(
+        err.lines().count() == 1 && err.starts_with("weft: attached"),
+        || format!("stderr should be the `attached` line only: {err:?}"),
+    );
+    ctx.check(took < std::time::Duration::from_secs(10), || {
+        format!("weft took {took:?}: it waited for --duration instead of detaching")
+    });
+    check_not_traced_nor_stopped(&ctx, pid);
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
+}

@@ -5,6 +5,7 @@ mod cli_wait;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -187,10 +188,39 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli, boost) {
         Ok(code) => code,
+        // The reader of standard output went away (`weft list ... | head`):
+        // weft stops writing and ends quietly, after removing its probes.
+        Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weft: error: {}", one_line(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Standard output's reader went away. weft keeps Rust's SIGPIPE ignored
+/// (a death by SIGPIPE while probes are live would leave them in the
+/// target), so writes fail with EPIPE instead: not an error for the user,
+/// who closed the pipe on purpose; weft exits 0 without a message, as
+/// when it has written everything.
+#[derive(Debug)]
+struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `text` to standard output and flushes it; a closed pipe is
+/// [`StdoutClosed`].
+fn to_stdout(text: &[u8]) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        r => Ok(r.context("writing to standard output")?),
     }
 }
 
@@ -329,12 +359,7 @@ impl Sink {
             Some((path, file)) => file
                 .write_all(text.as_bytes())
                 .with_context(|| format!("writing the report to {}", path.display())),
-            None => {
-                let mut stdout = std::io::stdout().lock();
-                stdout.write_all(text.as_bytes())?;
-                stdout.flush()?;
-                Ok(())
-            }
+            None => to_stdout(text.as_bytes()),
         }
     }
 }
@@ -441,7 +466,11 @@ fn run_program(
     held.insert(&found, metrics)?;
     held.release()?;
     let exit = process.wait_exit()?;
-    write_report(&process.report(), output)?;
+    match write_report(&process.report(), output) {
+        // The program's status still is weft's.
+        Err(e) if e.is::<StdoutClosed>() => {}
+        r => r?,
+    }
     Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
 }
 
@@ -551,6 +580,10 @@ fn attach(
                 // Read live: the target is not stopped.
                 failed = sink.write(&process.report()).err();
                 next_report = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    // Nobody reads any more: detach now.
+                    cli_wait::stop_now();
+                }
             }
         }
     });
@@ -603,10 +636,11 @@ fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
         }
     }
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
-    let mut stdout = std::io::stdout().lock();
+    let mut text = String::new();
     for f in functions {
         let address = image.resolved_address(&f).unwrap_or(f.address);
-        writeln!(stdout, "{} {:#x} {} {}", f.module, address, f.size, f.name)?;
+        let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, f.size, f.name);
     }
+    to_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
