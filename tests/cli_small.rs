@@ -216,3 +216,57 @@ fn attach_into_a_closed_pipe_detaches_quietly() {
     t.wait_code(0);
     check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
 }
+
+/// `--format jsonl`: every line is a report with a `final` field, false on
+/// the live ones (`--interval`) and true on the last, the final report at
+/// detach; `run` writes one line, final.
+#[test]
+fn jsonl_marks_the_final_report() {
+    let ctx = Ctx::new("jsonl_marks_the_final_report");
+    let (_t, pid) = start_workers(&ctx);
+    let flags = ["-f", "work_a", "--format", "jsonl", "--interval", "0.05"];
+    let (mut weft, _) = attach(&ctx, pid, &flags, 1);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = detach_with_sigint(&mut weft);
+    let finals: Vec<Option<bool>> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON report a line");
+            ctx.check(v["pid"].as_u64() == Some(pid.into()), || {
+                format!("not a report: {l}")
+            });
+            v["final"].as_bool()
+        })
+        .collect();
+    ctx.check(finals.len() >= 2, || {
+        format!("only {} lines:\n{out}", finals.len())
+    });
+    let (last, live) = finals.split_last().unwrap();
+    ctx.check(
+        *last == Some(true) && live.iter().all(|f| *f == Some(false)),
+        || format!("`final` per line should be false... then true: {finals:?}"),
+    );
+    let exe = workers_c().to_str().unwrap();
+    let mut w = ctx.weft(&[
+        "run",
+        "--format",
+        "jsonl",
+        "-f",
+        "work_a",
+        "--",
+        exe,
+        "--no-wait",
+        "--threads",
+        "2",
+    ]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let reports: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(r#"{"pid":"#))
+        .collect();
+    ctx.check(
+        reports.len() == 1 && reports[0].ends_with(r#","final":true}"#),
+        || format!("run --format jsonl: one final line expected:\n{out}"),
+    );
+}

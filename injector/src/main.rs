@@ -350,9 +350,12 @@ impl Sink {
         })
     }
 
-    fn write(&mut self, report: &Report) -> Result<()> {
+    /// Writes one report; `last` for the final one (taken at detach or
+    /// when the target exited), which `--format jsonl` marks.
+    fn write(&mut self, report: &Report, last: bool) -> Result<()> {
         let text = match self.format {
-            Format::Json | Format::Jsonl => report.to_json() + "\n",
+            Format::Json => report.to_json() + "\n",
+            Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table(),
         };
         match &mut self.file {
@@ -365,7 +368,20 @@ impl Sink {
 }
 
 fn write_report(report: &Report, output: &Output) -> Result<()> {
-    Sink::new(output)?.write(report)
+    Sink::new(output)?.write(report, true)
+}
+
+/// A `--format jsonl` line: the report's fields, then `"final"`: true on
+/// the final report, false on the live ones (docs/report-format.md).
+fn jsonl_line(report: &Report, last: bool) -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(flatten)]
+        report: &'a Report,
+        #[serde(rename = "final")]
+        last: bool,
+    }
+    Ok(serde_json::to_string(&Line { report, last })?)
 }
 
 /// Phase timings on stderr when `WEFT_TIMING` is set (for people sizing
@@ -578,7 +594,7 @@ fn attach(
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
                 // Read live: the target is not stopped.
-                failed = sink.write(&process.report()).err();
+                failed = sink.write(&process.report(), false).err();
                 next_report = Some(at + every);
                 if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
                     // Nobody reads any more: detach now.
@@ -604,7 +620,7 @@ fn attach(
     if let Some(e) = failed {
         return Err(e);
     }
-    sink.write(&report)?;
+    sink.write(&report, true)?;
     Ok(ExitCode::SUCCESS)
 }
 
