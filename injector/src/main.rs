@@ -29,7 +29,7 @@ enum Format {
     /// One JSON object (see docs/report-format.md).
     Json,
     /// JSON Lines: one report per line (with --interval, one per interval
-    /// while live, then the final one).
+    /// while live, then the final one); each has "final": false or true.
     Jsonl,
 }
 
