@@ -20,6 +20,11 @@ pub fn install_stop_handlers() {
     }
 }
 
+/// Ends the wait as SIGINT would (weft's own reason to stop).
+pub fn stop_now() {
+    STOP_REQUESTED.store(true, Ordering::Relaxed);
+}
+
 /// Why waiting ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {

@@ -5,6 +5,7 @@ mod cli_wait;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ enum Format {
     /// One JSON object (see docs/report-format.md).
     Json,
     /// JSON Lines: one report per line (with --interval, one per interval
-    /// while live, then the final one).
+    /// while live, then the final one); each has "final": false or true.
     Jsonl,
 }
 
@@ -98,12 +99,14 @@ enum Command {
         )]
         functions: Vec<String>,
         /// Stop after this many seconds.
-        #[arg(long, value_name = "SECS")]
-        duration: Option<f64>,
+        // Taken as text, `-1` too, so that every bad value gets weft's
+        // own error (see `seconds`), not clap's.
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        duration: Option<String>,
         /// Also write a report every SECS seconds while live (read without
         /// stopping the target); best with --format jsonl.
-        #[arg(long, value_name = "SECS")]
-        interval: Option<f64>,
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        interval: Option<String>,
         /// Patterns that match nothing now wait for libraries the process
         /// loads later (dlopen): each is instrumented as it loads, before
         /// any of its code runs (the loading thread waits for weft, at
@@ -120,8 +123,10 @@ enum Command {
         /// The process.
         #[arg(short = 'p', long = "pid")]
         pid: i32,
-        /// Only functions matching this pattern.
-        pattern: Option<String>,
+        /// Only functions matching one of these patterns (as for `run`;
+        /// each function is listed once).
+        #[arg(value_name = "PATTERN")]
+        patterns: Vec<String>,
     },
     /// Start a bundled threaded server, attach, show live per-thread counts,
     /// detach, and check the counts against the server's own.
@@ -183,10 +188,39 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli, boost) {
         Ok(code) => code,
+        // The reader of standard output went away (`weft list ... | head`):
+        // weft stops writing and ends quietly, after removing its probes.
+        Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weft: error: {}", one_line(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Standard output's reader went away. weft keeps Rust's SIGPIPE ignored
+/// (a death by SIGPIPE while probes are live would leave them in the
+/// target), so writes fail with EPIPE instead: not an error for the user,
+/// who closed the pipe on purpose; weft exits 0 without a message, as
+/// when it has written everything.
+#[derive(Debug)]
+struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `text` to standard output and flushes it; a closed pipe is
+/// [`StdoutClosed`].
+fn to_stdout(text: &[u8]) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        r => Ok(r.context("writing to standard output")?),
     }
 }
 
@@ -264,7 +298,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             &output,
             boost,
         ),
-        Command::List { pid, pattern } => list(pid, pattern.as_deref()),
+        Command::List { pid, patterns } => list(pid, &patterns),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
@@ -316,27 +350,38 @@ impl Sink {
         })
     }
 
-    fn write(&mut self, report: &Report) -> Result<()> {
+    /// Writes one report; `last` for the final one (taken at detach or
+    /// when the target exited), which `--format jsonl` marks.
+    fn write(&mut self, report: &Report, last: bool) -> Result<()> {
         let text = match self.format {
-            Format::Json | Format::Jsonl => report.to_json() + "\n",
+            Format::Json => report.to_json() + "\n",
+            Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table(),
         };
         match &mut self.file {
             Some((path, file)) => file
                 .write_all(text.as_bytes())
                 .with_context(|| format!("writing the report to {}", path.display())),
-            None => {
-                let mut stdout = std::io::stdout().lock();
-                stdout.write_all(text.as_bytes())?;
-                stdout.flush()?;
-                Ok(())
-            }
+            None => to_stdout(text.as_bytes()),
         }
     }
 }
 
 fn write_report(report: &Report, output: &Output) -> Result<()> {
-    Sink::new(output)?.write(report)
+    Sink::new(output)?.write(report, true)
+}
+
+/// A `--format jsonl` line: the report's fields, then `"final"`: true on
+/// the final report, false on the live ones (docs/report-format.md).
+fn jsonl_line(report: &Report, last: bool) -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(flatten)]
+        report: &'a Report,
+        #[serde(rename = "final")]
+        last: bool,
+    }
+    Ok(serde_json::to_string(&Line { report, last })?)
 }
 
 /// Phase timings on stderr when `WEFT_TIMING` is set (for people sizing
@@ -396,12 +441,28 @@ fn since_start_ms() -> f64 {
     (now - start / hz) * 1e3
 }
 
-/// A non-negative, finite number of seconds.
-fn seconds(name: &str, value: Option<f64>) -> Result<Option<std::time::Duration>> {
-    match value {
-        None => Ok(None),
-        Some(v) if v.is_finite() && v >= 0.0 => Ok(Some(std::time::Duration::from_secs_f64(v))),
-        Some(v) => bail!("--{name} must be a non-negative number of seconds, not {v}"),
+/// `--NAME SECS`: a finite number of seconds, 0 or more (more than 0 when
+/// `positive`).
+fn seconds(name: &str, value: Option<&str>, positive: bool) -> Result<Option<std::time::Duration>> {
+    let Some(text) = value else {
+        return Ok(None);
+    };
+    let parsed = text
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|v| std::time::Duration::try_from_secs_f64(v).ok())
+        .filter(|d| !(positive && d.is_zero()));
+    match parsed {
+        Some(d) => Ok(Some(d)),
+        None => bail!(
+            "--{name} takes a number of seconds {}, like --{name} 2.5, not `{text}`",
+            if positive {
+                "more than 0"
+            } else {
+                "(0 or more)"
+            }
+        ),
     }
 }
 
@@ -421,14 +482,18 @@ fn run_program(
     held.insert(&found, metrics)?;
     held.release()?;
     let exit = process.wait_exit()?;
-    write_report(&process.report(), output)?;
+    match write_report(&process.report(), output) {
+        // The program's status still is weft's.
+        Err(e) if e.is::<StdoutClosed>() => {}
+        r => r?,
+    }
     Ok(ExitCode::from(exit.shell_code().clamp(0, 255) as u8))
 }
 
 /// How `attach` stays live.
 struct Live {
-    duration: Option<f64>,
-    interval: Option<f64>,
+    duration: Option<String>,
+    interval: Option<String>,
     /// `--later`: patterns matching nothing yet wait for libraries loaded
     /// later.
     later: bool,
@@ -447,11 +512,8 @@ fn attach(
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
     let patterns = patterns(functions)?;
-    let duration = seconds("duration", live.duration)?;
-    let interval = match seconds("interval", live.interval)? {
-        Some(i) if i.is_zero() => bail!("--interval must be more than 0 seconds"),
-        i => i,
-    };
+    let duration = seconds("duration", live.duration.as_deref(), false)?;
+    let interval = seconds("interval", live.interval.as_deref(), true)?;
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
     let timing = Timing::from_env();
@@ -532,8 +594,12 @@ fn attach(
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
                 // Read live: the target is not stopped.
-                failed = sink.write(&process.report()).err();
+                failed = sink.write(&process.report(), false).err();
                 next_report = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    // Nobody reads any more: detach now.
+                    cli_wait::stop_now();
+                }
             }
         }
     });
@@ -554,28 +620,43 @@ fn attach(
     if let Some(e) = failed {
         return Err(e);
     }
-    sink.write(&report)?;
+    sink.write(&report, true)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(pid: i32, pattern: Option<&str>) -> Result<ExitCode> {
-    let pattern = Pattern::parse(pattern.unwrap_or("*"))?;
+fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
+    let patterns = if specs.is_empty() {
+        vec![Pattern::parse("*")?]
+    } else {
+        patterns(specs)?
+    };
     let mut image = weft::inspect::ProcessImage::open(pid)?;
-    let mut functions = image.find_functions(std::slice::from_ref(&pattern))?;
-    if functions.is_empty() {
-        let suggestions = image.suggest(&pattern)?;
-        return Err(weft::Error::NoMatch {
-            pattern: pattern.to_string(),
-            suggestions,
-            still_loading: image.still_loading(),
+    // One search for all: a function several patterns match is found once.
+    let mut functions = image.find_functions(&patterns)?;
+    // As for `attach`: a pattern that matches nothing is an error.
+    for pattern in &patterns {
+        let matched = functions.iter().any(|f| {
+            pattern.matches_module_name(&f.module, &f.module_path.to_string_lossy())
+                && std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .any(|name| pattern.matches_function(name))
+        });
+        if !matched {
+            let suggestions = image.suggest(pattern)?;
+            return Err(weft::Error::NoMatch {
+                pattern: pattern.to_string(),
+                suggestions,
+                still_loading: image.still_loading(),
+            }
+            .into());
         }
-        .into());
     }
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
-    let mut stdout = std::io::stdout().lock();
+    let mut text = String::new();
     for f in functions {
         let address = image.resolved_address(&f).unwrap_or(f.address);
-        writeln!(stdout, "{} {:#x} {} {}", f.module, address, f.size, f.name)?;
+        let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, f.size, f.name);
     }
+    to_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

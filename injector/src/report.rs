@@ -316,11 +316,16 @@ impl Report {
         table.push(total);
         render(&table, &mut out);
         if let Some(clocks) = &self.clocks {
-            let _ = writeln!(
-                out,
-                "times: inclusive, outermost activation per thread; wall clock: {}; cpu clock: {}",
-                clocks.wall, clocks.cpu
-            );
+            // Only the clocks of the metrics asked (`-m wall` has no CPU
+            // clock to speak of).
+            let mut line = "times: inclusive, outermost activation per thread".to_string();
+            if self.metrics.contains(&"wall") {
+                let _ = write!(line, "; wall clock: {}", clocks.wall);
+            }
+            if self.metrics.contains(&"cpu") {
+                let _ = write!(line, "; cpu clock: {}", clocks.cpu);
+            }
+            let _ = writeln!(out, "{line}");
         }
         if self.overflow_threads > 0 {
             let _ = writeln!(

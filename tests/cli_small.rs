@@ -1,0 +1,272 @@
+//! The small things users hit (issue #13, item 7): several `list`
+//! patterns, bad `--duration`/`--interval` values, only the clocks of the
+//! metrics asked, a closed pipe, and the final marker of `--format jsonl`.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use support::*;
+
+/// Starts C workers (2 threads, 1 phase) and waits for `ready`.
+fn start_workers(ctx: &Ctx) -> (Proc, u32) {
+    let mut t = ctx.target(workers_c(), &["--threads", "2"]);
+    let (pid, _) = wait_ready(&mut t);
+    (t, pid)
+}
+
+/// A PID that no process has (a reaped child's).
+fn dead_pid() -> String {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id().to_string();
+    child.wait().expect("reap true");
+    pid
+}
+
+/// Negative, NaN, infinite, too large and non-numeric `--duration` and
+/// `--interval` values, and an interval of 0, each get weft's own one-line
+/// error naming the option (checked before weft touches any process), not
+/// clap's usage error nor a panic.
+#[test]
+fn bad_seconds_get_weft_errors() {
+    let ctx = Ctx::new("bad_seconds_get_weft_errors");
+    let pid = dead_pid();
+    let cases: &[(&str, &str)] = &[
+        ("--duration", "-1"),
+        ("--duration", "-0.5"),
+        ("--duration", "NaN"),
+        ("--duration", "inf"),
+        ("--duration", "-inf"),
+        ("--duration", "1e300"),
+        ("--duration", "soon"),
+        ("--interval", "-1"),
+        ("--interval", "nan"),
+        ("--interval", "0"),
+        ("--interval", "1e-300"),
+    ];
+    for &(option, value) in cases {
+        let mut w = ctx.weft(&["attach", "-p", &pid, "-f", "work_a", option, value]);
+        let (_, err) = expect_weft_error(&mut w);
+        ctx.check(err.lines().count() == 1, || {
+            format!("{option} {value}: more than one stderr line: {err:?}")
+        });
+        ctx.check(err.contains(option) && err.contains("seconds"), || {
+            format!("{option} {value}: the error should name {option} and say it takes seconds: {err:?}")
+        });
+    }
+}
+
+/// The lines `weft list` printed, after it exited 0.
+fn list_lines(ctx: &Ctx, args: &[&str]) -> Vec<String> {
+    let mut w = ctx.weft(args);
+    w.wait_code(0);
+    w.stdout_text().lines().map(str::to_string).collect()
+}
+
+/// `weft list -p PID P1 P2 P3` prints the union of what each pattern lists
+/// alone, each function once (here `work_a` matches two of the patterns);
+/// a pattern that matches nothing is an error, as for `attach`.
+#[test]
+fn list_takes_several_patterns() {
+    let ctx = Ctx::new("list_takes_several_patterns");
+    let (_t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let patterns = ["work_*", "libc.so.6:malloc", "work_a"];
+    let mut args = vec!["list", "-p", p.as_str()];
+    args.extend(patterns);
+    let all = list_lines(&ctx, &args);
+    let mut expected = std::collections::BTreeSet::new();
+    for pattern in patterns {
+        let alone = list_lines(&ctx, &["list", "-p", &p, pattern]);
+        ctx.check(!alone.is_empty(), || format!("{pattern} lists nothing"));
+        expected.extend(alone);
+    }
+    let got: std::collections::BTreeSet<String> = all.iter().cloned().collect();
+    ctx.check(got.len() == all.len(), || {
+        format!("a function listed twice:\n{}", all.join("\n"))
+    });
+    ctx.check(got == expected, || {
+        format!("listed {got:#?}\nexpected the union of the patterns alone: {expected:#?}")
+    });
+    for name in ["work_a", "malloc"] {
+        ctx.check(all.iter().any(|l| l.ends_with(&format!(" {name}"))), || {
+            format!("{name} is not listed:\n{}", all.join("\n"))
+        });
+    }
+    let mut w = ctx.weft(&["list", "-p", &p, "work_a", "no_such_function_here"]);
+    let (_, err) = expect_weft_error(&mut w);
+    ctx.check(err.contains("no_such_function_here"), || {
+        format!("the error should name the pattern that matched nothing: {err:?}")
+    });
+}
+
+/// The table's `times:` line names the clock of each time metric asked and
+/// no other: `-m wall` has no CPU clock line, `-m cpu` no wall clock.
+#[test]
+fn table_names_only_the_clocks_asked() {
+    let ctx = Ctx::new("table_names_only_the_clocks_asked");
+    let exe = workers_c().to_str().unwrap();
+    for (metrics, wall, cpu) in [
+        ("wall", true, false),
+        ("cpu", false, true),
+        ("calls,wall,cpu", true, true),
+    ] {
+        let mut w = ctx.weft(&[
+            "run",
+            "-m",
+            metrics,
+            "-f",
+            "work_a",
+            "--",
+            exe,
+            "--no-wait",
+            "--threads",
+            "2",
+        ]);
+        w.wait_code(0);
+        let out = w.stdout_text();
+        let times: Vec<&str> = out.lines().filter(|l| l.starts_with("times:")).collect();
+        ctx.check(times.len() == 1, || {
+            format!("-m {metrics}: expected one `times:` line:\n{out}")
+        });
+        ctx.check(times[0].contains("wall clock") == wall, || {
+            format!("-m {metrics}: wall clock shown: {}: {:?}", !wall, times[0])
+        });
+        ctx.check(times[0].contains("cpu clock") == cpu, || {
+            format!("-m {metrics}: cpu clock shown: {}: {:?}", !cpu, times[0])
+        });
+    }
+}
+
+/// Runs weft with the read end of its stdout closed before it writes
+/// anything; returns its exit status, stderr and how long it took.
+fn weft_into_closed_pipe(args: &[&str]) -> (std::process::ExitStatus, String, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut child = Command::new(weft_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weft");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for weft");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status, err, start.elapsed())
+}
+
+/// A closed pipe ends `weft list` quietly: exit 0, nothing on stderr (no
+/// "Broken pipe" error, no panic), both when the reader is gone before
+/// weft writes and with a real `| head -1`.
+#[test]
+fn list_into_a_closed_pipe_ends_quietly() {
+    let ctx = Ctx::new("list_into_a_closed_pipe_ends_quietly");
+    let (_t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let (status, err, _) = weft_into_closed_pipe(&["list", "-p", &p, "*"]);
+    ctx.check(status.code() == Some(0) && err.is_empty(), || {
+        format!("weft list into a closed pipe: {status:?}, stderr {err:?}")
+    });
+    let script = format!("'{}' list -p {p} '*' | head -1", weft_bin());
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ctx.check(stdout.lines().count() == 1 && stderr.is_empty(), || {
+        format!("`{script}`: stdout {stdout:?}, stderr {stderr:?}")
+    });
+}
+
+/// `attach --interval` whose reader went away detaches at its next report
+/// (not at --duration), exits 0 with only its `attached` line on stderr,
+/// and leaves the target untraced and working.
+#[test]
+fn attach_into_a_closed_pipe_detaches_quietly() {
+    let ctx = Ctx::new("attach_into_a_closed_pipe_detaches_quietly");
+    let (mut t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let args = [
+        "attach",
+        "-p",
+        &p,
+        "-f",
+        "work_a",
+        "--format",
+        "jsonl",
+        "--interval",
+        "0.05",
+        "--duration",
+        "20",
+    ];
+    let (status, err, took) = weft_into_closed_pipe(&args);
+    ctx.check(status.code() == Some(0), || {
+        format!("weft attach into a closed pipe: {status:?}, stderr {err:?}")
+    });
+    ctx.check(
+        err.lines().count() == 1 && err.starts_with("weft: attached"),
+        || format!("stderr should be the `attached` line only: {err:?}"),
+    );
+    ctx.check(took < std::time::Duration::from_secs(10), || {
+        format!("weft took {took:?}: it waited for --duration instead of detaching")
+    });
+    check_not_traced_nor_stopped(&ctx, pid);
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+    check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
+}
+
+/// `--format jsonl`: every line is a report with a `final` field, false on
+/// the live ones (`--interval`) and true on the last, the final report at
+/// detach; `run` writes one line, final.
+#[test]
+fn jsonl_marks_the_final_report() {
+    let ctx = Ctx::new("jsonl_marks_the_final_report");
+    let (_t, pid) = start_workers(&ctx);
+    let flags = ["-f", "work_a", "--format", "jsonl", "--interval", "0.05"];
+    let (mut weft, _) = attach(&ctx, pid, &flags, 1);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = detach_with_sigint(&mut weft);
+    let finals: Vec<Option<bool>> = out
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON report a line");
+            ctx.check(v["pid"].as_u64() == Some(pid.into()), || {
+                format!("not a report: {l}")
+            });
+            v["final"].as_bool()
+        })
+        .collect();
+    ctx.check(finals.len() >= 2, || {
+        format!("only {} lines:\n{out}", finals.len())
+    });
+    let (last, live) = finals.split_last().unwrap();
+    ctx.check(
+        *last == Some(true) && live.iter().all(|f| *f == Some(false)),
+        || format!("`final` per line should be false... then true: {finals:?}"),
+    );
+    let exe = workers_c().to_str().unwrap();
+    let mut w = ctx.weft(&[
+        "run",
+        "--format",
+        "jsonl",
+        "-f",
+        "work_a",
+        "--",
+        exe,
+        "--no-wait",
+        "--threads",
+        "2",
+    ]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let reports: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(r#"{"pid":"#))
+        .collect();
+    ctx.check(
+        reports.len() == 1 && reports[0].ends_with(r#","final":true}"#),
+        || format!("run --format jsonl: one final line expected:\n{out}"),
+    );
+}
