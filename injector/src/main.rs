@@ -636,7 +636,11 @@ fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
     // As for `attach`: a pattern that matches nothing is an error.
     for pattern in &patterns {
         let matched = functions.iter().any(|f| {
-            pattern.matches_module_name(&f.module, &f.module_path.to_string_lossy())
+            // Every name the module answers to (soname, `exe`, the name
+            // it was started as), as the search itself matched them.
+            image
+                .module_of(f.address)
+                .is_some_and(|m| pattern.could_match_module(m))
                 && std::iter::once(&f.name)
                     .chain(&f.aliases)
                     .any(|name| pattern.matches_function(name))
