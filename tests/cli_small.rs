@@ -270,3 +270,45 @@ fn jsonl_marks_the_final_report() {
         || format!("run --format jsonl: one final line expected:\n{out}"),
     );
 }
+
+/// `weft list` prints an IFUNC at the implementation the process uses, the
+/// address `attach --format json` reports for it, or says it is resolved
+/// at the first call; never the resolver's address.
+#[test]
+fn list_and_attach_agree_on_ifuncs() {
+    let ctx = Ctx::new("list_and_attach_agree_on_ifuncs");
+    let (_t, pid) = start_workers(&ctx);
+    let p = pid.to_string();
+    let mut agreed = Vec::new();
+    for name in ["strlen", "memset", "strchr", "__memmove_chk"] {
+        let pattern = format!("libc.so.6:{name}");
+        let lines = list_lines(&ctx, &["list", "-p", &p, &pattern]);
+        ctx.check(lines.len() == 1, || format!("{pattern}: {lines:?}"));
+        let fields: Vec<&str> = lines[0].split(' ').collect();
+        if lines[0].ends_with(&format!(" {name} (ifunc, resolved at first call)")) {
+            ctx.check(fields[1] == "-", || format!("{pattern}: {lines:?}"));
+            continue;
+        }
+        ctx.check(fields.len() == 4 && fields[3] == name, || {
+            format!("{pattern}: {lines:?}")
+        });
+        let (mut weft, _) = attach(&ctx, pid, &["-f", &pattern, "--format", "json"], 1);
+        let out = detach_with_sigint(&mut weft);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON report");
+        let attached = v["functions"][0]["address"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        ctx.check(attached == fields[1], || {
+            format!(
+                "{pattern}: list says {}, attach instrumented {attached}",
+                fields[1]
+            )
+        });
+        agreed.push(name);
+    }
+    // libc calls strlen itself through a slot the loader filled.
+    ctx.check(agreed.contains(&"strlen"), || {
+        format!("strlen was not resolved by list; agreed on {agreed:?}")
+    });
+}

@@ -658,8 +658,30 @@ fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
     let mut text = String::new();
     for f in functions {
-        let address = image.resolved_address(&f).unwrap_or(f.address);
-        let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, f.size, f.name);
+        // An IFUNC is listed at the implementation the process uses (as
+        // `attach` instruments it) when a GOT slot already holds it; else
+        // the implementation is chosen at the first call and unknown
+        // without stopping the process: no address rather than the
+        // resolver's.
+        match image.resolved_address(&f) {
+            Some(address) if address == f.address => {
+                let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, f.size, f.name);
+            }
+            Some(address) => {
+                let size = match image.function_at(address) {
+                    Ok(Some(g)) if g.address == address => g.size,
+                    _ => 0,
+                };
+                let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, size, f.name);
+            }
+            None => {
+                let _ = writeln!(
+                    text,
+                    "{} - - {} (ifunc, resolved at first call)",
+                    f.module, f.name
+                );
+            }
+        }
     }
     to_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
