@@ -312,3 +312,60 @@ fn list_and_attach_agree_on_ifuncs() {
         format!("strlen was not resolved by list; agreed on {agreed:?}")
     });
 }
+
+/// Two names of one libc function (`printf` and its alias `_IO_printf`,
+/// one address) in one attach are one function: instrumented once, one
+/// report entry under the first name with the other in `aliases`, its calls
+/// counted once and exact; the table heads it `printf (= _IO_printf)`.
+#[test]
+fn aliases_are_one_function_in_the_report() {
+    let ctx = Ctx::new("aliases_are_one_function_in_the_report");
+    for format in ["json", "table"] {
+        let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
+        let (pid, _) = wait_ready(&mut t);
+        let flags = [
+            "-f",
+            "libc.so.6:printf",
+            "-f",
+            "libc.so.6:_IO_printf",
+            "--format",
+            format,
+        ];
+        let (mut weft, _) = attach(&ctx, pid, &flags, 1);
+        t.send("go");
+        t.expect_stdout("`phase 1 done`", |l| l == "phase 1 done");
+        let out = detach_with_sigint(&mut weft);
+        t.send("go");
+        t.expect_stdout("`done`", |l| l == "done");
+        t.wait_code(0);
+        if format == "table" {
+            ctx.check(out.contains("printf (= _IO_printf)"), || {
+                format!("the table should head the column `printf (= _IO_printf)`:\n{out}")
+            });
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON report");
+        let functions = v["functions"].as_array().expect("functions[]");
+        ctx.check(functions.len() == 1, || {
+            format!("one entry expected for printf and _IO_printf: {out}")
+        });
+        let f = &functions[0];
+        ctx.check(
+            f["name"] == "printf" && f["aliases"] == serde_json::json!(["_IO_printf"]),
+            || format!("name printf, aliases [_IO_printf] expected: {out}"),
+        );
+        // Phase 1: one line per worker and `phase 1 done`, all printf.
+        ctx.check(f["calls"].as_u64() == Some(3), || {
+            format!("printf should count 3 calls: {out}")
+        });
+        let per_thread: u64 = v["threads"]
+            .as_array()
+            .expect("threads[]")
+            .iter()
+            .map(|t| t["functions"]["printf"]["calls"].as_u64().unwrap_or(0))
+            .sum();
+        ctx.check(per_thread == 3, || {
+            format!("the threads' printf calls should add up to 3: {out}")
+        });
+    }
+}

@@ -649,8 +649,17 @@ impl Process {
                 });
             }
             for f in found {
-                if !all.iter().any(|g| g.address == f.address) {
-                    all.push(f);
+                // One function per address; the names other patterns
+                // matched at it become aliases.
+                match all.iter_mut().find(|g| g.address == f.address) {
+                    Some(g) => {
+                        for name in std::iter::once(f.name).chain(f.aliases) {
+                            if name != g.name && !g.aliases.contains(&name) {
+                                g.aliases.push(name);
+                            }
+                        }
+                    }
+                    None => all.push(f),
                 }
             }
         }
@@ -1009,10 +1018,9 @@ impl Process {
                 padding: 0,
                 ..f.clone()
             });
-        // Report under the name the user asked for.
-        resolved
-            .aliases
-            .push(std::mem::replace(&mut resolved.name, f.name.clone()));
+        // Report under the names the user's patterns matched.
+        resolved.name = f.name.clone();
+        resolved.aliases = f.aliases.clone();
         resolved.kind = FunctionKind::Plain;
         Ok(resolved)
     }
@@ -2909,6 +2917,10 @@ impl Process {
             .filter_map(|p| {
                 Some(ProbeInfo {
                     name: points::probe_name(p),
+                    aliases: match p.point() {
+                        Some(_) => Vec::new(),
+                        None => p.function.aliases.clone(),
+                    },
                     module: p.function.module.clone(),
                     address: p.patch_address,
                     calls_word: p.own_words()?.first,

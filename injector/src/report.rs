@@ -12,6 +12,10 @@ use weft_rt::layout;
 pub struct FunctionReport {
     /// Function name (qualified `module:name` only when two share a name).
     pub name: String,
+    /// The other names of the same function (same address) that the
+    /// patterns matched; counted once, under `name`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
     /// File name of the module that holds it.
     pub module: String,
     /// Runtime address of the patched function, `0x`-hex.
@@ -118,6 +122,8 @@ fn is_zero(v: &u64) -> bool {
 pub(crate) struct ProbeInfo {
     /// Function name.
     pub name: String,
+    /// Other names of the same address the patterns matched.
+    pub aliases: Vec<String>,
     /// Module file name.
     pub module: String,
     /// Patched address.
@@ -140,26 +146,38 @@ impl Report {
         live_name: impl Fn(u32) -> Option<String>,
     ) -> Report {
         // A function instrumented several times in a session (probes
-        // inserted and removed again) is one entry: its probes' figures
-        // add up.
+        // inserted and removed again, maybe under another of its names) is
+        // one entry: its probes' figures add up.
         let mut entry_of = Vec::with_capacity(probes.len());
         let mut firsts: Vec<&ProbeInfo> = Vec::new();
+        let mut aliases: Vec<Vec<String>> = Vec::new();
         for p in probes {
             let same = |q: &&ProbeInfo| {
-                (q.module.as_str(), q.name.as_str(), q.address)
-                    == (p.module.as_str(), p.name.as_str(), p.address)
+                (q.module.as_str(), q.address) == (p.module.as_str(), p.address)
+                    && (q.name == p.name
+                        || q.aliases.contains(&p.name)
+                        || p.aliases.contains(&q.name))
             };
-            entry_of.push(firsts.iter().position(same).unwrap_or_else(|| {
+            let e = firsts.iter().position(same).unwrap_or_else(|| {
                 firsts.push(p);
+                aliases.push(Vec::new());
                 firsts.len() - 1
-            }));
+            });
+            for name in std::iter::once(&p.name).chain(&p.aliases) {
+                if *name != firsts[e].name && !aliases[e].contains(name) {
+                    aliases[e].push(name.clone());
+                }
+            }
+            entry_of.push(e);
         }
         let names = display_names(&firsts);
         let mut functions: Vec<FunctionReport> = firsts
             .iter()
             .zip(&names)
-            .map(|(p, name)| FunctionReport {
+            .zip(aliases)
+            .map(|((p, name), aliases)| FunctionReport {
                 name: name.clone(),
+                aliases,
                 module: p.module.clone(),
                 address: format!("{:#x}", p.address),
                 calls: 0,
@@ -276,7 +294,11 @@ impl Report {
         let mut table: Vec<Vec<String>> = Vec::new();
         let mut header = vec!["TID".to_string(), "THREAD".to_string()];
         for f in &self.functions {
-            header.push(f.name.clone());
+            header.push(if f.aliases.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{} (= {})", f.name, f.aliases.join(", "))
+            });
             if f.wall_ns.is_some() {
                 header.push("wall".into());
             }
@@ -433,6 +455,7 @@ mod tests {
         let probes = vec![
             ProbeInfo {
                 name: "timed".into(),
+                aliases: Vec::new(),
                 module: "exe".into(),
                 address: 0x1000,
                 calls_word: 0,
@@ -443,6 +466,7 @@ mod tests {
             },
             ProbeInfo {
                 name: "counted".into(),
+                aliases: Vec::new(),
                 module: "exe".into(),
                 address: 0x2000,
                 calls_word: 10,
@@ -485,6 +509,7 @@ mod tests {
         // name, the calls of both.
         let probe = |calls_word| ProbeInfo {
             name: "f".into(),
+            aliases: Vec::new(),
             module: "exe".into(),
             address: 0x1000,
             calls_word,
@@ -506,10 +531,38 @@ mod tests {
     }
 
     #[test]
+    fn aliases_of_one_address_are_one_entry() {
+        // Probed as `malloc` (also matched as `__libc_malloc`), removed,
+        // probed again as `__libc_malloc`: one entry with both names.
+        let probe = |name: &str, alias: &str, calls_word| ProbeInfo {
+            name: name.into(),
+            aliases: vec![alias.into()],
+            module: "libc.so.6".into(),
+            address: 0x1000,
+            calls_word,
+            metrics: crate::exits::Metrics::CALLS,
+        };
+        let probes = vec![
+            probe("malloc", "__libc_malloc", 0),
+            probe("__libc_malloc", "malloc", 1),
+        ];
+        let rows = vec![row(0, 10, layout::ROW_LIVE, vec![3, 4])];
+        let r = Report::build(1, 5, &probes, &rows, 0, |_| None);
+        assert_eq!(r.functions.len(), 1);
+        assert_eq!(r.functions[0].name, "malloc");
+        assert_eq!(r.functions[0].aliases, ["__libc_malloc"]);
+        assert_eq!(r.functions[0].calls, 7);
+        assert_eq!(r.threads[0].functions["malloc"].calls, 7);
+        assert!(r.to_json().contains(r#""aliases":["__libc_malloc"]"#));
+        assert!(r.to_table().contains("malloc (= __libc_malloc)"));
+    }
+
+    #[test]
     fn threads_without_calls_are_left_out_and_totals_add_up() {
         let probes = vec![
             ProbeInfo {
                 name: "a".into(),
+                aliases: Vec::new(),
                 module: "exe".into(),
                 address: 0x1000,
                 calls_word: 0,
@@ -517,6 +570,7 @@ mod tests {
             },
             ProbeInfo {
                 name: "b".into(),
+                aliases: Vec::new(),
                 module: "exe".into(),
                 address: 0x2000,
                 calls_word: 1,
@@ -549,6 +603,7 @@ mod tests {
         let probes = vec![
             ProbeInfo {
                 name: "f".into(),
+                aliases: Vec::new(),
                 module: "exe".into(),
                 address: 1,
                 calls_word: 0,
@@ -556,6 +611,7 @@ mod tests {
             },
             ProbeInfo {
                 name: "f".into(),
+                aliases: Vec::new(),
                 module: "lib.so".into(),
                 address: 2,
                 calls_word: 1,
