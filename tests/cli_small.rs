@@ -317,13 +317,16 @@ fn list_and_attach_agree_on_ifuncs() {
 /// one address) in one attach are one function: instrumented once, one
 /// report entry under the first name with the other in `aliases`, its calls
 /// counted once and exact; the table heads it `printf (= _IO_printf)`.
+/// The same with `--later`.
 #[test]
 fn aliases_are_one_function_in_the_report() {
     let ctx = Ctx::new("aliases_are_one_function_in_the_report");
-    for format in ["json", "table"] {
+    // With --later too, where patterns that match now are searched apart
+    // from those that wait for a library.
+    for (format, later) in [("json", false), ("table", false), ("json", true)] {
         let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
         let (pid, _) = wait_ready(&mut t);
-        let flags = [
+        let mut flags = vec![
             "-f",
             "libc.so.6:printf",
             "-f",
@@ -331,6 +334,9 @@ fn aliases_are_one_function_in_the_report() {
             "--format",
             format,
         ];
+        if later {
+            flags.extend(["--later", "-f", "libnot_loaded_yet.so:f"]);
+        }
         let (mut weft, _) = attach(&ctx, pid, &flags, 1);
         t.send("go");
         t.expect_stdout("`phase 1 done`", |l| l == "phase 1 done");

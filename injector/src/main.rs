@@ -522,16 +522,18 @@ fn attach(
     // With --later, a pattern that matches nothing yet waits for the
     // libraries loaded from now on.
     let (found, pending) = if live.later {
-        let mut found = Vec::new();
+        let mut matching = Vec::new();
         let mut pending = Vec::new();
         for pattern in &patterns {
             match process.find_functions(std::slice::from_ref(pattern)) {
-                Ok(f) => found.extend(f),
+                Ok(_) => matching.push(pattern.clone()),
                 Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
                 Err(e) => return Err(e.into()),
             }
         }
-        (found, pending)
+        // Searched together: a function several patterns match is one,
+        // its other names its aliases.
+        (process.find_functions(&matching)?, pending)
     } else {
         (process.find_functions(&patterns)?, Vec::new())
     };
