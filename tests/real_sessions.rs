@@ -839,17 +839,7 @@ fn twenty_rounds_of_random_kills_and_attaches() {
     mc.calibrate();
     let pool = ["sendmsg", "read", "strtol", "strtoul", BLOCKING];
     let metrics = ["calls", "calls,wall", "calls,wall,cpu"];
-    let seed = std::env::var("WEFT_SESSIONS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64 | 1)
-                .unwrap_or(1)
-        });
-    eprintln!("seed {seed} (rerun with WEFT_SESSIONS_SEED={seed})");
-    let mut rng = Rng::new(seed);
+    let mut rng = rng_from_env("WEFT_SESSIONS_SEED");
     // Live probes as the model sees them: function -> (metrics, owners).
     let mut probes: BTreeMap<&str, (&str, BTreeSet<u64>)> = BTreeMap::new();
     let mut live: Vec<(u64, Session)> = Vec::new();

@@ -23,17 +23,7 @@ fn finish(ctx: &Ctx, t: &mut Proc, run: u64, what: &str) {
 #[test]
 fn weft_killed_at_random_points_never_harms_the_target() {
     let ctx = Ctx::new("weft_killed_at_random_points_never_harms_the_target");
-    let seed = std::env::var("WEFT_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64 | 1)
-                .unwrap_or(1)
-        });
-    eprintln!("seed {seed} (rerun with WEFT_KILL_SEED={seed})");
-    let mut rng = Rng::new(seed);
+    let mut rng = rng_from_env("WEFT_KILL_SEED");
     let mut killed_before_attached = 0;
     for run in 0..RUNS {
         let mut t = ctx.target(cycles(), &[]);

@@ -353,6 +353,23 @@ pub fn probed() -> &'static Path {
     P.get_or_init(|| build_simple_c("probed", "probed.c", &[]))
 }
 
+/// A random generator seeded from `$var` when set (to rerun a failure),
+/// else from the clock; the seed is printed either way.
+#[allow(dead_code)]
+pub fn rng_from_env(var: &str) -> Rng {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 | 1)
+                .unwrap_or(1)
+        });
+    eprintln!("seed {seed} (rerun with {var}={seed})");
+    Rng::new(seed)
+}
+
 /// Waits until process `pid` (one the test started) has its C library
 /// mapped: a program attached to while its dynamic loader still runs has
 /// no `malloc` to find yet.

@@ -624,6 +624,28 @@ impl ElfImage {
         })
     }
 
+    /// `.eh_frame` ready to walk: the section, its base addresses (and
+    /// `.text`'s, for text-relative pointers) and its bytes.
+    #[allow(clippy::type_complexity)]
+    fn eh_frame<'d>(
+        &'d self,
+        sections: &SectionTable<'d, Elf64, &'d [u8]>,
+        endian: Endianness,
+    ) -> Option<(
+        gimli::EhFrame<gimli::EndianSlice<'d, gimli::LittleEndian>>,
+        gimli::BaseAddresses,
+        &'d [u8],
+    )> {
+        let (bytes, addr) = self.eh_frame_bytes(sections, endian)?;
+        let mut eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
+        eh.set_address_size(8);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(addr);
+        if let Some((_, t)) = sections.section_by_name(endian, b".text") {
+            bases = bases.set_text(t.sh_addr(endian));
+        }
+        Some((eh, bases, bytes))
+    }
+
     /// Locates `.eh_frame`: by section name, or through `PT_GNU_EH_FRAME`
     /// (`.eh_frame_hdr`) for files without section headers. Returns the bytes
     /// and their vaddr.
@@ -690,15 +712,9 @@ impl ElfImage {
         endian: Endianness,
     ) -> Vec<(u64, FrameAtEntry)> {
         use gimli::UnwindSection as _;
-        let Some((bytes, addr)) = self.eh_frame_bytes(sections, endian) else {
+        let Some((eh, bases, bytes)) = self.eh_frame(sections, endian) else {
             return Vec::new();
         };
-        let mut eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
-        eh.set_address_size(8);
-        let mut bases = gimli::BaseAddresses::default().set_eh_frame(addr);
-        if let Some((_, t)) = sections.section_by_name(endian, b".text") {
-            bases = bases.set_text(t.sh_addr(endian));
-        }
         let mut context = Box::new(gimli::UnwindContext::new());
         let mut entries = eh.entries(&bases);
         let mut found = Vec::new();
@@ -759,15 +775,9 @@ impl ElfImage {
         text: &[(u64, u64)],
     ) -> Vec<FunctionSymbol> {
         use gimli::UnwindSection as _;
-        let Some((bytes, addr)) = self.eh_frame_bytes(sections, endian) else {
+        let Some((eh, bases, bytes)) = self.eh_frame(sections, endian) else {
             return Vec::new();
         };
-        let mut eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
-        eh.set_address_size(8);
-        let mut bases = gimli::BaseAddresses::default().set_eh_frame(addr);
-        if let Some((_, t)) = sections.section_by_name(endian, b".text") {
-            bases = bases.set_text(t.sh_addr(endian));
-        }
         let in_text = |a: u64| text.iter().any(|&(s, e)| s <= a && a < e);
 
         let mut cies: HashMap<usize, gimli::CommonInformationEntry<_>> = HashMap::new();
