@@ -3018,10 +3018,13 @@ impl Process {
                     .map(|s| s.trim_end().to_string())
             },
         );
-        let timed = self.probes.iter().any(|p| p.metrics().hooks_exit());
-        if let (true, Some(rt)) = (timed, &self.runtime) {
+        let asked = self
+            .probes
+            .iter()
+            .fold(Metrics::CALLS, |m, p| m.union(p.metrics()));
+        if let (true, Some(rt)) = (asked.wall || asked.cpu, &self.runtime) {
             let wall = weft_rt::clock::WallClock::in_region(rt.region.header());
-            report.clocks = Some(clocks(wall, &rows));
+            report.clocks = Some(clocks(wall, &rows, asked));
         }
         let (rows_used, rows_reused) = self.row_usage();
         report.runtime = Some(crate::report::RuntimeStats {
@@ -3033,7 +3036,13 @@ impl Process {
 }
 
 /// The clock sources behind a report's times, in words.
-fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::report::Clocks {
+/// The clocks behind the metrics `asked` (only those: `-m wall` has no CPU
+/// clock to speak of).
+fn clocks(
+    wall: &weft_rt::clock::WallClock,
+    rows: &[RowSnapshot],
+    asked: Metrics,
+) -> crate::report::Clocks {
     let mut cpu: Vec<String> = Vec::new();
     for row in rows {
         let (source, why) = row.cpu_source;
@@ -3046,12 +3055,14 @@ fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::repo
         }
     }
     crate::report::Clocks {
-        wall: wall.source().to_string(),
-        cpu: if cpu.is_empty() {
-            "none (no thread has a CPU clock)".to_string()
-        } else {
-            cpu.join("; ")
-        },
+        wall: asked.wall.then(|| wall.source().to_string()),
+        cpu: asked.cpu.then(|| {
+            if cpu.is_empty() {
+                "none (no thread has a CPU clock)".to_string()
+            } else {
+                cpu.join("; ")
+            }
+        }),
     }
 }
 

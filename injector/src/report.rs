@@ -98,10 +98,13 @@ pub struct Report {
 /// Where the times come from, in words.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Clocks {
-    /// The wall clock's source.
-    pub wall: String,
-    /// The threads' CPU clock sources (distinct ones, `; `-separated).
-    pub cpu: String,
+    /// The wall clock's source; when wall time was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall: Option<String>,
+    /// The threads' CPU clock sources (distinct ones, `; `-separated);
+    /// when CPU time was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
 }
 
 /// The runtime's thread-table usage, for people sizing it.
@@ -344,11 +347,11 @@ impl Report {
             // Only the clocks of the metrics asked (`-m wall` has no CPU
             // clock to speak of).
             let mut line = "times: inclusive, outermost activation per thread".to_string();
-            if self.metrics.contains(&"wall") {
-                let _ = write!(line, "; wall clock: {}", clocks.wall);
+            if let Some(wall) = &clocks.wall {
+                let _ = write!(line, "; wall clock: {wall}");
             }
-            if self.metrics.contains(&"cpu") {
-                let _ = write!(line, "; cpu clock: {}", clocks.cpu);
+            if let Some(cpu) = &clocks.cpu {
+                let _ = write!(line, "; cpu clock: {cpu}");
             }
             let _ = writeln!(out, "{line}");
         }
