@@ -352,3 +352,13 @@ fn past_the_limit_the_error_says_which_and_what_to_do() {
         });
     }
 }
+
+/// 10,000 timed functions on 1,000 threads, each thread calling its own
+/// 10: exact per thread, exits and times included.
+#[test]
+fn ten_thousand_timed_functions_on_a_thousand_threads() {
+    let test = "ten_thousand_timed_functions_on_a_thousand_threads";
+    let ctx = Ctx::new(test);
+    let run = run(&ctx, test, "exe:f0????", "calls,wall", 1000, 10, 10);
+    check_exact(&ctx, &run, 10_000, 10, 10, true);
+}
