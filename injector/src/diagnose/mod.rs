@@ -5,7 +5,9 @@
 //! `docs/diagnose.md` for the plan and what exists.
 
 mod decision;
+mod graph;
 mod search;
 
 pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict};
+pub use graph::{Calls, StaticCallGraph};
 pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, State};
