@@ -1,6 +1,6 @@
 //! Reading the parts of an ELF file weft needs: load segments, function
 //! symbols (from a separate debug file or `.eh_frame` for stripped files, see
-//! [`super::debugfile`]), source lines, IFUNC GOT slots.
+//! `debugfile`), source lines, IFUNC GOT slots.
 //!
 //! Everything here is defensive: the bytes may come from a truncated,
 //! corrupt or hostile file, so every offset is bounds-checked (by `object`,
@@ -693,8 +693,8 @@ impl ElfImage {
     }
 
     /// Where this file's symbols and source lines come from: its own
-    /// `.symtab`, a separate debug file or its MiniDebugInfo (searched as
-    /// [`super::debugfile`] describes, in the directories of
+    /// `.symtab`, a separate debug file or its MiniDebugInfo (searched in
+    /// the order of `docs/debug-files.md`, in the directories of
     /// [`debug_dirs`](super::debug_dirs) at the first call), or nothing.
     /// Candidates that were found but not used are in
     /// [`DebugInfo::ignored`].
