@@ -472,8 +472,9 @@ fn mismatched_debug_files_are_not_used() {
 }
 
 /// A stripped program without a debug file: one message however many
-/// searches touch it, none when no pattern searches it; its functions are
-/// still counted exactly under their `fun_<vaddr>` names.
+/// searches touch it, none when no pattern searches it or a bare name is
+/// found elsewhere; its functions are still counted exactly under their
+/// `fun_<vaddr>` names.
 #[test]
 fn no_debug_file_is_said_once() {
     let ctx = Ctx::new("no_debug_file_is_said_once");
@@ -538,17 +539,57 @@ fn no_debug_file_is_said_once() {
     ctx.check(!st.success() && err.matches(&message).count() == 1, || {
         format!("{st:?}, want {message:?} once: {err}")
     });
-    // A pattern that does not search the program: no message.
-    let mut w = weft(
-        &ctx,
-        "",
-        &["list", "-p", &pid, &format!("{LIB}:dbg_lib_entry")],
-    );
+    // A pattern that does not search the program, and a bare name that
+    // searches it but is found in the library: no message.
+    for pattern in [format!("{LIB}:dbg_lib_entry"), "dbg_lib_entry".to_string()] {
+        let mut w = weft(&ctx, "", &["list", "-p", &pid, &pattern]);
+        w.wait_code(0);
+        let err = w.stderr_text();
+        ctx.check(!err.contains("no debug file"), || {
+            format!("{pattern}: a message where the program's names do not matter: {err}")
+        });
+    }
+    t.close_stdin();
+    t.wait_code(0);
+}
+
+/// With the library's debug file, its private `dbg_twin` (a local symbol)
+/// is known too, but a bare `dbg_twin` still means the program's global
+/// one, as a bare `strlen` means libc's and not the dynamic loader's own
+/// copy; `MODULE:NAME` reaches the private one.
+#[test]
+fn a_bare_name_means_the_global_function() {
+    let ctx = Ctx::new("a_bare_name_means_the_global_function");
+    let dir = scratch_dir("a_bare_name_means_the_global_function");
+    let exe = build(&dir.join("bin"), &[]);
+    let lib = exe.with_file_name(LIB);
+    let debug = lib.with_file_name(format!("{LIB}.debug"));
+    keep_debug(&lib, &debug, None);
+    strip(&lib, Some(&debug));
+    let mut t = ctx.target(&exe, &["wait"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let pid = t.pid_str();
+    for (pattern, module) in [
+        ("dbg_twin", EXE),
+        ("exe:dbg_twin", EXE),
+        ("libdbgwork.so:dbg_twin", LIB),
+    ] {
+        let mut w = weft(&ctx, "", &["list", "-p", &pid, pattern]);
+        w.wait_code(0);
+        let modules: Vec<String> = w
+            .stdout_text()
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+            .collect();
+        ctx.check(modules == [module], || {
+            format!("{pattern}: listed in {modules:?}, want {module}")
+        });
+    }
+    // A glob is no exact name: both.
+    let mut w = weft(&ctx, "", &["list", "-p", &pid, "dbg_twi*"]);
     w.wait_code(0);
-    let err = w.stderr_text();
-    ctx.check(!err.contains("no debug file"), || {
-        format!("a message for a module no pattern searched: {err}")
-    });
+    let n = w.stdout_text().lines().count();
+    ctx.check(n == 2, || format!("dbg_twi* listed {n} functions, want 2"));
     t.close_stdin();
     t.wait_code(0);
 }

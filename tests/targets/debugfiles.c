@@ -22,6 +22,8 @@ static long calls_each;
 
 __attribute__((noinline, noclone)) int dbg_work_a(int x) { sink += x; return x + 1; }
 __attribute__((noinline, noclone)) static int dbg_work_b(int x) { sink ^= x; return x * 2; }
+/* libdbgwork.so has a private function of the same name. */
+__attribute__((noinline, noclone)) int dbg_twin(int x) { sink -= x; return x; }
 
 #define FILL(n) __attribute__((noinline)) int dbg_filler_##n(int x) { sink += x * n; return sink % (n + 3); }
 FILL(1) FILL(2) FILL(3) FILL(4) FILL(5) FILL(6) FILL(7) FILL(8) FILL(9) FILL(10)

@@ -316,16 +316,7 @@ impl ProcessImage {
                 continue;
             }
             match m.image().and_then(|img| img.functions().map(|_| ())) {
-                Ok(()) => {
-                    touched.push(i);
-                    if self.noted.insert(m.path().to_path_buf()) {
-                        let start = self.debug_notes.len();
-                        note_debug_info(m, &mut self.debug_notes);
-                        if let Some(report) = NOTE_REPORTER.get() {
-                            self.debug_notes.drain(start..).for_each(|n| report(&n));
-                        }
-                    }
-                }
+                Ok(()) => touched.push(i),
                 Err(e)
                     if m.is_main_executable() || selecting.iter().any(|p| p.module().is_some()) =>
                 {
@@ -343,7 +334,10 @@ impl ProcessImage {
     /// What the searches so far learnt about the debug information of the
     /// modules they searched, each module at most once in this image's
     /// life: stripped modules named from `.eh_frame` for want of a debug
-    /// file, debug files ignored. Taken, so the next call returns only
+    /// file, debug files ignored. A module is noted when a pattern that
+    /// searched it names a module (`exe:work`) or found nothing (then also
+    /// by [`ProcessImage::all_function_names`]), not when a bare name was
+    /// found elsewhere. Taken, so the next call returns only
     /// newer notes. Empty when [`set_debug_note_reporter`] took them.
     pub fn take_debug_notes(&mut self) -> Vec<DebugNote> {
         std::mem::take(&mut self.debug_notes)
@@ -359,10 +353,64 @@ impl ProcessImage {
         m.image()?.source_line(addr.wrapping_sub(m.bias()))
     }
 
+    /// Makes the debug notes of the modules `patterns` searched, each
+    /// module once in this image's life.
+    fn note_modules(&mut self, patterns: &[&Pattern]) {
+        for m in &self.modules {
+            if m.loaded_image().is_none()
+                || !patterns.iter().any(|p| p.could_match_module(m))
+                || !self.noted.insert(m.path().to_path_buf())
+            {
+                continue;
+            }
+            let start = self.debug_notes.len();
+            note_debug_info(m, &mut self.debug_notes);
+            if let Some(report) = NOTE_REPORTER.get() {
+                self.debug_notes.drain(start..).for_each(|n| report(&n));
+            }
+        }
+    }
+
+    /// For each pattern: whether it is an exact name without a `MODULE:`
+    /// part that a global or weak function of the `touched` modules
+    /// answers to. Such a name means the function the program calls by
+    /// it, not the private (local) copies a module may have of the same
+    /// name (the dynamic loader's own `strlen`, `memcpy`, ... once its
+    /// debug file is read).
+    fn exported_names(
+        &self,
+        patterns: &[Pattern],
+        touched: &[usize],
+    ) -> Result<Vec<bool>, InspectError> {
+        let mut out = vec![false; patterns.len()];
+        for (k, p) in patterns.iter().enumerate() {
+            if p.module().is_some() || p.name().literal().is_none() {
+                continue;
+            }
+            for &i in touched {
+                let m = &self.modules[i];
+                let global = m.image()?.functions()?.iter().any(|f| {
+                    f.binding != Binding::Local
+                        && p.matches_function(&f.name)
+                        && m.is_executable_address(m.runtime_address(f.vaddr))
+                });
+                if global {
+                    out[k] = true;
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Finds the functions selected by any of `patterns`.
     ///
     /// Only modules a pattern can touch are parsed. Functions whose runtime
     /// address is not in an executable mapping of their module are left out.
+    /// An exact name without `MODULE:` (`strlen`) selects only global and
+    /// weak functions when there is one: the local functions of that name
+    /// (private copies, such as the dynamic loader's own `strlen`) are
+    /// reached with `MODULE:NAME` or a glob.
     /// Results are deduplicated by runtime address: the first name matched
     /// (modules in order, then by address, global before weak before local
     /// symbols) is kept and the others become `aliases`.
@@ -371,17 +419,30 @@ impl ProcessImage {
         patterns: &[Pattern],
     ) -> Result<Vec<FoundFunction>, InspectError> {
         let touched = self.touched_modules(patterns)?;
+        let shadowing = self.exported_names(patterns, &touched)?;
         let mut out: Vec<FoundFunction> = Vec::new();
         let mut by_address: HashMap<u64, usize> = HashMap::new();
+        let mut matched = vec![false; patterns.len()];
         for i in touched {
             let m = &self.modules[i];
-            let selecting: Vec<&Pattern> = patterns
-                .iter()
-                .filter(|p| p.could_match_module(m))
+            let selecting: Vec<usize> = (0..patterns.len())
+                .filter(|&k| patterns[k].could_match_module(m))
                 .collect();
             let img = m.image()?;
             for f in img.functions()? {
-                if !selecting.iter().any(|p| p.matches_function(&f.name)) {
+                let mut hit = false;
+                for &k in &selecting {
+                    if !patterns[k].matches_function(&f.name)
+                        || (shadowing[k] && f.binding == Binding::Local)
+                    {
+                        continue;
+                    }
+                    hit = true;
+                    if !matched[k] && m.is_executable_address(m.runtime_address(f.vaddr)) {
+                        matched[k] = true;
+                    }
+                }
+                if !hit {
                     continue;
                 }
                 let address = m.runtime_address(f.vaddr);
@@ -399,6 +460,17 @@ impl ProcessImage {
                 out.push(found_function(m, img, f));
             }
         }
+        // A stripped module's names are worth a note where they matter: a
+        // pattern named its module, or found nothing (perhaps for want of
+        // those names); not when `malloc` was looked for, and found, in
+        // libc while the stripped program was searched too.
+        let noting: Vec<&Pattern> = patterns
+            .iter()
+            .zip(&matched)
+            .filter(|(p, &found)| p.module().is_some() || !found)
+            .map(|(p, _)| p)
+            .collect();
+        self.note_modules(&noting);
         Ok(out)
     }
 
@@ -410,6 +482,8 @@ impl ProcessImage {
         patterns: &[Pattern],
     ) -> Result<Vec<String>, InspectError> {
         let touched = self.touched_modules(patterns)?;
+        // Names wanted for suggestions: a pattern found nothing.
+        self.note_modules(&patterns.iter().collect::<Vec<_>>());
         let mut names: Vec<String> = Vec::new();
         for i in touched {
             names.extend(
