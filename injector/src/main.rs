@@ -704,7 +704,7 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
                 Ok(Some(l)) => l.to_string(),
                 _ => "-".to_string(),
             };
-            // After the name, before the line's end.
+            // The line just written ends in '\n': the column goes before.
             text.pop();
             let _ = writeln!(text, " {at}");
         }

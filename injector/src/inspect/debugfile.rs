@@ -225,8 +225,9 @@ pub(crate) fn debuglink(data: &[u8]) -> Option<(Vec<u8>, u32)> {
 pub(crate) struct Stripped<'a> {
     /// Its path as its process sees it, in messages.
     pub path: &'a Path,
-    /// The path it was read from (to know it again under another name).
-    pub opened: &'a Path,
+    /// The path it was read from, if it was (to know it again under
+    /// another name).
+    pub opened: Option<&'a Path>,
     /// Its bytes.
     pub data: &'a [u8],
     /// Where it was read from.
@@ -241,8 +242,9 @@ pub(crate) fn find(file: &Stripped<'_>, dirs: &[PathBuf]) -> DebugInfo {
     let mut ignored = Vec::new();
     // The file itself, reached under another name (a debug link naming
     // the file's own name next to it), is no debug file.
-    let own_file = std::fs::metadata(file.opened)
-        .ok()
+    let own_file = file
+        .opened
+        .and_then(|p| std::fs::metadata(p).ok())
         .map(|m| (m.dev(), m.ino()));
     let mut seen: Vec<(u64, u64)> = own_file.into_iter().collect();
     for c in candidates(

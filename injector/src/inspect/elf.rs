@@ -645,15 +645,13 @@ impl ElfImage {
             r.sym.size = limit.saturating_sub(r.sym.vaddr);
         }
 
-        // By flags, not type: what matters is code loaded at these
+        // By flags and addresses, not type or data: a `--only-keep-debug`
+        // file's `.text` is `SHT_NOBITS`, and still the code at those
         // addresses.
         let exec_alloc = u64::from(elf::SHF_EXECINSTR | elf::SHF_ALLOC);
         let mut text: Vec<(u64, u64)> = sections
             .iter()
-            .filter(|s| {
-                s.sh_flags(endian) & exec_alloc == exec_alloc
-                    && s.sh_type(endian) != elf::SHT_NOBITS
-            })
+            .filter(|s| s.sh_flags(endian) & exec_alloc == exec_alloc)
             .map(|s| {
                 let a = s.sh_addr(endian);
                 (a, a.saturating_add(s.sh_size(endian)))
@@ -711,7 +709,8 @@ impl ElfImage {
         debugfile::find(
             &debugfile::Stripped {
                 path: self.origin.path.as_deref().unwrap_or(&self.path),
-                opened: &self.path,
+                // Bytes handed over (`from_bytes`) are no file to stat.
+                opened: self.origin.path.is_some().then_some(self.path.as_path()),
                 data: &self.data,
                 origin: &self.origin,
             },
