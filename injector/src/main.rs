@@ -20,6 +20,11 @@ use weft::{Pattern, Process, Report};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Also look for separate debug files of stripped programs and
+    /// libraries in DIR (laid out like /usr/lib/debug), before
+    /// $WEFT_DEBUG_DIRS or /usr/lib/debug; repeatable (docs/debug-files.md).
+    #[arg(long = "debug-dir", value_name = "DIR", global = true)]
+    debug_dirs: Vec<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -123,6 +128,10 @@ enum Command {
         /// The process.
         #[arg(short = 'p', long = "pid")]
         pid: i32,
+        /// Add a fifth column, FILE:LINE of each function's first line
+        /// from DWARF (the module's or its debug file's), `-` if unknown.
+        #[arg(long)]
+        lines: bool,
         /// Only functions matching one of these patterns (as for `run`;
         /// each function is listed once).
         #[arg(value_name = "PATTERN")]
@@ -271,6 +280,8 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
         }
     };
     refuse_setuid()?;
+    weft::inspect::set_debug_dirs(cli.debug_dirs);
+    weft::inspect::set_debug_note_reporter(|note| eprintln!("weft: {note}"));
     match cli.command {
         Command::Run {
             functions,
@@ -298,7 +309,11 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             &output,
             boost,
         ),
-        Command::List { pid, patterns } => list(pid, &patterns),
+        Command::List {
+            pid,
+            lines,
+            patterns,
+        } => list(pid, &patterns, lines),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
@@ -626,7 +641,7 @@ fn attach(
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
+fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     let patterns = if specs.is_empty() {
         vec![Pattern::parse("*")?]
     } else {
@@ -683,6 +698,15 @@ fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
                     f.module, f.name
                 );
             }
+        }
+        if lines {
+            let at = match image.source_line(f.address) {
+                Ok(Some(l)) => l.to_string(),
+                _ => "-".to_string(),
+            };
+            // The line just written ends in '\n': the column goes before.
+            text.pop();
+            let _ = writeln!(text, " {at}");
         }
     }
     to_stdout(text.as_bytes())?;
