@@ -593,3 +593,48 @@ fn a_bare_name_means_the_global_function() {
     t.close_stdin();
     t.wait_code(0);
 }
+
+/// A Debian package's own debug file (`libc6-dbg`, installed by
+/// `.ci/run`): libc is stripped, and its file-local `_int_malloc` exists
+/// only in `/usr/lib/debug/.build-id/…` — weft finds it by build-id in the
+/// default directory and counts it in a real program (`sort`), whose
+/// output is unchanged.
+#[test]
+fn debian_libc6_dbg_names_libc_internals() {
+    let ctx = Ctx::new("debian_libc6_dbg_names_libc_internals");
+    let input = scratch_dir("debian_libc6_dbg").join("input");
+    let text: String = (0..2000)
+        .map(|i| format!("line {}\n", (i * 7919) % 2000))
+        .collect();
+    std::fs::write(&input, &text).unwrap();
+    let plain = Command::new("sort").arg(&input).output().expect("sort");
+    let mut w = ctx.weft(&[
+        "run",
+        "-m",
+        "calls",
+        "--format",
+        "json",
+        "-o",
+        input.with_extension("json").to_str().unwrap(),
+        "-f",
+        "libc.so.6:_int_malloc",
+        "--",
+        "sort",
+        input.to_str().unwrap(),
+    ]);
+    w.wait_code(0);
+    ctx.check(
+        w.stdout_text().as_bytes() == plain.stdout.as_slice(),
+        || "sort's output changed under weft".into(),
+    );
+    let report = parse_report(
+        &ctx,
+        &std::fs::read_to_string(input.with_extension("json")).unwrap(),
+    );
+    let f = report
+        .function("_int_malloc")
+        .unwrap_or_else(|| ctx.fail("_int_malloc not in the report"));
+    ctx.check(f.calls > 0 && f.module == "libc.so.6", || {
+        format!("_int_malloc: {f:?}")
+    });
+}
