@@ -149,6 +149,17 @@ impl Decision {
         }
     }
 
+    /// A test taken as true without measuring it: a thread's root (its
+    /// start routine, `main`) holds all of the thread's time, and was
+    /// entered before any probe could time it.
+    pub fn assumed_true(hypothesis: Hypothesis, thresholds: &Thresholds) -> Decision {
+        let mut d = Decision::new(hypothesis, thresholds);
+        d.verdict = Verdict::True {
+            since: Duration::ZERO,
+        };
+        d
+    }
+
     /// The threshold the value is compared with.
     pub fn threshold(&self) -> f64 {
         self.threshold

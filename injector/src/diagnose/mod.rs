@@ -4,10 +4,12 @@
 //! that instruments the tests (`weft diagnose`) is not built yet — see
 //! `docs/diagnose.md` for the plan and what exists.
 
+mod consultant;
 mod decision;
 mod graph;
 mod search;
 
+pub use consultant::{Bottleneck, Consultant, Diagnosis, NodeReport, Options, Progress, Summary};
 pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict};
 pub use graph::{Calls, StaticCallGraph};
 pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, State};

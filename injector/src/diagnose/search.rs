@@ -110,10 +110,10 @@ pub struct Search {
     thresholds: Thresholds,
     nodes: Vec<Node>,
     queue: VecDeque<NodeId>,
-    /// (hypothesis, path) already made: a path reached twice (recursion,
-    /// a callee shared by two callers) is tested once per path, and a
-    /// function already on its own path is not refined again.
-    made: BTreeSet<(Hypothesis, Vec<String>)>,
+    /// (hypothesis, path, threads) already made: a path reached twice is
+    /// tested once (a function already on its own path is not refined
+    /// again: recursion).
+    made: BTreeSet<(Hypothesis, Vec<String>, Vec<u32>)>,
     /// Deepest path the search refines to.
     max_depth: usize,
 }
@@ -154,7 +154,10 @@ impl Search {
         focus: Focus,
         parent: Option<NodeId>,
     ) -> Option<NodeId> {
-        if !self.made.insert((hypothesis, focus.path.clone())) {
+        if !self
+            .made
+            .insert((hypothesis, focus.path.clone(), focus.threads.clone()))
+        {
             return None;
         }
         let id = NodeId(self.nodes.len());
@@ -217,6 +220,21 @@ impl Search {
             }
         }
         started
+    }
+
+    /// Takes queued node `id` as true without testing it (see
+    /// [`Decision::assumed_true`]) and refines it at once.
+    pub fn assume_true(&mut self, id: NodeId, graph: &dyn CallGraph) -> Change {
+        self.queue.retain(|&q| q != id);
+        let d = Decision::assumed_true(self.nodes[id.0].hypothesis, &self.thresholds);
+        self.nodes[id.0].state = State::Done(d);
+        self.refine(id, graph)
+    }
+
+    /// Gives up on node `id` (started, but the driver cannot measure its
+    /// focus: a function it cannot instrument), with the reason.
+    pub fn skip(&mut self, id: NodeId, reason: String) {
+        self.nodes[id.0].state = State::Deferred(reason);
     }
 
     /// Gives node `id` a reading; returns what changed, if anything.
