@@ -10,6 +10,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use support::*;
 
+/// One search at a time: each target keeps a CPU busy, and the planted
+/// shares are meant for a machine not also running the other test.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn target() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose");
     std::fs::create_dir_all(&dir).unwrap();
@@ -42,6 +46,7 @@ fn own_shares(text: &str) -> Option<(f64, f64)> {
 
 #[test]
 fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = Ctx::new("finds_the_cpu_bottleneck_behind_a_function_pointer_table");
     let exe = target();
     let mut t = ctx.target(&exe, &[]);
@@ -118,6 +123,92 @@ fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
         t.is_running() && t.stdout_text().lines().count() > before,
         || "the target stopped after the diagnosis".into(),
     );
+    t.close_stdin();
+    t.wait_exit();
+}
+
+/// The bottleneck of `path` in a diagnosis, if reported.
+fn bottleneck<'a>(d: &'a serde_json::Value, path: &[&str]) -> Option<&'a serde_json::Value> {
+    d["bottlenecks"].as_array()?.iter().find(|b| {
+        b["path"]
+            .as_array()
+            .is_some_and(|p| p.iter().filter_map(|s| s.as_str()).eq(path.iter().copied()))
+    })
+}
+
+/// Waits: two workers contending one mutex in `update_shared` are found
+/// waiting in `pthread_mutex_lock` under it (sync, both threads); a reader
+/// of a slowly filled pipe is found blocked in `read` under
+/// `read_records` (io, that thread only).
+#[test]
+fn finds_lock_contention_and_io_blocking_per_thread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ctx = Ctx::new("finds_lock_contention_and_io_blocking_per_thread");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("diagnose_wait");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/diagnose_wait.c");
+    let out = Command::new("gcc")
+        .args(["-O1", "-fno-inline", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut t = ctx.target(&exe, &[]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let pid = t.pid.to_string();
+    let mut w = ctx.weft(&[
+        "diagnose",
+        "-p",
+        &pid,
+        "--duration",
+        "40",
+        "--format",
+        "json",
+    ]);
+    w.wait_code(0);
+    let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
+        .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
+    let threads = |b: &serde_json::Value| -> Vec<u64> {
+        b["threads"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+            .unwrap_or_default()
+    };
+    let sync = bottleneck(
+        &d,
+        &["worker", "step", "update_shared", "pthread_mutex_lock"],
+    )
+    .unwrap_or_else(|| ctx.fail(format!("no lock contention found: {}", d["bottlenecks"])));
+    ctx.check(
+        sync["hypothesis"] == "sync" && threads(sync).len() == 2,
+        || format!("the lock's bottleneck: {sync}"),
+    );
+    let io = bottleneck(&d, &["reader", "read_records", "read"])
+        .unwrap_or_else(|| ctx.fail(format!("no blocking read found: {}", d["bottlenecks"])));
+    ctx.check(io["hypothesis"] == "io" && threads(io).len() == 1, || {
+        format!("the read's bottleneck: {io}")
+    });
+    ctx.check(
+        threads(io).iter().all(|t| !threads(sync).contains(t)),
+        || "the reader and the workers are different threads".into(),
+    );
+    // Nothing is said of the writer, which mostly sleeps in usleep
+    // (neither a lock nor I/O).
+    let writer = d["bottlenecks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|b| b["path"][0] == "writer");
+    ctx.check(!writer, || {
+        format!("the writer reported: {}", d["bottlenecks"])
+    });
+    ctx.check(t.is_running(), || "the target stopped".into());
     t.close_stdin();
     t.wait_exit();
 }

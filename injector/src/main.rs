@@ -139,8 +139,9 @@ enum Command {
         patterns: Vec<String>,
     },
     /// Find a running process's bottlenecks by itself (the Performance
-    /// Consultant): tests CPU-bound hypotheses per thread down the call
-    /// graph, instrumenting only what each test needs. See docs/diagnose.md.
+    /// Consultant): tests CPU-bound, lock-waiting and I/O-blocking
+    /// hypotheses per thread down the call graph, instrumenting only what
+    /// each test needs. See docs/diagnose.md.
     Diagnose {
         /// The process.
         #[arg(short = 'p', long = "pid")]
@@ -154,6 +155,12 @@ enum Command {
         /// Threshold of the CPU-bound hypothesis (share of a thread's time).
         #[arg(long, default_value_t = 0.30)]
         cpu_threshold: f64,
+        /// Threshold of the synchronization-waiting hypothesis.
+        #[arg(long, default_value_t = 0.20)]
+        sync_threshold: f64,
+        /// Threshold of the I/O-blocking hypothesis.
+        #[arg(long, default_value_t = 0.20)]
+        io_threshold: f64,
         /// How long a value must hold before a test concludes, in seconds.
         #[arg(long, value_name = "SECS", default_value = "1")]
         observe: String,
@@ -321,20 +328,30 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             duration,
             max_probes,
             cpu_threshold,
+            sync_threshold,
+            io_threshold,
             observe,
             format,
             output,
         } => {
             let duration = seconds("--duration", duration.as_deref(), true)?;
             let observe = seconds("--observe", Some(&observe), true)?.unwrap_or_default();
-            if !(cpu_threshold > 0.0 && cpu_threshold < 1.0) {
-                bail!("--cpu-threshold {cpu_threshold}: give a share of time between 0 and 1, e.g. 0.3");
+            for (name, t) in [
+                ("--cpu-threshold", cpu_threshold),
+                ("--sync-threshold", sync_threshold),
+                ("--io-threshold", io_threshold),
+            ] {
+                if !(t > 0.0 && t < 1.0) {
+                    bail!("{name} {t}: give a share of a thread's time between 0 and 1, e.g. 0.3");
+                }
             }
             let defaults = weft::diagnose::Options::default();
             let options = weft::diagnose::Options {
                 max_probes: max_probes.max(1),
                 thresholds: weft::diagnose::Thresholds {
                     cpu: cpu_threshold,
+                    sync: sync_threshold,
+                    io: io_threshold,
                     min_observation: observe,
                     ..defaults.thresholds
                 },

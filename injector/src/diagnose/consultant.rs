@@ -2,13 +2,14 @@
 //! when it starts, reads it with a [`Sampler`], removes what a concluded
 //! test no longer needs.
 //!
-//! This first driver tests the CPU-bound hypothesis: a test is one thread
-//! and one call path, its value the share of the thread's elapsed time
-//! spent on the CPU inside the path's last function (its inclusive CPU
-//! timer). Roots are `main` and every function of the executable that no
-//! function of it calls directly (thread start routines, callbacks), each
-//! tested for every thread. A function's probe is shared by every test of
-//! it (one probe per function, whatever the threads and paths), so the
+//! A test is one hypothesis, one thread and one call path. Its value is a
+//! share of the thread's elapsed time inside the path's last function: on
+//! the CPU (its inclusive CPU timer) for the CPU-bound hypothesis, off the
+//! CPU (wall minus CPU) for synchronization and I/O, whose refinement only
+//! follows callees that reach a wait primitive of their class
+//! (`graph::SYNC_FUNCTIONS`, `graph::IO_FUNCTIONS`), down to the primitive
+//! itself. Roots are `main` and each thread's start routine. A function's
+//! probe (wall and CPU timers) is shared by every test of it, so the
 //! instrumentation is bounded by functions, not by tests.
 
 use super::decision::{Hypothesis, Reading, Thresholds, Verdict};
@@ -29,6 +30,8 @@ pub struct Options {
     pub max_probes: usize,
     /// Time between two readings.
     pub interval: Duration,
+    /// The hypotheses tested.
+    pub hypotheses: Vec<Hypothesis>,
 }
 
 impl Default for Options {
@@ -37,6 +40,11 @@ impl Default for Options {
             thresholds: Thresholds::default(),
             max_probes: 64,
             interval: Duration::from_millis(200),
+            hypotheses: vec![
+                Hypothesis::CpuBound,
+                Hypothesis::SyncWaiting,
+                Hypothesis::IoBlocking,
+            ],
         }
     }
 }
@@ -112,7 +120,7 @@ pub struct Diagnosis {
 #[derive(Clone, Copy, Debug)]
 struct Baseline {
     at: Instant,
-    cpu_ns: u64,
+    part_ns: u64,
 }
 
 /// A search running on a process.
@@ -140,9 +148,11 @@ pub struct Consultant {
 /// Targets one armed indirect call site records per thread.
 const TARGET_SLOTS: u32 = 8;
 
-/// The metric a CPU-bound test needs.
-const CPU: Metrics = Metrics {
-    wall: false,
+/// What every test's probe measures: CPU time for the CPU-bound
+/// hypothesis, wall minus CPU (time off the CPU, waiting) for the others;
+/// one probe per function serves every hypothesis.
+const TIMERS: Metrics = Metrics {
+    wall: true,
     cpu: true,
 };
 
@@ -157,7 +167,7 @@ impl Consultant {
             graph.explore(process.image(), f);
         }
         let roots = thread_roots(process, &functions)?;
-        let mut search = Search::new(options.thresholds, &[Hypothesis::CpuBound], &roots);
+        let mut search = Search::new(options.thresholds, &options.hypotheses, &roots);
         // A root runs for its thread's whole life and was entered before
         // any probe: its callees are where the search starts.
         for i in 0..search.nodes().len() {
@@ -227,18 +237,33 @@ impl Consultant {
         if started.is_empty() && self.search.testing().len() >= max {
             self.search.settle_refined();
         }
-        let new: Vec<Function> = planned
+        // Library functions (a wait primitive a PLT stub named) are found
+        // by name the first time.
+        for name in &planned {
+            if self.graph.function(name).is_none() {
+                let found = Pattern::parse(name)
+                    .ok()
+                    .and_then(|p| process.find_functions(&[p]).ok())
+                    .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)));
+                if let Some(f) = found {
+                    self.graph.add_function(Function {
+                        name: name.clone(),
+                        ..f
+                    });
+                }
+            }
+        }
+        let mut new: Vec<Function> = planned
             .iter()
             .filter_map(|name| self.graph.function(name).cloned())
             .collect();
-        let mut new = new;
         let mut ids = Vec::new();
         // Functions weft refuses to time (a `.cold` part, a jump into the
         // patch…) leave the batch; their tests are skipped below.
         while !new.is_empty() {
             let specs: Vec<ProbeSpec> = new
                 .iter()
-                .map(|f| ProbeSpec::measure(f.clone(), CPU))
+                .map(|f| ProbeSpec::measure(f.clone(), TIMERS))
                 .collect();
             let mut held = process.hold()?;
             let inserted = held.insert_probes(&specs);
@@ -288,13 +313,18 @@ impl Consultant {
 
     fn read_tests(&mut self, process: &mut Process, progress: &mut Vec<Progress>) {
         let now = Instant::now();
-        let rows: Vec<(u32, Vec<u64>)> = self
+        let rows: Vec<(u32, Vec<(u64, u64)>)> = self
             .sampler
             .sample(process)
-            .map(|t| (t.tid, t.values.iter().map(|v| v.cpu_ns).collect()))
+            .map(|t| {
+                (
+                    t.tid,
+                    t.values.iter().map(|v| (v.wall_ns, v.cpu_ns)).collect(),
+                )
+            })
             .collect();
         let order: Vec<ProbeId> = self.sampler.probes().collect();
-        let mut values: HashMap<(u32, ProbeId), u64> = HashMap::new();
+        let mut values: HashMap<(u32, ProbeId), (u64, u64)> = HashMap::new();
         for (tid, cpu) in rows {
             for (id, v) in order.iter().zip(cpu) {
                 values.insert((tid, *id), v);
@@ -306,14 +336,20 @@ impl Consultant {
                 continue;
             };
             let tid = node.focus.threads.first().copied().unwrap_or(0);
-            let cpu = values.get(&(tid, probe)).copied().unwrap_or(0);
+            let (wall, cpu) = values.get(&(tid, probe)).copied().unwrap_or((0, 0));
+            let part = match node.hypothesis {
+                Hypothesis::CpuBound => cpu,
+                // Off the CPU inside the function: waiting (refinement
+                // narrows it to the primitive that waits).
+                Hypothesis::SyncWaiting | Hypothesis::IoBlocking => wall.saturating_sub(cpu),
+            };
             let base = *self.baselines.entry(id).or_insert(Baseline {
                 at: now,
-                cpu_ns: cpu,
+                part_ns: part,
             });
             let reading = Reading {
                 at: now.saturating_duration_since(base.at),
-                part_ns: cpu.saturating_sub(base.cpu_ns),
+                part_ns: part.saturating_sub(base.part_ns),
                 whole_ns: now.saturating_duration_since(base.at).as_nanos() as u64,
             };
             let (h, path) = (node.hypothesis.name().to_string(), node.focus.path.clone());

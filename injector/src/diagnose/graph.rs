@@ -10,6 +10,7 @@
 //! driver resolves with `PointSpec::call_targets` while the caller is
 //! instrumented, then hands in with [`StaticCallGraph::learn`].
 
+use super::decision::Hypothesis;
 use super::search::CallGraph;
 use crate::code::{function_code, plt_import};
 use crate::code::{CallTarget, ExitKind};
@@ -27,6 +28,81 @@ pub struct Calls {
     pub indirect_sites: Vec<u64>,
     /// Targets its indirect calls were seen to reach.
     pub learnt: BTreeSet<String>,
+}
+
+/// Library functions that wait for another thread: locks, condition
+/// variables, joins, barriers, semaphores, and the raw futex calls Rust's
+/// `std::sync` and others make (`syscall(SYS_futex, …)`). One list for the
+/// search's refinement and its verdicts.
+pub const SYNC_FUNCTIONS: &[&str] = &[
+    "pthread_mutex_lock",
+    "pthread_mutex_timedlock",
+    "pthread_mutex_clocklock",
+    "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock",
+    "pthread_rwlock_timedrdlock",
+    "pthread_rwlock_timedwrlock",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_cond_clockwait",
+    "pthread_join",
+    "pthread_barrier_wait",
+    "pthread_spin_lock",
+    "sem_wait",
+    "sem_timedwait",
+    "sem_clockwait",
+    "syscall",
+];
+
+/// Library functions that wait for a device, a file or the network.
+pub const IO_FUNCTIONS: &[&str] = &[
+    "read",
+    "write",
+    "pread",
+    "pread64",
+    "pwrite",
+    "pwrite64",
+    "readv",
+    "writev",
+    "recv",
+    "recvfrom",
+    "recvmsg",
+    "recvmmsg",
+    "send",
+    "sendto",
+    "sendmsg",
+    "sendmmsg",
+    "accept",
+    "accept4",
+    "connect",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "epoll_wait",
+    "epoll_pwait",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "fread",
+    "fwrite",
+    "fgets",
+    "getline",
+    "open",
+    "openat",
+    "splice",
+    "sendfile",
+];
+
+/// The hypothesis a library wait function belongs to, if any.
+pub fn wait_class(function: &str) -> Option<Hypothesis> {
+    if SYNC_FUNCTIONS.contains(&function) {
+        Some(Hypothesis::SyncWaiting)
+    } else if IO_FUNCTIONS.contains(&function) {
+        Some(Hypothesis::IoBlocking)
+    } else {
+        None
+    }
 }
 
 /// Call graph of the functions the search has looked at.
@@ -61,6 +137,31 @@ impl StaticCallGraph {
             self.calls.insert(f.name.clone(), calls);
         }
         &self.calls[&f.name]
+    }
+
+    /// Adds a function found by name (a library function a PLT stub
+    /// named), so that it can be instrumented.
+    pub fn add_function(&mut self, f: Function) {
+        self.functions.entry(f.name.clone()).or_insert(f);
+    }
+
+    /// Whether `function` is or calls (through functions the graph has
+    /// decoded) a wait function of `class`.
+    fn reaches(&self, class: Hypothesis, function: &str, seen: &mut BTreeSet<String>) -> bool {
+        if wait_class(function) == Some(class) {
+            return true;
+        }
+        if !seen.insert(function.to_string()) {
+            return false;
+        }
+        let Some(calls) = self.calls.get(function) else {
+            return false;
+        };
+        calls
+            .direct
+            .iter()
+            .chain(&calls.learnt)
+            .any(|c| self.reaches(class, c, seen))
     }
 
     /// Records that an indirect call in `caller` reached `target`.
@@ -110,6 +211,26 @@ fn decode(image: &mut ProcessImage, f: &Function, known: &mut BTreeMap<String, F
 }
 
 impl CallGraph for StaticCallGraph {
+    fn relevant(&self, hypothesis: Hypothesis, function: &str) -> bool {
+        match hypothesis {
+            // CPU time is measured in the program's own functions: a
+            // library function's share shows in its caller.
+            Hypothesis::CpuBound => {
+                self.calls.contains_key(function) && wait_class(function).is_none()
+            }
+            // A wait is found where it is called: down to the primitive.
+            // A function with an indirect call not yet resolved may reach
+            // one too.
+            class => {
+                self.reaches(class, function, &mut BTreeSet::new())
+                    || self
+                        .calls
+                        .get(function)
+                        .is_some_and(|c| !c.indirect_sites.is_empty())
+            }
+        }
+    }
+
     fn callees(&self, function: &str) -> Vec<String> {
         self.calls
             .get(function)

@@ -1,0 +1,67 @@
+/* Waits for weft diagnose: two `worker` threads contend one mutex inside
+ * `update_shared` (each holds it ~2 ms of its ~4.2 ms loop, so each waits
+ * ~45% of its time); a `reader` thread reads small records from a pipe
+ * that a `writer` thread fills slowly (the reader blocks ~90% of its time
+ * in read). Prints "ready". */
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+volatile unsigned long sink;
+static pthread_mutex_t shared = PTHREAD_MUTEX_INITIALIZER;
+static int pipe_fd[2];
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void busy(double secs) {
+    double end = now() + secs;
+    while (now() < end) sink++;
+}
+__attribute__((noinline)) void update_shared(void) {
+    pthread_mutex_lock(&shared);
+    busy(0.002);
+    pthread_mutex_unlock(&shared);
+}
+__attribute__((noinline)) void step(void) {
+    update_shared();
+    usleep(100);
+}
+__attribute__((noinline)) void *worker(void *arg) {
+    for (;;) step();
+    return arg;
+}
+__attribute__((noinline)) long read_records(void) {
+    char rec[16];
+    return read(pipe_fd[0], rec, sizeof rec);
+}
+__attribute__((noinline)) void *reader(void *arg) {
+    for (;;) sink += read_records();
+    return arg;
+}
+__attribute__((noinline)) void *writer(void *arg) {
+    char rec[16] = "record";
+    for (;;) {
+        if (write(pipe_fd[1], rec, sizeof rec) < 0) break;
+        usleep(2000);
+    }
+    return arg;
+}
+
+int main(void) {
+    if (pipe(pipe_fd)) return 1;
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    pthread_create(&t, 0, worker, 0);
+    pthread_create(&t, 0, reader, 0);
+    pthread_create(&t, 0, writer, 0);
+    printf("ready\n");
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0) {}
+    return 0;
+}
