@@ -84,7 +84,7 @@
 use iced_x86::code_asm::*;
 
 use crate::disp;
-use crate::exit::SlowPaths;
+use crate::exit::{SlowPaths, CELL_HISTOGRAM};
 use weft_abi::clock as abi_clock;
 use weft_abi::layout::metric;
 
@@ -105,8 +105,19 @@ pub const METRIC_CPU_TOTAL: i32 = disp(metric::CPU_TOTAL);
 /// outermost activation's start (u64); 0 while not running (or no CPU
 /// clock).
 pub const METRIC_CPU_START: i32 = disp(metric::CPU_START);
+/// Offset from a metric base of the closed self (exclusive) wall time, ns
+/// (u64): every closed activation's time less that of the timed
+/// activations closed inside it.
+pub const METRIC_SELF_TOTAL: i32 = disp(metric::SELF_TOTAL);
 /// Bytes of row used per metric base when timers are on.
 pub const TIMER_METRIC_LEN: i32 = disp(metric::TIMED_LEN);
+/// Latency histogram buckets of a function with one (see
+/// [`ExitHooks::with_histogram`](crate::ExitHooks::with_histogram)).
+pub const HIST_BUCKETS: usize = metric::HIST_BUCKETS;
+/// Offset from a metric base of histogram bucket 0 (u64 words).
+pub const METRIC_HIST: i32 = disp(metric::HIST);
+/// Bytes of row used per metric base with timers and a histogram.
+pub const TIMER_HIST_METRIC_LEN: i32 = disp(metric::TIMED_HIST_LEN);
 
 /// Which clocks the timers read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -200,6 +211,9 @@ pub struct TimerSpec {
     /// Nanoseconds per raw tick, 32.32 fixed point: `ns = (ticks * q32) >>
     /// 32`.
     pub ns_per_tick_q32: u64,
+    /// Row byte offset of the thread's self-ticks word (u64, see the
+    /// module docs).
+    pub self_ticks_row: i32,
 }
 
 fn m(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
@@ -251,8 +265,9 @@ fn read_cpu(
     a.set_label(&mut have)
 }
 
-/// Emits the timer start inline (entry snippet: `rcx` = row; `rax`, `rdx`,
-/// `r8` free; the function's words at `rcx + metric`).
+/// Emits the timer start inline (entry snippet: `rcx` = row, `rdi` = the
+/// activation's cell; `rax`, `rdx`, `r8` free; the function's words at
+/// `rcx + metric`).
 pub(crate) fn emit_start(
     a: &mut CodeAssembler,
     spec: &TimerSpec,
@@ -263,10 +278,17 @@ pub(crate) fn emit_start(
     let mut started = a.create_label();
     let mut no_cpu = a.create_label();
     a.inc(w(METRIC_NESTING))?;
+    // Every activation, recursive ones too, has its own self time: its
+    // base is taken at each entry (the only clock read a nested entry
+    // makes).
+    read_raw(a, spec, lits)?;
+    a.mov(r8, rax)?;
+    a.sub(rax, m(rcx, spec.self_ticks_row))?;
+    a.mov(m(rdi, crate::exit::CELL_SELF_BASE), rax)?;
     a.cmp(w(METRIC_NESTING), 1)?;
     a.jne(started)?;
+    a.mov(rax, r8)?;
     a.inc(w(METRIC_SEQ))?;
-    read_raw(a, spec, lits)?;
     if spec.timers.wall {
         a.mov(w(METRIC_WALL_START), rax)?;
     }
@@ -301,24 +323,61 @@ fn accumulate(
 }
 
 /// Emits the stop subroutine (see the module docs: `r8` = words, `rcx` =
-/// row; clobbers `rax`, `rdx`, `rdi`, `r9`, flags), its slow paths and its
-/// literals.
+/// row, `rdi` = the activation's cell; clobbers `rax`, `rdx`, `rdi`, `r9`,
+/// flags), its slow paths and its literals.
 pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), IcedError> {
     let mut lits = SlowPaths::new();
     let mut ret = a.create_label();
-    let mut dec = a.create_label();
+    let mut inner = a.create_label();
+    let mut counted = a.create_label();
     let q32 = lits.literal(a, spec.ns_per_tick_q32);
+    let n = m(rcx, spec.self_ticks_row);
     a.cmp(m(r8, METRIC_NESTING), 1)?;
     a.jb(ret)?; // nothing open: never underflow
-    a.ja(dec)?; // an outer activation of the same function is still open
     a.inc(m(r8, METRIC_SEQ))?;
     read_raw(a, spec, &mut lits)?;
-    a.mov(rdi, rax)?;
+    // self = (t - N) - (t0 - N0): the activation's time less the self
+    // times of the timed activations closed since its start (which are
+    // the ones nested in it); one read-modify-write publishes it in N.
+    a.mov(r9, rax)?;
+    a.sub(r9, n)?;
+    a.sub(r9, m(rdi, crate::exit::CELL_SELF_BASE))?;
+    a.add(n, r9)?;
+    a.xchg(rax, r9)?;
+    // Negative only when a signal handler's timed calls closed inside the
+    // three instructions above: count nothing rather than 2^64 - x.
+    a.test(rax, rax)?;
+    a.jns(counted)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut counted)?;
+    a.mul(qword_ptr(q32))?;
+    a.shrd(rax, rdx, 32)?;
+    a.add(m(r8, METRIC_SELF_TOTAL), rax)?;
+    a.cmp(m(r8, METRIC_NESTING), 1)?;
+    a.ja(inner)?; // an outer activation of the same function is still open
     if spec.timers.wall {
         let mut no_wall = a.create_label();
         a.cmp(m(r8, METRIC_WALL_START), 0)?;
         a.je(no_wall)?;
+        a.mov(rax, r9)?;
         accumulate(a, METRIC_WALL_START, METRIC_WALL_TOTAL, q32)?;
+        // rax = this outermost activation's wall ns.
+        let mut bucket = a.create_label();
+        let mut clamped = a.create_label();
+        a.test(
+            byte_ptr(rdi + i64::from(crate::exit::CELL_FLAGS)),
+            CELL_HISTOGRAM as i32,
+        )?;
+        a.jz(no_wall)?;
+        a.bsr(rdx, rax)?;
+        a.jnz(bucket)?;
+        a.xor(edx, edx)?; // 0 ns: bucket 0 (bsr leaves rdx undefined)
+        a.set_label(&mut bucket)?;
+        a.cmp(edx, (HIST_BUCKETS - 1) as i32)?;
+        a.jbe(clamped)?;
+        a.mov(edx, (HIST_BUCKETS - 1) as u32)?;
+        a.set_label(&mut clamped)?;
+        a.inc(qword_ptr(r8 + rdx * 8 + i64::from(METRIC_HIST)))?;
         a.set_label(&mut no_wall)?;
         a.mov(m(r8, METRIC_WALL_START), 0)?;
     }
@@ -329,14 +388,14 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
         a.mov(rdx, m(rcx, spec.cpu.row_offset))?;
         a.test(rdx, rdx)?;
         a.jz(no_cpu)?;
-        a.mov(rax, rdi)?;
-        read_cpu(a, spec, r9, r9d, &mut lits)?;
+        a.mov(rax, r9)?;
+        read_cpu(a, spec, rdi, edi, &mut lits)?;
         accumulate(a, METRIC_CPU_START, METRIC_CPU_TOTAL, q32)?;
         a.set_label(&mut no_cpu)?;
         a.mov(m(r8, METRIC_CPU_START), 0)?;
     }
+    a.set_label(&mut inner)?;
     a.inc(m(r8, METRIC_SEQ))?;
-    a.set_label(&mut dec)?;
     a.dec(m(r8, METRIC_NESTING))?;
     a.set_label(&mut ret)?;
     a.ret()?;

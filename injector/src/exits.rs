@@ -293,6 +293,7 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
                 ..CpuClockLayout::WEFT_RT
             },
             ns_per_tick_q32: header.timer_ns_per_tick_q32,
+            self_ticks_row: weft_rt::layout::ROW_SELF_TICKS as i32,
         })
         .map_err(internal)
 }

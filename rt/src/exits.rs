@@ -439,37 +439,63 @@ fn word(row: *mut u8, offset: usize) -> &'static AtomicU64 {
 }
 
 /// Stops one activation's timer exactly as the generated stop does (see
-/// `weft_codegen::timer`): only the outermost activation of the function
-/// stops it. Reads the clocks through the assembly readers (raw system
-/// calls), never through libc: the program's own `clock_gettime` may be
-/// instrumented, and this runs while the thread's activations are being
-/// taken apart.
-fn close_timer(row: *mut u8, base: usize, wall: &WallClock, cpu: Option<&mut ThreadCpuClock>) {
+/// `weft_codegen::timer`): every activation adds its self time (to the
+/// function's total and to the thread's self-ticks word, which keeps the
+/// self times of activations still open around it right), only the
+/// outermost activation of the function stops the inclusive timers and
+/// fills the histogram. Reads the clocks through the assembly readers (raw
+/// system calls), never through libc: the program's own `clock_gettime`
+/// may be instrumented, and this runs while the thread's activations are
+/// being taken apart.
+fn close_timer(
+    row: *mut u8,
+    base: usize,
+    cell: u64,
+    wall: &WallClock,
+    cpu: Option<&mut ThreadCpuClock>,
+) {
     let nesting = word(row, base + metric::NESTING);
-    match nesting.load(Ordering::Relaxed) {
-        0 => return,
-        1 => {}
-        _ => {
-            nesting.fetch_sub(1, Ordering::Relaxed);
-            return;
-        }
+    let depth = nesting.load(Ordering::Relaxed);
+    if depth == 0 {
+        return;
     }
     let units = wall.units();
     let seq = word(row, base + metric::SEQ);
     seq.fetch_add(1, Ordering::Release);
     let raw = wall_raw(wall);
-    let cpu_start = word(row, base + metric::CPU_START);
-    if let (start @ 1.., Some(clock)) = (cpu_start.load(Ordering::Relaxed), cpu) {
-        let spent = clock.ticks_asm(raw).saturating_sub(start);
-        word(row, base + metric::CPU_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
+    // SAFETY: the caller passes one of this thread's cells.
+    let self_base = unsafe { ((cell + metric::CELL_SELF_BASE as u64) as *const u64).read() };
+    // SAFETY: as above.
+    let flags = unsafe { ((cell + metric::CELL_FLAGS as u64) as *const u32).read() };
+    let n = word(row, crate::layout::ROW_SELF_TICKS);
+    let own = raw
+        .wrapping_sub(n.load(Ordering::Relaxed))
+        .wrapping_sub(self_base);
+    n.fetch_add(own, Ordering::Relaxed);
+    let own_ns = if (own as i64) < 0 {
+        0
+    } else {
+        units.to_ns(own)
+    };
+    word(row, base + metric::SELF_TOTAL).fetch_add(own_ns, Ordering::Relaxed);
+    if depth == 1 {
+        let cpu_start = word(row, base + metric::CPU_START);
+        if let (start @ 1.., Some(clock)) = (cpu_start.load(Ordering::Relaxed), cpu) {
+            let spent = clock.ticks_asm(raw).saturating_sub(start);
+            word(row, base + metric::CPU_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
+        }
+        cpu_start.store(0, Ordering::Relaxed);
+        let wall_start = word(row, base + metric::WALL_START);
+        if let start @ 1.. = wall_start.load(Ordering::Relaxed) {
+            let spent = units.to_ns(raw.saturating_sub(start));
+            word(row, base + metric::WALL_TOTAL).fetch_add(spent, Ordering::Relaxed);
+            if flags & metric::CELL_HISTOGRAM != 0 {
+                let bucket = weft_abi::timer::histogram_bucket(spent);
+                word(row, base + metric::HIST + 8 * bucket).fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        wall_start.store(0, Ordering::Relaxed);
     }
-    cpu_start.store(0, Ordering::Relaxed);
-    let wall_start = word(row, base + metric::WALL_START);
-    if let start @ 1.. = wall_start.load(Ordering::Relaxed) {
-        let spent = raw.saturating_sub(start);
-        word(row, base + metric::WALL_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
-    }
-    wall_start.store(0, Ordering::Relaxed);
     seq.fetch_add(1, Ordering::Release);
     nesting.fetch_sub(1, Ordering::Relaxed);
 }
@@ -534,8 +560,13 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
             ((cell + metric::CELL_FLAGS as u64) as *const u32).read(),
         )
     };
+    let len = if flags & metric::CELL_HISTOGRAM != 0 {
+        metric::TIMED_HIST_LEN
+    } else {
+        metric::TIMED_LEN
+    };
     let limit = (ROW_HEADER_SIZE as u64 + 8 * u64::from(header.metric_words))
-        .saturating_sub(metric::TIMED_LEN as u64) as i64;
+        .saturating_sub(len as u64) as i64;
     let base = i64::from(base);
     if base < ROW_HEADER_SIZE as i64 || base > limit || base % 8 != 0 {
         return; // not a metric base of this row (or retired): never write there
@@ -546,7 +577,7 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
         let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
         // SAFETY: the clock pointer, when set, is this thread's own clock.
         let cpu = unsafe { clock.as_mut() };
-        close_timer(row_ptr, base, WallClock::in_region(header), cpu);
+        close_timer(row_ptr, base, cell, WallClock::in_region(header), cpu);
     }
 }
 
