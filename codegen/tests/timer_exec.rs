@@ -437,9 +437,16 @@ fn longjmp_closes_timers_when_detected() {
         assert!(c <= (u3 - u0) + 200 * US, "cpu {c}");
     }
 
+    // The closed activations' self times: f2's is all its time, f1's its
+    // time less f2's; g's entry (which closed them) has its own.
+    let near = |a: u64, b: u64| assert!(a.abs_diff(b) <= 4, "self {a} vs {b}");
+    near(self_ns(j.m_f2), totals(j.m_f2).0);
+    near(self_ns(j.m_f1), totals(j.m_f1).0 - totals(j.m_f2).0);
+
     // 2. An instrumented caller's exit closes what was left above it, at
     // that moment.
     let (w1_before, _, _) = totals(j.m_f1);
+    let s1_before = self_ns(j.m_f1) + self_ns(j.m_f2);
     let t0 = monotonic_ns();
     assert_eq!(call_jb(j.outer), 2);
     let t1 = monotonic_ns();
@@ -453,6 +460,11 @@ fn longjmp_closes_timers_when_detected() {
     assert!(dw + 200 * US >= THROWER_SPIN && dw <= t1 - t0, "{dw}");
     let (wo, co, _) = totals(j.m_outer);
     assert!(wo <= t1 - t0 && wo >= dw, "outer wall {wo}, f1 {dw}");
+    // The closer kept the thread's self ticks right: outer's self time
+    // excludes f1's inclusive time (f2 in it), exactly.
+    let s1 = self_ns(j.m_f1) + self_ns(j.m_f2) - s1_before;
+    assert!(s1.abs_diff(dw) <= 4, "f1+f2 self {s1}, f1 {dw}");
+    assert!(self_ns(j.m_outer).abs_diff(wo - dw) <= 6, "outer self");
     assert!(
         co + 200 * US >= THROWER_SPIN && cpu_within_wall(co, wo),
         "{co}"
