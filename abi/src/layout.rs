@@ -244,6 +244,9 @@ pub const KIND_PRIVATE: u32 = 2;
 pub const METRIC_WALL: u32 = 1;
 /// [`ProbeEntry::metrics`]: CPU time.
 pub const METRIC_CPU: u32 = 2;
+/// [`ProbeEntry::metrics`]: a latency histogram (with wall time; its words
+/// are [`metric::TIMED_HIST_LEN`] bytes).
+pub const METRIC_HISTOGRAM: u32 = 4;
 /// [`ProbeEntry::record`] of a probe without a call record.
 pub const NO_RECORD: u32 = u32::MAX;
 

@@ -954,11 +954,13 @@ fn histogram_buckets_outermost_wall_times() {
         .collect();
     assert_eq!(buckets.iter().sum::<u64>(), 25, "{buckets:?}");
     assert_eq!(counts(m)[1], 25);
-    // 1 ms >= 2^19 ns, 10 µs >= 2^13 ns; generous upper bounds for a
-    // loaded machine (nanosleep's slack and scheduling).
+    // A sleep lasts at least what it asked: 1 ms >= 2^19 ns, 10 µs >=
+    // 2^13 ns. Upper bounds are generous (timer slack and a loaded
+    // machine's scheduling): most 10 µs sleeps end within 2^19 ns.
     let range = |lo: usize, hi: usize| buckets[lo..=hi].iter().sum::<u64>();
-    assert_eq!(range(19, 24), 5, "{buckets:?}");
-    assert_eq!(range(13, 18), 20, "{buckets:?}");
+    assert!(range(19, HIST_BUCKETS - 1) >= 5, "{buckets:?}");
+    assert_eq!(range(0, 12), 0, "{buckets:?}");
+    assert!(range(13, 18) >= 10, "{buckets:?}");
     // The wall total is consistent with the buckets' bounds.
     let total = totals(m).0;
     let floor: u64 = (0..HIST_BUCKETS)

@@ -374,7 +374,9 @@ impl ProbeSpec {
     /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
     /// (timers).
     fn words(&self) -> u32 {
-        if self.metrics.hooks_exit() {
+        if self.metrics.keeps_histogram() {
+            (weft_codegen::TIMER_HIST_METRIC_LEN / 8) as u32
+        } else if self.metrics.hooks_exit() {
             (weft_codegen::TIMER_METRIC_LEN / 8) as u32
         } else if self.on_exit.is_some() {
             (weft_codegen::METRIC_LEN / 8) as u32
@@ -863,9 +865,12 @@ impl Process {
         let flags = control
             .exit_flags
             .load(std::sync::atomic::Ordering::Acquire);
+        // The exit code serves histograms whenever it times wall time.
+        let metrics = metrics.with_histogram(false);
         let installed = (flags & EXITS_INSTALLED != 0).then_some(Metrics {
             wall: flags & EXITS_WALL != 0,
             cpu: flags & EXITS_CPU != 0,
+            histogram: false,
         });
         if let Some(have) = installed.filter(|have| have.union(metrics) == *have) {
             let code = control.exit_code.load(std::sync::atomic::Ordering::Acquire);
@@ -1233,8 +1238,10 @@ impl Process {
                     // Without timers when only a user probe hooks the exit
                     // (4 words, not 10); marked for the exit probe.
                     hooks: match request.on_exit {
-                        Some(_) => hooks.probing_exits(request.metrics.hooks_exit()),
-                        None => hooks,
+                        Some(_) => hooks
+                            .with_histogram(request.metrics.keeps_histogram())
+                            .probing_exits(request.metrics.hooks_exit()),
+                        None => hooks.with_histogram(request.metrics.keeps_histogram()),
                     },
                 },
                 _ => Snippet::CountCall { offset },
@@ -2189,13 +2196,20 @@ impl Process {
                 weft_codegen::METRIC_UNHOOKED,
                 weft_codegen::METRIC_WALL_TOTAL,
                 weft_codegen::METRIC_CPU_TOTAL,
+                weft_codegen::METRIC_SELF_TOTAL,
             ]
         } else {
             &[0]
         };
+        // The histogram's buckets add up too.
+        let buckets = (0..weft_codegen::HIST_BUCKETS as i32)
+            .map(|b| weft_codegen::METRIC_HIST + 8 * b)
+            .filter(|_| entry.words > 1);
         let words: Vec<u32> = offsets
             .iter()
-            .map(|&o| entry.first_word + (o / 8) as u32)
+            .copied()
+            .chain(buckets)
+            .map(|o| entry.first_word + (o / 8) as u32)
             .filter(|&w| w < entry.first_word + entry.words)
             .collect();
         let used = crate::ledger::words_used(&rt.region);
@@ -3222,6 +3236,7 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
                 metrics: Metrics {
                     wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
                     cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
+                    histogram: e.metrics & weft_rt::layout::METRIC_HISTOGRAM != 0,
                 },
                 words: Words::fresh(e.first_word, e.words),
                 record: crate::ledger::record_of(e),
@@ -3256,7 +3271,12 @@ fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
             l::KIND_PRIVATE
         },
         metrics: if metrics.wall { l::METRIC_WALL } else { 0 }
-            | if metrics.cpu { l::METRIC_CPU } else { 0 },
+            | if metrics.cpu { l::METRIC_CPU } else { 0 }
+            | if metrics.keeps_histogram() {
+                l::METRIC_HISTOGRAM
+            } else {
+                0
+            },
         first_word: words.first,
         words: words.len,
         record: probe.record().unwrap_or(l::NO_RECORD),
