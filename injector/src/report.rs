@@ -454,16 +454,21 @@ impl Report {
         self.histograms(options, &shown, &mut out);
         if let Some(clocks) = &self.clocks {
             // Only the clocks of the metrics asked (`-m wall` has no CPU
-            // clock to speak of).
+            // clock to speak of), each on its line: a clock's description
+            // is long.
             let mut line = "times: inclusive, outermost activation per thread".to_string();
             if self.metrics.contains(&"wall") {
                 line.push_str("; self: less the timed functions it called");
-                let _ = write!(line, "; wall clock: {}", clocks.wall);
-            }
-            if self.metrics.contains(&"cpu") {
-                let _ = write!(line, "; cpu clock: {}", clocks.cpu);
             }
             let _ = writeln!(out, "{line}");
+            if self.metrics.contains(&"wall") {
+                let line = format!("wall clock: {}", clocks.wall);
+                let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
+            }
+            if self.metrics.contains(&"cpu") {
+                let line = format!("cpu clock: {}", clocks.cpu);
+                let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
+            }
         }
         if self.overflow_threads > 0 {
             let _ = writeln!(
