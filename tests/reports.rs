@@ -232,3 +232,70 @@ fn hundreds_of_functions_fit_120_columns() {
         );
     }
 }
+
+/// A target that has the runtime of another weft build loaded (its layout
+/// may differ: this one's `layout::VERSION` is 7, an older weft's 6) is
+/// refused before anything calls into that runtime or reads its words:
+/// here the "other build" is this weft's runtime with one byte of its
+/// build-id changed, loaded through `WEFT_RT`.
+#[test]
+fn a_runtime_of_another_build_is_refused() {
+    use object::{Object, ObjectSection};
+    let ctx = Ctx::new("a_runtime_of_another_build_is_refused");
+    let exe = many_functions(4);
+    // First, this weft's own runtime, to copy it out of the target (the
+    // runtime's memfd stays open there).
+    let mut t = ctx.target(&exe, &["1"]);
+    let (pid, _) = wait_ready(&mut t);
+    let (mut weft, _) = attach(&ctx, pid, &["-m", "calls", "-f", "f1"], 1);
+    detach_with_sigint(&mut weft);
+    let memfd = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:weft-rt"))
+        })
+        .unwrap_or_else(|| ctx.fail("no runtime memfd in the target"));
+    let mut rt = std::fs::read(memfd.path()).unwrap();
+    t.close_stdin();
+    t.wait_code(0);
+    let (at, len) = object::File::parse(&*rt)
+        .unwrap()
+        .section_by_name(".note.gnu.build-id")
+        .and_then(|s| s.file_range())
+        .unwrap_or_else(|| ctx.fail("the runtime has no build-id note"));
+    rt[(at + len - 1) as usize] ^= 0xff;
+    let other = scratch_dir("a_runtime_of_another_build_is_refused").join("other-rt.so");
+    std::fs::write(&other, &rt).unwrap();
+
+    // A target with the "other" runtime loaded (it works: it is a whole
+    // runtime), then this weft: refused, the target untouched.
+    let mut t = ctx.target(&exe, &["1"]);
+    let (pid, _) = wait_ready(&mut t);
+    let p = pid.to_string();
+    let args = [
+        "attach",
+        "-p",
+        &p,
+        "-m",
+        "calls",
+        "-f",
+        "f1",
+        "--duration",
+        "0.1",
+    ];
+    let mut cmd = std::process::Command::new(weft_bin());
+    cmd.args(args).env("WEFT_RT", &other);
+    let mut first = ctx.spawn("weft with another runtime", cmd, false);
+    first.wait_code(0);
+    let mut second = ctx.weft(&args);
+    second.wait_code(1);
+    let err = second.stderr_text();
+    ctx.check(err.contains("runtime of another weft build"), || {
+        format!("second weft: {err}")
+    });
+    ctx.check(t.is_running(), || "the target died".into());
+    t.close_stdin();
+    t.wait_code(0);
+}
