@@ -34,23 +34,39 @@
 //! | [`METRIC_WALL_START`] = 56 | raw wall clock at the start; 0 = not running | start, stop |
 //! | [`METRIC_CPU_TOTAL`] = 64 | closed thread CPU time, ns | stop |
 //! | [`METRIC_CPU_START`] = 72 | raw CPU clock (ticks) at the start; 0 = not running (or no CPU clock) | start, stop |
+//! | [`METRIC_SELF_TOTAL`] = 80 | closed self (exclusive) wall time, ns, every activation | stop |
+//! | [`METRIC_HIST`] = 88 … 407 | with a histogram only: [`HIST_BUCKETS`] counts of outermost activations per `floor(log2(wall ns))` | stop |
 //!
-//! [`TIMER_METRIC_LEN`] = 80 bytes per function (the plain exit-hook layout
-//! uses the first [`METRIC_LEN`](crate::METRIC_LEN) = 32). Only the owning
-//! thread writes them.
+//! [`TIMER_METRIC_LEN`] = 88 bytes per function, [`TIMER_HIST_METRIC_LEN`]
+//! = 408 with a histogram (the plain exit-hook layout uses the first
+//! [`METRIC_LEN`](crate::METRIC_LEN) = 32). Only the owning thread writes
+//! them.
+//!
+//! # Self time
+//!
+//! The thread's row has one more word, `N` ([`TimerSpec::self_ticks_row`]):
+//! the self ticks of every timed activation of the thread closed so far.
+//! Each activation's cell keeps `t0 - N` ([`CELL_SELF_BASE`](crate::CELL_SELF_BASE));
+//! its stop takes `self = (t - N) - (t0 - N0)` — its time less the self
+//! times of the activations closed inside it, which add up to their
+//! inclusive times — adds it to `N` and to the function's total. Every
+//! activation does, recursive ones too, so a nested entry or exit of the
+//! same function now reads the clock (it did not before).
 //!
 //! # Start and stop
 //!
 //! ```text
 //! start (entry, once the activation is pushed):
-//!     nesting += 1
-//!     if nesting == 1: seq += 1 ; raw = clock ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
+//!     nesting += 1 ; raw = clock ; cell.self_base = raw - N
+//!     if nesting == 1: seq += 1 ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
 //! stop (an activation closes, at that moment):
-//!     if nesting == 1: seq += 1 ; raw = clock
-//!                      cpu_total += ns(cpu(raw) - cpu_start) ; cpu_start = 0
+//!     if nesting == 0: return
+//!     seq += 1 ; raw = clock
+//!     self = (raw - N) - cell.self_base ; N += self ; self_total += ns(max(self, 0))
+//!     if nesting == 1: cpu_total += ns(cpu(raw) - cpu_start) ; cpu_start = 0
 //!                      wall_total += ns(raw - wall_start) ; wall_start = 0
-//!                      seq += 1
-//!     if nesting > 0: nesting -= 1
+//!                      if cell has CELL_HISTOGRAM: hist[min(bsr(wall ns), 39)] += 1
+//!     seq += 1 ; nesting -= 1
 //! ```
 //!
 //! Recursion and re-entry time the outermost activation only (inclusive
@@ -75,9 +91,10 @@
 //! # Registers
 //!
 //! The start is inline in the entry snippet (it uses `rax`, `rdx`, `r8`,
-//! which the snippet saved). The stop is a subroutine of the exit code,
-//! called with `r8` = the function's words and `rcx` = the row; it clobbers
-//! `rax`, `rdx`, `rdi`, `r9` and the flags. The runtime's clock routines
+//! which the snippet saved, and `rdi` = the cell). The stop is a subroutine
+//! of the exit code, called with `r8` = the function's words, `rcx` = the
+//! row and `rdi` = the cell; it clobbers `rax`, `rdx`, `rdi`, `r9` and the
+//! flags. The runtime's clock routines
 //! preserve every register but `rax`; no vector or x87 register is touched,
 //! so `xmm0`, `xmm1` and `st0` return values survive.
 
@@ -340,10 +357,9 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
     // times of the timed activations closed since its start (which are
     // the ones nested in it); one read-modify-write publishes it in N.
     a.mov(r9, rax)?;
-    a.sub(r9, n)?;
-    a.sub(r9, m(rdi, crate::exit::CELL_SELF_BASE))?;
-    a.add(n, r9)?;
-    a.xchg(rax, r9)?;
+    a.sub(rax, n)?;
+    a.sub(rax, m(rdi, crate::exit::CELL_SELF_BASE))?;
+    a.add(n, rax)?;
     // Negative only when a signal handler's timed calls closed inside the
     // three instructions above: count nothing rather than 2^64 - x.
     a.test(rax, rax)?;
