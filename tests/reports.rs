@@ -299,3 +299,38 @@ fn a_runtime_of_another_build_is_refused() {
     t.close_stdin();
     t.wait_code(0);
 }
+
+/// A second weft shares a first one's probe whatever their histogram
+/// settings: wanting a histogram the probe does not keep is no reason to
+/// refuse, and the share then has none (its words have none); both count
+/// self times.
+#[test]
+fn a_histogram_is_no_reason_to_refuse_a_share() {
+    let ctx = Ctx::new("a_histogram_is_no_reason_to_refuse_a_share");
+    let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let json = ["-f", "work_a", "-m", "calls,wall", "--format", "json"];
+    let mut off = json.to_vec();
+    off.push("--histogram=off");
+    let (mut a, _) = attach(&ctx, pid, &off, 1);
+    // The default (auto) wants a histogram for one function.
+    let (mut b, _) = attach(&ctx, pid, &json, 1);
+    t.send("go");
+    t.expect_stdout("phase done", |l| l == "phase 1 done");
+    let b_report: Value = serde_json::from_str(detach_with_sigint(&mut b).trim()).unwrap();
+    let a_report: Value = serde_json::from_str(detach_with_sigint(&mut a).trim()).unwrap();
+    for (who, r) in [("first", &a_report), ("second", &b_report)] {
+        let f = &r["functions"][0];
+        ctx.check(
+            f.get("histogram").is_none() && f["self_ns"].as_u64().is_some() && num(f, "calls") > 0,
+            || format!("{who} weft's report: {r}"),
+        );
+    }
+    ctx.check(
+        num(&a_report["functions"][0], "calls") == num(&b_report["functions"][0], "calls"),
+        || format!("{a_report}\n{b_report}"),
+    );
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+}

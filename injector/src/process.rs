@@ -970,9 +970,10 @@ impl Process {
                 let metric = i32::from_le_bytes(fields[..4].try_into().expect("4 bytes"));
                 if bases.contains(&metric) {
                     // Its words go to the sink, and its exit calls no user
-                    // probe: the record may serve another function by then.
+                    // probe (the record may serve another function by then)
+                    // and counts no histogram (the sink has none).
                     let flags = u32::from_le_bytes(fields[4..].try_into().expect("4 bytes"))
-                        & !weft_codegen::CELL_PROBE;
+                        & !(weft_codegen::CELL_PROBE | weft_codegen::CELL_HISTOGRAM);
                     fields[..4].copy_from_slice(&sink.to_le_bytes());
                     fields[4..].copy_from_slice(&flags.to_le_bytes());
                     tracer.memory().write(at, &fields)?;
@@ -2019,7 +2020,9 @@ impl Process {
             });
         let measures_only = request.on_entry.is_none() && request.on_exit.is_none();
         let theirs = other.metrics();
-        let covered = theirs.union(request.metrics) == theirs;
+        // A histogram is not a reason to refuse: the share has one when
+        // theirs does (`borrow`).
+        let covered = theirs.union(request.metrics.with_histogram(false)) == theirs;
         if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
             return Ok(index);
         }
@@ -2180,6 +2183,10 @@ impl Process {
         let mut probe = foreign_probe(index, &entry);
         probe.id = ProbeId(self.probes.len() as u32);
         probe.function = f.clone();
+        // Its words have a histogram only if its owner asked for one.
+        let metrics = metrics.with_histogram(
+            metrics.histogram && entry.metrics & weft_rt::layout::METRIC_HISTOGRAM != 0,
+        );
         // Measured as asked: a share covers at most what its owner measures.
         probe.kind = ProbeKind::Measure {
             metrics,
