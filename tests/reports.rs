@@ -105,14 +105,14 @@ fn self_time_is_inclusive_less_callees_per_thread() {
     );
 }
 
-/// The latency histograms (kept by default for this handful of functions):
+/// The latency histograms (`--histogram=auto`: this handful of functions):
 /// per thread and function, the buckets add up to the outermost calls;
 /// 1 ms sleeps land at 2^19 ns or more, 10 µs sleeps at 2^13 ns or more
 /// and mostly below 2^19 ns (generous: timer slack, a loaded machine).
 #[test]
 fn histograms_count_every_outermost_call_in_its_bucket() {
     let ctx = Ctx::new("histograms_count_every_outermost_call_in_its_bucket");
-    let r = run_tree(&ctx, &["-m", "wall"]);
+    let r = run_tree(&ctx, &["-m", "wall", "--histogram=auto"]);
     let buckets = |h: &Value| -> Vec<(u64, u64)> {
         h.as_array()
             .unwrap_or_else(|| panic!("no histogram: {h}"))
@@ -157,8 +157,8 @@ fn histograms_count_every_outermost_call_in_its_bucket() {
         .map(|f| buckets(&f["histogram"]).iter().map(|b| b.1).sum())
         .unwrap_or(0);
     ctx.check(total == 20 * THREADS, || format!("nap_us total {total}"));
-    // Off: no histogram words, no field.
-    let r = run_tree(&ctx, &["-m", "wall", "--histogram=off"]);
+    // Off (the default): no histogram words, no field.
+    let r = run_tree(&ctx, &["-m", "wall"]);
     ctx.check(r["functions"][0].get("histogram").is_none(), || {
         format!("{r}")
     });
@@ -176,6 +176,7 @@ fn table_of_the_call_tree() {
         TREE,
         "--sort",
         "self",
+        "--histogram",
         "--histogram-of",
         "nap_ms",
         "--",
@@ -310,11 +311,10 @@ fn a_histogram_is_no_reason_to_refuse_a_share() {
     let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
     let (pid, _) = wait_ready(&mut t);
     let json = ["-f", "work_a", "-m", "calls,wall", "--format", "json"];
-    let mut off = json.to_vec();
-    off.push("--histogram=off");
-    let (mut a, _) = attach(&ctx, pid, &off, 1);
-    // The default (auto) wants a histogram for one function.
-    let (mut b, _) = attach(&ctx, pid, &json, 1);
+    let (mut a, _) = attach(&ctx, pid, &json, 1);
+    let mut on = json.to_vec();
+    on.push("--histogram");
+    let (mut b, _) = attach(&ctx, pid, &on, 1);
     t.send("go");
     t.expect_stdout("phase done", |l| l == "phase 1 done");
     let b_report: Value = serde_json::from_str(detach_with_sigint(&mut b).trim()).unwrap();

@@ -49,13 +49,14 @@ struct Measure {
     metrics: weft::Metrics,
     /// Latency histograms of each timed function's outermost calls (log2
     /// buckets of their wall time, per thread; 320 bytes per function and
-    /// thread): `auto` keeps them with `-m wall` for up to 16 functions,
-    /// `on` (`--histogram`) for any number, `off` never.
+    /// thread, a few ns per call): `on` (`--histogram`) with `-m wall`,
+    /// `auto` with `-m wall` for up to 16 functions, `off` (the default)
+    /// never.
     #[arg(
         long,
         value_enum,
         value_name = "WHEN",
-        default_value = "auto",
+        default_value = "off",
         num_args = 0..=1,
         default_missing_value = "on"
     )]
@@ -73,7 +74,7 @@ enum HistogramMode {
     Off,
 }
 
-/// `--histogram auto` keeps histograms up to this many functions: 16 ×
+/// `--histogram=auto` keeps histograms up to this many functions: 16 ×
 /// 320 bytes = 5 KiB per thread (docs/report-format.md).
 const HISTOGRAM_AUTO_MAX: usize = 16;
 
