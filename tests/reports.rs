@@ -235,7 +235,7 @@ fn hundreds_of_functions_fit_120_columns() {
 }
 
 /// A target that has the runtime of another weft build loaded (its layout
-/// may differ: this one's `layout::VERSION` is 7, an older weft's 6) is
+/// may differ: this one's `layout::VERSION` is 8, an older weft's 6) is
 /// refused before anything calls into that runtime or reads its words:
 /// here the "other build" is this weft's runtime with one byte of its
 /// build-id changed, loaded through `WEFT_RT`.

@@ -51,7 +51,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Byte offset of `user` in a user probe's context: the code generator lays
 /// its `ProbeContext` out around it (`weft_codegen::CTX_USER`, checked with
 /// `offset_of!` there) and `weft_rt_library_event` reads its constant here.
