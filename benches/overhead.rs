@@ -552,7 +552,13 @@ fn calls_in(p: &Process) -> u64 {
     p.snapshot()
         .iter()
         .filter(|r| r.state != weft_rt::layout::ROW_FREE)
-        .map(|r| r.words.iter().step_by(10).sum::<u64>())
+        // Every probe here is timed: its calls are the first of its words.
+        .map(|r| {
+            r.words
+                .iter()
+                .step_by((weft_codegen::TIMER_METRIC_LEN / 8) as usize)
+                .sum::<u64>()
+        })
         .sum()
 }
 

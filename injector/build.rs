@@ -19,6 +19,13 @@ fn main() {
         "cargo:rerun-if-changed={}",
         rt_dir.join("Cargo.toml").display()
     );
+    // The runtime compiles the shared layout in: a change there (a new
+    // layout::VERSION) must re-embed it, or weft carries a runtime of the
+    // old layout.
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("../abi/src").display()
+    );
 
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // The runtime is always built optimised: it runs inside the target.

@@ -323,6 +323,20 @@ fn attach_interval_jsonl_reports_live() {
     ctx.check(totals.windows(2).all(|w| w[0] <= w[1]), || {
         format!("totals went back: {totals:?}")
     });
+    // The live lines carry self times too (closed activations: they only
+    // grow, and stay within the inclusive time).
+    let own: Vec<Option<(u64, u64)>> = reports
+        .iter()
+        .map(|r| {
+            let f = &r["functions"][0];
+            Some((f["self_ns"].as_u64()?, f["wall_ns"].as_u64()?))
+        })
+        .collect();
+    ctx.check(
+        own.iter().all(|o| o.is_some_and(|(s, w)| s <= w))
+            && own.windows(2).all(|w| w[0].unwrap().0 <= w[1].unwrap().0),
+        || format!("self times of the live lines: {own:?}"),
+    );
     // Intermediate reports saw the phases one after the other.
     let per_phase: Vec<u64> = done
         .iter()

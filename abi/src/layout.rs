@@ -51,7 +51,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Byte offset of `user` in a user probe's context: the code generator lays
 /// its `ProbeContext` out around it (`weft_codegen::CTX_USER`, checked with
 /// `offset_of!` there) and `weft_rt_library_event` reads its constant here.
@@ -244,6 +244,9 @@ pub const KIND_PRIVATE: u32 = 2;
 pub const METRIC_WALL: u32 = 1;
 /// [`ProbeEntry::metrics`]: CPU time.
 pub const METRIC_CPU: u32 = 2;
+/// [`ProbeEntry::metrics`]: a latency histogram (with wall time; its words
+/// are [`metric::TIMED_HIST_LEN`] bytes).
+pub const METRIC_HISTOGRAM: u32 = 4;
 /// [`ProbeEntry::record`] of a probe without a call record.
 pub const NO_RECORD: u32 = u32::MAX;
 
@@ -346,8 +349,14 @@ pub struct ThreadState {
     /// One past the thread's last cell (0 = no cells): a thread with
     /// `top == cells_end` has no room for another activation.
     pub cells_end: AtomicU64,
-    /// Unused.
-    pub reserved: u64,
+    /// The self (exclusive) raw wall ticks of every timed activation of
+    /// the thread closed so far, wrapping: an activation stores `t0 - N`
+    /// in its cell ([`metric::CELL_SELF_BASE`]) and its close takes
+    /// `self = (t - N) - (t0 - N0)` and adds it here, so an activation's
+    /// self time excludes every timed activation closed inside it, at any
+    /// depth, with no per-activation child sum. Only its absolute value is
+    /// meaningless.
+    pub self_ticks: AtomicU64,
 }
 
 /// No CPU clock for the thread.
@@ -375,6 +384,8 @@ pub const ROW_STACK_BOUNDS: usize = 80;
 pub const ROW_CPU_CLOCK: usize = 96;
 /// Row byte offset of [`ThreadState::cells_end`].
 pub const ROW_CELLS_END: usize = 112;
+/// Row byte offset of [`ThreadState::self_ticks`].
+pub const ROW_SELF_TICKS: usize = 120;
 /// Row byte offset of [`RowHeader::clock`].
 pub const ROW_CLOCK_STORAGE: usize = 128;
 const _: () = {
@@ -387,6 +398,7 @@ const _: () = {
     );
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cpu_clock) == ROW_CPU_CLOCK);
     assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, cells_end) == ROW_CELLS_END);
+    assert!(offset_of!(RowHeader, thread) + offset_of!(ThreadState, self_ticks) == ROW_SELF_TICKS);
     assert!(offset_of!(RowHeader, clock) == ROW_CLOCK_STORAGE);
     assert!(offset_of!(RowHeader, activity) == ROW_ACTIVITY);
     assert!(offset_of!(RowHeader, index) == ROW_INDEX);
@@ -436,8 +448,22 @@ pub mod metric {
     pub const CPU_TOTAL: usize = 64;
     /// Raw thread CPU clock at the start (timer ticks); 0 = not running.
     pub const CPU_START: usize = 72;
+    /// Closed self (exclusive) wall time, ns: every closed activation's
+    /// time less that of the timed activations closed inside it
+    /// (`ThreadState::self_ticks`). Recursive activations count too.
+    pub const SELF_TOTAL: usize = 80;
     /// Bytes per timed function.
-    pub const TIMED_LEN: usize = 80;
+    pub const TIMED_LEN: usize = 88;
+    /// Latency histogram buckets kept after the timed words of a function
+    /// whose cells carry [`CELL_HISTOGRAM`]: bucket `b` counts the
+    /// outermost activations whose inclusive wall time was `ns` with
+    /// `floor(log2(ns)) == b` (0 and 1 ns in bucket 0), the last bucket
+    /// everything from `2^(HIST_BUCKETS - 1)` ns up.
+    pub const HIST_BUCKETS: usize = 40;
+    /// Offset of histogram bucket 0 (u64 words) from the metric base.
+    pub const HIST: usize = TIMED_LEN;
+    /// Bytes per timed function with a histogram.
+    pub const TIMED_HIST_LEN: usize = TIMED_LEN + 8 * HIST_BUCKETS;
     /// Bytes per activation cell.
     pub const CELL_SIZE: usize = 32;
     /// Offset in a cell of the original return address.
@@ -445,10 +471,11 @@ pub mod metric {
     /// Offset in a cell of the entry `rsp` (the address the return address
     /// was at).
     pub const CELL_ENTRY_RSP: usize = 8;
-    /// Offset in a cell of a word no longer written (the caller's `rbx`
-    /// while the body ran with `rbx` = its cell, before issue #12); the
-    /// cell layout is kept because cells outlive sessions.
-    pub const CELL_RBX: usize = 16;
+    /// Offset in a cell of a timed activation's self-time base: the raw
+    /// wall reading at its start less the thread's
+    /// `ThreadState::self_ticks` then (wrapping). Until issue #12 it held
+    /// the caller's `rbx`.
+    pub const CELL_SELF_BASE: usize = 16;
     /// Offset in a cell of the metric base (i32).
     pub const CELL_METRIC: usize = 24;
     /// Offset in a cell of its flags (u32).
@@ -458,6 +485,9 @@ pub mod metric {
     /// Cell flag: the exit calls the user probe of the function's call
     /// record (its index is in the flags from [`CELL_RECORD_SHIFT`] up).
     pub const CELL_PROBE: u32 = 2;
+    /// Cell flag: the metric base has the latency histogram after the
+    /// timer words ([`HIST`], [`TIMED_HIST_LEN`] bytes in all).
+    pub const CELL_HISTOGRAM: u32 = 4;
     /// Where a cell's flags keep the function's call record index.
     pub const CELL_RECORD_SHIFT: u32 = 8;
 }

@@ -12,13 +12,32 @@
 //! compiler barriers only. Readers use [`read_timer_words`] (which retries
 //! on an odd or changed `seq`) and [`timer_value`].
 
-use crate::layout::metric::{CPU_START, CPU_TOTAL, NESTING, SEQ, WALL_START, WALL_TOTAL};
+use crate::layout::metric::{
+    CPU_START, CPU_TOTAL, NESTING, SELF_TOTAL, SEQ, WALL_START, WALL_TOTAL,
+};
 
 /// `(a * q) >> 32`, saturating at `u64::MAX`: how generated code and the
 /// runtime convert between ticks and ns with a 32.32 fixed-point factor.
 #[inline]
 pub fn q32_mul(a: u64, q: u64) -> u64 {
     u64::try_from((u128::from(a) * u128::from(q)) >> 32).unwrap_or(u64::MAX)
+}
+
+/// The latency-histogram bucket
+/// ([`HIST_BUCKETS`](crate::layout::metric::HIST_BUCKETS)) of an activation
+/// of `ns` nanoseconds, as the generated stop computes it: `floor(log2(ns))`
+/// (`bsr`), 0 for 0 ns, clamped to the last bucket.
+pub fn histogram_bucket(ns: u64) -> usize {
+    (ns.max(1).ilog2() as usize).min(crate::layout::metric::HIST_BUCKETS - 1)
+}
+
+/// The lower bound in ns of histogram bucket `b` (0 for bucket 0).
+pub fn histogram_floor(b: usize) -> u64 {
+    if b == 0 {
+        0
+    } else {
+        1u64 << b.min(63)
+    }
 }
 
 /// A consistent copy of one function's timer words (see the module docs).
@@ -36,6 +55,8 @@ pub struct TimerWords {
     pub cpu_total: u64,
     /// CPU clock at the running activation's start, or 0.
     pub cpu_start: u64,
+    /// Closed self (exclusive) wall time, ns.
+    pub self_total: u64,
 }
 
 /// Takes a consistent copy of a function's timer words, seqlock-style:
@@ -66,6 +87,7 @@ pub fn read_timer_words(
             wall_start: load(WALL_START),
             cpu_total: load(CPU_TOTAL),
             cpu_start: load(CPU_START),
+            self_total: load(SELF_TOTAL),
         };
         compiler_fence(Ordering::SeqCst);
         if load(SEQ) == seq {
@@ -137,7 +159,7 @@ mod tests {
     fn seqlock_reader_retries_and_values() {
         // Words at metric base 0 in a little row; seq goes odd then even
         // across loads, as a writer racing the reader would make it.
-        let mut row = [0u64; 10];
+        let mut row = [0u64; 11];
         row[NESTING / 8] = 1;
         row[WALL_TOTAL / 8] = 1000;
         row[WALL_START / 8] = 5000;

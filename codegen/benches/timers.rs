@@ -11,7 +11,8 @@
 //! `weft_rt_cpu_ticks` after a context switch). `call/cpu_syscall` forces
 //! the CPU clock's syscall fallback to show what the anchor saves;
 //! `call/rdtsc_pair` is two back-to-back `rdtsc`s, the floor of any timer
-//! that reads the TSC at both ends.
+//! that reads the TSC at both ends. `call/wall_histogram` is `call/wall`
+//! with a latency histogram.
 //!
 //! `sample/*`: ns per sample of one function's timer while it runs (the
 //! benchmark itself runs inside a hooked, timed function): the seqlock copy
@@ -105,6 +106,12 @@ fn calls(c: &mut Criterion) {
         let _row = install_timed_row(lab.cells(), None, wall);
         bench_calls(&mut group, "wall", f.0);
         check_timed(m, "wall", false);
+        // The same with a latency histogram (a `bsr` and an increment).
+        let g = increment(&mut lab);
+        let hooks = lab.hooks().with_histogram(true);
+        let m = lab.hook_as(g, hooks);
+        bench_calls(&mut group, "wall_histogram", g.0);
+        check_timed(m, "wall_histogram", false);
     }
 
     // Wall and CPU timers: the CPU clock in its best mode here, then its

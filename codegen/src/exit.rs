@@ -112,10 +112,10 @@ pub const CELL_RETURN_ADDRESS: i32 = disp(metric::CELL_RETURN_ADDRESS);
 /// Offset inside a cell of the entry `rsp` (u64): the address of the return
 /// address on the stack when the function was entered.
 pub const CELL_ENTRY_RSP: i32 = disp(metric::CELL_ENTRY_RSP);
-/// Offset inside a cell of a word no longer written (it held the caller's
-/// `rbx` when the body ran with `rbx` = its cell); kept so that the layout
-/// of cells, which outlive sessions, does not change.
-pub const CELL_RBX: i32 = disp(metric::CELL_RBX);
+/// Offset inside a cell of a timed activation's self-time base (u64): the
+/// raw wall reading at its start less the row's self-ticks word then (see
+/// the `timer` module).
+pub const CELL_SELF_BASE: i32 = disp(metric::CELL_SELF_BASE);
 /// Offset inside a cell of the metric base (i32 row byte offset).
 pub const CELL_METRIC: i32 = disp(metric::CELL_METRIC);
 /// Offset inside a cell of its flags (u32).
@@ -125,7 +125,7 @@ pub const CELL_FLAGS: i32 = disp(metric::CELL_FLAGS);
 /// `timer` module), [`CELL_PROBE`] (the exit calls the user probe of the
 /// function's call record, whose index is in the flags' bits from
 /// [`CELL_RECORD_SHIFT`] up; see [`ExitProbes`]).
-pub use metric::{CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED};
+pub use metric::{CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED};
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
@@ -219,6 +219,9 @@ pub struct ExitHooks {
     /// Entry snippets built from this layout mark their activations for
     /// the exit probe.
     probe_exit: bool,
+    /// Entry snippets built from this layout mark their (timed)
+    /// activations for the latency histogram.
+    histogram: bool,
 }
 
 /// An invalid [`ExitHooks`] layout.
@@ -281,6 +284,7 @@ impl ExitHooks {
             timers: None,
             probes: None,
             probe_exit: false,
+            histogram: false,
         })
     }
 
@@ -314,8 +318,26 @@ impl ExitHooks {
         Self {
             probe_exit: true,
             timers: if timed { self.timers } else { None },
+            histogram: self.histogram && timed,
             ..self
         }
+    }
+
+    /// The layout for the entry snippet of a timed function that keeps a
+    /// latency histogram of its outermost activations' wall time (its
+    /// words are then [`TIMER_HIST_METRIC_LEN`](crate::TIMER_HIST_METRIC_LEN)
+    /// bytes). Without a wall timer there is nothing to bucket: the
+    /// layout is unchanged.
+    pub fn with_histogram(self, on: bool) -> Self {
+        Self {
+            histogram: on && self.timers.is_some_and(|t| t.timers.wall),
+            ..self
+        }
+    }
+
+    /// Whether entry snippets built from this layout keep a histogram.
+    pub fn histogram(&self) -> bool {
+        self.histogram
     }
 
     /// The exit probes, if configured.
@@ -338,6 +360,7 @@ impl ExitHooks {
         if !spec.timers.any() {
             return Ok(Self {
                 timers: None,
+                histogram: false,
                 ..self
             });
         }
@@ -355,6 +378,7 @@ impl ExitHooks {
             }
             check_offset(spec.cpu.row_offset)?;
         }
+        check_offset(spec.self_ticks_row)?;
         if spec.ns_per_tick_q32 == 0 {
             return Err(LayoutError::NullUnits);
         }
@@ -388,7 +412,9 @@ impl ExitHooks {
     /// [`METRIC_LEN`], or [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) with
     /// timers.
     pub fn metric_len(&self) -> i32 {
-        if self.timers.is_some() {
+        if self.histogram {
+            crate::timer::TIMER_HIST_METRIC_LEN
+        } else if self.timers.is_some() {
             crate::timer::TIMER_METRIC_LEN
         } else {
             METRIC_LEN
@@ -401,6 +427,9 @@ impl ExitHooks {
         let mut flags = 0;
         if self.timers.is_some() {
             flags |= CELL_TIMED;
+        }
+        if self.histogram {
+            flags |= CELL_HISTOGRAM;
         }
         if self.probe_exit {
             flags |= CELL_PROBE | (record << CELL_RECORD_SHIFT);
@@ -1029,6 +1058,7 @@ mod tests {
                 ..CpuClockLayout::WEFT_RT
             },
             ns_per_tick_q32: 1 << 32,
+            self_ticks_row: 56,
         }
     }
 

@@ -31,10 +31,10 @@ pub use analyze::{analyze_at, analyze_entry, FunctionCode, PatchSite, Refusal, S
 pub use cfg::{analyze_function, Disassembly};
 pub use exit::{
     exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, ExitProbes,
-    LayoutError, CELL_ENTRY_RSP, CELL_FLAGS, CELL_METRIC, CELL_PROBE, CELL_RBX, CELL_RECORD_SHIFT,
-    CELL_RETURN_ADDRESS, CELL_SIZE, CELL_TIMED, EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE,
-    METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN, METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN,
-    RECORD_SIZE,
+    LayoutError, CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE,
+    CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED,
+    EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN,
+    METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
 };
 pub use probe::{
     CallTargets, Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION,
@@ -49,8 +49,9 @@ pub use remote_stub::{
 };
 pub use scan::{direct_branches, Branch, BranchKind};
 pub use timer::{
-    CpuClockLayout, TimerSpec, Timers, WallRead, METRIC_CPU_START, METRIC_CPU_TOTAL,
-    METRIC_NESTING, METRIC_SEQ, METRIC_WALL_START, METRIC_WALL_TOTAL, TIMER_METRIC_LEN,
+    CpuClockLayout, TimerSpec, Timers, WallRead, HIST_BUCKETS, METRIC_CPU_START, METRIC_CPU_TOTAL,
+    METRIC_HIST, METRIC_NESTING, METRIC_SELF_TOTAL, METRIC_SEQ, METRIC_WALL_START,
+    METRIC_WALL_TOTAL, TIMER_HIST_METRIC_LEN, TIMER_METRIC_LEN,
 };
 pub use trampoline::{
     build_instruction_trampoline, build_redirect, build_trampoline, max_redirect_len,
@@ -59,7 +60,10 @@ pub use trampoline::{
 };
 /// Readers of the timer words generated code writes (defined with the
 /// layout in `weft-abi`; here for the injector and the tests).
-pub use weft_abi::timer::{q32_mul, read_timer_words, timer_value, TimerValue, TimerWords};
+pub use weft_abi::timer::{
+    histogram_bucket, histogram_floor, q32_mul, read_timer_words, timer_value, TimerValue,
+    TimerWords,
+};
 
 /// Length in bytes of the `jmp rel32` written over a function entry.
 pub const JMP_REL32_LEN: usize = 5;

@@ -34,23 +34,39 @@
 //! | [`METRIC_WALL_START`] = 56 | raw wall clock at the start; 0 = not running | start, stop |
 //! | [`METRIC_CPU_TOTAL`] = 64 | closed thread CPU time, ns | stop |
 //! | [`METRIC_CPU_START`] = 72 | raw CPU clock (ticks) at the start; 0 = not running (or no CPU clock) | start, stop |
+//! | [`METRIC_SELF_TOTAL`] = 80 | closed self (exclusive) wall time, ns, every activation | stop |
+//! | [`METRIC_HIST`] = 88 … 407 | with a histogram only: [`HIST_BUCKETS`] counts of outermost activations per `floor(log2(wall ns))` | stop |
 //!
-//! [`TIMER_METRIC_LEN`] = 80 bytes per function (the plain exit-hook layout
-//! uses the first [`METRIC_LEN`](crate::METRIC_LEN) = 32). Only the owning
-//! thread writes them.
+//! [`TIMER_METRIC_LEN`] = 88 bytes per function, [`TIMER_HIST_METRIC_LEN`]
+//! = 408 with a histogram (the plain exit-hook layout uses the first
+//! [`METRIC_LEN`](crate::METRIC_LEN) = 32). Only the owning thread writes
+//! them.
+//!
+//! # Self time
+//!
+//! The thread's row has one more word, `N` ([`TimerSpec::self_ticks_row`]):
+//! the self ticks of every timed activation of the thread closed so far.
+//! Each activation's cell keeps `t0 - N` ([`CELL_SELF_BASE`](crate::CELL_SELF_BASE));
+//! its stop takes `self = (t - N) - (t0 - N0)` — its time less the self
+//! times of the activations closed inside it, which add up to their
+//! inclusive times — adds it to `N` and to the function's total. Every
+//! activation does, recursive ones too, so a nested entry or exit of the
+//! same function now reads the clock (it did not before).
 //!
 //! # Start and stop
 //!
 //! ```text
 //! start (entry, once the activation is pushed):
-//!     nesting += 1
-//!     if nesting == 1: seq += 1 ; raw = clock ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
+//!     nesting += 1 ; raw = clock ; cell.self_base = raw - N
+//!     if nesting == 1: seq += 1 ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
 //! stop (an activation closes, at that moment):
-//!     if nesting == 1: seq += 1 ; raw = clock
-//!                      cpu_total += ns(cpu(raw) - cpu_start) ; cpu_start = 0
+//!     if nesting == 0: return
+//!     seq += 1 ; raw = clock
+//!     self = (raw - N) - cell.self_base ; N += self ; self_total += ns(max(self, 0))
+//!     if nesting == 1: cpu_total += ns(cpu(raw) - cpu_start) ; cpu_start = 0
 //!                      wall_total += ns(raw - wall_start) ; wall_start = 0
-//!                      seq += 1
-//!     if nesting > 0: nesting -= 1
+//!                      if cell has CELL_HISTOGRAM: hist[min(bsr(wall ns), 39)] += 1
+//!     seq += 1 ; nesting -= 1
 //! ```
 //!
 //! Recursion and re-entry time the outermost activation only (inclusive
@@ -75,16 +91,17 @@
 //! # Registers
 //!
 //! The start is inline in the entry snippet (it uses `rax`, `rdx`, `r8`,
-//! which the snippet saved). The stop is a subroutine of the exit code,
-//! called with `r8` = the function's words and `rcx` = the row; it clobbers
-//! `rax`, `rdx`, `rdi`, `r9` and the flags. The runtime's clock routines
+//! which the snippet saved, and `rdi` = the cell). The stop is a subroutine
+//! of the exit code, called with `r8` = the function's words, `rcx` = the
+//! row and `rdi` = the cell; it clobbers `rax`, `rdx`, `rdi`, `r9` and the
+//! flags. The runtime's clock routines
 //! preserve every register but `rax`; no vector or x87 register is touched,
 //! so `xmm0`, `xmm1` and `st0` return values survive.
 
 use iced_x86::code_asm::*;
 
 use crate::disp;
-use crate::exit::SlowPaths;
+use crate::exit::{SlowPaths, CELL_HISTOGRAM};
 use weft_abi::clock as abi_clock;
 use weft_abi::layout::metric;
 
@@ -105,8 +122,19 @@ pub const METRIC_CPU_TOTAL: i32 = disp(metric::CPU_TOTAL);
 /// outermost activation's start (u64); 0 while not running (or no CPU
 /// clock).
 pub const METRIC_CPU_START: i32 = disp(metric::CPU_START);
+/// Offset from a metric base of the closed self (exclusive) wall time, ns
+/// (u64): every closed activation's time less that of the timed
+/// activations closed inside it.
+pub const METRIC_SELF_TOTAL: i32 = disp(metric::SELF_TOTAL);
 /// Bytes of row used per metric base when timers are on.
 pub const TIMER_METRIC_LEN: i32 = disp(metric::TIMED_LEN);
+/// Latency histogram buckets of a function with one (see
+/// [`ExitHooks::with_histogram`](crate::ExitHooks::with_histogram)).
+pub const HIST_BUCKETS: usize = metric::HIST_BUCKETS;
+/// Offset from a metric base of histogram bucket 0 (u64 words).
+pub const METRIC_HIST: i32 = disp(metric::HIST);
+/// Bytes of row used per metric base with timers and a histogram.
+pub const TIMER_HIST_METRIC_LEN: i32 = disp(metric::TIMED_HIST_LEN);
 
 /// Which clocks the timers read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -200,6 +228,9 @@ pub struct TimerSpec {
     /// Nanoseconds per raw tick, 32.32 fixed point: `ns = (ticks * q32) >>
     /// 32`.
     pub ns_per_tick_q32: u64,
+    /// Row byte offset of the thread's self-ticks word (u64, see the
+    /// module docs).
+    pub self_ticks_row: i32,
 }
 
 fn m(base: AsmRegister64, off: i32) -> AsmMemoryOperand {
@@ -251,8 +282,9 @@ fn read_cpu(
     a.set_label(&mut have)
 }
 
-/// Emits the timer start inline (entry snippet: `rcx` = row; `rax`, `rdx`,
-/// `r8` free; the function's words at `rcx + metric`).
+/// Emits the timer start inline (entry snippet: `rcx` = row, `rdi` = the
+/// activation's cell; `rax`, `rdx`, `r8` free; the function's words at
+/// `rcx + metric`).
 pub(crate) fn emit_start(
     a: &mut CodeAssembler,
     spec: &TimerSpec,
@@ -263,10 +295,17 @@ pub(crate) fn emit_start(
     let mut started = a.create_label();
     let mut no_cpu = a.create_label();
     a.inc(w(METRIC_NESTING))?;
+    // Every activation, recursive ones too, has its own self time: its
+    // base is taken at each entry (the only clock read a nested entry
+    // makes).
+    read_raw(a, spec, lits)?;
+    a.mov(r8, rax)?;
+    a.sub(rax, m(rcx, spec.self_ticks_row))?;
+    a.mov(m(rdi, crate::exit::CELL_SELF_BASE), rax)?;
     a.cmp(w(METRIC_NESTING), 1)?;
     a.jne(started)?;
+    a.mov(rax, r8)?;
     a.inc(w(METRIC_SEQ))?;
-    read_raw(a, spec, lits)?;
     if spec.timers.wall {
         a.mov(w(METRIC_WALL_START), rax)?;
     }
@@ -301,24 +340,60 @@ fn accumulate(
 }
 
 /// Emits the stop subroutine (see the module docs: `r8` = words, `rcx` =
-/// row; clobbers `rax`, `rdx`, `rdi`, `r9`, flags), its slow paths and its
-/// literals.
+/// row, `rdi` = the activation's cell; clobbers `rax`, `rdx`, `rdi`, `r9`,
+/// flags), its slow paths and its literals.
 pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), IcedError> {
     let mut lits = SlowPaths::new();
     let mut ret = a.create_label();
-    let mut dec = a.create_label();
+    let mut inner = a.create_label();
+    let mut counted = a.create_label();
     let q32 = lits.literal(a, spec.ns_per_tick_q32);
+    let n = m(rcx, spec.self_ticks_row);
     a.cmp(m(r8, METRIC_NESTING), 1)?;
     a.jb(ret)?; // nothing open: never underflow
-    a.ja(dec)?; // an outer activation of the same function is still open
     a.inc(m(r8, METRIC_SEQ))?;
     read_raw(a, spec, &mut lits)?;
-    a.mov(rdi, rax)?;
+    // self = (t - N) - (t0 - N0): the activation's time less the self
+    // times of the timed activations closed since its start (which are
+    // the ones nested in it); one read-modify-write publishes it in N.
+    a.mov(r9, rax)?;
+    a.sub(rax, n)?;
+    a.sub(rax, m(rdi, crate::exit::CELL_SELF_BASE))?;
+    a.add(n, rax)?;
+    // Negative only when a signal handler's timed calls closed inside the
+    // three instructions above: count nothing rather than 2^64 - x.
+    a.test(rax, rax)?;
+    a.jns(counted)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut counted)?;
+    a.mul(qword_ptr(q32))?;
+    a.shrd(rax, rdx, 32)?;
+    a.add(m(r8, METRIC_SELF_TOTAL), rax)?;
+    a.cmp(m(r8, METRIC_NESTING), 1)?;
+    a.ja(inner)?; // an outer activation of the same function is still open
     if spec.timers.wall {
         let mut no_wall = a.create_label();
         a.cmp(m(r8, METRIC_WALL_START), 0)?;
         a.je(no_wall)?;
+        a.mov(rax, r9)?;
         accumulate(a, METRIC_WALL_START, METRIC_WALL_TOTAL, q32)?;
+        // rax = this outermost activation's wall ns.
+        let mut bucket = a.create_label();
+        let mut clamped = a.create_label();
+        a.test(
+            byte_ptr(rdi + i64::from(crate::exit::CELL_FLAGS)),
+            CELL_HISTOGRAM as i32,
+        )?;
+        a.jz(no_wall)?;
+        a.bsr(rdx, rax)?;
+        a.jnz(bucket)?;
+        a.xor(edx, edx)?; // 0 ns: bucket 0 (bsr leaves rdx undefined)
+        a.set_label(&mut bucket)?;
+        a.cmp(edx, (HIST_BUCKETS - 1) as i32)?;
+        a.jbe(clamped)?;
+        a.mov(edx, (HIST_BUCKETS - 1) as u32)?;
+        a.set_label(&mut clamped)?;
+        a.inc(qword_ptr(r8 + rdx * 8 + i64::from(METRIC_HIST)))?;
         a.set_label(&mut no_wall)?;
         a.mov(m(r8, METRIC_WALL_START), 0)?;
     }
@@ -329,14 +404,14 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
         a.mov(rdx, m(rcx, spec.cpu.row_offset))?;
         a.test(rdx, rdx)?;
         a.jz(no_cpu)?;
-        a.mov(rax, rdi)?;
-        read_cpu(a, spec, r9, r9d, &mut lits)?;
+        a.mov(rax, r9)?;
+        read_cpu(a, spec, rdi, edi, &mut lits)?;
         accumulate(a, METRIC_CPU_START, METRIC_CPU_TOTAL, q32)?;
         a.set_label(&mut no_cpu)?;
         a.mov(m(r8, METRIC_CPU_START), 0)?;
     }
+    a.set_label(&mut inner)?;
     a.inc(m(r8, METRIC_SEQ))?;
-    a.set_label(&mut dec)?;
     a.dec(m(r8, METRIC_NESTING))?;
     a.set_label(&mut ret)?;
     a.ret()?;

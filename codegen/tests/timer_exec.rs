@@ -296,8 +296,9 @@ fn recursion_times_the_outermost_activation_once() {
         );
         assert_eq!(depth(), 0);
         assert_eq!(word(m + METRIC_NESTING), 0);
-        // One timer start and stop per outermost call.
-        assert_eq!(101 * word(m + METRIC_SEQ) / 4, counts(m)[0]);
+        // One timer start per outermost call, one stop (which adds the
+        // activation's self time) per activation.
+        assert_eq!(word(m + METRIC_SEQ), counts(m)[0] / 101 * (2 + 2 * 101));
         let _ = round;
     }
 }
@@ -436,9 +437,16 @@ fn longjmp_closes_timers_when_detected() {
         assert!(c <= (u3 - u0) + 200 * US, "cpu {c}");
     }
 
+    // The closed activations' self times: f2's is all its time, f1's its
+    // time less f2's; g's entry (which closed them) has its own.
+    let near = |a: u64, b: u64| assert!(a.abs_diff(b) <= 4, "self {a} vs {b}");
+    near(self_ns(j.m_f2), totals(j.m_f2).0);
+    near(self_ns(j.m_f1), totals(j.m_f1).0 - totals(j.m_f2).0);
+
     // 2. An instrumented caller's exit closes what was left above it, at
     // that moment.
     let (w1_before, _, _) = totals(j.m_f1);
+    let s1_before = self_ns(j.m_f1) + self_ns(j.m_f2);
     let t0 = monotonic_ns();
     assert_eq!(call_jb(j.outer), 2);
     let t1 = monotonic_ns();
@@ -452,6 +460,11 @@ fn longjmp_closes_timers_when_detected() {
     assert!(dw + 200 * US >= THROWER_SPIN && dw <= t1 - t0, "{dw}");
     let (wo, co, _) = totals(j.m_outer);
     assert!(wo <= t1 - t0 && wo >= dw, "outer wall {wo}, f1 {dw}");
+    // The closer kept the thread's self ticks right: outer's self time
+    // excludes f1's inclusive time (f2 in it), exactly.
+    let s1 = self_ns(j.m_f1) + self_ns(j.m_f2) - s1_before;
+    assert!(s1.abs_diff(dw) <= 4, "f1+f2 self {s1}, f1 {dw}");
+    assert!(self_ns(j.m_outer).abs_diff(wo - dw) <= 6, "outer self");
     assert!(
         co + 200 * US >= THROWER_SPIN && cpu_within_wall(co, wo),
         "{co}"
@@ -760,4 +773,205 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
              ns, cpu {worst_cpu} ns"
         );
     });
+}
+
+/// Closed self time of metric `m` on this thread, ns.
+fn self_ns(m: i32) -> u64 {
+    word(m + METRIC_SELF_TOTAL)
+}
+
+/// `f(x)`: calls each of `callees` (with 0), then spins `spin` ns of CPU.
+fn caller(lab: &mut Lab, callees: &[u64], spin: u64) -> (u64, usize) {
+    let callees = callees.to_vec();
+    lab.assemble(move |a, end| {
+        a.push(rbx).unwrap();
+        for c in &callees {
+            a.xor(edi, edi).unwrap();
+            a.mov(rax, *c).unwrap();
+            a.call(rax).unwrap();
+        }
+        a.mov(rdi, spin as i64).unwrap();
+        a.mov(rax, spin_cpu as *const () as u64).unwrap();
+        a.call(rax).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    })
+}
+
+/// Self time is the inclusive time less the inclusive time of the timed
+/// callees, exactly (both come from the same clock readings; each ns
+/// conversion floors, hence a few ns per activation): `outer` calls `mid`
+/// twice and `leaf_b` once, `mid` calls `leaf_a`, and each callee has no
+/// other caller.
+#[test]
+fn self_time_is_inclusive_less_timed_callees() {
+    for timers in [
+        BOTH,
+        Timers {
+            wall: true,
+            cpu: false,
+        },
+    ] {
+        let mut lab = timed_lab(timers, wall(WallPreference::Auto));
+        let leaf_a = caller(&mut lab, &[], 200 * US);
+        let leaf_b = caller(&mut lab, &[], 100 * US);
+        let mid = caller(&mut lab, &[leaf_a.0], 300 * US);
+        let outer = caller(&mut lab, &[mid.0, mid.0, leaf_b.0], 100 * US);
+        let [ma, mb, mm, mo] = [leaf_a, leaf_b, mid, outer].map(|f| lab.hook(f));
+        let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
+        const CALLS: u64 = 3;
+        for _ in 0..CALLS {
+            assert_eq!(fn1(outer.0)(0), (100 * US) as i64);
+        }
+        assert_eq!(depth(), 0);
+        let incl = |m: i32| totals(m).0;
+        let off = |a: u64, b: u64, n: u64| {
+            assert!(a.abs_diff(b) <= n, "self {a} vs {b} ({timers:?})");
+        };
+        off(self_ns(mo), incl(mo) - incl(mm) - incl(mb), 4 * CALLS);
+        off(self_ns(mm), incl(mm) - incl(ma), 4 * 2 * CALLS);
+        off(self_ns(ma), incl(ma), 2 * 2 * CALLS);
+        off(self_ns(mb), incl(mb), 2 * CALLS);
+        // Each self time holds at least the function's own spin (CPU time
+        // cannot exceed wall time).
+        for (m, spin) in [(mo, 100), (mm, 2 * 300), (ma, 2 * 200), (mb, 100)] {
+            assert!(self_ns(m) >= CALLS * spin * US, "{m}: {}", self_ns(m));
+        }
+        // The whole tree's self times add up to the root's inclusive time.
+        let sum = self_ns(mo) + self_ns(mm) + self_ns(ma) + self_ns(mb);
+        off(sum, incl(mo), 4 * 6 * CALLS);
+    }
+}
+
+/// Recursion: every activation has its own self time. `rec(n)` calls
+/// `leaf`, spins, then `rec(n - 1)`: self(rec) = inclusive(rec, the
+/// outermost activation) - inclusive(leaf). Mutual recursion `f(n) ->
+/// g(n - 1) -> f(n - 2)`: the two self times add up to f's inclusive time.
+#[test]
+fn self_time_of_recursive_activations() {
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
+    let leaf = caller(&mut lab, &[], 50 * US);
+    let rec = lab.assemble(|a, end| {
+        let mut start = a.create_label();
+        let mut done = a.create_label();
+        a.set_label(&mut start).unwrap();
+        a.push(rbx).unwrap();
+        a.mov(rbx, rdi).unwrap();
+        a.mov(rax, leaf.0).unwrap();
+        a.call(rax).unwrap();
+        a.mov(rdi, (30 * US) as i64).unwrap();
+        a.mov(rax, spin_cpu as *const () as u64).unwrap();
+        a.call(rax).unwrap();
+        a.test(rbx, rbx).unwrap();
+        a.jz(done).unwrap();
+        a.lea(rdi, qword_ptr(rbx - 1)).unwrap();
+        a.call(start).unwrap();
+        a.set_label(&mut done).unwrap();
+        a.pop(rbx).unwrap();
+        a.ret().unwrap();
+        a.set_label(end).unwrap();
+    });
+    // f and g call each other through a slot each (g does not exist yet
+    // when f is assembled).
+    let slots = lab.alloc(16, 8);
+    let mutual = |lab: &mut Lab, slot: u64, spin: u64| {
+        lab.assemble(move |a, end| {
+            let mut done = a.create_label();
+            a.push(rbx).unwrap();
+            a.mov(rbx, rdi).unwrap();
+            a.mov(rdi, spin as i64).unwrap();
+            a.mov(rax, spin_cpu as *const () as u64).unwrap();
+            a.call(rax).unwrap();
+            a.test(rbx, rbx).unwrap();
+            a.jz(done).unwrap();
+            a.lea(rdi, qword_ptr(rbx - 1)).unwrap();
+            a.mov(rax, slot).unwrap();
+            a.call(qword_ptr(rax)).unwrap();
+            a.set_label(&mut done).unwrap();
+            a.pop(rbx).unwrap();
+            a.ret().unwrap();
+            a.set_label(end).unwrap();
+        })
+    };
+    let f = mutual(&mut lab, slots + 8, 40 * US);
+    let g = mutual(&mut lab, slots, 20 * US);
+    lab.write(slots, &f.0.to_le_bytes());
+    lab.write(slots + 8, &g.0.to_le_bytes());
+    let (ml, mr, mf, mg) = (lab.hook(leaf), lab.hook(rec), lab.hook(f), lab.hook(g));
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
+    for _ in 0..2 {
+        fn1(rec.0)(5);
+        fn1(f.0)(4);
+    }
+    assert_eq!(depth(), 0);
+    assert_eq!(counts(mr)[..2], [12, 12]);
+    let incl = |m: i32| totals(m).0;
+    let (sr, sl, sf, sg) = (self_ns(mr), self_ns(ml), self_ns(mf), self_ns(mg));
+    assert!(sr.abs_diff(incl(mr) - incl(ml)) <= 4 * 24, "rec {sr}");
+    assert!(sl.abs_diff(incl(ml)) <= 2 * 12, "leaf {sl}");
+    assert!(sr >= 12 * 30 * US && sl >= 12 * 50 * US, "{sr} {sl}");
+    // f(4) g(3) f(2) g(1) f(0), twice: f's inclusive time is the
+    // outermost f's; g's self time is inside it.
+    assert!((sf + sg).abs_diff(incl(mf)) <= 4 * 10, "f {sf} g {sg}");
+    assert!(sf >= 6 * 40 * US && sg >= 4 * 20 * US, "f {sf} g {sg}");
+    assert!(incl(mg) < incl(mf));
+}
+
+/// The latency histogram: one bucket (floor(log2(ns))) per outermost
+/// activation, from the same clock readings as the wall total; only for a
+/// function whose layout asks for it (others' words end where they did).
+#[test]
+fn histogram_buckets_outermost_wall_times() {
+    let mut lab = timed_lab(
+        Timers {
+            wall: true,
+            cpu: false,
+        },
+        wall(WallPreference::Auto),
+    );
+    let slow = lab.wrapper(sleep_ns);
+    let hooks = lab.hooks().with_histogram(true);
+    assert_eq!(hooks.metric_len(), TIMER_HIST_METRIC_LEN);
+    let m = lab.hook_as(slow, hooks);
+    let plain = lab.wrapper(sleep_ns);
+    let mp = lab.hook(plain);
+    let _setup = install_auto_row(lab.cells(), None);
+    // Past the plain function's words: must stay untouched.
+    let canary = mp + TIMER_METRIC_LEN;
+    for b in 0..HIST_BUCKETS as i32 {
+        set_word(canary + 8 * b, 0x5a5a);
+    }
+    for _ in 0..5 {
+        fn1(slow.0)(MS as i64);
+    }
+    for _ in 0..20 {
+        fn1(slow.0)((10 * US) as i64);
+        fn1(plain.0)((10 * US) as i64);
+    }
+    let buckets: Vec<u64> = (0..HIST_BUCKETS as i32)
+        .map(|b| word(m + METRIC_HIST + 8 * b))
+        .collect();
+    assert_eq!(buckets.iter().sum::<u64>(), 25, "{buckets:?}");
+    assert_eq!(counts(m)[1], 25);
+    // A sleep lasts at least what it asked: 1 ms >= 2^19 ns, 10 µs >=
+    // 2^13 ns. Upper bounds are generous (timer slack and a loaded
+    // machine's scheduling): most 10 µs sleeps end within 2^19 ns.
+    let range = |lo: usize, hi: usize| buckets[lo..=hi].iter().sum::<u64>();
+    assert!(range(19, HIST_BUCKETS - 1) >= 5, "{buckets:?}");
+    assert_eq!(range(0, 12), 0, "{buckets:?}");
+    assert!(range(13, 18) >= 10, "{buckets:?}");
+    // The wall total is consistent with the buckets' bounds.
+    let total = totals(m).0;
+    let floor: u64 = (0..HIST_BUCKETS)
+        .map(|b| buckets[b] * histogram_floor(b))
+        .sum();
+    assert!(total >= floor, "{total} < {floor}");
+    for b in 0..HIST_BUCKETS as i32 {
+        assert_eq!(word(canary + 8 * b), 0x5a5a);
+    }
+    assert_eq!(histogram_bucket(0), 0);
+    assert_eq!(histogram_bucket(1), 0);
+    assert_eq!(histogram_bucket(1_000_000), 19);
+    assert_eq!(histogram_bucket(u64::MAX), HIST_BUCKETS - 1);
 }

@@ -34,6 +34,10 @@ pub struct Metrics {
     pub wall: bool,
     /// Inclusive CPU time of the outermost activation, per thread.
     pub cpu: bool,
+    /// A latency histogram of the outermost activations' wall time, per
+    /// thread ([`weft_codegen::HIST_BUCKETS`] more words per function and
+    /// thread); only with `wall`.
+    pub histogram: bool,
 }
 
 impl Metrics {
@@ -41,11 +45,13 @@ impl Metrics {
     pub const CALLS: Metrics = Metrics {
         wall: false,
         cpu: false,
+        histogram: false,
     };
     /// Calls, wall time and CPU time.
     pub const ALL: Metrics = Metrics {
         wall: true,
         cpu: true,
+        histogram: false,
     };
 
     /// Parses a comma-separated list of `calls`, `wall`, `cpu` (`calls` is
@@ -91,7 +97,22 @@ impl Metrics {
         Metrics {
             wall: self.wall || other.wall,
             cpu: self.cpu || other.cpu,
+            histogram: self.histogram || other.histogram,
         }
+    }
+
+    /// The same with a latency histogram when `on` and wall time is
+    /// measured (a histogram buckets wall times).
+    pub fn with_histogram(self, on: bool) -> Metrics {
+        Metrics {
+            histogram: on && self.wall,
+            ..self
+        }
+    }
+
+    /// Whether the probe keeps a latency histogram.
+    pub fn keeps_histogram(&self) -> bool {
+        self.histogram && self.wall
     }
 
     /// Names, in report order.
@@ -293,6 +314,7 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
                 ..CpuClockLayout::WEFT_RT
             },
             ns_per_tick_q32: header.timer_ns_per_tick_q32,
+            self_ticks_row: weft_rt::layout::ROW_SELF_TICKS as i32,
         })
         .map_err(internal)
 }
@@ -370,7 +392,8 @@ mod tests {
             Metrics::parse("wall").unwrap(),
             Metrics {
                 wall: true,
-                cpu: false
+                cpu: false,
+                histogram: false
             }
         );
         assert!(Metrics::parse("calls,walltime")

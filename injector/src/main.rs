@@ -53,10 +53,56 @@ struct Measure {
         value_parser = parse_metrics
     )]
     metrics: weft::Metrics,
+    /// Latency histograms of each timed function's outermost calls (log2
+    /// buckets of their wall time, per thread; 320 bytes per function and
+    /// thread, a few ns per call): `on` (`--histogram`) with `-m wall`,
+    /// `auto` with `-m wall` for up to 16 functions, `off` (the default)
+    /// never.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHEN",
+        default_value = "off",
+        num_args = 0..=1,
+        default_missing_value = "on"
+    )]
+    histogram: HistogramMode,
+}
+
+/// When latency histograms are kept (`--histogram`).
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum HistogramMode {
+    /// With wall time, for up to `HISTOGRAM_AUTO_MAX` functions.
+    Auto,
+    /// With wall time, always.
+    On,
+    /// Never.
+    Off,
+}
+
+/// `--histogram=auto` keeps histograms up to this many functions: 16 ×
+/// 320 bytes = 5 KiB per thread (docs/report-format.md).
+const HISTOGRAM_AUTO_MAX: usize = 16;
+
+impl Measure {
+    /// The metrics for `functions` functions (whether they keep a
+    /// histogram depends on how many there are).
+    fn metrics_for(&self, functions: usize) -> weft::Metrics {
+        let keep = match self.histogram {
+            HistogramMode::Auto => functions <= HISTOGRAM_AUTO_MAX,
+            HistogramMode::On => true,
+            HistogramMode::Off => false,
+        };
+        self.metrics.with_histogram(keep)
+    }
 }
 
 fn parse_metrics(text: &str) -> Result<weft::Metrics, String> {
     weft::Metrics::parse(text)
+}
+
+fn parse_sort(text: &str) -> Result<weft::report::SortKey, String> {
+    weft::report::SortKey::parse(text)
 }
 
 #[derive(clap::Args, Debug)]
@@ -67,6 +113,33 @@ struct Output {
     /// Write the report to FILE instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Table: show the first N functions (and threads) of the long table,
+    /// one row per function (0: all; default 50). More than 4 functions
+    /// always get the long table.
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Table: order of the long table's rows: calls, wall, cpu, self or
+    /// name (default: wall time, else cpu time, else calls).
+    #[arg(long, value_name = "KEY", value_parser = parse_sort)]
+    sort: Option<weft::report::SortKey>,
+    /// Table: each thread's own function rows after the functions.
+    #[arg(long)]
+    by_thread: bool,
+    /// Table: show the latency histogram of FUNCTION (repeatable; default:
+    /// the first 3 rows that keep one).
+    #[arg(long = "histogram-of", value_name = "FUNCTION")]
+    histogram_of: Vec<String>,
+}
+
+impl Output {
+    fn table(&self) -> weft::report::TableOptions {
+        weft::report::TableOptions {
+            top: self.top,
+            sort: self.sort,
+            by_thread: self.by_thread,
+            histograms: self.histogram_of.clone(),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -322,7 +395,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             measure,
             output,
             command,
-        } => run_program(&functions, measure.metrics, &output, &command),
+        } => run_program(&functions, &measure, &output, &command),
         Command::Diagnose {
             pid,
             duration,
@@ -376,7 +449,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                 interval,
                 later,
             },
-            measure.metrics,
+            &measure,
             &output,
             boost,
         ),
@@ -410,6 +483,7 @@ fn patterns(specs: &[String]) -> Result<Vec<Pattern>> {
 /// after the other.
 struct Sink {
     format: Format,
+    table: weft::report::TableOptions,
     file: Option<(PathBuf, std::fs::File)>,
 }
 
@@ -432,6 +506,7 @@ impl Sink {
         };
         Ok(Sink {
             format: output.format,
+            table: output.table(),
             file,
         })
     }
@@ -442,7 +517,7 @@ impl Sink {
         let text = match self.format {
             Format::Json => report.to_json() + "\n",
             Format::Jsonl => jsonl_line(report, last)? + "\n",
-            Format::Table => report.to_table(),
+            Format::Table => report.to_table_with(&self.table),
         };
         match &mut self.file {
             Some((path, file)) => file
@@ -554,7 +629,7 @@ fn seconds(name: &str, value: Option<&str>, positive: bool) -> Result<Option<std
 
 fn run_program(
     functions: &[String],
-    metrics: weft::Metrics,
+    measure: &Measure,
     output: &Output,
     command: &[String],
 ) -> Result<ExitCode> {
@@ -562,6 +637,7 @@ fn run_program(
     let (program, args) = command.split_first().context("no program given after --")?;
     let mut process = Process::launch(program, args)?;
     let found = process.find_functions(&patterns)?;
+    let metrics = measure.metrics_for(found.len());
     // Its first hold is the stop at its entry: dropped on an error, it
     // kills the program before main.
     let mut held = process.hold()?;
@@ -593,7 +669,7 @@ fn attach(
     pid: i32,
     functions: &[String],
     live: Live,
-    metrics: weft::Metrics,
+    measure: &Measure,
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
@@ -623,6 +699,7 @@ fn attach(
     } else {
         (process.find_functions(&patterns)?, Vec::new())
     };
+    let metrics = measure.metrics_for(found.len());
     let mut watcher = (!pending.is_empty()).then(|| {
         let mut w = weft::events::Watcher::new(&process);
         w.defer(pending.clone(), metrics);

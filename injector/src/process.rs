@@ -375,7 +375,9 @@ impl ProbeSpec {
     /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
     /// (timers).
     fn words(&self) -> u32 {
-        if self.metrics.hooks_exit() {
+        if self.metrics.keeps_histogram() {
+            (weft_codegen::TIMER_HIST_METRIC_LEN / 8) as u32
+        } else if self.metrics.hooks_exit() {
             (weft_codegen::TIMER_METRIC_LEN / 8) as u32
         } else if self.on_exit.is_some() {
             (weft_codegen::METRIC_LEN / 8) as u32
@@ -879,9 +881,12 @@ impl Process {
         let flags = control
             .exit_flags
             .load(std::sync::atomic::Ordering::Acquire);
+        // The exit code serves histograms whenever it times wall time.
+        let metrics = metrics.with_histogram(false);
         let installed = (flags & EXITS_INSTALLED != 0).then_some(Metrics {
             wall: flags & EXITS_WALL != 0,
             cpu: flags & EXITS_CPU != 0,
+            histogram: false,
         });
         if let Some(have) = installed.filter(|have| have.union(metrics) == *have) {
             let code = control.exit_code.load(std::sync::atomic::Ordering::Acquire);
@@ -982,9 +987,10 @@ impl Process {
                 let metric = i32::from_le_bytes(fields[..4].try_into().expect("4 bytes"));
                 if bases.contains(&metric) {
                     // Its words go to the sink, and its exit calls no user
-                    // probe: the record may serve another function by then.
+                    // probe (the record may serve another function by then)
+                    // and counts no histogram (the sink has none).
                     let flags = u32::from_le_bytes(fields[4..].try_into().expect("4 bytes"))
-                        & !weft_codegen::CELL_PROBE;
+                        & !(weft_codegen::CELL_PROBE | weft_codegen::CELL_HISTOGRAM);
                     fields[..4].copy_from_slice(&sink.to_le_bytes());
                     fields[4..].copy_from_slice(&flags.to_le_bytes());
                     tracer.memory().write(at, &fields)?;
@@ -1270,8 +1276,10 @@ impl Process {
                     // Without timers when only a user probe hooks the exit
                     // (4 words, not 10); marked for the exit probe.
                     hooks: match request.on_exit {
-                        Some(_) => hooks.probing_exits(request.metrics.hooks_exit()),
-                        None => hooks,
+                        Some(_) => hooks
+                            .with_histogram(request.metrics.keeps_histogram())
+                            .probing_exits(request.metrics.hooks_exit()),
+                        None => hooks.with_histogram(request.metrics.keeps_histogram()),
                     },
                 },
                 _ => Snippet::CountCall { offset },
@@ -2081,7 +2089,9 @@ impl Process {
             });
         let measures_only = request.on_entry.is_none() && request.on_exit.is_none();
         let theirs = other.metrics();
-        let covered = theirs.union(request.metrics) == theirs;
+        // A histogram is not a reason to refuse: the share has one when
+        // theirs does (`borrow`).
+        let covered = theirs.union(request.metrics.with_histogram(false)) == theirs;
         if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
             return Ok(index);
         }
@@ -2243,6 +2253,10 @@ impl Process {
         let mut probe = foreign_probe(index, &entry);
         probe.id = ProbeId(self.probes.len() as u32);
         probe.function = f.clone();
+        // Its words have a histogram only if its owner asked for one.
+        let metrics = metrics.with_histogram(
+            metrics.histogram && entry.metrics & weft_rt::layout::METRIC_HISTOGRAM != 0,
+        );
         // Measured as asked: a share covers at most what its owner measures.
         probe.kind = ProbeKind::Measure {
             metrics,
@@ -2259,13 +2273,20 @@ impl Process {
                 weft_codegen::METRIC_UNHOOKED,
                 weft_codegen::METRIC_WALL_TOTAL,
                 weft_codegen::METRIC_CPU_TOTAL,
+                weft_codegen::METRIC_SELF_TOTAL,
             ]
         } else {
             &[0]
         };
+        // The histogram's buckets add up too.
+        let buckets = (0..weft_codegen::HIST_BUCKETS as i32)
+            .map(|b| weft_codegen::METRIC_HIST + 8 * b)
+            .filter(|_| entry.words > 1);
         let words: Vec<u32> = offsets
             .iter()
-            .map(|&o| entry.first_word + (o / 8) as u32)
+            .copied()
+            .chain(buckets)
+            .map(|o| entry.first_word + (o / 8) as u32)
             .filter(|&w| w < entry.first_word + entry.words)
             .collect();
         let used = crate::ledger::words_used(&rt.region);
@@ -3303,6 +3324,7 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
                 metrics: Metrics {
                     wall: e.metrics & weft_rt::layout::METRIC_WALL != 0,
                     cpu: e.metrics & weft_rt::layout::METRIC_CPU != 0,
+                    histogram: e.metrics & weft_rt::layout::METRIC_HISTOGRAM != 0,
                 },
                 words: Words::fresh(e.first_word, e.words),
                 record: crate::ledger::record_of(e),
@@ -3337,7 +3359,12 @@ fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
             l::KIND_PRIVATE
         },
         metrics: if metrics.wall { l::METRIC_WALL } else { 0 }
-            | if metrics.cpu { l::METRIC_CPU } else { 0 },
+            | if metrics.cpu { l::METRIC_CPU } else { 0 }
+            | if metrics.keeps_histogram() {
+                l::METRIC_HISTOGRAM
+            } else {
+                0
+            },
         first_word: words.first,
         words: words.len,
         record: probe.record().unwrap_or(l::NO_RECORD),

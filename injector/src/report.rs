@@ -29,6 +29,87 @@ pub struct FunctionReport {
     /// CPU time summed over all threads, ns; when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ns: Option<u64>,
+    /// Self (exclusive) wall time summed over all threads, ns: time in the
+    /// function less time in the timed functions it called (at any depth);
+    /// every activation counts, recursive ones included. When wall time
+    /// is measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_ns: Option<u64>,
+    /// `wall_ns / calls`, rounded (when wall time is measured and there
+    /// were calls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_ns_per_call: Option<u64>,
+    /// `self_ns / calls`, rounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_ns_per_call: Option<u64>,
+    /// `cpu_ns / calls`, rounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ns_per_call: Option<u64>,
+    /// Threads that called it.
+    pub threads: u32,
+    /// Latency histogram of the outermost activations' wall time, summed
+    /// over all threads; when kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<Histogram>,
+}
+
+/// Counts of activations per log2 bucket of their inclusive wall time:
+/// `counts[b]` activations took `ns` with `floor(log2(ns)) == b` (bucket 0
+/// holds 0 and 1 ns, the last bucket everything longer). Serialised as
+/// the non-empty buckets, `[{"from_ns": 8192, "to_ns": 16384, "count":
+/// 20}, …]` (no `to_ns` for the last bucket).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Histogram {
+    /// One count per bucket ([`weft_codegen::HIST_BUCKETS`]).
+    pub counts: Vec<u64>,
+}
+
+impl Histogram {
+    fn empty() -> Histogram {
+        Histogram {
+            counts: vec![0; weft_codegen::HIST_BUCKETS],
+        }
+    }
+
+    fn add(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+    }
+
+    /// Activations counted.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// `[from, to)` of bucket `b` in ns (`to` None for the last bucket).
+    pub fn bounds(b: usize) -> (u64, Option<u64>) {
+        let to = (b + 1 < weft_codegen::HIST_BUCKETS).then(|| 1u64 << (b + 1));
+        (weft_codegen::histogram_floor(b), to)
+    }
+}
+
+impl Serialize for Histogram {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        #[derive(Serialize)]
+        struct Bucket {
+            from_ns: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            to_ns: Option<u64>,
+            count: u64,
+        }
+        let mut seq = s.serialize_seq(None)?;
+        for (b, &count) in self.counts.iter().enumerate().filter(|(_, &c)| c > 0) {
+            let (from_ns, to_ns) = Histogram::bounds(b);
+            seq.serialize_element(&Bucket {
+                from_ns,
+                to_ns,
+                count,
+            })?;
+        }
+        seq.end()
+    }
 }
 
 /// Per-function figures of one thread.
@@ -44,6 +125,13 @@ pub struct Counts {
     /// when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ns: Option<u64>,
+    /// Self wall time of its closed activations, ns; when wall time is
+    /// measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_ns: Option<u64>,
+    /// Latency histogram of its closed outermost activations; when kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<Histogram>,
     /// Activations that returned through the exit hook; when hooked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exits: Option<u64>,
@@ -189,19 +277,31 @@ impl Report {
                 calls: 0,
                 wall_ns: None,
                 cpu_ns: None,
+                self_ns: None,
+                wall_ns_per_call: None,
+                self_ns_per_call: None,
+                cpu_ns_per_call: None,
+                threads: 0,
+                histogram: None,
             })
             .collect();
         for (p, &e) in probes.iter().zip(&entry_of) {
             let f = &mut functions[e];
             if p.metrics.wall {
                 f.wall_ns.get_or_insert(0);
+                f.self_ns.get_or_insert(0);
+            }
+            if p.metrics.keeps_histogram() {
+                f.histogram.get_or_insert_with(Histogram::empty);
             }
             if p.metrics.cpu {
                 f.cpu_ns.get_or_insert(0);
             }
         }
         let mut threads = Vec::new();
+        let mut called = vec![false; functions.len()];
         for row in rows {
+            called.iter_mut().for_each(|c| *c = false);
             let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
             for (probe, &i) in probes.iter().zip(&entry_of) {
                 let word = |k: usize| {
@@ -213,6 +313,10 @@ impl Report {
                 let calls = word(0);
                 if calls == 0 {
                     continue;
+                }
+                if !called[i] {
+                    called[i] = true;
+                    functions[i].threads += 1;
                 }
                 let mut c = Counts {
                     calls,
@@ -228,6 +332,22 @@ impl Report {
                     let w = word(timer_word(weft_codegen::METRIC_WALL_TOTAL));
                     c.wall_ns = Some(w);
                     *functions[i].wall_ns.get_or_insert(0) += w;
+                    let own = word(timer_word(weft_codegen::METRIC_SELF_TOTAL));
+                    c.self_ns = Some(own);
+                    *functions[i].self_ns.get_or_insert(0) += own;
+                }
+                if probe.metrics.keeps_histogram() {
+                    let first = timer_word(weft_codegen::METRIC_HIST);
+                    let h = Histogram {
+                        counts: (0..weft_codegen::HIST_BUCKETS)
+                            .map(|b| word(first + b))
+                            .collect(),
+                    };
+                    functions[i]
+                        .histogram
+                        .get_or_insert_with(Histogram::empty)
+                        .add(&h);
+                    c.histogram = Some(h);
                 }
                 if probe.metrics.cpu {
                     let w = word(timer_word(weft_codegen::METRIC_CPU_TOTAL));
@@ -245,7 +365,12 @@ impl Report {
                 merged.unhooked = add(merged.unhooked, c.unhooked);
                 merged.wall_ns = add(merged.wall_ns, c.wall_ns);
                 merged.cpu_ns = add(merged.cpu_ns, c.cpu_ns);
+                merged.self_ns = add(merged.self_ns, c.self_ns);
+                if let Some(h) = &c.histogram {
+                    merged.histogram.get_or_insert_with(Histogram::empty).add(h);
+                }
             }
+
             if counts.is_empty() {
                 continue;
             }
@@ -264,6 +389,16 @@ impl Report {
                 exited: exited && !overflow,
                 functions: counts,
             });
+        }
+        for f in &mut functions {
+            let per_call = |total: Option<u64>| {
+                total.filter(|_| f.calls > 0).map(|t| {
+                    ((u128::from(t) + u128::from(f.calls) / 2) / u128::from(f.calls)) as u64
+                })
+            };
+            f.wall_ns_per_call = per_call(f.wall_ns);
+            f.self_ns_per_call = per_call(f.self_ns);
+            f.cpu_ns_per_call = per_call(f.cpu_ns);
         }
         let metrics = probes
             .iter()
@@ -286,8 +421,19 @@ impl Report {
         serde_json::to_string(self).expect("a report always serialises")
     }
 
-    /// The report as a table for people.
+    /// The report as a table for people, with the default
+    /// [`TableOptions`].
     pub fn to_table(&self) -> String {
+        self.to_table_with(&TableOptions::default())
+    }
+
+    /// The report as a table for people: with at most
+    /// [`COMPACT_MAX_FUNCTIONS`] functions (and no option that asks for
+    /// the long form) one row per thread and columns per function, when
+    /// that fits [`TABLE_WIDTH`] columns; otherwise the long form, one row
+    /// per function (see `docs/report-format.md`). Latency histograms of
+    /// the first few functions that keep one follow.
+    pub fn to_table_with(&self, options: &TableOptions) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -297,6 +443,53 @@ impl Report {
             self.functions.len(),
             self.threads.len()
         );
+        let wants_long = options.by_thread || options.top.is_some() || options.sort.is_some();
+        let compact = (self.functions.len() <= COMPACT_MAX_FUNCTIONS && !wants_long)
+            .then(|| self.compact_table())
+            .filter(|t| t.lines().all(|l| l.chars().count() <= TABLE_WIDTH));
+        let shown = match compact {
+            Some(table) => {
+                out.push_str(&table);
+                self.sorted(
+                    &self.functions.iter().collect::<Vec<_>>(),
+                    options.sort_key(self),
+                )
+            }
+            None => self.long_table(options, &mut out),
+        };
+        self.histograms(options, &shown, &mut out);
+        if let Some(clocks) = &self.clocks {
+            // Only the clocks of the metrics asked (`-m wall` has no CPU
+            // clock to speak of), each on its line: a clock's description
+            // is long.
+            let mut line = "times: inclusive, outermost activation per thread".to_string();
+            if self.metrics.contains(&"wall") {
+                line.push_str("; self: less the timed functions it called");
+            }
+            let _ = writeln!(out, "{line}");
+            if let Some(wall) = &clocks.wall {
+                let line = format!("wall clock: {wall}");
+                let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
+            }
+            if let Some(cpu) = &clocks.cpu {
+                let line = format!("cpu clock: {cpu}");
+                let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
+            }
+        }
+        if self.overflow_threads > 0 {
+            let _ = writeln!(
+                out,
+                "note: {} thread(s) found the runtime's thread table full; their calls are summed in tid 0 (overflow)",
+                self.overflow_threads
+            );
+        }
+        out
+    }
+
+    /// One row per thread, columns per function (the form for a few
+    /// functions).
+    fn compact_table(&self) -> String {
+        let mut out = String::new();
         let mut table: Vec<Vec<String>> = Vec::new();
         let mut header = vec!["TID".to_string(), "THREAD".to_string()];
         for f in &self.functions {
@@ -308,26 +501,25 @@ impl Report {
             if f.wall_ns.is_some() {
                 header.push("wall".into());
             }
+            if f.self_ns.is_some() {
+                header.push("self".into());
+            }
             if f.cpu_ns.is_some() {
                 header.push("cpu".into());
             }
         }
         table.push(header);
         for t in &self.threads {
-            let mut row = vec![
-                t.tid.to_string(),
-                if t.exited {
-                    format!("{} (exited)", t.name)
-                } else {
-                    t.name.clone()
-                },
-            ];
+            let mut row = vec![t.tid.to_string(), thread_label(t)];
             for f in &self.functions {
                 let c = t.functions.get(&f.name);
                 row.push(c.map_or("-".to_string(), |c| group_digits(c.calls)));
                 let time = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
                 if f.wall_ns.is_some() {
                     row.push(time(c.and_then(|c| c.wall_ns)));
+                }
+                if f.self_ns.is_some() {
+                    row.push(time(c.and_then(|c| c.self_ns)));
                 }
                 if f.cpu_ns.is_some() {
                     row.push(time(c.and_then(|c| c.cpu_ns)));
@@ -339,30 +531,272 @@ impl Report {
         for f in &self.functions {
             total.push(group_digits(f.calls));
             total.extend(f.wall_ns.map(human_ns));
+            total.extend(f.self_ns.map(human_ns));
             total.extend(f.cpu_ns.map(human_ns));
         }
         table.push(total);
-        render(&table, &mut out);
-        if let Some(clocks) = &self.clocks {
-            // Only the clocks of the metrics asked (`-m wall` has no CPU
-            // clock to speak of).
-            let mut line = "times: inclusive, outermost activation per thread".to_string();
-            if let Some(wall) = &clocks.wall {
-                let _ = write!(line, "; wall clock: {wall}");
+        render(&table, 2, &mut out);
+        out
+    }
+
+    /// `functions` in the order of `key`: times and calls descending,
+    /// names ascending; ties by name.
+    fn sorted<'a>(
+        &self,
+        functions: &[&'a FunctionReport],
+        key: SortKey,
+    ) -> Vec<&'a FunctionReport> {
+        let mut v = functions.to_vec();
+        let value = |f: &FunctionReport| match key {
+            SortKey::Calls => f.calls,
+            SortKey::Wall => f.wall_ns.unwrap_or(0),
+            SortKey::Cpu => f.cpu_ns.unwrap_or(0),
+            SortKey::SelfTime => f.self_ns.unwrap_or(0),
+            SortKey::Name => 0,
+        };
+        v.sort_by(|a, b| value(b).cmp(&value(a)).then_with(|| a.name.cmp(&b.name)));
+        v
+    }
+
+    /// The long form: one row per function, the threads after (a summary
+    /// line each, or with `by_thread` each thread's own function rows).
+    /// Returns the function rows shown, in order.
+    fn long_table<'a>(
+        &'a self,
+        options: &TableOptions,
+        out: &mut String,
+    ) -> Vec<&'a FunctionReport> {
+        let key = options.sort_key(self);
+        let top = options.top.unwrap_or(DEFAULT_TOP);
+        let all = self.sorted(&self.functions.iter().collect::<Vec<_>>(), key);
+        let shown: Vec<&FunctionReport> = limit(&all, top).to_vec();
+        let columns = Columns::of(self);
+        let rows: Vec<Row> = shown
+            .iter()
+            .map(|f| Row::of(f, f.calls, f.wall_ns, f.self_ns, f.cpu_ns, Some(f.threads)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "functions by {}{}:",
+            key.name(),
+            if shown.len() < all.len() {
+                format!(", top {} of {}", shown.len(), all.len())
+            } else {
+                String::new()
             }
-            if let Some(cpu) = &clocks.cpu {
-                let _ = write!(line, "; cpu clock: {cpu}");
+        );
+        columns.render(&rows, true, out);
+        left_out(&all[shown.len()..], out);
+        if options.by_thread {
+            for t in &self.threads {
+                let _ = writeln!(out);
+                let _ = writeln!(out, "thread {} {}:", t.tid, thread_label(t));
+                let mine: Vec<&FunctionReport> = self
+                    .functions
+                    .iter()
+                    .filter(|f| t.functions.contains_key(&f.name))
+                    .collect();
+                let value = |f: &FunctionReport| {
+                    let c = &t.functions[&f.name];
+                    match key {
+                        SortKey::Calls => c.calls,
+                        SortKey::Wall => c.wall_ns.unwrap_or(0),
+                        SortKey::Cpu => c.cpu_ns.unwrap_or(0),
+                        SortKey::SelfTime => c.self_ns.unwrap_or(0),
+                        SortKey::Name => 0,
+                    }
+                };
+                let mut mine = mine;
+                mine.sort_by(|a, b| value(b).cmp(&value(a)).then_with(|| a.name.cmp(&b.name)));
+                let kept = limit(&mine, top);
+                let rows: Vec<Row> = kept
+                    .iter()
+                    .map(|f| {
+                        let c = &t.functions[&f.name];
+                        Row::of(f, c.calls, c.wall_ns, c.self_ns, c.cpu_ns, None)
+                    })
+                    .collect();
+                columns.render(&rows, false, out);
+                if kept.len() < mine.len() {
+                    let _ = writeln!(
+                        out,
+                        "… {} more function(s) of this thread not shown (--top 0 shows all)",
+                        mine.len() - kept.len()
+                    );
+                }
             }
-            let _ = writeln!(out, "{line}");
+        } else {
+            self.thread_summary(key, top, out);
         }
-        if self.overflow_threads > 0 {
+        shown
+    }
+
+    /// One line per thread: its calls, the functions it called and its
+    /// first function by `key`.
+    fn thread_summary(&self, key: SortKey, top: usize, out: &mut String) {
+        let mut threads: Vec<&ThreadReport> = self.threads.iter().collect();
+        let calls = |t: &ThreadReport| t.functions.values().map(|c| c.calls).sum::<u64>();
+        threads.sort_by(|a, b| calls(b).cmp(&calls(a)).then(a.tid.cmp(&b.tid)));
+        let kept = limit(&threads, top);
+        let _ = writeln!(
+            out,
+            "\nthreads by calls{} (--by-thread: each thread's functions):",
+            if kept.len() < threads.len() {
+                format!(", top {} of {}", kept.len(), threads.len())
+            } else {
+                String::new()
+            }
+        );
+        let mut table = vec![vec![
+            "TID".to_string(),
+            "THREAD".to_string(),
+            "CALLS".to_string(),
+            "FUNCTIONS".to_string(),
+            format!("FIRST BY {}", key.name().to_uppercase()),
+        ]];
+        for t in kept {
+            let first = self
+                .sorted(
+                    &self
+                        .functions
+                        .iter()
+                        .filter(|f| t.functions.contains_key(&f.name))
+                        .collect::<Vec<_>>(),
+                    key,
+                )
+                .first()
+                .map(|f| f.name.clone())
+                .unwrap_or_default();
+            table.push(vec![
+                t.tid.to_string(),
+                thread_label(t),
+                group_digits(calls(t)),
+                t.functions.len().to_string(),
+                first,
+            ]);
+        }
+        // Fit the width: the thread name and the function name give way.
+        let fixed: usize = [0usize, 2, 3]
+            .iter()
+            .map(|&c| {
+                table
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+                    + 2
+            })
+            .sum();
+        let room = TABLE_WIDTH.saturating_sub(fixed);
+        let name_w = (room / 3).clamp(8, 24);
+        let first_w = room.saturating_sub(name_w + 2).max(12);
+        for row in table.iter_mut().skip(1) {
+            row[1] = ellipsize(&row[1], name_w);
+            row[4] = ellipsize(&row[4], first_w);
+        }
+        let mut text = String::new();
+        render_aligned(&table, &[false, false, true, true, false], &mut text);
+        out.push_str(&text);
+        if kept.len() < threads.len() {
             let _ = writeln!(
                 out,
-                "note: {} thread(s) found the runtime's thread table full; their calls are summed in tid 0 (overflow)",
-                self.overflow_threads
+                "… {} more thread(s) not shown (--top 0 shows all)",
+                threads.len() - kept.len()
             );
         }
-        out
+    }
+
+    /// The latency histograms: of the functions `options` names, else of
+    /// the first [`HISTOGRAMS_SHOWN`] of `shown` that keep one.
+    fn histograms(&self, options: &TableOptions, shown: &[&FunctionReport], out: &mut String) {
+        let chosen: Vec<&FunctionReport> = if options.histograms.is_empty() {
+            shown
+                .iter()
+                .copied()
+                .filter(|f| f.histogram.as_ref().is_some_and(|h| h.total() > 0))
+                .take(HISTOGRAMS_SHOWN)
+                .collect()
+        } else {
+            self.functions
+                .iter()
+                .filter(|f| options.histograms.iter().any(|n| n == &f.name))
+                .collect()
+        };
+        for f in chosen {
+            let _ = writeln!(out);
+            match &f.histogram {
+                Some(h) => histogram_text(&f.name, h, out),
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "no latency histogram of {} (kept with -m wall and --histogram)",
+                        f.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A thread's name for the table, `(exited)` when it has.
+fn thread_label(t: &ThreadReport) -> String {
+    if t.exited {
+        format!("{} (exited)", t.name)
+    } else {
+        t.name.clone()
+    }
+}
+
+/// The first `top` (0: all).
+fn limit<T>(v: &[T], top: usize) -> &[T] {
+    if top == 0 {
+        v
+    } else {
+        &v[..top.min(v.len())]
+    }
+}
+
+/// The line saying what the long table left out.
+fn left_out(rest: &[&FunctionReport], out: &mut String) {
+    if rest.is_empty() {
+        return;
+    }
+    let calls: u64 = rest.iter().map(|f| f.calls).sum();
+    let wall: Option<u64> = rest.iter().map(|f| f.wall_ns).sum();
+    let _ = writeln!(
+        out,
+        "… {} more function(s) not shown: {} calls{} (--top N, --top 0 shows all)",
+        rest.len(),
+        group_digits(calls),
+        wall.map_or(String::new(), |w| format!(", {} wall", human_ns(w)))
+    );
+}
+
+/// A histogram as text: one line per bucket from the first to the last
+/// non-empty one, with a bar.
+fn histogram_text(name: &str, h: &Histogram, out: &mut String) {
+    let total = h.total();
+    let head = format!(
+        "latency of {}: {} call(s) (outermost, wall time, all threads)",
+        ellipsize(name, 48),
+        group_digits(total)
+    );
+    let _ = writeln!(out, "{}", ellipsize(&head, TABLE_WIDTH));
+    let used: Vec<usize> = (0..h.counts.len()).filter(|&b| h.counts[b] > 0).collect();
+    let (Some(&lo), Some(&hi)) = (used.first(), used.last()) else {
+        return;
+    };
+    let max = h.counts.iter().copied().max().unwrap_or(1).max(1);
+    for b in lo..=hi {
+        let (from, to) = Histogram::bounds(b);
+        let range = match to {
+            Some(to) => format!("[{:>9}, {:>9})", human_ns(from), human_ns(to)),
+            None => format!("[{:>9},       ...)", human_ns(from)),
+        };
+        let count = h.counts[b];
+        let bar = "#".repeat(((count * HISTOGRAM_BAR as u64).div_ceil(max)) as usize);
+        let line = format!("  {range}  {:>13}  {bar}", group_digits(count));
+        let _ = writeln!(out, "{}", line.trim_end());
     }
 }
 
@@ -418,7 +852,16 @@ pub fn group_digits(n: u64) -> String {
     out
 }
 
-fn render(table: &[Vec<String>], out: &mut String) {
+/// Renders `table` with the first `left` columns left-aligned, the others
+/// (numbers) right-aligned.
+fn render(table: &[Vec<String>], left: usize, out: &mut String) {
+    let columns = table.iter().map(Vec::len).max().unwrap_or(0);
+    let align: Vec<bool> = (0..columns).map(|c| c >= left).collect();
+    render_aligned(table, &align, out);
+}
+
+/// Renders `table`, column `c` right-aligned when `right[c]`.
+fn render_aligned(table: &[Vec<String>], right: &[bool], out: &mut String) {
     let columns = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -433,14 +876,252 @@ fn render(table: &[Vec<String>], out: &mut String) {
     for row in table {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
-            // Numbers right-aligned, the first two (tid, name) left-aligned.
-            if c < 2 {
-                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
-            } else {
+            if right.get(c).copied().unwrap_or(true) {
                 let _ = write!(line, "{cell:>w$}  ", w = widths[c]);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
             }
         }
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// Width the long table (and the compact one, to be chosen) fits in.
+pub const TABLE_WIDTH: usize = 120;
+/// The compact table (columns per function) is used up to this many
+/// functions, when it fits [`TABLE_WIDTH`].
+pub const COMPACT_MAX_FUNCTIONS: usize = 4;
+/// Function rows (and thread rows) the long table shows without `--top`.
+pub const DEFAULT_TOP: usize = 50;
+/// Histograms the table shows without `--histogram-of`.
+pub const HISTOGRAMS_SHOWN: usize = 3;
+/// Characters of the longest histogram bar.
+const HISTOGRAM_BAR: usize = 40;
+
+/// How the table is laid out (the JSON report is always complete).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Rows of the long table (functions, and threads); `Some(0)`: all;
+    /// None: [`DEFAULT_TOP`]. Asks for the long form.
+    pub top: Option<usize>,
+    /// Row order; None: wall time, else CPU time, else calls. Asks for the
+    /// long form.
+    pub sort: Option<SortKey>,
+    /// Each thread's own function rows after the functions.
+    pub by_thread: bool,
+    /// Functions whose latency histogram to show (empty: the first
+    /// [`HISTOGRAMS_SHOWN`] rows that have one).
+    pub histograms: Vec<String>,
+}
+
+impl TableOptions {
+    fn sort_key(&self, report: &Report) -> SortKey {
+        self.sort.unwrap_or(if report.metrics.contains(&"wall") {
+            SortKey::Wall
+        } else if report.metrics.contains(&"cpu") {
+            SortKey::Cpu
+        } else {
+            SortKey::Calls
+        })
+    }
+}
+
+/// The order of the long table's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// Calls, most first.
+    Calls,
+    /// Inclusive wall time, most first.
+    Wall,
+    /// Inclusive CPU time, most first.
+    Cpu,
+    /// Self wall time, most first.
+    SelfTime,
+    /// Function name, A to Z.
+    Name,
+}
+
+impl SortKey {
+    /// Parses `calls`, `wall`, `cpu`, `self` or `name`.
+    pub fn parse(text: &str) -> Result<SortKey, String> {
+        Ok(match text {
+            "calls" => SortKey::Calls,
+            "wall" => SortKey::Wall,
+            "cpu" => SortKey::Cpu,
+            "self" => SortKey::SelfTime,
+            "name" => SortKey::Name,
+            other => {
+                return Err(format!(
+                    "unknown sort key `{other}`: choose from calls, wall, cpu, self, name"
+                ))
+            }
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SortKey::Calls => "calls",
+            SortKey::Wall => "wall time",
+            SortKey::Cpu => "cpu time",
+            SortKey::SelfTime => "self time",
+            SortKey::Name => "name",
+        }
+    }
+}
+
+/// `s` in at most `width` characters: cut in the middle with `…` (the
+/// start and the end of a long C++ or Rust name say the most).
+pub fn ellipsize(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_string();
+    }
+    if width <= 1 {
+        return "…".chars().take(width).collect();
+    }
+    let keep = width - 1;
+    let tail = keep / 3;
+    let head = keep - tail;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// The long table's columns: which are shown and how wide the names are.
+struct Columns {
+    wall: bool,
+    self_time: bool,
+    cpu: bool,
+}
+
+/// One row of the long table, as text.
+struct Row {
+    name: String,
+    module: String,
+    numbers: Vec<String>,
+}
+
+impl Row {
+    fn of(
+        f: &FunctionReport,
+        calls: u64,
+        wall: Option<u64>,
+        own: Option<u64>,
+        cpu: Option<u64>,
+        threads: Option<u32>,
+    ) -> Row {
+        let time = |v: Option<u64>| v.map(human_ns);
+        let per_call = |v: Option<u64>| {
+            v.map(|t| {
+                if calls == 0 {
+                    "-".to_string()
+                } else {
+                    human_ns(((u128::from(t) + u128::from(calls) / 2) / u128::from(calls)) as u64)
+                }
+            })
+        };
+        let mut numbers = vec![group_digits(calls)];
+        numbers.extend(time(wall));
+        numbers.extend(time(own));
+        numbers.extend(time(cpu));
+        numbers.extend(per_call(wall));
+        numbers.extend(per_call(own));
+        numbers.extend(per_call(cpu).filter(|_| wall.is_none()));
+        numbers.extend(threads.map(|t| t.to_string()));
+        Row {
+            name: if f.aliases.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{} (= {})", f.name, f.aliases.join(", "))
+            },
+            module: f.module.clone(),
+            numbers,
+        }
+    }
+}
+
+impl Columns {
+    fn of(report: &Report) -> Columns {
+        let any = |p: fn(&FunctionReport) -> bool| report.functions.iter().any(p);
+        Columns {
+            wall: any(|f| f.wall_ns.is_some()),
+            self_time: any(|f| f.self_ns.is_some()),
+            cpu: any(|f| f.cpu_ns.is_some()),
+        }
+    }
+
+    /// Headers of the number columns, in [`Row::of`]'s order.
+    fn headers(&self, threads: bool) -> Vec<&'static str> {
+        let mut h = vec!["CALLS"];
+        for (on, name) in [
+            (self.wall, "WALL"),
+            (self.self_time, "SELF"),
+            (self.cpu, "CPU"),
+        ] {
+            if on {
+                h.push(name);
+            }
+        }
+        if self.wall {
+            h.push("WALL/CALL");
+        }
+        if self.self_time {
+            h.push("SELF/CALL");
+        }
+        if self.cpu && !self.wall {
+            h.push("CPU/CALL");
+        }
+        if threads {
+            h.push("THREADS");
+        }
+        h
+    }
+
+    /// Renders `rows` in [`TABLE_WIDTH`] columns: the numbers as wide as
+    /// they are, the module up to 16 characters, the function name the
+    /// rest (at least 16), names cut in the middle with `…`.
+    fn render(&self, rows: &[Row], threads: bool, out: &mut String) {
+        let headers = self.headers(threads);
+        let number_w: Vec<usize> = (0..headers.len())
+            .map(|c| {
+                rows.iter()
+                    .filter_map(|r| r.numbers.get(c))
+                    .map(|s| s.chars().count())
+                    .chain([headers[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let numbers: usize = number_w.iter().map(|w| w + 2).sum();
+        let longest = |f: fn(&Row) -> &String, head: usize| {
+            rows.iter()
+                .map(|r| f(r).chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(head)
+        };
+        let module_w = longest(|r| &r.module, 6).min(16);
+        let name_w = longest(|r| &r.name, 8)
+            .min(TABLE_WIDTH.saturating_sub(numbers + module_w + 2))
+            .max(16);
+        let mut table = vec![{
+            let mut h = vec!["FUNCTION".to_string(), "MODULE".to_string()];
+            h.extend(headers.iter().map(|s| s.to_string()));
+            h
+        }];
+        for r in rows {
+            let mut line = vec![ellipsize(&r.name, name_w), ellipsize(&r.module, module_w)];
+            line.extend(r.numbers.iter().cloned());
+            table.push(line);
+        }
+        let mut text = String::new();
+        render(&table, 2, &mut text);
+        // Numbers wider than any real figure (a total past 10^15 ns) are
+        // the only way past the width: cut such a line rather than wrap.
+        for line in text.lines() {
+            let _ = writeln!(out, "{}", ellipsize(line, TABLE_WIDTH));
+        }
     }
 }
 
@@ -472,6 +1153,7 @@ mod tests {
                 metrics: crate::exits::Metrics {
                     wall: true,
                     cpu: false,
+                    histogram: false,
                 },
             },
             ProbeInfo {
@@ -631,6 +1313,271 @@ mod tests {
         let r = Report::build(1, 0, &probes, &[], 0, |_| None);
         assert_eq!(r.functions[0].name, "exe:f");
         assert_eq!(r.functions[1].name, "lib.so:f");
+    }
+
+    /// A report of `n` timed functions (wall, CPU, histograms) with long
+    /// names on `threads` threads, figures up to hours and billions of
+    /// calls.
+    fn big_report(n: usize, threads: u32) -> Report {
+        let words = (weft_codegen::TIMER_HIST_METRIC_LEN / 8) as usize;
+        let probes: Vec<ProbeInfo> = (0..n)
+            .map(|i| ProbeInfo {
+                name: match i % 3 {
+                    0 => format!("f{i}"),
+                    1 => format!(
+                        "std::__detail::_Hashtable<std::basic_string<char>, std::pair<const \
+                         std::basic_string<char>, int>>::_M_insert_unique_node{i}"
+                    ),
+                    _ => format!("very_long_c_function_name_that_goes_on_and_on_{i}"),
+                },
+                aliases: if i == 7 {
+                    vec!["an_alias_of_f7".into()]
+                } else {
+                    Vec::new()
+                },
+                module: if i % 2 == 0 {
+                    "libc.so.6".into()
+                } else {
+                    "libsomething-really-long-name.so.1.2.3".into()
+                },
+                address: 0x1000 + i as u64 * 16,
+                calls_word: (i * words) as u32,
+                metrics: crate::exits::Metrics::ALL.with_histogram(true),
+            })
+            .collect();
+        let rows: Vec<RowSnapshot> = (0..threads)
+            .map(|t| {
+                let mut w = vec![0u64; n * words];
+                for i in 0..n {
+                    let at = |off: i32| i * words + timer_word(off);
+                    let scale = (i as u64 + 1) * (u64::from(t) + 1);
+                    w[at(weft_codegen::METRIC_ENTRIES)] = 1_234_567_890 * scale % 9_999_999_999;
+                    w[at(weft_codegen::METRIC_WALL_TOTAL)] = 3_600_000_000_000 / scale;
+                    w[at(weft_codegen::METRIC_SELF_TOTAL)] = 1_800_000_000_000 / scale;
+                    w[at(weft_codegen::METRIC_CPU_TOTAL)] = 1_000_000_000_000 / scale;
+                    w[at(weft_codegen::METRIC_HIST) + i % 30] = 17;
+                }
+                row(t, 100 + t, layout::ROW_LIVE, w)
+            })
+            .collect();
+        Report::build(1, 5, &probes, &rows, 0, |tid| {
+            Some(format!("worker-thread-with-a-long-name-{tid}"))
+        })
+    }
+
+    fn widest(text: &str) -> usize {
+        text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+    }
+
+    #[test]
+    fn two_thousand_functions_fit_120_columns() {
+        let r = big_report(2_000, 3);
+        for options in [
+            TableOptions::default(),
+            TableOptions {
+                top: Some(0),
+                ..TableOptions::default()
+            },
+            TableOptions {
+                by_thread: true,
+                sort: Some(SortKey::SelfTime),
+                top: Some(0),
+                histograms: vec!["f3".into(), "nope".into()],
+            },
+        ] {
+            let table = r.to_table_with(&options);
+            let wide: Vec<&str> = table
+                .lines()
+                .filter(|l| l.chars().count() > TABLE_WIDTH)
+                .collect();
+            assert!(wide.is_empty(), "{options:?}: {wide:#?}");
+            assert!(widest(&table) <= TABLE_WIDTH);
+            // The long form: a header and one row per function shown.
+            assert!(
+                table.contains("FUNCTION") && table.contains("SELF/CALL"),
+                "{table}"
+            );
+        }
+        // Default: the first 50, and a line saying what was left out.
+        let table = r.to_table();
+        let rows = table
+            .lines()
+            .filter(|l| l.contains("libc.so.6") || l.contains('…') && l.contains("lib"))
+            .count();
+        assert!(rows >= 50, "{rows}\n{table}");
+        assert!(
+            table.contains("… 1950 more function(s) not shown"),
+            "{table}"
+        );
+        assert!(table.contains("top 50 of 2000"), "{table}");
+        // --top 0: every function, each once.
+        let all = r.to_table_with(&TableOptions {
+            top: Some(0),
+            ..TableOptions::default()
+        });
+        assert!(!all.contains("more function(s) not shown"));
+        let f_rows = all
+            .lines()
+            .filter(|l| l.starts_with('f') && (l.contains("libc.so.6") || l.contains("libsomethi")))
+            .count();
+        assert_eq!(f_rows, 667, "{all}");
+        // Long names are cut in the middle, keeping both ends.
+        assert!(all.contains("std::__detail:…e_node1 "), "{all}");
+        assert!(all.contains(" libsomethi…1.2.3 "), "{all}");
+        // The histograms asked for, and a word for the one without.
+        let with = r.to_table_with(&TableOptions {
+            histograms: vec!["f3".into()],
+            top: Some(5),
+            ..TableOptions::default()
+        });
+        assert!(
+            with.contains("latency of f3: 51 call(s) (outermost, wall time, all threads)"),
+            "{with}"
+        );
+        assert!(
+            with.contains("[     8 ns,     16 ns)             51  ####"),
+            "{with}"
+        );
+    }
+
+    #[test]
+    fn long_table_sorts_and_reports_self_time_and_averages() {
+        // entries, exits, unwound, unhooked, nesting, seq, wall, -, cpu, -, self
+        let timed = |calls, wall, cpu, own| {
+            let mut w = vec![0u64; (weft_codegen::TIMER_METRIC_LEN / 8) as usize];
+            w[0] = calls;
+            w[timer_word(weft_codegen::METRIC_WALL_TOTAL)] = wall;
+            w[timer_word(weft_codegen::METRIC_CPU_TOTAL)] = cpu;
+            w[timer_word(weft_codegen::METRIC_SELF_TOTAL)] = own;
+            w
+        };
+        let names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
+        let figures = [
+            (10, 5_000, 4_000, 1_000),
+            (1_000, 3_000, 2_000, 3_000),
+            (3, 9_000, 100, 9_000),
+            (7, 1_000, 900, 500),
+            (2, 0, 0, 0),
+            (5, 2_000, 8_000, 2_000),
+        ];
+        let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
+        let probes: Vec<ProbeInfo> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ProbeInfo {
+                name: (*n).into(),
+                aliases: Vec::new(),
+                module: "exe".into(),
+                address: i as u64,
+                calls_word: i as u32 * len,
+                metrics: crate::exits::Metrics::ALL,
+            })
+            .collect();
+        let words: Vec<u64> = figures
+            .iter()
+            .flat_map(|&(c, w, u, s)| timed(c, w, u, s))
+            .collect();
+        let r = Report::build(
+            1,
+            5,
+            &probes,
+            &[row(0, 10, layout::ROW_LIVE, words)],
+            0,
+            |_| None,
+        );
+        let order = |sort: Option<SortKey>| -> Vec<String> {
+            let t = r.to_table_with(&TableOptions {
+                sort,
+                top: Some(3),
+                ..TableOptions::default()
+            });
+            t.lines()
+                .filter(|l| l.contains(" exe "))
+                .take(3)
+                .map(|l| l.split_whitespace().next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(order(None), ["gamma", "alpha", "beta"]);
+        assert_eq!(order(Some(SortKey::Calls)), ["beta", "alpha", "delta"]);
+        assert_eq!(order(Some(SortKey::Cpu)), ["zeta", "alpha", "beta"]);
+        assert_eq!(order(Some(SortKey::SelfTime)), ["gamma", "beta", "zeta"]);
+        assert_eq!(order(Some(SortKey::Name)), ["alpha", "beta", "delta"]);
+        // Six functions: the long table by default, a line for the rest.
+        let t = r.to_table_with(&TableOptions {
+            top: Some(4),
+            ..TableOptions::default()
+        });
+        assert!(
+            t.contains("… 2 more function(s) not shown: 9 calls, 1.0 µs wall"),
+            "{t}"
+        );
+        // Per-call averages: alpha 5 µs / 10 calls.
+        let alpha = t.lines().find(|l| l.starts_with("alpha")).unwrap();
+        let cells: Vec<&str> = alpha
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cells,
+            ["alpha", "exe", "10", "5.0 µs", "1.0 µs", "4.0 µs", "500 ns", "100 ns", "1"],
+            "{t}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let f = &json["functions"][0];
+        assert_eq!(
+            (f["self_ns"].as_u64(), f["wall_ns_per_call"].as_u64()),
+            (Some(1_000), Some(500))
+        );
+        assert_eq!(
+            (
+                f["self_ns_per_call"].as_u64(),
+                f["cpu_ns_per_call"].as_u64()
+            ),
+            (Some(100), Some(400))
+        );
+        assert_eq!(f["threads"], 1);
+        assert!(f.get("histogram").is_none());
+        assert_eq!(json["threads"][0]["functions"]["alpha"]["self_ns"], 1_000);
+        // No histogram without one; the compact table for few functions.
+        let few = Report::build(
+            1,
+            5,
+            &probes[..2],
+            &[row(
+                0,
+                10,
+                layout::ROW_LIVE,
+                timed(4, 8, 4, 2)
+                    .into_iter()
+                    .chain(timed(1, 1, 1, 1))
+                    .collect(),
+            )],
+            0,
+            |_| None,
+        );
+        let t = few.to_table();
+        assert!(t.lines().nth(1).unwrap().starts_with("TID"), "{t}");
+        assert!(t.contains("self"), "{t}");
+    }
+
+    #[test]
+    fn histograms_serialise_their_non_empty_buckets() {
+        let mut h = Histogram::empty();
+        h.counts[0] = 1;
+        h.counts[13] = 20;
+        h.counts[weft_codegen::HIST_BUCKETS - 1] = 2;
+        let json = serde_json::to_string(&h).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"from_ns":0,"to_ns":2,"count":1},{"from_ns":8192,"to_ns":16384,"count":20},{"from_ns":549755813888,"count":2}]"#
+        );
+        let mut out = String::new();
+        histogram_text("f", &h, &mut out);
+        assert_eq!(out.lines().count(), 1 + weft_codegen::HIST_BUCKETS);
+        assert!(out.contains("23 call(s)"), "{out}");
+        assert_eq!(ellipsize("abcdefghij", 7), "abcd…ij");
+        assert_eq!(ellipsize("abc", 7), "abc");
     }
 
     #[test]

@@ -60,6 +60,14 @@ pub enum RuntimeError {
         /// What failed.
         source: std::io::Error,
     },
+    /// The target has a weft runtime of another build loaded (an older or
+    /// newer weft attached before): its code and its region's layout may
+    /// differ from what this weft would call and read.
+    #[error("process {pid} has the weft runtime of another weft build loaded: restart the target to load this weft's runtime, or use the weft that loaded it")]
+    OtherBuild {
+        /// The target.
+        pid: i32,
+    },
     /// The shared region could not be mapped.
     #[error(transparent)]
     Region(#[from] RegionError),
@@ -285,7 +293,10 @@ pub fn load(
     // A runtime loaded by an earlier session has its clock already.
     let mut wall = None;
     let base = match runtime_module_base(image)? {
-        Some(base) => base,
+        Some(base) => {
+            same_build(pid, base, &bytes)?;
+            base
+        }
         None => {
             wall = Some(wall_clock());
             let memfd_create = libc_symbol(image, "memfd_create")
@@ -373,6 +384,22 @@ pub fn load(
     let region_fd = negative_errno("weft_rt_init", init)? as i32;
     let region = Region::open(pid, region_fd)?;
     Ok(Runtime { base, region })
+}
+
+/// Checks that the runtime loaded at `base` is `bytes` before anything
+/// calls into it: `weft_rt_init`'s offset comes from `bytes`, and the
+/// region's layout (`layout::VERSION`) is only checked after that call. The
+/// first page (ELF header, program headers, the build-id note, the start of
+/// the dynamic symbols) differs between any two builds.
+fn same_build(pid: i32, base: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let len = bytes.len().min(4096);
+    let loaded = crate::memory::ProcessMemory::open_read_only(pid)
+        .and_then(|m| m.read_vec(base, len))
+        .map_err(|_| RuntimeError::OtherBuild { pid })?;
+    if loaded != bytes[..len] {
+        return Err(RuntimeError::OtherBuild { pid });
+    }
+    Ok(())
 }
 
 /// libc functions return -1 and set errno; read errno with a second call

@@ -48,6 +48,11 @@ pub struct Value {
     /// Inclusive CPU time, ns (0 without a CPU timer); a running one counted
     /// up to the sample.
     pub cpu_ns: u64,
+    /// Self (exclusive) wall time of the closed activations, ns (0 without
+    /// a wall timer): time in the function less time in the timed
+    /// functions it called. An open activation's self time is unknown
+    /// until it closes.
+    pub self_ns: u64,
 }
 
 /// One thread's values, in the order of [`Sampler::probes`].
@@ -264,6 +269,7 @@ const TIMED_WORDS: usize = (weft_codegen::TIMER_METRIC_LEN / 8) as usize;
 const W_ENTRIES: usize = (weft_codegen::METRIC_ENTRIES / 8) as usize;
 const W_WALL_TOTAL: usize = (weft_codegen::METRIC_WALL_TOTAL / 8) as usize;
 const W_CPU_TOTAL: usize = (weft_codegen::METRIC_CPU_TOTAL / 8) as usize;
+const W_SELF_TOTAL: usize = (weft_codegen::METRIC_SELF_TOTAL / 8) as usize;
 
 /// A consistent copy of a timed probe's words `w`, read in place with the
 /// seqlock reader of the layout's definition, or None after `tries`
@@ -326,6 +332,7 @@ fn read_row(
             .map_or(0, |c| c.load(Ordering::Relaxed))
             .saturating_sub(base(W_ENTRIES));
         let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
+        let base_self = base(W_SELF_TOTAL);
         if !p.metrics.hooks_exit() || w.len() < TIMED_WORDS {
             r.values[i] = Value {
                 calls,
@@ -343,17 +350,25 @@ fn read_row(
                 cpu_ns: w[W_CPU_TOTAL]
                     .load(Ordering::Relaxed)
                     .saturating_sub(base_cpu),
+                self_ns: self_value(
+                    p.metrics,
+                    w[W_SELF_TOTAL].load(Ordering::Relaxed),
+                    base_self,
+                ),
             };
             continue;
         };
         if t.wall_start == 0 && t.cpu_start == 0 {
             // Not running: the totals are the values.
-            r.values[i] = timed_value(
-                calls,
-                p.metrics,
-                (t.wall_total, t.cpu_total),
-                (base_wall, base_cpu),
-            );
+            r.values[i] = Value {
+                self_ns: self_value(p.metrics, t.self_total, base_self),
+                ..timed_value(
+                    calls,
+                    p.metrics,
+                    (t.wall_total, t.cpu_total),
+                    (base_wall, base_cpu),
+                )
+            };
             continue;
         }
         if p.metrics.cpu && t.cpu_start != 0 && cpu_now.is_none() {
@@ -369,17 +384,31 @@ fn read_row(
         if v.running {
             r.running.push((i, t, (base_wall, base_cpu)));
         }
-        r.values[i] = timed_value(
-            calls,
-            p.metrics,
-            (v.wall_ns, v.cpu_ns),
-            (base_wall, base_cpu),
-        );
+        r.values[i] = Value {
+            self_ns: self_value(p.metrics, t.self_total, base_self),
+            ..timed_value(
+                calls,
+                p.metrics,
+                (v.wall_ns, v.cpu_ns),
+                (base_wall, base_cpu),
+            )
+        };
     }
     for (value, before) in r.values.iter_mut().zip(&floor) {
         value.calls = value.calls.max(before.calls);
         value.wall_ns = value.wall_ns.max(before.wall_ns);
         value.cpu_ns = value.cpu_ns.max(before.cpu_ns);
+        value.self_ns = value.self_ns.max(before.self_ns);
+    }
+}
+
+/// A timed probe's self time less what a borrowed probe had counted
+/// before this session; reported with wall time only (it is wall time).
+fn self_value(metrics: Metrics, total: u64, base: u64) -> u64 {
+    if metrics.wall {
+        total.saturating_sub(base)
+    } else {
+        0
     }
 }
 
@@ -392,6 +421,7 @@ fn timed_value(calls: u64, metrics: Metrics, (wall, cpu): (u64, u64), base: (u64
         calls,
         wall_ns: measured(metrics.wall, wall, base.0),
         cpu_ns: measured(metrics.cpu, cpu, base.1),
+        self_ns: 0,
     }
 }
 
@@ -423,12 +453,14 @@ fn refresh_running(r: &mut RowState, pid: i32, wall_now: u64, q32: u64, stats: &
 mod tests {
     use super::*;
 
-    /// One timed probe's words, stopped, with these totals.
+    /// One timed probe's words, stopped, with these totals (self time:
+    /// half the wall time).
     fn stopped_words(calls: u64, wall: u64, cpu: u64) -> Vec<AtomicU64> {
         let w: Vec<AtomicU64> = (0..TIMED_WORDS).map(|_| AtomicU64::new(0)).collect();
         w[W_ENTRIES].store(calls, Ordering::Relaxed);
         w[W_WALL_TOTAL].store(wall, Ordering::Relaxed);
         w[W_CPU_TOTAL].store(cpu, Ordering::Relaxed);
+        w[W_SELF_TOTAL].store(wall / 2, Ordering::Relaxed);
         w
     }
 
@@ -471,11 +503,13 @@ mod tests {
             Value {
                 calls: 5,
                 wall_ns: 1_000,
-                cpu_ns: 900
+                cpu_ns: 900,
+                self_ns: 500,
             }
         );
         let v = read(&mut r, true, &stopped_words(6, 990, 950));
         assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (6, 1_000, 950));
+        assert_eq!(v.self_ns, 500);
         let v = read(&mut r, false, &stopped_words(1, 10, 10));
         assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (1, 10, 10));
     }

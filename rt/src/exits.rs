@@ -439,37 +439,63 @@ fn word(row: *mut u8, offset: usize) -> &'static AtomicU64 {
 }
 
 /// Stops one activation's timer exactly as the generated stop does (see
-/// `weft_codegen::timer`): only the outermost activation of the function
-/// stops it. Reads the clocks through the assembly readers (raw system
-/// calls), never through libc: the program's own `clock_gettime` may be
-/// instrumented, and this runs while the thread's activations are being
-/// taken apart.
-fn close_timer(row: *mut u8, base: usize, wall: &WallClock, cpu: Option<&mut ThreadCpuClock>) {
+/// `weft_codegen::timer`): every activation adds its self time (to the
+/// function's total and to the thread's self-ticks word, which keeps the
+/// self times of activations still open around it right), only the
+/// outermost activation of the function stops the inclusive timers and
+/// fills the histogram. Reads the clocks through the assembly readers (raw
+/// system calls), never through libc: the program's own `clock_gettime`
+/// may be instrumented, and this runs while the thread's activations are
+/// being taken apart.
+fn close_timer(
+    row: *mut u8,
+    base: usize,
+    cell: u64,
+    wall: &WallClock,
+    cpu: Option<&mut ThreadCpuClock>,
+) {
     let nesting = word(row, base + metric::NESTING);
-    match nesting.load(Ordering::Relaxed) {
-        0 => return,
-        1 => {}
-        _ => {
-            nesting.fetch_sub(1, Ordering::Relaxed);
-            return;
-        }
+    let depth = nesting.load(Ordering::Relaxed);
+    if depth == 0 {
+        return;
     }
     let units = wall.units();
     let seq = word(row, base + metric::SEQ);
     seq.fetch_add(1, Ordering::Release);
     let raw = wall_raw(wall);
-    let cpu_start = word(row, base + metric::CPU_START);
-    if let (start @ 1.., Some(clock)) = (cpu_start.load(Ordering::Relaxed), cpu) {
-        let spent = clock.ticks_asm(raw).saturating_sub(start);
-        word(row, base + metric::CPU_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
+    // SAFETY: the caller passes one of this thread's cells.
+    let self_base = unsafe { ((cell + metric::CELL_SELF_BASE as u64) as *const u64).read() };
+    // SAFETY: as above.
+    let flags = unsafe { ((cell + metric::CELL_FLAGS as u64) as *const u32).read() };
+    let n = word(row, crate::layout::ROW_SELF_TICKS);
+    let own = raw
+        .wrapping_sub(n.load(Ordering::Relaxed))
+        .wrapping_sub(self_base);
+    n.fetch_add(own, Ordering::Relaxed);
+    let own_ns = if (own as i64) < 0 {
+        0
+    } else {
+        units.to_ns(own)
+    };
+    word(row, base + metric::SELF_TOTAL).fetch_add(own_ns, Ordering::Relaxed);
+    if depth == 1 {
+        let cpu_start = word(row, base + metric::CPU_START);
+        if let (start @ 1.., Some(clock)) = (cpu_start.load(Ordering::Relaxed), cpu) {
+            let spent = clock.ticks_asm(raw).saturating_sub(start);
+            word(row, base + metric::CPU_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
+        }
+        cpu_start.store(0, Ordering::Relaxed);
+        let wall_start = word(row, base + metric::WALL_START);
+        if let start @ 1.. = wall_start.load(Ordering::Relaxed) {
+            let spent = units.to_ns(raw.saturating_sub(start));
+            word(row, base + metric::WALL_TOTAL).fetch_add(spent, Ordering::Relaxed);
+            if flags & metric::CELL_HISTOGRAM != 0 {
+                let bucket = weft_abi::timer::histogram_bucket(spent);
+                word(row, base + metric::HIST + 8 * bucket).fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        wall_start.store(0, Ordering::Relaxed);
     }
-    cpu_start.store(0, Ordering::Relaxed);
-    let wall_start = word(row, base + metric::WALL_START);
-    if let start @ 1.. = wall_start.load(Ordering::Relaxed) {
-        let spent = raw.saturating_sub(start);
-        word(row, base + metric::WALL_TOTAL).fetch_add(units.to_ns(spent), Ordering::Relaxed);
-    }
-    wall_start.store(0, Ordering::Relaxed);
     seq.fetch_add(1, Ordering::Release);
     nesting.fetch_sub(1, Ordering::Relaxed);
 }
@@ -534,8 +560,13 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
             ((cell + metric::CELL_FLAGS as u64) as *const u32).read(),
         )
     };
+    let len = if flags & metric::CELL_HISTOGRAM != 0 {
+        metric::TIMED_HIST_LEN
+    } else {
+        metric::TIMED_LEN
+    };
     let limit = (ROW_HEADER_SIZE as u64 + 8 * u64::from(header.metric_words))
-        .saturating_sub(metric::TIMED_LEN as u64) as i64;
+        .saturating_sub(len as u64) as i64;
     let base = i64::from(base);
     if base < ROW_HEADER_SIZE as i64 || base > limit || base % 8 != 0 {
         return; // not a metric base of this row (or retired): never write there
@@ -546,7 +577,7 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
         let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
         // SAFETY: the clock pointer, when set, is this thread's own clock.
         let cpu = unsafe { clock.as_mut() };
-        close_timer(row_ptr, base, WallClock::in_region(header), cpu);
+        close_timer(row_ptr, base, cell, WallClock::in_region(header), cpu);
     }
 }
 
@@ -673,6 +704,93 @@ pub(crate) fn forget_clock_after_fork(row_ptr: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The runtime's closer (thread exit, exceptions) keeps self times and
+    /// histograms as the generated stop does: two activations opened the
+    /// way generated entries open them (`g` nested in `f`, and `f`
+    /// recursing once inside `g`) are closed as unwound, innermost first.
+    #[test]
+    fn closing_unwound_activations_keeps_self_times() {
+        use std::alloc::{alloc_zeroed, Layout};
+        const WORDS: u32 = 256;
+        let layout = |len: usize| Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero sizes; leaked (the test's whole life).
+        let (header_at, row_at, cells) = unsafe {
+            (
+                alloc_zeroed(layout(crate::layout::ACKS_OFFSET)),
+                alloc_zeroed(layout(ROW_HEADER_SIZE + 8 * WORDS as usize)),
+                alloc_zeroed(layout(4096)) as u64,
+            )
+        };
+        let wall = WallClock::new(crate::clock::WallPreference::Auto);
+        // SAFETY: a zeroed header is valid (integers and atomics); the
+        // fields written are plain integers inside the allocation.
+        let header = unsafe {
+            let h = header_at as *mut RegionHeader;
+            ptr::addr_of_mut!((*h).metric_words).write(WORDS);
+            ptr::addr_of_mut!((*h).wall)
+                .cast::<[u8; 32]>()
+                .write(wall.to_bytes());
+            &*h
+        };
+        // SAFETY: as above, for the row header.
+        let row = unsafe { &*(row_at as *const RowHeader) };
+        row.thread.cells.store(cells, Ordering::Relaxed);
+        row.thread.top.store(cells, Ordering::Relaxed);
+        row.thread.cells_end.store(cells + 4096, Ordering::Relaxed);
+        row.thread.self_ticks.store(12345, Ordering::Relaxed);
+        let (f, g) = (ROW_HEADER_SIZE, ROW_HEADER_SIZE + metric::TIMED_HIST_LEN);
+        let w = |base: usize, off: usize| word(row_at, base + off);
+        // What a generated entry does: push, nesting += 1, self base, and
+        // the start of an outermost activation.
+        let enter = |base: usize, flags: u32| {
+            let cell = row.thread.top.load(Ordering::Relaxed);
+            let raw = wall_raw(WallClock::in_region(header));
+            // SAFETY: the cell lies inside the cells allocation.
+            unsafe {
+                ((cell + metric::CELL_METRIC as u64) as *mut i32).write(base as i32);
+                ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(flags);
+                ((cell + metric::CELL_SELF_BASE as u64) as *mut u64)
+                    .write(raw.wrapping_sub(row.thread.self_ticks.load(Ordering::Relaxed)));
+            }
+            row.thread
+                .top
+                .store(cell + metric::CELL_SIZE as u64, Ordering::Relaxed);
+            if w(base, metric::NESTING).fetch_add(1, Ordering::Relaxed) == 0 {
+                w(base, metric::WALL_START).store(raw, Ordering::Relaxed);
+            }
+            let end = std::time::Instant::now() + std::time::Duration::from_micros(300);
+            while std::time::Instant::now() < end {}
+        };
+        enter(f, metric::CELL_TIMED | metric::CELL_HISTOGRAM);
+        enter(g, metric::CELL_TIMED);
+        enter(f, metric::CELL_TIMED | metric::CELL_HISTOGRAM);
+        close_from(header, row_at, cells);
+        assert_eq!(row.thread.top.load(Ordering::Relaxed), cells);
+        let get = |base: usize, off: usize| w(base, off).load(Ordering::Relaxed);
+        assert_eq!((get(f, metric::UNWOUND), get(g, metric::UNWOUND)), (2, 1));
+        assert_eq!((get(f, metric::NESTING), get(g, metric::NESTING)), (0, 0));
+        let (wall_f, wall_g) = (get(f, metric::WALL_TOTAL), get(g, metric::WALL_TOTAL));
+        let (self_f, self_g) = (get(f, metric::SELF_TOTAL), get(g, metric::SELF_TOTAL));
+        assert!(wall_f > wall_g && wall_g >= 600_000, "{wall_f} {wall_g}");
+        // g's self time excludes the inner f; the two add up to the
+        // outermost f's inclusive time (a ns of flooring per activation).
+        assert!(self_g + 300_000 <= wall_g, "{self_g} {wall_g}");
+        assert!(
+            (self_f + self_g).abs_diff(wall_f) <= 3,
+            "{self_f} {self_g} {wall_f}"
+        );
+        assert!(self_f >= 600_000);
+        // One histogram count, f's outermost activation; none for g.
+        let bucket = weft_abi::timer::histogram_bucket(wall_f);
+        let hist = |base: usize, b: usize| get(base, metric::HIST + 8 * b);
+        assert_eq!(hist(f, bucket), 1);
+        assert_eq!(
+            (0..metric::HIST_BUCKETS).map(|b| hist(f, b)).sum::<u64>(),
+            1
+        );
+        assert_eq!(get(g + metric::TIMED_LEN, 0), 0);
+    }
 
     #[test]
     fn records_are_where_the_layout_says() {

@@ -220,6 +220,14 @@ pub fn timers() -> &'static Path {
     P.get_or_init(|| build_simple_c("timers", "timers.c", &[]))
 }
 
+/// A known call tree for self times and histograms (`calltree [THREADS]`,
+/// tests/targets/calltree.c).
+#[allow(dead_code)]
+pub fn calltree() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("calltree", "calltree.c", &[]))
+}
+
 /// One thread in one long call of `long_call` after `go` (`longcall [SPIN_MS]`).
 pub fn longcall() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

@@ -33,7 +33,9 @@ pub const CPU_STATE: i32 = 40;
 pub const ACTIVITY: i32 = 48;
 /// The thread's index (u32), for probe contexts.
 pub const ROW_INDEX: i32 = 56;
-pub const METRICS: i32 = 64;
+/// The thread's self-ticks word (`TimerSpec::self_ticks_row`).
+pub const SELF_TICKS: i32 = 64;
+pub const METRICS: i32 = 128;
 pub const ROW_WORDS: usize = 1024;
 /// Activations per thread.
 pub const CAPACITY: u32 = 1024;
@@ -508,6 +510,7 @@ pub fn timer_spec(timers: Timers, wall: &'static WallClock) -> TimerSpec {
             ..CpuClockLayout::WEFT_RT
         },
         ns_per_tick_q32: wall.units().ns_per_tick_q32,
+        self_ticks_row: SELF_TICKS,
     }
 }
 

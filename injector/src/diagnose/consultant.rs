@@ -154,6 +154,7 @@ const TARGET_SLOTS: u32 = 8;
 const TIMERS: Metrics = Metrics {
     wall: true,
     cpu: true,
+    histogram: false,
 };
 
 impl Consultant {
