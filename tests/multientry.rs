@@ -71,3 +71,165 @@ fn memcpy_and_mempcpy_count_exactly() {
         }
     }
 }
+
+const SIX: [&str; 12] = [
+    "-f",
+    "libc.so.6:malloc",
+    "-f",
+    "libc.so.6:free",
+    "-f",
+    "libc.so.6:memcpy",
+    "-f",
+    "libc.so.6:read",
+    "-f",
+    "libc.so.6:write",
+    "-f",
+    "libc.so.6:strlen",
+];
+
+/// Runs `program args` alone and under `weft run` with the six functions
+/// (calls, wall and CPU time); returns both standard outputs and the
+/// report.
+fn alone_and_under_weft(
+    ctx: &Ctx,
+    dir: &std::path::Path,
+    program: &str,
+    args: &[&str],
+) -> (String, String, Report) {
+    let mut c = std::process::Command::new(program);
+    c.args(args);
+    let mut alone = ctx.spawn(program, c, false);
+    alone.wait_code(0);
+    let out = dir.join(format!(
+        "{}.json",
+        std::path::Path::new(program)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+    ));
+    let mut all = SIX.to_vec();
+    all.extend([
+        "--format",
+        "json",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        program,
+    ]);
+    all.extend_from_slice(args);
+    let mut w = ctx.weft(&[&["run"][..], &all].concat());
+    w.wait_code(0);
+    let report = parse_report(ctx, &std::fs::read_to_string(&out).unwrap());
+    (alone.stdout_text(), w.stdout_text(), report)
+}
+
+/// sort, gzip and a threaded python3 under `weft run` with malloc, free,
+/// memcpy, read, write and strlen: their output is byte for byte what it
+/// is without weft, and memcpy's calls are counted.
+#[test]
+fn real_programs_with_memcpy() {
+    let ctx = Ctx::new("real_programs_with_memcpy");
+    let dir = scratch_dir("real_programs_with_memcpy");
+    let input = dir.join("input.txt");
+    let mut text = String::new();
+    let mut x = 12345u64;
+    for i in 0..40_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text += &format!("{:016x} line {i} {}\n", x, "abc".repeat((x % 7) as usize));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let input = input.to_str().unwrap();
+
+    let check = |what: &str, alone: &str, under: &str, report: &Report| {
+        ctx.check(alone == under, || {
+            format!("{what}: the output under weft differs from the output alone")
+        });
+        ctx.check(
+            report.function("memcpy").is_some_and(|f| f.calls > 0),
+            || format!("{what}: no memcpy call counted: {:?}", report.functions),
+        );
+    };
+
+    let (alone, under, report) = alone_and_under_weft(&ctx, &dir, "/usr/bin/sort", &[input]);
+    ctx.check(alone.len() == text.len(), || {
+        "sort printed too little".into()
+    });
+    check("sort", &alone, &under, &report);
+
+    // gzip's output is binary: compare its files, byte for byte.
+    for (suffix, weft) in [(".alone.gz", false), (".weft.gz", true)] {
+        let args = ["-n", "-k", "-f", "-S", suffix, input];
+        if weft {
+            let out = dir.join("gzip.json");
+            let mut all = vec!["run"];
+            all.extend(SIX);
+            all.extend([
+                "--format",
+                "json",
+                "-o",
+                out.to_str().unwrap(),
+                "--",
+                "/usr/bin/gzip",
+            ]);
+            all.extend(args);
+            ctx.weft(&all).wait_code(0);
+            let report = parse_report(&ctx, &std::fs::read_to_string(&out).unwrap());
+            check("gzip", "", "", &report);
+        } else {
+            let mut c = std::process::Command::new("/usr/bin/gzip");
+            c.args(args);
+            ctx.spawn("gzip", c, false).wait_code(0);
+        }
+    }
+    let a = std::fs::read(format!("{input}.alone.gz")).unwrap();
+    let b = std::fs::read(format!("{input}.weft.gz")).unwrap();
+    ctx.check(a == b && a.len() > 1000, || {
+        format!(
+            "gzip wrote {} bytes alone and {} under weft, or other bytes",
+            a.len(),
+            b.len()
+        )
+    });
+
+    // The real interpreter (not a wrapper script) with threads at work.
+    let script = dir.join("threads.py");
+    std::fs::write(
+        &script,
+        "import hashlib, json, sys, threading\n\
+         data = open(sys.argv[1], 'rb').read()\n\
+         results = [None] * 4\n\
+         def work(i):\n\
+         \x20   h = hashlib.sha256()\n\
+         \x20   for k in range(200):\n\
+         \x20       h.update(data[k * 97 % len(data):][:4096] + bytes([i]))\n\
+         \x20   words = sorted(set(data.decode().split()))[i::4]\n\
+         \x20   results[i] = (h.hexdigest(), len(words), json.dumps(words[:5]))\n\
+         ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]\n\
+         [t.start() for t in ts]\n\
+         [t.join() for t in ts]\n\
+         for r in results: print(*r)\n",
+    )
+    .unwrap();
+    let (alone, under, report) = alone_and_under_weft(
+        &ctx,
+        &dir,
+        "/usr/bin/python3.11",
+        &[script.to_str().unwrap(), input],
+    );
+    ctx.check(alone.lines().count() == 4, || {
+        format!("python printed {alone}")
+    });
+    check("python3.11", &alone, &under, &report);
+    let threads = report
+        .threads
+        .iter()
+        .filter(|t| t.functions.get("memcpy").is_some_and(|c| c.calls > 0))
+        .count();
+    ctx.check(threads >= 5, || {
+        format!(
+            "memcpy counted in {threads} threads of python3.11, expected its 4 workers and main"
+        )
+    });
+}
