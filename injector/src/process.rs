@@ -1177,7 +1177,7 @@ impl Process {
             self.write_staged(tracer, plans, call_tid, mmap_fn, register_fn)?;
         // Where the trampolines companions lead into are, and their copies
         // of the displaced instructions: by patch address.
-        let mut built: AddressMap<u64, (ProbeId, u64, Vec<(u32, u32)>)> = AddressMap::default();
+        let mut built: AddressMap<u64, Built> = AddressMap::default();
         for (request, site) in plans {
             originals.push(site.clone());
             let f = request.function.clone();
@@ -3539,6 +3539,10 @@ fn prefault<T>(v: &mut Vec<T>, additional: usize) {
 fn plan_key(f: &Function) -> (u64, u64, u64) {
     (f.address, f.size, f.padding)
 }
+
+/// A trampoline companions lead into: its probe, its address and its
+/// copies of the displaced instructions (`Trampoline::instruction_offsets`).
+type Built = (ProbeId, u64, Vec<(u32, u32)>);
 
 /// An insertion planned ([`Process::plan_request`]), nothing changed yet.
 struct Planned<'a> {
