@@ -233,3 +233,114 @@ fn real_programs_with_memcpy() {
         )
     });
 }
+
+/// memcpy's probe with its companion in mempcpy goes in and out as one
+/// transaction: made to fail at every step, the insertion leaves the code
+/// of both functions, the target's region and the probes as they were; a
+/// successful one writes the companion's patch too, and removing memcpy's
+/// probe takes it out. The target computes the same throughout.
+#[cfg(debug_assertions)]
+#[test]
+fn companions_are_undone_and_removed_with_their_probe() {
+    use weft::internals::Fault;
+    use weft::{Metrics, Pattern, Process};
+    let ctx = Ctx::new("companions_are_undone_and_removed_with_their_probe");
+    let mut t = ctx.target(multientry(), &["3", "500", "500"]);
+    let (pid, _) = wait_ready(&mut t);
+    t.send("go");
+    t.expect_stdout("round 1", |l| l == "round 1 done");
+    let mut process = Process::open(pid as i32).unwrap();
+    let found = process
+        .find_functions(&[
+            Pattern::parse("libc.so.6:memcpy").unwrap(),
+            Pattern::parse("libc.so.6:mempcpy").unwrap(),
+        ])
+        .unwrap();
+    let mut addresses = Vec::new();
+    for f in &found {
+        let at = process.image().resolved_address(f).unwrap();
+        addresses.push(at);
+    }
+    // Both implementations, from a little before mempcpy's to past
+    // memcpy's first bytes.
+    let lo = addresses.iter().min().unwrap() - 64;
+    let hi = addresses.iter().max().unwrap() + 64;
+    let code = |p: &Process| p.read_memory(lo, (hi - lo) as usize).unwrap();
+    let before = code(&process);
+    let memcpy = found.iter().find(|f| f.name == "memcpy").unwrap().clone();
+    // The runtime in first: the faults then hit the insertion itself.
+    {
+        let mut held = process.hold().unwrap();
+        let ids = held.insert(&found[..0], Metrics::CALLS).unwrap();
+        assert!(ids.is_empty());
+        held.release().unwrap();
+    }
+    // A splice fails from its second page of patches on, and memcpy's and
+    // its companion's share one page: strlen's patch is on another.
+    let strlen = process
+        .find_functions(&[Pattern::parse("libc.so.6:strlen").unwrap()])
+        .unwrap();
+    let mut round = 1;
+    for step in Fault::ALL {
+        let mut asked = vec![memcpy.clone()];
+        if step == Fault::Splice {
+            asked.extend(strlen.iter().cloned());
+        }
+        let mut held = process.hold().unwrap();
+        let ledger = held.ledger_state();
+        let probes = held.probes().len();
+        held.fail_next_insertion_at(step);
+        // Timed: every step, the call record included, is taken.
+        let result = held.insert(&asked, Metrics::ALL);
+        ctx.check(result.is_err(), || {
+            format!("{step:?}: the insertion did not fail")
+        });
+        ctx.check(held.ledger_state() == ledger, || {
+            format!("{step:?}: the region's cursors or directory changed")
+        });
+        ctx.check(
+            held.probes().iter().filter(|p| p.active).count() == 0,
+            || format!("{step:?}: a probe stayed active ({probes} before)"),
+        );
+        held.release().unwrap();
+        ctx.check(code(&process) == before, || {
+            format!("{step:?}: the code of memcpy or mempcpy changed")
+        });
+        round += 1;
+        t.send("go");
+        t.expect_stdout("a round", |l| l == format!("round {round} done"));
+    }
+    let mut held = process.hold().unwrap();
+    let ids = held
+        .insert(std::slice::from_ref(&memcpy), Metrics::CALLS)
+        .unwrap();
+    let companions = held
+        .probes()
+        .iter()
+        .filter(|p| p.active && p.companion_of() == Some(ids[0]))
+        .count();
+    ctx.check(companions >= 1, || "memcpy's probe has no companion".into());
+    held.release().unwrap();
+    let live = code(&process);
+    ctx.check(live != before, || "no patch written".into());
+    round += 1;
+    t.send("go");
+    t.expect_stdout("a round", |l| l == format!("round {round} done"));
+    let mut held = process.hold().unwrap();
+    held.remove(&ids).unwrap();
+    ctx.check(held.probes().iter().all(|p| !p.active), || {
+        "a companion stayed in after its probe was removed".into()
+    });
+    held.release().unwrap();
+    ctx.check(code(&process) == before, || {
+        "the code was not restored".into()
+    });
+    round += 1;
+    t.send("go");
+    t.expect_stdout("a round", |l| l == format!("round {round} done"));
+    ctx.check(!t.stdout_text().contains(" bad 1"), || {
+        "a wrong result".into()
+    });
+    t.send("quit");
+    t.wait_code(0);
+}
