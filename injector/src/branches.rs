@@ -152,6 +152,10 @@ mod tests {
         assert_eq!(index.into_range(0x100, 0x105), Some(jump(0x200, 0x103)));
         assert_eq!(index.into_range(0x103, 0x105), None);
         assert_eq!(index.into_range(0x0, 0x100), None);
+        // Every one, by target: a patch two siblings jump into needs a
+        // companion for each.
+        let all: Vec<Branch> = index.all_into_range(0x100, 0x106).collect();
+        assert_eq!(all, [jump(0x200, 0x103), jump(0x300, 0x105)]);
     }
 
     #[test]
