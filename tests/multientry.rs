@@ -344,3 +344,74 @@ fn companions_are_undone_and_removed_with_their_probe() {
     t.send("quit");
     t.wait_code(0);
 }
+
+/// Inserted and removed 40 times while four threads copy through memcpy
+/// and mempcpy as fast as they can: threads stopped inside memcpy's patch
+/// or its companion's are moved, a companion's trampoline pins its
+/// probe's, and every copy stays right (the workers check each one and
+/// their sums are those of a round without weft).
+#[test]
+fn insert_and_remove_while_copying() {
+    use weft::{Metrics, Pattern, Process};
+    let ctx = Ctx::new("insert_and_remove_while_copying");
+    let mut t = ctx.target(multientry(), &["--pure", "4", "10000000", "10000000"]);
+    let (pid, _) = wait_ready(&mut t);
+    let sums = |t: &Proc, round: usize| -> Vec<String> {
+        let text = t.stdout_text();
+        let end = text.find(&format!("round {round} done")).unwrap();
+        let start = match round {
+            1 => 0,
+            r => text.find(&format!("round {} done", r - 1)).unwrap(),
+        };
+        let mut v: Vec<String> = text[start..end]
+            .lines()
+            .filter(|l| l.starts_with("thread "))
+            .map(|l| {
+                ctx.check(l.ends_with(" bad 0"), || format!("a wrong copy: {l}"));
+                l.split_whitespace().nth(7).unwrap().to_string()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    t.send("go");
+    t.expect_stdout("round 1", |l| l == "round 1 done");
+    let expected = sums(&t, 1);
+    let mut process = Process::open(pid as i32).unwrap();
+    let found = process
+        .find_functions(&[
+            Pattern::parse("libc.so.6:memcpy").unwrap(),
+            Pattern::parse("libc.so.6:mempcpy").unwrap(),
+        ])
+        .unwrap();
+    t.send("go");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for cycle in 0..40 {
+        let metrics = if cycle % 2 == 0 {
+            Metrics::CALLS
+        } else {
+            Metrics::ALL
+        };
+        let mut held = process.hold().unwrap();
+        held.insert(&found, metrics)
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: insert: {e}")));
+        held.release().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let mut held = process.hold().unwrap();
+        held.remove_all()
+            .unwrap_or_else(|e| ctx.fail(format!("cycle {cycle}: remove: {e}")));
+        held.release().unwrap();
+    }
+    let still_copying = !t.stdout_text().contains("round 2 done");
+    println!(
+        "threads moved out of patches: {}; the round still ran after the 40 cycles: \
+         {still_copying}",
+        process.threads_moved()
+    );
+    t.expect_stdout("round 2", |l| l == "round 2 done");
+    ctx.check(sums(&t, 2) == expected, || {
+        "the copies made while weft came and went summed differently".into()
+    });
+    t.send("quit");
+    t.wait_code(0);
+}
