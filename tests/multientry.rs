@@ -415,3 +415,86 @@ fn insert_and_remove_while_copying() {
     t.send("quit");
     t.wait_code(0);
 }
+
+/// A companion is in the target's probe directory with its probe: another
+/// weft asking for memcpy while the first has it is refused with the
+/// reason (a probe with companions is not shared), and once the first is
+/// killed, the next weft takes out memcpy's patch and the companion's,
+/// from the directory, leaving both functions as compiled.
+#[test]
+fn a_killed_wefts_companion_is_taken_out() {
+    use weft::{Metrics, Pattern, Process};
+    let ctx = Ctx::new("a_killed_wefts_companion_is_taken_out");
+    let mut t = ctx.target(multientry(), &["3", "1000", "1000"]);
+    let (pid, _) = wait_ready(&mut t);
+    t.send("go");
+    t.expect_stdout("round 1", |l| l == "round 1 done");
+    let mut process = Process::open(pid as i32).unwrap();
+    let patterns = [
+        Pattern::parse("libc.so.6:memcpy").unwrap(),
+        Pattern::parse("libc.so.6:mempcpy").unwrap(),
+    ];
+    let found = process.find_functions(&patterns).unwrap();
+    let addresses: Vec<u64> = found
+        .iter()
+        .map(|f| process.image().resolved_address(f).unwrap())
+        .collect();
+    let lo = addresses.iter().min().unwrap() - 64;
+    let hi = addresses.iter().max().unwrap() + 64;
+    let code = |p: &Process| p.read_memory(lo, (hi - lo) as usize).unwrap();
+    let before = code(&process);
+
+    let p = pid.to_string();
+    let mut first = ctx.weft(&["attach", "-p", &p, "-f", "libc.so.6:memcpy", "-m", "calls"]);
+    wait_attached(&mut first);
+    let live = code(&process);
+    // memcpy's patch, and the companion's over mempcpy's jump.
+    let changed: Vec<usize> = (0..before.len())
+        .filter(|&i| before[i] != live[i])
+        .collect();
+    let at = |name: &str| {
+        let i = found.iter().position(|f| f.name == name).unwrap();
+        (addresses[i] - lo) as usize
+    };
+    let (m, x) = (at("memcpy"), at("mempcpy"));
+    ctx.check(
+        changed.iter().any(|&i| (m..m + 5).contains(&i))
+            && changed.iter().any(|&i| (x..m).contains(&i)),
+        || format!("not both patches in place: bytes changed at {changed:?} (memcpy at {m}, mempcpy at {x})"),
+    );
+    let memcpy = found.iter().find(|f| f.name == "memcpy").unwrap().clone();
+    {
+        let mut held = process.hold().unwrap();
+        match held.insert(std::slice::from_ref(&memcpy), Metrics::CALLS) {
+            Err(e) => ctx.check(e.to_string().contains("another weft"), || {
+                format!("refused for another reason: {e}")
+            }),
+            Ok(_) => ctx.fail("a second weft shared a probe with companions"),
+        }
+        held.release().unwrap();
+    }
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    first.wait_exit();
+    t.send("go");
+    t.expect_stdout("round 2", |l| l == "round 2 done");
+    // The next change takes out what the killed weft left.
+    let strlen = process
+        .find_functions(&[Pattern::parse("libc.so.6:strlen").unwrap()])
+        .unwrap();
+    let mut held = process.hold().unwrap();
+    held.insert(&strlen, Metrics::CALLS).unwrap();
+    held.release().unwrap();
+    ctx.check(code(&process) == before, || {
+        "memcpy's patch or its companion's stayed after the weft that put them in was killed".into()
+    });
+    t.send("go");
+    t.expect_stdout("round 3", |l| l == "round 3 done");
+    ctx.check(!t.stdout_text().contains(" bad 1"), || {
+        "a wrong result".into()
+    });
+    let mut held = process.hold().unwrap();
+    held.remove_all().unwrap();
+    held.release().unwrap();
+    t.send("quit");
+    t.wait_code(0);
+}
