@@ -29,8 +29,9 @@ struct Shares {
 }
 
 /// Checks every function `pattern` matches in `pid` at entry and with
-/// timers; prints the shares and the reasons.
-fn measure(ctx: &Ctx, pid: u32, pattern: &str, label: &str) -> Shares {
+/// timers; prints the shares and the reasons. The functions in `must`
+/// must be accepted both ways.
+fn measure(ctx: &Ctx, pid: u32, pattern: &str, label: &str, must: &[&str]) -> Shares {
     let mut process =
         Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("{label}: open: {e}")));
     let functions: Vec<Function> = process
@@ -84,6 +85,15 @@ fn measure(ctx: &Ctx, pid: u32, pattern: &str, label: &str) -> Shares {
             }
         }
     }
+    for name in must {
+        let i = functions
+            .iter()
+            .position(|f| f.name == *name || f.aliases.iter().any(|a| a == name));
+        let i = i.unwrap_or_else(|| ctx.fail(format!("{label}: no function {name}")));
+        ctx.check(entry[i].is_ok() && timers[i].is_ok(), || {
+            format!("{label}: {name} refused: {:?} / {:?}", entry[i], timers[i])
+        });
+    }
     shares
 }
 
@@ -100,7 +110,15 @@ fn libc_target(ctx: &Ctx) -> (Proc, u32) {
 fn libc_python_and_rust_coverage() {
     let ctx = Ctx::new("libc_python_and_rust_coverage");
     let (mut t, pid) = libc_target(&ctx);
-    let libc = measure(&ctx, pid, "libc.so.6:*", "libc");
+    let libc = measure(
+        &ctx,
+        pid,
+        "libc.so.6:*",
+        "libc",
+        // Code shared between entry points: mempcpy jumps into memcpy's
+        // (and memmove's) implementation, inside its patch.
+        &["memcpy", "memmove", "mempcpy", "malloc", "strlen"],
+    );
     t.send("quit");
     t.wait_code(0);
 
@@ -109,7 +127,7 @@ fn libc_python_and_rust_coverage() {
     c.args(["-c", "import sys; print('ready pid=%d' % __import__('os').getpid(), flush=True); sys.stdin.read()"]);
     let mut py = ctx.spawn("python3.11", c, true);
     let (pid, _) = wait_ready(&mut py);
-    let python = measure(&ctx, pid, "exe:*", "python3.11");
+    let python = measure(&ctx, pid, "exe:*", "python3.11", &[]);
     py.close_stdin();
     py.wait_code(0);
 
@@ -118,7 +136,7 @@ fn libc_python_and_rust_coverage() {
     c.args(["__demo-target", "--threads", "1", "--requests", "1"]);
     let mut rust = ctx.spawn("weft __demo-target", c, true);
     let (pid, _) = wait_ready(&mut rust);
-    let weft = measure(&ctx, pid, "exe:*", "weft (Rust)");
+    let weft = measure(&ctx, pid, "exe:*", "weft (Rust)", &[]);
     drop(rust);
 
     let share = |s: &Shares, n: usize| 100.0 * n as f64 / s.checked.max(1) as f64;
