@@ -533,6 +533,18 @@ fn check_displaceable(instr: &Instruction) -> Result<(), Refusal> {
                     return Err(unsupported("it calls the stack pointer"));
                 }
             }
+            // `syscall`, `sysenter` and `int n` are calls to iced.
+            _ if instr.flow_control() == FlowControl::Call
+                && matches!(
+                    instr.mnemonic(),
+                    Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1
+                ) =>
+            {
+                return Err(unsupported(
+                    "it is a system call: a thread blocked in it, or in a signal handler that \
+                     interrupted it, would return into the middle of the patch",
+                ))
+            }
             _ => return Err(unsupported("only near calls can be relocated")),
         }
     }
@@ -607,6 +619,21 @@ mod tests {
         0xeb, 0x3b, // jmp +0x3b
         0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // nopl (padding)
     ];
+
+    #[test]
+    fn a_system_call_is_refused_with_its_own_reason() {
+        // glibc's __read_nocancel: xor eax, eax ; syscall ; cmp rax, -4096
+        let bytes = [
+            0x31, 0xc0, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, 0x77, 0x01, 0xc3,
+        ];
+        let code = FunctionCode {
+            address: 0x1000,
+            bytes: &bytes,
+            padding: &[],
+        };
+        let why = analyze_entry(&code).unwrap_err().to_string();
+        assert!(why.contains("system call"), "{why}");
+    }
 
     #[test]
     fn a_sibling_jump_is_retargeted_and_relocated() {
