@@ -498,3 +498,114 @@ fn a_killed_wefts_companion_is_taken_out() {
     t.send("quit");
     t.wait_code(0);
 }
+
+/// A sibling only 5 bytes long (`mov; jmp` into short_shared+3): its own
+/// entry patch displaces the jump. Asked for together, its trampoline's
+/// copy of the jump goes to short_shared's copy of the target, and the two
+/// probes are tied: each counts exactly, and removing one takes both out.
+/// Asked for later, after short_shared's companion took the jump, the
+/// sibling is refused with the reason.
+#[test]
+fn a_sibling_that_displaces_its_own_jump() {
+    use weft::{Metrics, Pattern, Process};
+    let ctx = Ctx::new("a_sibling_that_displaces_its_own_jump");
+    let dir = scratch_dir("a_sibling_that_displaces_its_own_jump");
+    let out = dir.join("report.json");
+    let exe = multientry().to_str().unwrap().to_string();
+    let mut w = ctx.weft(&[
+        "run",
+        "-f",
+        "short_shared,short_sibling",
+        "-m",
+        "calls,wall",
+        "--format",
+        "json",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        &exe,
+        "--pure",
+        "3",
+        "1500",
+        "900",
+        "1",
+    ]);
+    w.wait_code(0);
+    let report = parse_report(&ctx, &std::fs::read_to_string(&out).unwrap());
+    let workers: Vec<i64> = w
+        .stdout_text()
+        .lines()
+        .filter(|l| l.starts_with("thread ") && l.ends_with(" bad 0"))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    ctx.check(workers.len() == 3, || "not three good workers".into());
+    for tid in workers {
+        let (shared, sibling) = (
+            report.counts(tid, "short_shared"),
+            report.counts(tid, "short_sibling"),
+        );
+        ctx.check(
+            shared.calls == 1500
+                && sibling.calls == 900
+                && shared.exits == Some(1500)
+                && sibling.exits == Some(900),
+            || format!("thread {tid}: {shared:?} {sibling:?}"),
+        );
+    }
+
+    let mut t = ctx.target(multientry(), &["2", "100", "100"]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut process = Process::open(pid as i32).unwrap();
+    let shared = process
+        .find_functions(&[Pattern::parse("short_shared").unwrap()])
+        .unwrap();
+    let sibling = process
+        .find_functions(&[Pattern::parse("short_sibling").unwrap()])
+        .unwrap();
+    let lo = sibling[0].address;
+    let code = |p: &Process| p.read_memory(lo, 64).unwrap();
+    let before = code(&process);
+    let both = [shared.clone(), sibling.clone()].concat();
+    let mut held = process.hold().unwrap();
+    let ids = held.insert(&both, Metrics::CALLS).unwrap();
+    ctx.check(
+        held.probes().iter().all(|p| p.companion_of().is_none()),
+        || "a companion where the sibling's own trampoline carries the jump".into(),
+    );
+    held.release().unwrap();
+    t.send("go");
+    t.expect_stdout("round 1", |l| l == "round 1 done");
+    let mut held = process.hold().unwrap();
+    held.remove(&ids[..1]).unwrap();
+    ctx.check(held.probes().iter().all(|p| !p.active), || {
+        "removing one of two tied probes left the other in".into()
+    });
+    held.release().unwrap();
+    ctx.check(code(&process) == before, || {
+        "the code was not restored".into()
+    });
+
+    // One, then the other: the companion holds the sibling's jump.
+    let mut held = process.hold().unwrap();
+    held.insert(&shared, Metrics::CALLS).unwrap();
+    match held.insert(&sibling, Metrics::CALLS) {
+        Err(e) => ctx.check(e.to_string().contains("overlaps the probe"), || {
+            format!("refused for another reason: {e}")
+        }),
+        Ok(_) => ctx.fail("the sibling went in over short_shared's companion"),
+    }
+    held.release().unwrap();
+    t.send("go");
+    t.expect_stdout("round 2", |l| l == "round 2 done");
+    ctx.check(!t.stdout_text().contains(" bad 1"), || {
+        "a wrong result".into()
+    });
+    let mut held = process.hold().unwrap();
+    held.remove_all().unwrap();
+    held.release().unwrap();
+    ctx.check(code(&process) == before, || {
+        "the code was not restored".into()
+    });
+    t.send("quit");
+    t.wait_code(0);
+}

@@ -501,6 +501,12 @@ pub struct Process {
     /// Spare room for the probes of the next insertion (its capacity
     /// touched ahead: see `prefault`).
     spare_probes: Vec<Probe>,
+    /// Probes whose trampolines jump into another's (a sibling entry
+    /// point's probe whose displaced jump goes to the copy of its target
+    /// in that probe's trampoline): (the sibling's, the other). They go
+    /// in and out together: the sibling's original jump lands inside the
+    /// other's patch, and the sibling's trampoline needs the other's.
+    ties: Vec<(ProbeId, ProbeId)>,
 }
 
 /// A step of a change used the runtime before the change loaded it: a bug
@@ -595,6 +601,7 @@ impl Process {
             harvested: Vec::new(),
             exits: None,
             spare_probes: Vec::new(),
+            ties: Vec::new(),
             unreported: Vec::new(),
             leftovers_checked: AddressSet::default(),
             retired: Vec::new(),
@@ -1124,6 +1131,7 @@ impl Process {
             plans,
             shares,
             companions,
+            retargets,
             refused,
         } = self.plan_request(&requests)?;
         let refused: Vec<Refused> = refused
@@ -1173,13 +1181,36 @@ impl Process {
         // counters built ahead by `hold` first, in one write per run of
         // neighbours, then the others.
         let call_tid = self.call_thread(tracer)?;
-        let (mut new_probes, mut originals, plans, mut moves) =
+        let (mut new_probes, mut originals, mut plans, mut moves) =
             self.write_staged(tracer, plans, call_tid, mmap_fn, register_fn)?;
-        // Where the trampolines companions lead into are, and their copies
-        // of the displaced instructions: by patch address.
+        // Where the trampolines companions and tied siblings lead into
+        // are, and their copies of the displaced instructions: by patch
+        // address. A sibling's is built after the one it leads into.
         let mut built: AddressMap<u64, Built> = AddressMap::default();
+        let retarget_of =
+            |site: &PatchSite| retargets.iter().find(|r| r.plan == site.patch_address);
+        plans.sort_by_key(|(_, site)| retarget_of(site).is_some());
+        let mut ties = Vec::new();
         for (request, site) in plans {
             originals.push(site.clone());
+            let site = match retarget_of(&site) {
+                Some(r) => {
+                    let Some((of, main, offsets)) = built.get(&r.of) else {
+                        return Err(Error::Internal(
+                            "a sibling's probe was built before the one it leads into".into(),
+                        ));
+                    };
+                    let copy = main + u64::from(offsets[r.target].1);
+                    ties.push((
+                        ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
+                        *of,
+                    ));
+                    Arc::new(site.with_jump_to(r.jump, copy).ok_or_else(|| {
+                        Error::Internal(format!("no jump to send around at {:#x}", r.jump))
+                    })?)
+                }
+                None => site,
+            };
             let f = request.function.clone();
             let words = request.words();
             let word = self.allocate_words(words)?;
@@ -1250,7 +1281,9 @@ impl Process {
             original.copy_from_slice(&site.original[..5]);
             moves.extend(resumes(site, at, &trampoline.instruction_offsets));
             let id = ProbeId(self.probes.len() as u32 + new_probes.len() as u32);
-            if companions.iter().any(|c| c.of == site.patch_address) {
+            if companions.iter().any(|c| c.of == site.patch_address)
+                || retargets.iter().any(|r| r.of == site.patch_address)
+            {
                 built.insert(
                     site.patch_address,
                     (id, at, trampoline.instruction_offsets.clone()),
@@ -1375,7 +1408,7 @@ impl Process {
         // In the target's directory before any patch is: a weft killed in
         // between leaves entries whose patches are not there, which the
         // next one frees.
-        self.enter_in_directory(&mut new_probes)?;
+        self.enter_in_directory(&mut new_probes, &ties)?;
         checkpoint!(self, Directory);
         // Threads stopped inside the bytes about to be overwritten go on at
         // the same instruction's copy in the trampoline (moved back if the
@@ -1399,6 +1432,7 @@ impl Process {
             .collect();
         self.probes.append(&mut new_probes);
         self.spare_probes = new_probes;
+        self.ties.extend(ties);
         if self.live_since.is_none() {
             self.live_since = Some(Instant::now());
         }
@@ -1428,6 +1462,7 @@ impl Process {
             plans: Vec::with_capacity(requests.len()),
             shares: Vec::new(),
             companions: Vec::new(),
+            retargets: Vec::new(),
             refused: Vec::new(),
         };
         // Request index of each plan.
@@ -1498,7 +1533,7 @@ impl Process {
                     Refusal::Overlaps(format!(
                         "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                         other.patch_address,
-                        points::probe_name(other)
+                        self.probe_label(other)
                     )),
                 ));
                 continue;
@@ -1522,6 +1557,36 @@ impl Process {
             planned.companions.extend(companions);
             planned.plans.push((request, site));
             planned_from.push(k);
+        }
+        // A sibling asked for too whose own entry patch displaces the jump
+        // takes the companion's part: its trampoline's copy of the jump
+        // goes to the target's copy. Not in a chain (a site both leading
+        // into another and led into), whose trampolines would need an
+        // order of their own.
+        let companions = std::mem::take(&mut planned.companions);
+        for c in companions {
+            let sibling = planned.plans.iter().position(|(_, s)| {
+                s.patch_address != c.of && s.instructions.iter().any(|i| i.ip() == c.jump)
+            });
+            let chained = |at: u64| planned.retargets.iter().any(|r| r.plan == at || r.of == at);
+            match sibling {
+                Some(i)
+                    if !chained(planned.plans[i].1.patch_address)
+                        && !planned.retargets.iter().any(|r| r.plan == c.of) =>
+                {
+                    let site = &mut planned.plans[i].1;
+                    // A plan of its own: one built ahead (`stage_prepared`)
+                    // has the jump going into the patch.
+                    *site = Arc::new((**site).clone());
+                    planned.retargets.push(Retarget {
+                        plan: site.patch_address,
+                        jump: c.jump,
+                        of: c.of,
+                        target: c.target,
+                    });
+                }
+                _ => planned.companions.push(c),
+            }
         }
         // A companion goes into a sibling's code: it must not overlap
         // another patch of this insertion (the sibling's own entry, asked
@@ -1883,7 +1948,7 @@ impl Process {
             return Err(refuse(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
-                points::probe_name(other)
+                self.probe_label(other)
             )));
         }
         let len = weft_codegen::max_redirect_len(&site) as u64;
@@ -2030,7 +2095,7 @@ impl Process {
                 "the call at {site:#x} is already changed, or inside the patch of the probe at \
                  {:#x} ({}): remove that first",
                 other.patch_address,
-                points::probe_name(other)
+                self.probe_label(other)
             )));
         }
         Ok((f, bytes))
@@ -2066,7 +2131,7 @@ impl Process {
             entry: None,
             borrowed: false,
         }];
-        self.enter_in_directory(&mut probe)?;
+        self.enter_in_directory(&mut probe, &[])?;
         tracer.memory().write(at, &patch)?;
         let [probe] = probe;
         self.probes.push(probe);
@@ -2216,8 +2281,9 @@ impl Process {
                 Err(_) => busy.iter_mut().for_each(|b| *b = true),
             }
         }
-        // A thread in a companion goes on into its probe's trampoline:
-        // that one is busy as long as the companion is.
+        // A thread in a companion (or a tied sibling's trampoline) goes on
+        // into its probe's trampoline: that one is busy as long as the
+        // other is.
         for (i, range) in retired.iter().enumerate() {
             if !busy[i] {
                 continue;
@@ -2226,7 +2292,14 @@ impl Process {
                 .probes
                 .iter()
                 .find(|p| &p.trampoline == range)
-                .and_then(Probe::companion_of);
+                .and_then(|p| {
+                    p.companion_of().or_else(|| {
+                        self.ties
+                            .iter()
+                            .find(|&&(sibling, _)| sibling == p.id)
+                            .map(|&(_, of)| of)
+                    })
+                });
             let main = of
                 .and_then(|of| self.probes.get(of.0 as usize))
                 .and_then(|p| retired.iter().position(|r| *r == p.trampoline));
@@ -2378,15 +2451,24 @@ impl Process {
 
     /// Enters `probes` (about to be patched) in the target's directory,
     /// owned by this session.
-    fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
+    fn enter_in_directory(
+        &mut self,
+        probes: &mut [Probe],
+        tied: &[(ProbeId, ProbeId)],
+    ) -> Result<(), Error> {
         let owners = self.owner_bit();
         let rt = self.runtime.as_ref().ok_or_else(no_runtime)?;
-        // A probe other code goes around through companions is private:
-        // a session sharing it would not know to take them out with it.
-        let led: Vec<ProbeId> = probes.iter().filter_map(Probe::companion_of).collect();
+        // A probe other code goes around (companions, a tied sibling) is
+        // private, and so is the tied sibling: a session sharing one would
+        // not know to take the others out with it.
+        let private: Vec<ProbeId> = probes
+            .iter()
+            .filter_map(Probe::companion_of)
+            .chain(tied.iter().flat_map(|&(a, b)| [a, b]))
+            .collect();
         let entries: Vec<weft_rt::layout::ProbeEntry> = probes
             .iter()
-            .map(|p| directory_entry(p, owners, led.contains(&p.id)))
+            .map(|p| directory_entry(p, owners, private.contains(&p.id)))
             .collect();
         let indices = crate::ledger::add_all(&rt.region, &entries)
             .ok_or(Error::DirectoryFull(weft_rt::layout::DIRECTORY))?;
@@ -2663,7 +2745,7 @@ impl Process {
         if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range) {
             return Err(refuse(SharedCode::InsideProbe {
                 at: other.patch_address,
-                name: points::probe_name(other),
+                name: self.probe_label(other),
             }));
         }
         Ok(CompanionPlan {
@@ -2793,7 +2875,21 @@ impl Process {
     /// [`Held::remove`].
     fn remove_now(&mut self, tracer: &mut Tracer, ids: &[ProbeId]) -> Result<(), Error> {
         // Only the probes still in: removing one twice is a no-op. A
-        // probe's companions go with it.
+        // probe's companions go with it, and tied probes go together.
+        let mut ids = ids.to_vec();
+        loop {
+            let more: Vec<ProbeId> = self
+                .ties
+                .iter()
+                .flat_map(|&(a, b)| [(a, b), (b, a)])
+                .filter(|(a, b)| ids.contains(a) && !ids.contains(b))
+                .map(|(_, b)| b)
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            ids.extend(more);
+        }
         let ids: Vec<ProbeId> = self
             .probes
             .iter()
@@ -3022,6 +3118,22 @@ impl Process {
             }
         }
         Ok(())
+    }
+
+    /// A probe's name for messages: a companion is named after the probe
+    /// it belongs to, not the sibling whose code it holds.
+    fn probe_label(&self, p: &Probe) -> String {
+        match p
+            .companion_of()
+            .and_then(|of| self.probes.get(of.0 as usize))
+        {
+            Some(main) => format!(
+                "the companion of {}'s probe, over a jump in {} into its patch",
+                points::probe_name(main),
+                p.function.name
+            ),
+            None => points::probe_name(p),
+        }
     }
 
     /// Whether each of `functions` can be instrumented measuring `metrics`,
@@ -3552,8 +3664,26 @@ struct Planned<'a> {
     shares: Vec<(&'a ProbeSpec, usize)>,
     /// Companions of the planned sites other code jumps into.
     companions: Vec<CompanionPlan>,
+    /// Planned sites (siblings) that displace a jump into another planned
+    /// site, sent to its copy instead of a companion.
+    retargets: Vec<Retarget>,
     /// Requests refused (index), and why.
     refused: Vec<(usize, Refusal)>,
+}
+
+/// A planned sibling's entry site that displaces a jump into another
+/// planned site: its trampoline's copy of the jump goes to the copy of
+/// the target in that site's trampoline (the two probes are then tied).
+#[derive(Debug)]
+struct Retarget {
+    /// The sibling's patch address.
+    plan: u64,
+    /// The jump's address.
+    jump: u64,
+    /// The patch address of the site it jumps into.
+    of: u64,
+    /// Which of that site's displaced instructions it lands on.
+    target: usize,
 }
 
 /// A jump from a sibling entry point into the bytes a planned site

@@ -9,7 +9,10 @@
  * "thread TID memcpy MEMCPYS mempcpy MEMPCPYS sum S bad B" (S depends only
  * on the arguments and the worker's index, B counts wrong results); then
  * "round R done". "quit" (or end of input) exits 0. With ROUNDS given, it
- * runs that many rounds at once without reading stdin and exits. With
+ * runs that many rounds at once without reading stdin and exits. Each
+ * worker also calls short_shared MEMCPYS times and short_sibling MEMPCPYS
+ * times: a pair in the same shape whose sibling is only 5 bytes long, so
+ * that its own entry patch displaces its jump into short_shared. With
  * --pure the workers make no other libc call than their copies (glibc's
  * own functions call memcpy too), so that a count can be exact.
  */
@@ -20,6 +23,28 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+/* short_sibling(x) = short_shared(x) = x + 7; the sibling jumps 3 bytes
+ * into short_shared, inside the bytes short_shared's patch displaces. */
+asm(".text\n"
+    ".p2align 4\n"
+    ".globl short_sibling\n"
+    ".type short_sibling, @function\n"
+    "short_sibling:\n"
+    "  movq %rdi, %rax\n"
+    "  jmp 1f\n"
+    ".size short_sibling, .-short_sibling\n"
+    ".p2align 4\n"
+    ".globl short_shared\n"
+    ".type short_shared, @function\n"
+    "short_shared:\n"
+    "  movq %rdi, %rax\n"
+    "1:\n"
+    "  addq $7, %rax\n"
+    "  ret\n"
+    ".size short_shared, .-short_shared\n");
+long short_sibling(long x);
+long short_shared(long x);
 
 /* Through volatile pointers: the compiler can neither inline the copies
  * nor turn one function into the other. */
@@ -67,6 +92,12 @@ static void *work(void *arg)
             w->bad++;
         w->sum += 3 * (unsigned char)dst[n - 1];
     }
+    for (long i = 0; i < memcpys; i++)
+        if (short_shared(i) != i + 7)
+            w->bad++;
+    for (long i = 0; i < mempcpys; i++)
+        if (short_sibling(i) != i + 7)
+            w->bad++;
     if (pure)
         return NULL;
     /* Other work through libc, checked by its sum. */

@@ -219,7 +219,9 @@ impl<'p> Held<'p> {
     }
 
     /// Removes the given probes (see [`Held::remove_all`]); removing one
-    /// twice does nothing.
+    /// twice does nothing. A probe's companions go with it, and so do
+    /// probes tied to it (a sibling entry point whose trampoline leads
+    /// into its: docs/design.md, "Code shared between entry points").
     pub fn remove(&mut self, ids: &[ProbeId]) -> Result<(), Error> {
         self.process.remove_now(&mut self.tracer, ids)
     }
