@@ -134,6 +134,33 @@ fn table_names_only_the_clocks_asked() {
         ctx.check(times[0].contains("cpu clock") == cpu, || {
             format!("-m {metrics}: cpu clock shown: {}: {:?}", !cpu, times[0])
         });
+        // And the JSON report's `clocks` the same.
+        let mut w = ctx.weft(&[
+            "run",
+            "-m",
+            metrics,
+            "--format",
+            "json",
+            "-f",
+            "work_a",
+            "--",
+            exe,
+            "--no-wait",
+            "--threads",
+            "2",
+        ]);
+        w.wait_code(0);
+        let out = w.stdout_text();
+        let (_, json) = split_at_done(&ctx, &out);
+        let report: serde_json::Value = serde_json::from_str(&json)
+            .unwrap_or_else(|e| ctx.fail(format!("-m {metrics}: report is not JSON: {e}")));
+        let clocks = &report["clocks"];
+        ctx.check(clocks["wall"].is_string() == wall, || {
+            format!("-m {metrics}: JSON clocks {clocks}: wall expected {wall}")
+        });
+        ctx.check(clocks["cpu"].is_string() == cpu, || {
+            format!("-m {metrics}: JSON clocks {clocks}: cpu expected {cpu}")
+        });
     }
 }
 

@@ -51,7 +51,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Byte offset of `user` in a user probe's context: the code generator lays
 /// its `ProbeContext` out around it (`weft_codegen::CTX_USER`, checked with
 /// `offset_of!` there) and `weft_rt_library_event` reads its constant here.
@@ -227,7 +227,7 @@ pub struct SessionSlot {
 }
 
 /// Entries in the probe directory.
-pub const DIRECTORY: usize = 16384;
+pub const DIRECTORY: usize = 131_072;
 /// [`ProbeEntry::state`]: a free entry.
 pub const PROBE_FREE: u32 = 0;
 /// [`ProbeEntry::state`]: a probe whose patch is (or is about to be) in
@@ -394,7 +394,7 @@ const _: () = {
 
 /// Call records in the runtime (each timed function uses one while it is
 /// instrumented).
-pub const CALL_RECORDS: usize = 8192;
+pub const CALL_RECORDS: usize = 16_384;
 /// Bytes per call record: `call qword [rip + target]` (6 bytes), `jmp
 /// qword [rip + handler]` (6 bytes), `int3` padding.
 pub const RECORD_SIZE: usize = 16;
@@ -468,6 +468,15 @@ pub struct AtomicU8x4(pub AtomicU32);
 
 const _: () = assert!(core::mem::size_of::<RowHeader>() == ROW_HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<RegionHeader>() <= ACKS_OFFSET);
+
+/// Most metric words a row may have: 8 MiB of address space per row. The
+/// region is a sparse memfd, so a row costs memory only for the words
+/// handed out so far (a page is touched when a thread first writes a word
+/// in it, or when the runtime zeroes a reused row up to
+/// [`RegionHeader::words_next`]): rows are sized by use, not by this limit.
+/// 1 word per counted function, [`metric::TIMED_LEN`]` / 8` per timed one:
+/// 100,000 counted and 10,000 timed functions fit with room to spare.
+pub const MAX_METRIC_WORDS: u32 = 1 << 20;
 
 /// Geometry of a region, derived from its two parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -58,15 +58,23 @@ pub enum Error {
     /// Some functions cannot be patched safely; nothing was changed.
     #[error("{}", refused_message(.0))]
     Refused(Vec<Refused>),
-    /// More probes than the runtime's row has words.
-    #[error("too many probes: the runtime's rows hold {0} counters")]
-    TooManyProbes(u32),
-    /// More timed probes in at once than the runtime has call records.
+    /// The request does not fit one of the target's fixed-size tables.
     #[error(
-        "too many timed probes: the runtime calls at most {0} timed functions at once; \
-         remove some, or count the others with -m calls"
+        "{room} full: the limit is {limit}, {in_use} are in use and this request needs {asked} \
+         more; {advice}",
+        room = .room.what(), limit = .limit, in_use = .in_use, asked = .asked,
+        advice = .room.advice()
     )]
-    TooManyTimedProbes(usize),
+    OutOfRoom {
+        /// Which table.
+        room: Room,
+        /// Its size.
+        limit: u64,
+        /// Entries in use (by every session) when the request came.
+        in_use: u64,
+        /// Entries the whole request needs.
+        asked: u64,
+    },
     /// Every session slot of the target is held by a live weft.
     #[error("{0} weft sessions already have probes in this process: stop one of them first")]
     TooManySessions(usize),
@@ -84,11 +92,6 @@ pub enum Error {
         /// How long this one waited.
         waited: std::time::Duration,
     },
-    /// The target's probe directory is full.
-    #[error(
-        "the process already has {0} probes in place (weft's limit per process): remove some first"
-    )]
-    DirectoryFull(usize),
     /// The target's libc lacks a function weft calls.
     #[error("the target's C library has no `{0}`: weft needs glibc")]
     MissingLibc(&'static str),
@@ -183,4 +186,38 @@ fn refused_message(refused: &[Refused]) -> String {
         },
         parts.join("; ")
     )
+}
+
+/// The target's fixed-size tables a request can fill
+/// ([`Error::OutOfRoom`]); their sizes are in `weft_rt::layout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// Metric words per thread row (`MAX_METRIC_WORDS`): 1 per counted
+    /// function, 10 per timed one.
+    MetricWords,
+    /// Call records (`CALL_RECORDS`): one per timed function.
+    CallRecords,
+    /// Entries of the probe directory (`DIRECTORY`): one per probe.
+    Probes,
+}
+
+impl Room {
+    fn what(&self) -> &'static str {
+        match self {
+            Room::MetricWords => "the runtime's per-thread metric words are",
+            Room::CallRecords => "the runtime's call records (one per timed function) are",
+            Room::Probes => "the process's probe directory is",
+        }
+    }
+
+    fn advice(&self) -> &'static str {
+        match self {
+            Room::MetricWords => {
+                "a counted function takes 1 word, a timed one 10: instrument fewer functions, or \
+                 count some (-m calls) instead of timing them"
+            }
+            Room::CallRecords => "time fewer functions at once; count the others with -m calls",
+            Room::Probes => "instrument fewer functions, or remove probes first",
+        }
+    }
 }

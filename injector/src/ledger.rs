@@ -150,6 +150,11 @@ pub(crate) fn words_used(region: &Region) -> u32 {
     region.header().words_next.load(Ordering::Acquire)
 }
 
+/// One past the last call record any session handed out.
+pub(crate) fn records_used(region: &Region) -> u32 {
+    region.header().records_next.load(Ordering::Acquire)
+}
+
 /// A fresh call record, or None when all were handed out (a
 /// compare-and-swap, as [`allocate_words`]).
 pub(crate) fn allocate_record(region: &Region) -> Option<u32> {

@@ -50,7 +50,7 @@ mod runtime;
 pub mod sample;
 mod trampolines;
 
-pub use error::Error;
+pub use error::{Error, Room};
 pub use exits::Metrics;
 pub use inspect::Pattern;
 pub use library::Library;

@@ -29,6 +29,7 @@
 //! tracer takes only its own threads' ptrace events (never `waitpid(-1)`),
 //! and the program's own children are left for it to wait for.
 
+use crate::error::Room;
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
@@ -448,6 +449,8 @@ pub struct Process {
     threads_moved: u64,
     /// What the insertion in progress took, given back if it fails.
     pending: undo::Undo,
+    /// What the insertion under way needs in all, for a full table's error.
+    request_size: RequestSize,
     /// Metric words given back by failed insertions (zero: nothing wrote
     /// them), when the target's cursor had moved on meanwhile.
     free_words: Vec<(u32, u32)>,
@@ -511,6 +514,14 @@ pub struct Process {
 
 /// A step of a change used the runtime before the change loaded it: a bug
 /// in weft, not something a caller can cause.
+/// Table entries an insertion needs ([`Error::OutOfRoom`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct RequestSize {
+    words: u64,
+    records: u64,
+    probes: u64,
+}
+
 fn no_runtime() -> Error {
     Error::Internal("the runtime was used before it was loaded".into())
 }
@@ -587,6 +598,7 @@ impl Process {
             foreign: Vec::new(),
             threads_moved: 0,
             pending: undo::Undo::default(),
+            request_size: RequestSize::default(),
             free_words: Vec::new(),
             #[cfg(debug_assertions)]
             fault: None,
@@ -670,6 +682,7 @@ impl Process {
     /// when a pattern matches nothing.
     pub fn find_functions(&mut self, patterns: &[Pattern]) -> Result<Vec<Function>, Error> {
         let mut all: Vec<Function> = Vec::new();
+        let mut index: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
         for pattern in patterns {
             let found = self.image.find_functions(std::slice::from_ref(pattern))?;
             if found.is_empty() {
@@ -683,7 +696,7 @@ impl Process {
             for f in found {
                 // One function per address; the names other patterns
                 // matched at it become aliases.
-                match all.iter_mut().find(|g| g.address == f.address) {
+                match index.get(&f.address).map(|&i| &mut all[i]) {
                     Some(g) => {
                         for name in std::iter::once(f.name).chain(f.aliases) {
                             if name != g.name && !g.aliases.contains(&name) {
@@ -691,7 +704,10 @@ impl Process {
                             }
                         }
                     }
-                    None => all.push(f),
+                    None => {
+                        index.insert(f.address, all.len());
+                        all.push(f);
+                    }
                 }
             }
         }
@@ -949,8 +965,9 @@ impl Process {
             return Ok(word);
         }
         let len = (weft_codegen::TIMER_METRIC_LEN / 8) as u32;
-        let word = crate::ledger::allocate_words(&rt.region, len)
-            .ok_or(Error::TooManyProbes(self.options.metric_words))?;
+        let Some(word) = crate::ledger::allocate_words(&rt.region, len) else {
+            return Err(self.out_of_room(Room::MetricWords));
+        };
         control.sink_word.store(word + 1, Ordering::Release);
         Ok(word)
     }
@@ -1089,6 +1106,18 @@ impl Process {
         specs: &[ProbeSpec],
         required: &dyn Fn(&Function) -> bool,
     ) -> Result<Applied, Error> {
+        self.request_size = RequestSize {
+            words: specs.iter().map(|s| u64::from(s.words())).sum(),
+            records: specs.iter().filter(|s| s.hooks_exit()).count() as u64,
+            probes: specs.len() as u64,
+        };
+        // More than the process can ever have: say so before planning.
+        if self.request_size.records > weft_rt::layout::CALL_RECORDS as u64 {
+            return Err(self.out_of_room(Room::CallRecords));
+        }
+        if self.request_size.probes > weft_rt::layout::DIRECTORY as u64 {
+            return Err(self.out_of_room(Room::Probes));
+        }
         for spec in specs {
             let exit_predicate = spec.on_exit.and_then(|p| p.predicate);
             if matches!(
@@ -1157,6 +1186,14 @@ impl Process {
         }
         let requests: Vec<&ProbeSpec> = plans.iter().map(|(r, _)| *r).collect();
         self.ensure_runtime(tracer)?;
+        // Call records are taken only here: a request that cannot get them
+        // all fails before anything is built.
+        let records = requests.iter().filter(|r| r.hooks_exit()).count();
+        let in_use = crate::ledger::records_used(&self.rt()?.region) as usize;
+        let free = weft_rt::layout::CALL_RECORDS.saturating_sub(in_use) + self.free_records.len();
+        if records > free {
+            return Err(self.out_of_room(Room::CallRecords));
+        }
         let wanted = requests
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
@@ -2163,7 +2200,7 @@ impl Process {
             .iter()
             .position(|&i| width(&self.probes[i]) == len)
         else {
-            return Err(Error::TooManyProbes(self.options.metric_words));
+            return Err(self.out_of_room(Room::MetricWords));
         };
         let index = self.quiet.swap_remove(at);
         let Some(words) = self.probes[index].words_mut() else {
@@ -2183,14 +2220,46 @@ impl Process {
         Ok((word, false))
     }
 
+    /// The error for a full table: its limit, what every session uses, and
+    /// what the whole request under way needs.
+    fn out_of_room(&self, room: Room) -> Error {
+        use std::sync::atomic::Ordering;
+        let header = self.runtime.as_ref().map(|rt| rt.region.header());
+        let load = |f: fn(&weft_rt::layout::RegionHeader) -> u64| header.map_or(0, f);
+        let (limit, in_use, asked) = match room {
+            Room::MetricWords => (
+                u64::from(self.options.metric_words),
+                load(|h| u64::from(h.words_next.load(Ordering::Acquire))),
+                self.request_size.words,
+            ),
+            Room::CallRecords => (
+                weft_rt::layout::CALL_RECORDS as u64,
+                load(|h| u64::from(h.records_next.load(Ordering::Acquire))),
+                self.request_size.records,
+            ),
+            Room::Probes => (
+                weft_rt::layout::DIRECTORY as u64,
+                load(|h| u64::from(h.directory_used.load(Ordering::Acquire))),
+                self.request_size.probes,
+            ),
+        };
+        Error::OutOfRoom {
+            room,
+            limit,
+            in_use,
+            asked,
+        }
+    }
+
     /// A free call record for a probe with exit hooks.
     fn allocate_record(&mut self) -> Result<u32, Error> {
         let (record, fresh) = match self.free_records.pop() {
             Some(r) => (r, false),
             None => {
                 let rt = self.rt()?;
-                let r = crate::ledger::allocate_record(&rt.region)
-                    .ok_or(Error::TooManyTimedProbes(weft_rt::layout::CALL_RECORDS))?;
+                let Some(r) = crate::ledger::allocate_record(&rt.region) else {
+                    return Err(self.out_of_room(Room::CallRecords));
+                };
                 (r, true)
             }
         };
@@ -2470,8 +2539,9 @@ impl Process {
             .iter()
             .map(|p| directory_entry(p, owners, private.contains(&p.id)))
             .collect();
-        let indices = crate::ledger::add_all(&rt.region, &entries)
-            .ok_or(Error::DirectoryFull(weft_rt::layout::DIRECTORY))?;
+        let Some(indices) = crate::ledger::add_all(&rt.region, &entries) else {
+            return Err(self.out_of_room(Room::Probes));
+        };
         for (probe, index) in probes.iter_mut().zip(indices) {
             // Freed again if the change fails (`roll_back`).
             self.pending.entries.push(index);
@@ -3486,10 +3556,13 @@ impl Process {
                     .map(|s| s.trim_end().to_string())
             },
         );
-        let timed = self.probes.iter().any(|p| p.metrics().hooks_exit());
-        if let (true, Some(rt)) = (timed, &self.runtime) {
+        let asked = self
+            .probes
+            .iter()
+            .fold(Metrics::CALLS, |m, p| m.union(p.metrics()));
+        if let (true, Some(rt)) = (asked.wall || asked.cpu, &self.runtime) {
             let wall = weft_rt::clock::WallClock::in_region(rt.region.header());
-            report.clocks = Some(clocks(wall, &rows));
+            report.clocks = Some(clocks(wall, &rows, asked));
         }
         let (rows_used, rows_reused) = self.row_usage();
         report.runtime = Some(crate::report::RuntimeStats {
@@ -3501,7 +3574,13 @@ impl Process {
 }
 
 /// The clock sources behind a report's times, in words.
-fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::report::Clocks {
+/// The clocks behind the metrics `asked` (only those: `-m wall` has no CPU
+/// clock to speak of).
+fn clocks(
+    wall: &weft_rt::clock::WallClock,
+    rows: &[RowSnapshot],
+    asked: Metrics,
+) -> crate::report::Clocks {
     let mut cpu: Vec<String> = Vec::new();
     for row in rows {
         let (source, why) = row.cpu_source;
@@ -3514,12 +3593,14 @@ fn clocks(wall: &weft_rt::clock::WallClock, rows: &[RowSnapshot]) -> crate::repo
         }
     }
     crate::report::Clocks {
-        wall: wall.source().to_string(),
-        cpu: if cpu.is_empty() {
-            "none (no thread has a CPU clock)".to_string()
-        } else {
-            cpu.join("; ")
-        },
+        wall: asked.wall.then(|| wall.source().to_string()),
+        cpu: asked.cpu.then(|| {
+            if cpu.is_empty() {
+                "none (no thread has a CPU clock)".to_string()
+            } else {
+                cpu.join("; ")
+            }
+        }),
     }
 }
 

@@ -171,6 +171,12 @@ impl Region {
         let used = self.header().rows_used.load(Ordering::Acquire);
         let rows = (0..used.min(self.geometry.max_rows)).chain([self.geometry.overflow_row()]);
         for index in rows {
+            // Words in a page nobody wrote are zero already; writing would
+            // allocate the page (rows are sparse, see `written_words`).
+            let written = self.written_words(index, first + count);
+            if !written.iter().any(|r| r.end > first) {
+                continue;
+            }
             let at = self.geometry.row_offset(index) + Geometry::metric_offset(first);
             self.file.write_all_at(&zeros, at)?;
         }
@@ -253,17 +259,18 @@ impl Region {
         let row = self.row(index);
         // SAFETY: `row` points at a RowHeader inside the mapping.
         let header = unsafe { &*(row as *const RowHeader) };
-        let values = (0..words)
-            .map(|w| {
+        let mut values = vec![0u64; words as usize];
+        for range in self.written_words(index, words) {
+            for w in range {
                 // SAFETY: word w < metric_words lies inside the row; it is
                 // 8-byte aligned, so the read is single-copy atomic.
-                unsafe {
+                values[w as usize] = unsafe {
                     std::ptr::read_volatile(
                         row.add(Geometry::metric_offset(w) as usize) as *const u64
                     )
-                }
-            })
-            .collect();
+                };
+            }
+        }
         Some(RowSnapshot {
             index,
             state: header.state.load(Ordering::Acquire),
@@ -276,6 +283,49 @@ impl Region {
                 header.thread.cpu_why.load(Ordering::Acquire),
             ),
         })
+    }
+
+    /// The ranges of row `index`'s first `words` metric words that lie in
+    /// pages the target wrote; the other words are zero. A row is sized
+    /// for the most words any request may need and the memfd is sparse:
+    /// reading a page nobody wrote through the mapping would allocate it in
+    /// the target's memory (a shared memory fault always does), so readers
+    /// skip the holes. `SEEK_DATA`/`SEEK_HOLE` count a swapped-out page as
+    /// data, unlike `mincore`. A page first written after the look reads
+    /// as the zero it was a moment before.
+    pub fn written_words(&self, index: u32, words: u32) -> Vec<std::ops::Range<u32>> {
+        use std::os::fd::AsRawFd;
+        let words = words.min(self.geometry.metric_words);
+        if index > self.geometry.scratch_row() || words == 0 {
+            return Vec::new();
+        }
+        let start = self.geometry.row_offset(index) + Geometry::metric_offset(0);
+        let end = start + 8 * u64::from(words);
+        let word_of = |offset: u64| ((offset.clamp(start, end) - start) / 8) as u32;
+        let fd = self.file.as_raw_fd();
+        let mut ranges = Vec::new();
+        let mut at = start;
+        while at < end {
+            // SAFETY: lseek on our own descriptor of the region's memfd.
+            let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 || data as u64 >= end {
+                break; // ENXIO: no data after `at`
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            let hole = if hole < 0 {
+                end
+            } else {
+                (hole as u64).min(end)
+            };
+            // Words straddling the edge of a written page: read whole.
+            let (first, last) = (word_of(data as u64), word_of(hole + 7));
+            if first < last {
+                ranges.push(first..last);
+            }
+            at = hole.max(data as u64 + 1);
+        }
+        ranges
     }
 
     /// The live value of the 8-byte word at byte `offset` of row `index`

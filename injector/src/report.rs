@@ -98,10 +98,13 @@ pub struct Report {
 /// Where the times come from, in words.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Clocks {
-    /// The wall clock's source.
-    pub wall: String,
-    /// The threads' CPU clock sources (distinct ones, `; `-separated).
-    pub cpu: String,
+    /// The wall clock's source; when wall time was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall: Option<String>,
+    /// The threads' CPU clock sources (distinct ones, `; `-separated);
+    /// when CPU time was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
 }
 
 /// The runtime's thread-table usage, for people sizing it.
@@ -151,16 +154,19 @@ impl Report {
         let mut entry_of = Vec::with_capacity(probes.len());
         let mut firsts: Vec<&ProbeInfo> = Vec::new();
         let mut aliases: Vec<Vec<String>> = Vec::new();
+        // Entries by address: a libc-wide glob has thousands of functions.
+        let mut at: std::collections::HashMap<(&str, u64), Vec<usize>> =
+            std::collections::HashMap::new();
         for p in probes {
-            let same = |q: &&ProbeInfo| {
-                (q.module.as_str(), q.address) == (p.module.as_str(), p.address)
-                    && (q.name == p.name
-                        || q.aliases.contains(&p.name)
-                        || p.aliases.contains(&q.name))
+            let same = |q: &ProbeInfo| {
+                q.name == p.name || q.aliases.contains(&p.name) || p.aliases.contains(&q.name)
             };
-            let e = firsts.iter().position(same).unwrap_or_else(|| {
+            let candidates = at.entry((p.module.as_str(), p.address)).or_default();
+            let found = candidates.iter().copied().find(|&e| same(firsts[e]));
+            let e = found.unwrap_or_else(|| {
                 firsts.push(p);
                 aliases.push(Vec::new());
+                candidates.push(firsts.len() - 1);
                 firsts.len() - 1
             });
             for name in std::iter::once(&p.name).chain(&p.aliases) {
@@ -341,11 +347,11 @@ impl Report {
             // Only the clocks of the metrics asked (`-m wall` has no CPU
             // clock to speak of).
             let mut line = "times: inclusive, outermost activation per thread".to_string();
-            if self.metrics.contains(&"wall") {
-                let _ = write!(line, "; wall clock: {}", clocks.wall);
+            if let Some(wall) = &clocks.wall {
+                let _ = write!(line, "; wall clock: {wall}");
             }
-            if self.metrics.contains(&"cpu") {
-                let _ = write!(line, "; cpu clock: {}", clocks.cpu);
+            if let Some(cpu) = &clocks.cpu {
+                let _ = write!(line, "; cpu clock: {cpu}");
             }
             let _ = writeln!(out, "{line}");
         }
@@ -382,10 +388,14 @@ pub fn human_ns(ns: u64) -> String {
 
 /// Names as reported: plain, or `module:name` where two probes share one.
 fn display_names(probes: &[&ProbeInfo]) -> Vec<String> {
+    let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for p in probes {
+        *uses.entry(p.name.as_str()).or_default() += 1;
+    }
     probes
         .iter()
         .map(|p| {
-            let clash = probes.iter().filter(|q| q.name == p.name).count() > 1;
+            let clash = uses[p.name.as_str()] > 1;
             if clash {
                 format!("{}:{}", p.module, p.name)
             } else {

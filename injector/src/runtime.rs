@@ -16,6 +16,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use weft_rt::clock::{WallClock, WallPreference};
+use weft_rt::layout::MAX_METRIC_WORDS;
 
 /// The memfd name, which shows in `/proc/PID/maps` as `/memfd:weft-rt (deleted)`.
 /// Name of the memfd the runtime library is loaded from.
@@ -106,7 +107,7 @@ impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             max_threads: 4096,
-            metric_words: 4096,
+            metric_words: MAX_METRIC_WORDS,
         }
     }
 }

@@ -236,6 +236,7 @@ impl Sampler {
             }
             self.stats.rows_read += 1;
             let words = region.row_words(index, self.words);
+            let written = region.written_words(index, self.words);
             let same_thread = r.known && r.generation == generation && r.tid == tid;
             let baseline = |word: usize| process.baseline(index, generation, word as u32);
             read_row(
@@ -243,6 +244,7 @@ impl Sampler {
                 same_thread,
                 &self.probes,
                 words,
+                &written,
                 &baseline,
                 (tid, pid),
                 wall_now,
@@ -279,6 +281,7 @@ fn read_row(
     same_thread: bool,
     probes: &[Sampled],
     words: &[AtomicU64],
+    written: &[std::ops::Range<u32>],
     baseline: &dyn Fn(usize) -> u64,
     (tid, pid): (u32, i32),
     wall_now: u64,
@@ -302,6 +305,14 @@ fn read_row(
         let Some(w) = words.get(p.word..end) else {
             continue;
         };
+        // Words in pages the thread never wrote are zero: reading them
+        // would allocate the pages (`Region::written_words`).
+        let touched = written
+            .iter()
+            .any(|r| (r.start as usize) < end && p.word < r.end as usize);
+        if !touched {
+            continue;
+        }
         // What a borrowed probe had counted before this session.
         let base = |offset: usize| {
             if p.borrowed {
@@ -435,6 +446,10 @@ mod tests {
             same_thread,
             &probes,
             words,
+            &[std::ops::Range {
+                start: 0,
+                end: words.len() as u32,
+            }],
             &none,
             (1, 1),
             0,

@@ -2,8 +2,8 @@
 
 use crate::clock::{WallClock, WallPreference};
 use crate::layout::{
-    Geometry, RegionHeader, RowHeader, MAGIC, NAME_LEN, ROW_CELLS, ROW_CLAIMED, ROW_EXITED,
-    ROW_LIVE, ROW_OVERFLOW, ROW_TOP, SESSIONS, VERSION,
+    Geometry, RegionHeader, RowHeader, MAGIC, MAX_METRIC_WORDS, NAME_LEN, ROW_CELLS, ROW_CLAIMED,
+    ROW_EXITED, ROW_LIVE, ROW_OVERFLOW, ROW_TOP, SESSIONS, VERSION,
 };
 use core::arch::{asm, global_asm};
 use core::ptr;
@@ -192,7 +192,10 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
         return i64::from(REGION_FD.load(Ordering::Acquire));
     }
 
-    if geometry.max_rows == 0 || geometry.max_rows > 1 << 20 || geometry.metric_words > 1 << 20 {
+    if geometry.max_rows == 0
+        || geometry.max_rows > 1 << 20
+        || geometry.metric_words > MAX_METRIC_WORDS
+    {
         return -i64::from(libc::EINVAL);
     }
     let size = geometry.region_size();
@@ -211,7 +214,9 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
             ptr::null_mut(),
             size as usize,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            // Rows are sized for the most words any request may need
+            // (MAX_METRIC_WORDS); only the pages written take memory.
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
             fd,
             0,
         );
@@ -220,6 +225,9 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
             libc::close(fd);
             return -e;
         }
+        // weft's figures are not the program's: a core dump of the target
+        // should not carry gigabytes of (mostly sparse) region. Advisory.
+        libc::madvise(base, size as usize, libc::MADV_DONTDUMP);
         let base = base as *mut u8;
         let header = base as *mut RegionHeader;
         // The memfd is zero-filled: only the non-zero fields need writing.
@@ -448,13 +456,21 @@ fn reuse_harvested_row(
         {
             continue;
         }
+        // Only words some session handed out can hold figures: the others
+        // were never written (words given back after a failed change are
+        // zeroed by the injector first), and zeroing them would touch every
+        // page of a row sized for MAX_METRIC_WORDS.
+        let words_used = header
+            .words_next
+            .load(Ordering::Acquire)
+            .min(geometry.metric_words);
         // SAFETY: the metric words follow the header inside this row, which
-        // the CAS made ours.
+        // the CAS made ours; words_used <= metric_words keeps the range in
+        // the row.
         unsafe {
-            ptr::write_bytes(
+            zero_sparse(
                 row_ptr.add(Geometry::metric_offset(0) as usize),
-                0,
-                geometry.metric_words as usize * 8,
+                words_used as usize * 8,
             );
         }
         row.generation
@@ -463,6 +479,36 @@ fn reuse_harvested_row(
         return Some(row_ptr);
     }
     None
+}
+
+/// Zeroes `len` bytes at `at` in the region, giving whole pages back to the
+/// memfd (`MADV_REMOVE`) instead of writing them: a reused row must not
+/// cost the pages its old thread never wrote (rows are sized for the most
+/// words any request may need), and a punched page reads as zero.
+///
+/// # Safety
+///
+/// `at .. at + len` lies inside the region's shared, writable mapping and
+/// nobody else writes it meanwhile.
+unsafe fn zero_sparse(at: *mut u8, len: usize) {
+    let page = 4096usize;
+    let start = at as usize;
+    let end = start + len;
+    let (first_page, last_page) = (start.div_ceil(page) * page, end / page * page);
+    if first_page >= last_page {
+        // SAFETY: the caller's range.
+        unsafe { ptr::write_bytes(at, 0, len) };
+        return;
+    }
+    // SAFETY: the caller's range, split into head, whole pages and tail.
+    unsafe {
+        ptr::write_bytes(at, 0, first_page - start);
+        let whole = last_page - first_page;
+        if libc::madvise(first_page as *mut libc::c_void, whole, libc::MADV_REMOVE) != 0 {
+            ptr::write_bytes(first_page as *mut u8, 0, whole);
+        }
+        ptr::write_bytes(last_page as *mut u8, 0, end - last_page);
+    }
 }
 
 /// Runs `f` with the thread's row pointer on the scratch row, so that any

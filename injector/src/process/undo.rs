@@ -129,6 +129,10 @@ impl Process {
             }
         }
         for &(word, len, fresh) in undo.words.iter().rev() {
+            // A reused row is zeroed only below the cursor (see the runtime's
+            // `reuse_harvested_row`): words going back above it must be
+            // clean. Nothing writes them any more: their patches are gone.
+            let _ = rt.region.zero_words(word, len);
             if !(fresh && crate::ledger::give_back_words(&rt.region, word, len)) {
                 self.free_words.push((word, len));
             }
