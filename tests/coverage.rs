@@ -9,11 +9,15 @@
 //! must not promise what an insertion refuses, and what it accepts must
 //! really be safe.
 //!
-//! Thresholds, a little under what was measured (Debian 12, glibc 2.36,
-//! python 3.11.2, this repository's weft, debug build), so a regression
-//! shows: libc 99% at entry (measured 99.85%: 1,952 of 1,955) and with
-//! timers (99.18%); python3.11's 1,473 dynamic symbols 98.5% (98.91%
-//! both); weft's 22,715 symbols 99.5% (99.98% both).
+//! Thresholds, a little under what was measured (Debian 12, glibc 2.36
+//! with libc6-dbg's debug file, python 3.11.2, this repository's weft,
+//! debug build), so a regression shows: libc 99% at entry (measured
+//! 99.92%: 3,673 of 3,676, every hand-written memmove/mempcpy variant
+//! among them) and 96% with timers (96.79%: its debug file names 115
+//! `.cold` parts and the like, which are entered by jumps and can only be
+//! counted); python3.11's 1,473 dynamic symbols 98.5% (98.91% both);
+//! weft's 29,682 symbols 99.5% (99.99% both). Without the debug file libc
+//! is 1,955 functions: 99.85% at entry, 99.18% with timers.
 
 mod support;
 
@@ -142,7 +146,7 @@ fn libc_python_and_rust_coverage() {
     let share = |s: &Shares, n: usize| 100.0 * n as f64 / s.checked.max(1) as f64;
     let bars = [
         ("libc at entry", share(&libc, libc.entry_ok), 99.0),
-        ("libc with timers", share(&libc, libc.timers_ok), 99.0),
+        ("libc with timers", share(&libc, libc.timers_ok), 96.0),
         ("python3.11 at entry", share(&python, python.entry_ok), 98.5),
         (
             "python3.11 with timers",

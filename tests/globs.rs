@@ -121,9 +121,10 @@ fn a_glob_over_libc_applies_what_is_safe() {
         "the target's output changed with all of libc instrumented".into()
     });
     let report = parse_report(&ctx, &std::fs::read_to_string(&out).unwrap());
-    // IFUNCs resolving to one implementation (memcpy, memmove) share its
-    // probe: one report entry.
-    ctx.check(report.functions.len() * 100 >= done * 99, || {
+    // IFUNCs resolving to one implementation (memcpy, memmove), or to one
+    // the glob also matches by its own name (with libc's debug file),
+    // share its probe: one report entry.
+    ctx.check(report.functions.len() * 100 >= done * 95, || {
         format!(
             "{} functions in the report, {done} instrumented",
             report.functions.len()

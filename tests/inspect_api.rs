@@ -5,7 +5,7 @@
 mod support;
 
 use support::*;
-use weft::code::{demangle, function_code, LineTable};
+use weft::code::{demangle, function_code, source_line};
 use weft::{Pattern, Process};
 use weft_codegen::cfg::{CallTarget, ExitKind};
 
@@ -51,21 +51,14 @@ fn a_functions_code_calls_exits_and_source_lines() {
         format!("{len} bytes decoded of outer's {}", outer.size)
     });
     // Source lines (the target is built with -g).
-    let image = p.image();
-    let module = image
-        .module_of(outer.address)
-        .unwrap_or_else(|| ctx.fail("no module for outer"));
-    let table = LineTable::for_module(module)
-        .unwrap_or_else(|e| ctx.fail(format!("lines: {e}")))
-        .unwrap_or_else(|| ctx.fail("no line table in a -g build"));
     let call = code
         .calls
         .iter()
         .find(|c| c.target == CallTarget::Direct(inner.address))
         .unwrap();
-    let loc = table
-        .lookup(call.address - module.bias())
-        .unwrap_or_else(|| ctx.fail("no line for the call"));
+    let loc = source_line(p.image(), call.address)
+        .unwrap_or_else(|e| ctx.fail(format!("lines: {e}")))
+        .unwrap_or_else(|| ctx.fail("no line for the call in a -g build"));
     // `int r = inner(x + 1);` is line 34 of gdbwait.c.
     ctx.check(loc.file.ends_with("gdbwait.c") && loc.line == 34, || {
         format!("the call to inner is at {loc:?}, not gdbwait.c:34")

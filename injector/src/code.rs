@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSegment};
 
 /// What [`function_code`] returns, so that a tool needs no direct
 /// dependency on `weft-codegen`.
@@ -49,14 +49,6 @@ pub enum CodeError {
         size: u64,
         /// The file.
         path: PathBuf,
-    },
-    /// The DWARF line tables are malformed.
-    #[error("{path}: malformed DWARF line information: {reason}")]
-    Dwarf {
-        /// The file.
-        path: PathBuf,
-        /// What gimli said.
-        reason: String,
     },
 }
 
@@ -149,190 +141,24 @@ fn segment_bytes<'a>(
     Ok(None)
 }
 
-/// A source position.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourceLocation {
-    /// The source file (as the compiler recorded it: absolute, or relative
-    /// to the compilation directory, which is then prepended).
-    pub file: PathBuf,
-    /// Line, from 1.
-    pub line: u32,
-    /// Column, from 1 (0: unknown).
-    pub column: u32,
-}
+/// Where the code at an address comes from: the source file and line, from
+/// the module's DWARF or its separate debug file (`docs/debug-files.md`).
+pub use crate::inspect::SourceLine;
 
-/// One row of a line table: the code from `address` on comes from
-/// `location` (until the next row's address).
-#[derive(Clone, Debug)]
-struct Row {
-    address: u64,
-    /// Index into `files`; `None` marks the end of a sequence.
-    file: Option<usize>,
-    line: u32,
-    column: u32,
-}
-
-/// A module's DWARF line table, addresses in the file's own (vaddr)
-/// space. Built from the module file's `.debug_line`, or from its separate
-/// debug file (`/usr/lib/debug/.build-id/xx/yyyy.debug`) when the module
-/// is stripped.
-#[derive(Clone, Debug)]
-pub struct LineTable {
-    rows: Vec<Row>,
-    files: Vec<PathBuf>,
-}
-
-impl LineTable {
-    /// The line table of `module`, or None when neither the module nor a
-    /// separate debug file for it has line information.
-    ///
-    /// # Errors
-    ///
-    /// [`CodeError`] when a file cannot be parsed or its DWARF is
-    /// malformed.
-    pub fn for_module(module: &Module) -> Result<Option<LineTable>, CodeError> {
-        let elf = module.image().map_err(|e| CodeError::File {
-            path: module.path().to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        if let Some(table) = Self::from_elf(elf.path(), elf.data())? {
-            return Ok(Some(table));
-        }
-        let Some(debug) = separate_debug_file(elf.data()) else {
-            return Ok(None);
-        };
-        let Ok(data) = std::fs::read(&debug) else {
-            return Ok(None);
-        };
-        Self::from_elf(&debug, &data)
-    }
-
-    /// The line table in ELF file `data` (None: no `.debug_line`).
-    ///
-    /// # Errors
-    ///
-    /// [`CodeError`] for an unparsable file or malformed DWARF.
-    pub fn from_elf(path: &Path, data: &[u8]) -> Result<Option<LineTable>, CodeError> {
-        let file = object::File::parse(data).map_err(|e| CodeError::File {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        if file.section_by_name(".debug_line").is_none() {
-            return Ok(None);
-        }
-        let dwarf_err = |e: gimli::Error| CodeError::Dwarf {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        };
-        let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-            Ok(match file.section_by_name(id.name()) {
-                Some(s) => s.uncompressed_data().unwrap_or(Cow::Borrowed(&[][..])),
-                None => Cow::Borrowed(&[][..]),
-            })
-        };
-        let owned = gimli::DwarfSections::load(load).map_err(dwarf_err)?;
-        let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
-        let mut table = LineTable {
-            rows: Vec::new(),
-            files: Vec::new(),
-        };
-        let mut file_index: std::collections::HashMap<PathBuf, usize> = Default::default();
-        let mut units = dwarf.units();
-        while let Some(header) = units.next().map_err(dwarf_err)? {
-            let unit = dwarf.unit(header).map_err(dwarf_err)?;
-            let Some(program) = unit.line_program.clone() else {
-                continue;
-            };
-            let comp_dir = unit
-                .comp_dir
-                .map(|d| PathBuf::from(d.to_string_lossy().into_owned()));
-            let mut rows = program.rows();
-            while let Some((header, row)) = rows.next_row().map_err(dwarf_err)? {
-                if row.end_sequence() {
-                    table.rows.push(Row {
-                        address: row.address(),
-                        file: None,
-                        line: 0,
-                        column: 0,
-                    });
-                    continue;
-                }
-                let Some(entry) = row.file(header) else {
-                    continue;
-                };
-                let mut path = PathBuf::new();
-                if let Some(dir) = comp_dir.as_ref() {
-                    path.push(dir);
-                }
-                if let Some(dir) = entry.directory(header) {
-                    if let Ok(dir) = dwarf.attr_string(&unit, dir) {
-                        path.push(dir.to_string_lossy().as_ref());
-                    }
-                }
-                if let Ok(name) = dwarf.attr_string(&unit, entry.path_name()) {
-                    path.push(name.to_string_lossy().as_ref());
-                }
-                let next = table.files.len();
-                let index = *file_index.entry(path.clone()).or_insert(next);
-                if index == next {
-                    table.files.push(path);
-                }
-                table.rows.push(Row {
-                    address: row.address(),
-                    file: Some(index),
-                    line: row.line().map_or(0, |l| l.get() as u32),
-                    column: match row.column() {
-                        gimli::ColumnType::LeftEdge => 0,
-                        gimli::ColumnType::Column(c) => c.get() as u32,
-                    },
-                });
-            }
-        }
-        // Stable: an end-of-sequence row and the next sequence's first row
-        // at the same address keep their order.
-        table.rows.sort_by_key(|r| r.address);
-        Ok(Some(table))
-    }
-
-    /// Where the code at file address `vaddr` comes from (None: no line
-    /// information covers it).
-    pub fn lookup(&self, vaddr: u64) -> Option<SourceLocation> {
-        let i = self.rows.partition_point(|r| r.address <= vaddr);
-        let row = self.rows.get(i.checked_sub(1)?)?;
-        let file = row.file?;
-        Some(SourceLocation {
-            file: self.files[file].clone(),
-            line: row.line,
-            column: row.column,
-        })
-    }
-
-    /// Number of rows (for diagnostics).
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// Whether the table is empty.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-}
-
-/// The separate debug file of an ELF file, by its GNU build ID, if it is
-/// installed (`/usr/lib/debug/.build-id/ab/cdef....debug`).
-fn separate_debug_file(data: &[u8]) -> Option<PathBuf> {
-    let file = object::File::parse(data).ok()?;
-    let id = file.build_id().ok()??;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    if hex.len() < 3 {
-        return None;
-    }
-    let path = PathBuf::from(format!(
-        "/usr/lib/debug/.build-id/{}/{}.debug",
-        &hex[..2],
-        &hex[2..]
-    ));
-    path.exists().then_some(path)
+/// The source line of the code at runtime address `address`, or None when
+/// no line information covers it (no `-g`, no debug file found).
+///
+/// # Errors
+///
+/// [`CodeError`] when the module file cannot be read.
+pub fn source_line(image: &ProcessImage, address: u64) -> Result<Option<SourceLine>, CodeError> {
+    let Some(module) = image.module_of(address) else {
+        return Ok(None);
+    };
+    image.source_line(address).map_err(|e| CodeError::File {
+        path: module.path().to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// A readable form of a mangled Rust (legacy or v0) or C++ (Itanium)
@@ -378,21 +204,13 @@ mod tests {
     }
 
     #[test]
-    fn line_table_of_this_test_binary_finds_this_function() {
-        let exe = std::env::current_exe().unwrap();
-        let data = std::fs::read(&exe).unwrap();
-        let Some(table) = LineTable::from_elf(&exe, &data).unwrap() else {
-            panic!("the test binary has debug info (cargo's dev profile)");
-        };
-        assert!(!table.is_empty());
-        // This function's own address, as a file vaddr: PIE, so subtract
-        // the load bias (found from /proc/self/maps).
-        let here = line_table_of_this_test_binary_finds_this_function as *const () as u64;
+    fn source_line_of_this_test_binary_finds_this_function() {
+        let here = source_line_of_this_test_binary_finds_this_function as *const () as u64;
         let image = crate::inspect::ProcessImage::open(std::process::id() as i32).unwrap();
-        let module = image.modules().iter().find(|m| m.contains(here)).unwrap();
-        let vaddr = here - module.bias();
-        let loc = table.lookup(vaddr).expect("a line for this function");
+        let loc = source_line(&image, here)
+            .unwrap()
+            .expect("a line for this function (cargo's dev profile has debug info)");
         assert!(loc.file.ends_with("code.rs"), "{loc:?}");
-        assert!(loc.line > 300, "{loc:?}");
+        assert!(loc.line > 200, "{loc:?}");
     }
 }

@@ -34,6 +34,7 @@
 
 mod branches;
 pub mod code;
+pub mod diagnose;
 pub mod error;
 pub mod events;
 mod exits;

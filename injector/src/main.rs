@@ -1,6 +1,7 @@
 //! The `weft` command: a thin client of the `weft` library.
 
 mod cli_demo;
+mod cli_diagnose;
 mod cli_wait;
 
 use anyhow::{bail, Context, Result};
@@ -20,6 +21,11 @@ use weft::{Pattern, Process, Report};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Also look for separate debug files of stripped programs and
+    /// libraries in DIR (laid out like /usr/lib/debug), before
+    /// $WEFT_DEBUG_DIRS or /usr/lib/debug; repeatable (docs/debug-files.md).
+    #[arg(long = "debug-dir", value_name = "DIR", global = true)]
+    debug_dirs: Vec<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -144,10 +150,40 @@ enum Command {
         /// The process.
         #[arg(short = 'p', long = "pid")]
         pid: i32,
+        /// Add a fifth column, FILE:LINE of each function's first line
+        /// from DWARF (the module's or its debug file's), `-` if unknown.
+        #[arg(long)]
+        lines: bool,
         /// Only functions matching one of these patterns (as for `run`;
         /// each function is listed once).
         #[arg(value_name = "PATTERN")]
         patterns: Vec<String>,
+    },
+    /// Find a running process's bottlenecks by itself (the Performance
+    /// Consultant): tests CPU-bound hypotheses per thread down the call
+    /// graph, instrumenting only what each test needs. See docs/diagnose.md.
+    Diagnose {
+        /// The process.
+        #[arg(short = 'p', long = "pid")]
+        pid: i32,
+        /// Stop after this many seconds (partial result).
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        duration: Option<String>,
+        /// Most functions instrumented at once.
+        #[arg(long, default_value_t = 64)]
+        max_probes: usize,
+        /// Threshold of the CPU-bound hypothesis (share of a thread's time).
+        #[arg(long, default_value_t = 0.30)]
+        cpu_threshold: f64,
+        /// How long a value must hold before a test concludes, in seconds.
+        #[arg(long, value_name = "SECS", default_value = "1")]
+        observe: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: cli_diagnose::DiagnoseFormat,
+        /// Write the diagnosis to FILE instead of standard output.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Start a bundled threaded server, attach, show live per-thread counts,
     /// detach, and check the counts against the server's own.
@@ -292,6 +328,8 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
         }
     };
     refuse_setuid()?;
+    weft::inspect::set_debug_dirs(cli.debug_dirs);
+    weft::inspect::set_debug_note_reporter(|note| eprintln!("weft: {note}"));
     match cli.command {
         Command::Run {
             functions,
@@ -300,6 +338,33 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             output,
             command,
         } => run_program(&functions, measure.metrics, &refusals, &output, &command),
+        Command::Diagnose {
+            pid,
+            duration,
+            max_probes,
+            cpu_threshold,
+            observe,
+            format,
+            output,
+        } => {
+            let duration = seconds("--duration", duration.as_deref(), true)?;
+            let observe = seconds("--observe", Some(&observe), true)?.unwrap_or_default();
+            if !(cpu_threshold > 0.0 && cpu_threshold < 1.0) {
+                bail!("--cpu-threshold {cpu_threshold}: give a share of time between 0 and 1, e.g. 0.3");
+            }
+            let defaults = weft::diagnose::Options::default();
+            let options = weft::diagnose::Options {
+                max_probes: max_probes.max(1),
+                thresholds: weft::diagnose::Thresholds {
+                    cpu: cpu_threshold,
+                    min_observation: observe,
+                    ..defaults.thresholds
+                },
+                ..defaults
+            };
+            cli_diagnose::diagnose(pid, duration, options, format, output.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Attach {
             pid,
             functions,
@@ -322,7 +387,11 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             &output,
             boost,
         ),
-        Command::List { pid, patterns } => list(pid, &patterns),
+        Command::List {
+            pid,
+            lines,
+            patterns,
+        } => list(pid, &patterns, lines),
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
@@ -725,7 +794,7 @@ fn attach(
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
+fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     let patterns = if specs.is_empty() {
         vec![Pattern::parse("*")?]
     } else {
@@ -782,6 +851,15 @@ fn list(pid: i32, specs: &[String]) -> Result<ExitCode> {
                     f.module, f.name
                 );
             }
+        }
+        if lines {
+            let at = match image.source_line(f.address) {
+                Ok(Some(l)) => l.to_string(),
+                _ => "-".to_string(),
+            };
+            // The line just written ends in '\n': the column goes before.
+            text.pop();
+            let _ = writeln!(text, " {at}");
         }
     }
     to_stdout(text.as_bytes())?;

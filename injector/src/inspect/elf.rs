@@ -1,5 +1,6 @@
 //! Reading the parts of an ELF file weft needs: load segments, function
-//! symbols (with a `.eh_frame` fallback for stripped files), IFUNC GOT slots.
+//! symbols (from a separate debug file or `.eh_frame` for stripped files, see
+//! `debugfile`), source lines, IFUNC GOT slots.
 //!
 //! Everything here is defensive: the bytes may come from a truncated,
 //! corrupt or hostile file, so every offset is bounds-checked (by `object`,
@@ -17,7 +18,9 @@ use object::read::elf::VersionTable;
 use object::read::elf::{FileHeader, Rela as _, SectionHeader, SectionTable, Sym, SymbolTable};
 use object::{Endianness, SymbolIndex};
 
+use super::debugfile::{self, DebugInfo, DebugSource, Origin};
 use super::error::InspectError;
+use super::lines::{LineTable, SourceLine};
 use super::maps::{page_down, Mapping};
 
 type Elf64 = elf::FileHeader64<Endianness>;
@@ -221,6 +224,11 @@ pub enum SymbolSource {
     Dynsym,
     /// The static symbol table `.symtab`.
     Symtab,
+    /// The `.symtab` of a separate debug file (found by build-id or
+    /// `.gnu_debuglink`).
+    DebugFile,
+    /// The `.symtab` of the file's MiniDebugInfo (`.gnu_debugdata`).
+    MiniDebugInfo,
     /// An FDE of `.eh_frame` of a stripped file (named `fun_<hex vaddr>`).
     EhFrame,
 }
@@ -262,8 +270,9 @@ struct FunctionTable {
     functions: Vec<FunctionSymbol>,
     /// Distinct function start addresses, ascending.
     starts: Vec<u64>,
-    /// Executable address ranges `[start, end)` of the file (sections with
-    /// `SHF_EXECINSTR`, or executable `PT_LOAD`s if there are no sections).
+    /// Executable address ranges `[start, end)` of the file (allocated
+    /// sections with `SHF_EXECINSTR`, or executable `PT_LOAD`s if there are
+    /// no sections).
     text: Vec<(u64, u64)>,
 }
 
@@ -289,6 +298,9 @@ pub struct ElfImage {
     table: OnceLock<FunctionTable>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
     framed_entries: OnceLock<Vec<(u64, FrameAtEntry)>>,
+    origin: Origin,
+    debug: OnceLock<DebugInfo>,
+    lines: OnceLock<LineTable>,
 }
 
 /// Where an FDE says the canonical frame address is at its first
@@ -347,7 +359,9 @@ fn alias_rank(f: &FunctionSymbol) -> (u64, Binding, usize, usize, &str) {
 /// A function symbol before sizes are fixed up.
 struct RawFunction {
     sym: FunctionSymbol,
-    section: usize,
+    /// Its section's address range: the same section in the stripped file
+    /// and its debug file has the same range, whatever its index.
+    section: (u64, u64),
 }
 
 impl ElfImage {
@@ -398,6 +412,9 @@ impl ElfImage {
             table: OnceLock::new(),
             fdes: OnceLock::new(),
             framed_entries: OnceLock::new(),
+            origin: Origin::default(),
+            debug: OnceLock::new(),
+            lines: OnceLock::new(),
         })
     }
 
@@ -408,7 +425,12 @@ impl ElfImage {
             path: path.into(),
             source,
         })?;
-        Self::from_file(path, file)
+        let mut image = Self::from_file(path, file)?;
+        image.origin = Origin {
+            path: Some(path.to_path_buf()),
+            dir: path.parent().map(Path::to_path_buf),
+        };
+        Ok(image)
     }
 
     /// Reads all of `file` and parses it; `path` names it in errors.
@@ -430,7 +452,18 @@ impl ElfImage {
     /// `CAP_SYS_ADMIN`).
     pub fn open_mapped(pid: i32, mapping: &Mapping) -> Result<Self> {
         let (file, path) = open_mapped_file(pid, mapping)?;
-        Self::from_file(&path, file)
+        let mut image = Self::from_file(&path, file)?;
+        // Debug links are looked up next to the file in the target's mount
+        // namespace, whichever way the file itself was opened.
+        if let Some(seen) = mapping.path.file() {
+            image.origin = Origin {
+                path: Some(seen.to_path_buf()),
+                dir: seen.parent().map(|d| {
+                    Path::new(&format!("/proc/{pid}/root")).join(d.strip_prefix("/").unwrap_or(d))
+                }),
+            };
+        }
+        Ok(image)
     }
 
     /// The path the file was read from.
@@ -542,6 +575,7 @@ impl ElfImage {
         let versions = sections.versions(endian, data).ok().flatten();
         collect_functions(
             &dynsym,
+            &sections,
             endian,
             versions.as_ref(),
             SymbolSource::Dynsym,
@@ -552,12 +586,41 @@ impl ElfImage {
         let symtab = sections
             .symbols(endian, data, elf::SHT_SYMTAB)
             .map_err(|e| self.malformed(e))?;
-        collect_functions(&symtab, endian, None, SymbolSource::Symtab, &mut raw);
+        collect_functions(
+            &symtab,
+            &sections,
+            endian,
+            None,
+            SymbolSource::Symtab,
+            &mut raw,
+        );
+        if raw.len() == dyn_defined {
+            // Stripped: the separate debug file's or MiniDebugInfo's
+            // `.symtab`, in this file's address space.
+            let debug = self.debug.get_or_init(|| self.find_debug_info());
+            let source = match debug.source() {
+                DebugSource::File { .. } => Some(SymbolSource::DebugFile),
+                DebugSource::MiniDebugInfo => Some(SymbolSource::MiniDebugInfo),
+                DebugSource::OwnSymtab | DebugSource::None => None,
+            };
+            if let (Some(source), Some(img)) = (source, debug.image()) {
+                // A debug file whose tables cannot be parsed adds nothing.
+                if let Ok((dendian, dsections)) = img.sections() {
+                    if let Ok(table) = dsections.symbols(dendian, img.data(), elf::SHT_SYMTAB) {
+                        collect_functions(&table, &dsections, dendian, None, source, &mut raw);
+                    }
+                }
+            }
+        } else {
+            let _ = self.debug.set(DebugInfo::own_symtab());
+        }
         let symtab_defined = raw.len() - dyn_defined;
 
         // Fill in sizes of size-0 functions from the next start in the same
-        // section, capped at the section end.
-        let mut by_section: Vec<(usize, u64)> =
+        // section, capped at the section end. Sections are compared by
+        // address range: in a `--only-keep-debug` file `.text` is
+        // `SHT_NOBITS` but keeps its address and size.
+        let mut by_section: Vec<((u64, u64), u64)> =
             raw.iter().map(|r| (r.section, r.sym.vaddr)).collect();
         by_section.sort_unstable();
         by_section.dedup();
@@ -567,25 +630,28 @@ impl ElfImage {
                 .get(i)
                 .filter(|&&(s, _)| s == r.section)
                 .map(|&(_, v)| v);
-            let section_end = sections
-                .section(object::SectionIndex(r.section))
-                .ok()
-                .map(|s| s.sh_addr(endian).saturating_add(s.sh_size(endian)));
-            let limit = match (next, section_end) {
-                (Some(n), Some(e)) => n.min(e),
-                (Some(n), None) => n,
-                (None, Some(e)) => e,
-                (None, None) => r.sym.vaddr,
+            // (0, 0): the section could not be read; the next start alone
+            // bounds the function.
+            let section_end = if r.section.1 == 0 {
+                r.sym.vaddr
+            } else {
+                r.section.1
+            };
+            let limit = match next {
+                Some(n) if r.section.1 == 0 => n,
+                Some(n) => n.min(section_end),
+                None => section_end,
             };
             r.sym.size = limit.saturating_sub(r.sym.vaddr);
         }
 
+        // By flags and addresses, not type or data: a `--only-keep-debug`
+        // file's `.text` is `SHT_NOBITS`, and still the code at those
+        // addresses.
+        let exec_alloc = u64::from(elf::SHF_EXECINSTR | elf::SHF_ALLOC);
         let mut text: Vec<(u64, u64)> = sections
             .iter()
-            .filter(|s| {
-                s.sh_type(endian) == elf::SHT_PROGBITS
-                    && s.sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0
-            })
+            .filter(|s| s.sh_flags(endian) & exec_alloc == exec_alloc)
             .map(|s| {
                 let a = s.sh_addr(endian);
                 (a, a.saturating_add(s.sh_size(endian)))
@@ -614,7 +680,13 @@ impl ElfImage {
 
         // Among aliases, the most user-facing name comes first: `malloc`
         // before `__libc_malloc`, global before weak before local.
-        functions.sort_by(|a, b| alias_rank(a).cmp(&alias_rank(b)));
+        // Keys computed once: a separate debug file brings thousands of
+        // functions (libc's has 7000), and counting underscores in every
+        // comparison cost tens of milliseconds.
+        functions.sort_by_cached_key(|f| {
+            let (vaddr, binding, underscores, len, name) = alias_rank(f);
+            (vaddr, binding, underscores, len, name.to_owned())
+        });
         let mut starts: Vec<u64> = functions.iter().map(|f| f.vaddr).collect();
         starts.dedup();
         Ok(FunctionTable {
@@ -622,6 +694,51 @@ impl ElfImage {
             starts,
             text,
         })
+    }
+
+    /// Where this file's symbols and source lines come from: its own
+    /// `.symtab`, a separate debug file or its MiniDebugInfo (searched in
+    /// the order of `docs/debug-files.md`, in the directories of
+    /// [`debug_dirs`](super::debug_dirs) at the first call), or nothing.
+    /// Candidates that were found but not used are in
+    /// [`DebugInfo::ignored`].
+    pub fn debug_info(&self) -> Result<&DebugInfo> {
+        if let Some(d) = self.debug.get() {
+            return Ok(d);
+        }
+        // The table decides whether the own `.symtab` suffices.
+        self.table()?;
+        Ok(self.debug.get_or_init(|| self.find_debug_info()))
+    }
+
+    fn find_debug_info(&self) -> DebugInfo {
+        debugfile::find(
+            &debugfile::Stripped {
+                path: self.origin.path.as_deref().unwrap_or(&self.path),
+                // Bytes handed over (`from_bytes`) are no file to stat.
+                opened: self.origin.path.is_some().then_some(self.path.as_path()),
+                data: &self.data,
+                origin: &self.origin,
+            },
+            &debugfile::debug_dirs(),
+        )
+    }
+
+    /// The source line of the code at file vaddr `vaddr` (for a function's
+    /// entry, the line of its opening), from the DWARF line table of this
+    /// file or of its separate debug file; `None` if neither has one or it
+    /// does not cover `vaddr`. The table is read on the first call.
+    pub fn source_line(&self, vaddr: u64) -> Result<Option<SourceLine>> {
+        if let Some(t) = self.lines.get() {
+            return Ok(t.find(vaddr));
+        }
+        let mut table = LineTable::parse(&self.data);
+        if table.is_empty() {
+            if let Some(img) = self.debug_info()?.image() {
+                table = LineTable::parse(img.data());
+            }
+        }
+        Ok(self.lines.get_or_init(|| table).find(vaddr))
     }
 
     /// `.eh_frame` ready to walk: the section, its base addresses (and
@@ -996,6 +1113,7 @@ impl ElfImage {
 /// Appends the defined `STT_FUNC`/`STT_GNU_IFUNC` symbols of `table`.
 fn collect_functions<'d>(
     table: &SymbolTable<'d, Elf64, &'d [u8]>,
+    sections: &SectionTable<'d, Elf64, &'d [u8]>,
     endian: Endianness,
     versions: Option<&VersionTable<'_, Elf64>>,
     source: SymbolSource,
@@ -1038,7 +1156,10 @@ fn collect_functions<'d>(
                 source,
                 binding,
             },
-            section: section.0,
+            section: sections.section(section).map_or((0, 0), |s| {
+                let a = s.sh_addr(endian);
+                (a, a.saturating_add(s.sh_size(endian)))
+            }),
         });
     }
 }

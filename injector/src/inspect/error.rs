@@ -113,6 +113,49 @@ pub enum InspectError {
         path: PathBuf,
     },
 
+    /// A debug file was found for a stripped file but belongs to another
+    /// build (build-id or `.gnu_debuglink` CRC mismatch); it is ignored.
+    #[error(
+        "ignored {debug_file} as debug file of {binary}: {reason}; it is from another build \
+         (install the debug package of the exact version installed, or remove the stale file)"
+    )]
+    DebugFileMismatch {
+        /// The stripped file.
+        binary: PathBuf,
+        /// The candidate debug file.
+        debug_file: PathBuf,
+        /// What did not match.
+        reason: String,
+    },
+
+    /// A debug file was found for a stripped file but could not be read or
+    /// parsed; it is ignored.
+    #[error(
+        "ignored {debug_file} as debug file of {binary}: {reason} \
+         (reinstall the debug package, or remove the file)"
+    )]
+    DebugFileUnreadable {
+        /// The stripped file.
+        binary: PathBuf,
+        /// The candidate debug file.
+        debug_file: PathBuf,
+        /// Why it could not be used.
+        reason: String,
+    },
+
+    /// The `.gnu_debugdata` section (MiniDebugInfo) of a file is corrupt;
+    /// it is ignored.
+    #[error(
+        "{binary}: ignored its MiniDebugInfo (.gnu_debugdata): {what} \
+         (the file may be damaged: reinstall its package, or install its debug package)"
+    )]
+    MiniDebugInfo {
+        /// The file.
+        binary: PathBuf,
+        /// What was wrong.
+        what: String,
+    },
+
     /// A function pattern is invalid.
     #[error(transparent)]
     Pattern(#[from] PatternError),

@@ -4,12 +4,19 @@
 //! `/proc/PID/maps` once, groups file mappings into [`Module`]s, and parses a
 //! module's symbols only when a [`Pattern`] can select functions in it.
 //!
+//! A stripped file's names and source lines come from its separate debug
+//! file or MiniDebugInfo when one is found (see `docs/debug-files.md` and
+//! [`DebugSource`]); [`ProcessImage::take_debug_notes`] tells what was
+//! missing or ignored.
+//!
 //! Addresses come in two flavours: a *file vaddr* is an address in an ELF
 //! file's own address space (what `readelf` prints); a *runtime address* is
 //! where it lives in the process, `vaddr + bias` ([`Module::bias`]).
 
+pub(crate) mod debugfile;
 pub(crate) mod elf;
 pub(crate) mod error;
+pub(crate) mod lines;
 pub(crate) mod maps;
 pub(crate) mod module;
 pub(crate) mod pattern;
@@ -20,12 +27,17 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+pub use debugfile::{
+    debug_dirs, set_debug_dirs, DebugInfo, DebugSource, LinkKind, DEBUG_DIRS_ENV, DEFAULT_DEBUG_DIR,
+};
 pub use elf::{
     Binding, ElfHeaderInfo, ElfImage, ElfType, FrameAtEntry, FunctionSymbol, Segment, SymbolKind,
     SymbolSource,
 };
 pub use error::InspectError;
+pub use lines::SourceLine;
 pub(crate) use maps::read_maps;
 pub use maps::{Mapping, MappingPath, MapsParseError, Perms};
 pub use module::Module;
@@ -93,6 +105,30 @@ fn found_function(m: &Module, img: &ElfImage, f: &FunctionSymbol) -> FoundFuncti
     }
 }
 
+/// Appends what there is to say about module `m`'s debug information.
+fn note_debug_info(m: &Module, notes: &mut Vec<DebugNote>) {
+    let Some(img) = m.loaded_image() else {
+        return;
+    };
+    let Ok(debug) = img.debug_info() else {
+        return;
+    };
+    for error in debug.ignored() {
+        notes.push(DebugNote::Ignored {
+            module: m.name().to_owned(),
+            error: Arc::clone(error),
+        });
+    }
+    let from_eh_frame = img
+        .functions()
+        .is_ok_and(|fs| fs.iter().any(|f| f.source == SymbolSource::EhFrame));
+    if *debug.source() == DebugSource::None && from_eh_frame {
+        notes.push(DebugNote::NoDebugFile {
+            module: m.name().to_owned(),
+        });
+    }
+}
+
 /// A module that was skipped while resolving patterns.
 #[derive(Debug)]
 pub struct SkippedModule {
@@ -100,6 +136,52 @@ pub struct SkippedModule {
     pub path: PathBuf,
     /// Why its symbols could not be read.
     pub error: InspectError,
+}
+
+/// Something worth telling the user about a module's debug information,
+/// once per module (see [`ProcessImage::take_debug_notes`]).
+#[derive(Debug)]
+pub enum DebugNote {
+    /// The module is stripped, no debug file was found, and its functions
+    /// are the FDEs of `.eh_frame`, named `fun_<hex vaddr>`.
+    NoDebugFile {
+        /// The module's file name.
+        module: String,
+    },
+    /// A debug file (or MiniDebugInfo) was found but not used.
+    Ignored {
+        /// The module's file name.
+        module: String,
+        /// Why ([`InspectError::DebugFileMismatch`],
+        /// [`InspectError::DebugFileUnreadable`] or
+        /// [`InspectError::MiniDebugInfo`]), shared with
+        /// [`DebugInfo::ignored`].
+        error: Arc<InspectError>,
+    },
+}
+
+impl std::fmt::Display for DebugNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DebugNote::NoDebugFile { module } => write!(
+                f,
+                "{module}: stripped, no debug file found; functions named fun_<addr> from \
+                 .eh_frame (install its debug package, or point --debug-dir or {DEBUG_DIRS_ENV} \
+                 at a directory holding its .build-id/ tree)"
+            ),
+            DebugNote::Ignored { module, error } => write!(f, "{module}: {error}"),
+        }
+    }
+}
+
+/// Where notes go instead of [`ProcessImage::take_debug_notes`], if set.
+static NOTE_REPORTER: std::sync::OnceLock<fn(&DebugNote)> = std::sync::OnceLock::new();
+
+/// Sends every [`DebugNote`] to `report` as soon as a search makes it
+/// (weft's command line prints them on standard error), instead of keeping
+/// it for [`ProcessImage::take_debug_notes`]. Only the first call counts.
+pub fn set_debug_note_reporter(report: fn(&DebugNote)) {
+    let _ = NOTE_REPORTER.set(report);
 }
 
 /// A snapshot of a process's address space: its mappings and modules, with
@@ -113,6 +195,9 @@ pub struct ProcessImage {
     /// [`ProcessImage::symbol_address`] answers (a symbol table scan each),
     /// until the modules change.
     symbols: std::collections::HashMap<(String, String), Option<u64>>,
+    /// Notes not yet taken, and the modules (by path) already noted.
+    debug_notes: Vec<DebugNote>,
+    noted: std::collections::HashSet<PathBuf>,
 }
 
 impl ProcessImage {
@@ -131,6 +216,8 @@ impl ProcessImage {
             modules: Vec::new(),
             skipped: Vec::new(),
             symbols: Default::default(),
+            debug_notes: Vec::new(),
+            noted: Default::default(),
         };
         image.refresh()?;
         Ok(image)
@@ -244,10 +331,86 @@ impl ProcessImage {
         Ok(touched)
     }
 
+    /// What the searches so far learnt about the debug information of the
+    /// modules they searched, each module at most once in this image's
+    /// life: stripped modules named from `.eh_frame` for want of a debug
+    /// file, debug files ignored. A module is noted when a pattern that
+    /// searched it names a module (`exe:work`) or found nothing (then also
+    /// by [`ProcessImage::all_function_names`]), not when a bare name was
+    /// found elsewhere. Taken, so the next call returns only
+    /// newer notes. Empty when [`set_debug_note_reporter`] took them.
+    pub fn take_debug_notes(&mut self) -> Vec<DebugNote> {
+        std::mem::take(&mut self.debug_notes)
+    }
+
+    /// The source line of the code at runtime address `addr` (see
+    /// [`ElfImage::source_line`]); `None` if `addr` is in no module or no
+    /// line table covers it.
+    pub fn source_line(&self, addr: u64) -> Result<Option<SourceLine>, InspectError> {
+        let Some(m) = self.module_of(addr) else {
+            return Ok(None);
+        };
+        m.image()?.source_line(addr.wrapping_sub(m.bias()))
+    }
+
+    /// Makes the debug notes of the modules `patterns` searched, each
+    /// module once in this image's life.
+    fn note_modules(&mut self, patterns: &[&Pattern]) {
+        for m in &self.modules {
+            if m.loaded_image().is_none()
+                || !patterns.iter().any(|p| p.could_match_module(m))
+                || !self.noted.insert(m.path().to_path_buf())
+            {
+                continue;
+            }
+            let start = self.debug_notes.len();
+            note_debug_info(m, &mut self.debug_notes);
+            if let Some(report) = NOTE_REPORTER.get() {
+                self.debug_notes.drain(start..).for_each(|n| report(&n));
+            }
+        }
+    }
+
+    /// For each pattern: whether it is an exact name without a `MODULE:`
+    /// part that a global or weak function of the `touched` modules
+    /// answers to. Such a name means the function the program calls by
+    /// it, not the private (local) copies a module may have of the same
+    /// name (the dynamic loader's own `strlen`, `memcpy`, ... once its
+    /// debug file is read).
+    fn exported_names(
+        &self,
+        patterns: &[Pattern],
+        touched: &[usize],
+    ) -> Result<Vec<bool>, InspectError> {
+        let mut out = vec![false; patterns.len()];
+        for (k, p) in patterns.iter().enumerate() {
+            if p.module().is_some() || p.name().literal().is_none() {
+                continue;
+            }
+            for &i in touched {
+                let m = &self.modules[i];
+                let global = m.image()?.functions()?.iter().any(|f| {
+                    f.binding != Binding::Local
+                        && p.matches_function(&f.name)
+                        && m.is_executable_address(m.runtime_address(f.vaddr))
+                });
+                if global {
+                    out[k] = true;
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Finds the functions selected by any of `patterns`.
     ///
     /// Only modules a pattern can touch are parsed. Functions whose runtime
     /// address is not in an executable mapping of their module are left out.
+    /// An exact name without `MODULE:` (`strlen`) selects only global and
+    /// weak functions when there is one: the local functions of that name
+    /// (private copies, such as the dynamic loader's own `strlen`) are
+    /// reached with `MODULE:NAME` or a glob.
     /// Results are deduplicated by runtime address: the first name matched
     /// (modules in order, then by address, global before weak before local
     /// symbols) is kept and the others become `aliases`.
@@ -256,17 +419,30 @@ impl ProcessImage {
         patterns: &[Pattern],
     ) -> Result<Vec<FoundFunction>, InspectError> {
         let touched = self.touched_modules(patterns)?;
+        let shadowing = self.exported_names(patterns, &touched)?;
         let mut out: Vec<FoundFunction> = Vec::new();
         let mut by_address: HashMap<u64, usize> = HashMap::new();
+        let mut matched = vec![false; patterns.len()];
         for i in touched {
             let m = &self.modules[i];
-            let selecting: Vec<&Pattern> = patterns
-                .iter()
-                .filter(|p| p.could_match_module(m))
+            let selecting: Vec<usize> = (0..patterns.len())
+                .filter(|&k| patterns[k].could_match_module(m))
                 .collect();
             let img = m.image()?;
             for f in img.functions()? {
-                if !selecting.iter().any(|p| p.matches_function(&f.name)) {
+                let mut hit = false;
+                for &k in &selecting {
+                    if !patterns[k].matches_function(&f.name)
+                        || (shadowing[k] && f.binding == Binding::Local)
+                    {
+                        continue;
+                    }
+                    hit = true;
+                    if !matched[k] && m.is_executable_address(m.runtime_address(f.vaddr)) {
+                        matched[k] = true;
+                    }
+                }
+                if !hit {
                     continue;
                 }
                 let address = m.runtime_address(f.vaddr);
@@ -284,6 +460,17 @@ impl ProcessImage {
                 out.push(found_function(m, img, f));
             }
         }
+        // A stripped module's names are worth a note where they matter: a
+        // pattern named its module, or found nothing (perhaps for want of
+        // those names); not when `malloc` was looked for, and found, in
+        // libc while the stripped program was searched too.
+        let noting: Vec<&Pattern> = patterns
+            .iter()
+            .zip(&matched)
+            .filter(|(p, &found)| p.module().is_some() || !found)
+            .map(|(p, _)| p)
+            .collect();
+        self.note_modules(&noting);
         Ok(out)
     }
 
@@ -295,6 +482,8 @@ impl ProcessImage {
         patterns: &[Pattern],
     ) -> Result<Vec<String>, InspectError> {
         let touched = self.touched_modules(patterns)?;
+        // Names wanted for suggestions: a pattern found nothing.
+        self.note_modules(&patterns.iter().collect::<Vec<_>>());
         let mut names: Vec<String> = Vec::new();
         for i in touched {
             names.extend(

@@ -676,3 +676,81 @@ fn modules_answer_to_soname_started_name_and_exe() {
     let s = img.suggest(&Pattern::parse("exx:work_a").unwrap()).unwrap();
     assert!(s.contains(&"exe:work_a".to_string()), "{s:?}");
 }
+
+/// Runs objcopy with `args`.
+fn objcopy(args: &[&std::ffi::OsStr]) {
+    let status = Command::new("objcopy")
+        .args(args)
+        .status()
+        .expect("objcopy is installed");
+    assert!(status.success(), "objcopy {args:?} failed");
+}
+
+#[test]
+fn debug_file_by_build_id_is_used_only_when_it_belongs() {
+    use super::debugfile::{find, Origin, Stripped};
+    use std::ffi::OsStr;
+    let dir = TempDir::new("debugfile");
+    let exe = gcc(&dir.0, "prog", &["-g", "-Wl,--build-id"]);
+    let other = gcc(&dir.0, "other", &["-g", "-Wl,--build-id", "-O0"]);
+    let id = super::debugfile::build_id(&std::fs::read(&exe).unwrap()).unwrap();
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let place = dir
+        .0
+        .join("dbg/.build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(place.parent().unwrap()).unwrap();
+    let keep = |from: &Path| {
+        objcopy(&[
+            OsStr::new("--only-keep-debug"),
+            from.as_os_str(),
+            place.as_os_str(),
+        ])
+    };
+    keep(&exe);
+    objcopy(&[OsStr::new("--strip-all"), exe.as_os_str()]);
+
+    let data = std::fs::read(&exe).unwrap();
+    let origin = Origin {
+        path: Some(exe.clone()),
+        dir: Some(dir.0.clone()),
+    };
+    let stripped = Stripped {
+        path: &exe,
+        opened: Some(&exe),
+        data: &data,
+        origin: &origin,
+    };
+    let dirs = [dir.0.join("nothing-here"), dir.0.join("dbg")];
+    let info = find(&stripped, &dirs);
+    assert_eq!(
+        *info.source(),
+        DebugSource::File {
+            path: place.clone(),
+            kind: LinkKind::BuildId
+        }
+    );
+    assert!(info.ignored().is_empty(), "{:?}", info.ignored());
+    // The debug file's `.text` is SHT_NOBITS: its symbols still name the
+    // stripped file's code, with sizes.
+    let dbg = info.image().unwrap();
+    let funcs = dbg.functions().unwrap();
+    let work_a = funcs.iter().find(|f| f.name == "work_a").unwrap();
+    assert!(work_a.size > 0);
+    let line = dbg.source_line(work_a.vaddr).unwrap().unwrap();
+    assert!(line.file.ends_with("prog.c"), "{line}");
+
+    // Another build's debug file at that place: ignored, with the reason.
+    keep(&other);
+    let info = find(&stripped, &dirs);
+    assert_eq!(*info.source(), DebugSource::None);
+    assert!(
+        matches!(
+            &*info.ignored()[0],
+            InspectError::DebugFileMismatch { debug_file, .. } if *debug_file == place
+        ),
+        "{:?}",
+        info.ignored()
+    );
+}

@@ -1,0 +1,140 @@
+//! `weft diagnose`: runs the Performance Consultant's search on a process
+//! (`weft::diagnose`), says what it tests and concludes on stderr, and
+//! writes the diagnosis when the search is exhausted, `--duration` ends,
+//! SIGINT/SIGTERM arrives, or the target exits; then takes every probe out.
+
+use crate::cli_wait;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use weft::diagnose::{Consultant, Diagnosis, Options, Progress};
+use weft::Process;
+
+/// How the diagnosis is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiagnoseFormat {
+    /// For people.
+    Text,
+    /// `docs/diagnose.md`'s JSON.
+    Json,
+}
+
+/// Runs the search on `pid` until it ends; writes the diagnosis.
+pub fn diagnose(
+    pid: i32,
+    duration: Option<Duration>,
+    options: Options,
+    format: DiagnoseFormat,
+    output: Option<&Path>,
+) -> Result<()> {
+    let mut process = Process::open(pid).with_context(|| format!("opening process {pid}"))?;
+    let mut consultant =
+        Consultant::new(&mut process, options.clone()).context("preparing the search")?;
+    cli_wait::install_stop_handlers();
+    let started = Instant::now();
+    let mut why = "the search is exhausted";
+    loop {
+        let progress = match consultant.step(&mut process) {
+            Ok(p) => p,
+            Err(_) if !process.is_alive() => {
+                why = "the target exited (partial result)";
+                break;
+            }
+            Err(e) => {
+                let _ = consultant.finish(&mut process);
+                return Err(e).context("testing");
+            }
+        };
+        for p in progress {
+            say(&p);
+        }
+        if consultant.exhausted() {
+            break;
+        }
+        let left = duration.map(|d| d.saturating_sub(started.elapsed()));
+        if left == Some(Duration::ZERO) {
+            why = "--duration ended (partial result)";
+            break;
+        }
+        let wait = left.map_or(options.interval, |l| l.min(options.interval));
+        match cli_wait::wait(pid, Some(wait), &mut || {}) {
+            cli_wait::End::Duration => {}
+            cli_wait::End::Signal => {
+                why = "stopped by a signal (partial result)";
+                break;
+            }
+            cli_wait::End::TargetExited => {
+                why = "the target exited (partial result)";
+                break;
+            }
+        }
+    }
+    consultant
+        .finish(&mut process)
+        .context("removing the search's probes")?;
+    eprintln!("weft: diagnose: {why}");
+    let diagnosis = consultant.diagnosis();
+    let text = match format {
+        DiagnoseFormat::Json => serde_json::to_string_pretty(&diagnosis)? + "\n",
+        DiagnoseFormat::Text => to_text(&diagnosis),
+    };
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+fn say(p: &Progress) {
+    match p {
+        Progress::Testing(tests) => {
+            for (h, path, tid) in tests {
+                eprintln!("weft: testing {h} in {} (thread {tid})", path.join(" > "));
+            }
+        }
+        Progress::Concluded(h, path, tid, holds, value) => eprintln!(
+            "weft: {h} in {} (thread {tid}): {} ({:.0}%)",
+            path.join(" > "),
+            if *holds { "true" } else { "false" },
+            value * 100.0
+        ),
+    }
+}
+
+fn to_text(d: &Diagnosis) -> String {
+    let mut s = String::new();
+    if d.bottlenecks.is_empty() {
+        s.push_str("no bottleneck found\n");
+    }
+    for b in &d.bottlenecks {
+        let threads: Vec<String> = b.threads.iter().map(|t| t.to_string()).collect();
+        s.push_str(&format!(
+            "{:>4.0}%  {:<4}  {}  threads {}\n",
+            b.value * 100.0,
+            b.hypothesis,
+            b.path.join(" > "),
+            threads.join(",")
+        ));
+    }
+    let m = &d.summary;
+    s.push_str(&format!(
+        "tests {}, peak probes {}, functions probed {} of {}{}\n",
+        m.tests,
+        m.peak_probes,
+        m.functions_probed,
+        m.functions_reachable,
+        if m.exhausted {
+            ""
+        } else {
+            " (search cut short)"
+        }
+    ));
+    s
+}

@@ -1,0 +1,583 @@
+//! The driver: runs a [`Search`] on a live process — instruments each test
+//! when it starts, reads it with a [`Sampler`], removes what a concluded
+//! test no longer needs.
+//!
+//! This first driver tests the CPU-bound hypothesis: a test is one thread
+//! and one call path, its value the share of the thread's elapsed time
+//! spent on the CPU inside the path's last function (its inclusive CPU
+//! timer). Roots are `main` and every function of the executable that no
+//! function of it calls directly (thread start routines, callbacks), each
+//! tested for every thread. A function's probe is shared by every test of
+//! it (one probe per function, whatever the threads and paths), so the
+//! instrumentation is bounded by functions, not by tests.
+
+use super::decision::{Hypothesis, Reading, Thresholds, Verdict};
+use super::graph::StaticCallGraph;
+use super::search::{Change, NodeId, Search, State};
+use crate::inspect::Pattern;
+use crate::sample::Sampler;
+use crate::{Error, Function, Metrics, PointSpec, ProbeId, ProbeSpec, Process};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// How a diagnosis runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The decision parameters.
+    pub thresholds: Thresholds,
+    /// Most functions instrumented at once.
+    pub max_probes: usize,
+    /// Time between two readings.
+    pub interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            thresholds: Thresholds::default(),
+            max_probes: 64,
+            interval: Duration::from_millis(200),
+        }
+    }
+}
+
+/// What the driver tells its caller as it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Progress {
+    /// Tests started (hypothesis name, path, thread).
+    Testing(Vec<(String, Vec<String>, u32)>),
+    /// A test concluded: (hypothesis, path, thread, true?, value).
+    Concluded(String, Vec<String>, u32, bool, f64),
+}
+
+/// One bottleneck: a deepest true test, the threads it holds for.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Bottleneck {
+    /// `cpu`, `sync` or `io`.
+    pub hypothesis: String,
+    /// The call path from a root.
+    pub path: Vec<String>,
+    /// The path's last function.
+    pub function: String,
+    /// The threads it holds for.
+    pub threads: Vec<u32>,
+    /// The largest of those threads' values (share of their time).
+    pub value: f64,
+}
+
+/// A test as reported.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct NodeReport {
+    /// `cpu`, `sync` or `io`.
+    pub hypothesis: String,
+    /// The call path.
+    pub path: Vec<String>,
+    /// The thread.
+    pub thread: u32,
+    /// `true`, `false`, `testing`, `queued` or `deferred`.
+    pub state: String,
+    /// The latest value, when measured.
+    pub value: Option<f64>,
+    /// The threshold it was compared with.
+    pub threshold: f64,
+}
+
+/// What the search did, in numbers.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Summary {
+    /// Tests started.
+    pub tests: usize,
+    /// Most functions instrumented at once.
+    pub peak_probes: usize,
+    /// Functions instrumented at some point.
+    pub functions_probed: usize,
+    /// Functions of the executable (what full instrumentation would probe).
+    pub functions_reachable: usize,
+    /// Whether the search ran out of tests (else it was cut short).
+    pub exhausted: bool,
+}
+
+/// The diagnosis.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Diagnosis {
+    /// The deepest true tests, grouped by path.
+    pub bottlenecks: Vec<Bottleneck>,
+    /// Counts.
+    pub summary: Summary,
+    /// Every test made.
+    pub nodes: Vec<NodeReport>,
+}
+
+/// Start of one test's reading: when its probe's values were first seen.
+#[derive(Clone, Copy, Debug)]
+struct Baseline {
+    at: Instant,
+    cpu_ns: u64,
+}
+
+/// A search running on a process.
+pub struct Consultant {
+    options: Options,
+    search: Search,
+    graph: StaticCallGraph,
+    exe_functions: usize,
+    /// Live probes by function name, with the tests that use them.
+    probes: HashMap<String, (ProbeId, BTreeSet<NodeId>)>,
+    probed_ever: BTreeSet<String>,
+    peak_probes: usize,
+    baselines: HashMap<NodeId, Baseline>,
+    sampler: Sampler,
+    tests: usize,
+    /// Callers whose indirect call sites record their targets: the points.
+    armed: HashMap<String, Vec<ProbeId>>,
+    /// Callers turned true since the last step, to arm.
+    to_arm: BTreeSet<String>,
+    /// When each caller was armed: its targets count as known once it has
+    /// been watched for the minimum observation time.
+    armed_at: HashMap<String, Instant>,
+}
+
+/// Targets one armed indirect call site records per thread.
+const TARGET_SLOTS: u32 = 8;
+
+/// The metric a CPU-bound test needs.
+const CPU: Metrics = Metrics {
+    wall: false,
+    cpu: true,
+};
+
+impl Consultant {
+    /// Prepares a CPU-bound search of `process`'s executable, for the
+    /// threads it has now.
+    pub fn new(process: &mut Process, options: Options) -> Result<Consultant, Error> {
+        let functions = process.find_functions(&[Pattern::parse("exe:*")
+            .map_err(|e| Error::Internal(format!("the executable's pattern: {e}")))?])?;
+        let mut graph = StaticCallGraph::new();
+        for f in &functions {
+            graph.explore(process.image(), f);
+        }
+        let roots = thread_roots(process, &functions)?;
+        let mut search = Search::new(options.thresholds, &[Hypothesis::CpuBound], &roots);
+        // A root runs for its thread's whole life and was entered before
+        // any probe: its callees are where the search starts.
+        for i in 0..search.nodes().len() {
+            search.assume_true(NodeId(i), &graph);
+        }
+        Ok(Consultant {
+            options,
+            search,
+            graph,
+            exe_functions: functions.len(),
+            probes: HashMap::new(),
+            probed_ever: BTreeSet::new(),
+            peak_probes: 0,
+            baselines: HashMap::new(),
+            sampler: Sampler::new(),
+            tests: 0,
+            armed: HashMap::new(),
+            to_arm: BTreeSet::new(),
+            armed_at: HashMap::new(),
+        })
+    }
+
+    /// Whether the search has nothing left to test.
+    pub fn exhausted(&self) -> bool {
+        let settled = self
+            .armed_at
+            .values()
+            .all(|at| at.elapsed() >= self.options.thresholds.min_observation);
+        self.search.exhausted() && self.to_arm.is_empty() && settled
+    }
+
+    /// One round: starts what the budget allows (one stop for the batch),
+    /// reads every running test, removes the probes concluded tests no
+    /// longer need (one stop). Returns what happened.
+    pub fn step(&mut self, process: &mut Process) -> Result<Vec<Progress>, Error> {
+        let mut progress = Vec::new();
+        self.start_tests(process, &mut progress)?;
+        self.read_tests(process, &mut progress);
+        self.learn_targets(process);
+        self.arm_callers(process)?;
+        self.retire_probes(process)?;
+        Ok(progress)
+    }
+
+    fn start_tests(
+        &mut self,
+        process: &mut Process,
+        progress: &mut Vec<Progress>,
+    ) -> Result<(), Error> {
+        let max = self.options.max_probes;
+        let mut planned: BTreeSet<String> = BTreeSet::new();
+        let live = self.probes.len();
+        let probes = &self.probes;
+        let started = self.search.start(|node| {
+            let f = node.focus.function();
+            if probes.contains_key(f) || planned.contains(f) {
+                return Ok(());
+            }
+            if live + planned.len() >= max {
+                return Err(format!(
+                    "{max} functions instrumented at once (--max-probes)"
+                ));
+            }
+            planned.insert(f.to_string());
+            Ok(())
+        });
+        if started.is_empty() && self.search.testing().len() >= max {
+            self.search.settle_refined();
+        }
+        let new: Vec<Function> = planned
+            .iter()
+            .filter_map(|name| self.graph.function(name).cloned())
+            .collect();
+        let mut new = new;
+        let mut ids = Vec::new();
+        // Functions weft refuses to time (a `.cold` part, a jump into the
+        // patch…) leave the batch; their tests are skipped below.
+        while !new.is_empty() {
+            let specs: Vec<ProbeSpec> = new
+                .iter()
+                .map(|f| ProbeSpec::measure(f.clone(), CPU))
+                .collect();
+            let mut held = process.hold()?;
+            let inserted = held.insert_probes(&specs);
+            held.release()?;
+            match inserted {
+                Ok(i) => {
+                    ids = i;
+                    break;
+                }
+                Err(Error::Refused(refused)) => {
+                    new.retain(|f| !refused.iter().any(|r| r.function.address == f.address));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for (f, id) in new.iter().zip(ids) {
+            self.probes.insert(f.name.clone(), (id, BTreeSet::new()));
+            self.probed_ever.insert(f.name.clone());
+        }
+        self.peak_probes = self.peak_probes.max(self.probes.len());
+        let mut testing = Vec::new();
+        for id in started {
+            let node = self.search.node(id);
+            let f = node.focus.function().to_string();
+            match self.probes.get_mut(&f) {
+                Some((_, users)) => {
+                    users.insert(id);
+                }
+                None => {
+                    self.search
+                        .skip(id, format!("{f} is not a function of the executable"));
+                    continue;
+                }
+            }
+            self.tests += 1;
+            testing.push((
+                node.hypothesis.name().to_string(),
+                node.focus.path.clone(),
+                node.focus.threads.first().copied().unwrap_or(0),
+            ));
+        }
+        if !testing.is_empty() {
+            progress.push(Progress::Testing(testing));
+        }
+        Ok(())
+    }
+
+    fn read_tests(&mut self, process: &mut Process, progress: &mut Vec<Progress>) {
+        let now = Instant::now();
+        let rows: Vec<(u32, Vec<u64>)> = self
+            .sampler
+            .sample(process)
+            .map(|t| (t.tid, t.values.iter().map(|v| v.cpu_ns).collect()))
+            .collect();
+        let order: Vec<ProbeId> = self.sampler.probes().collect();
+        let mut values: HashMap<(u32, ProbeId), u64> = HashMap::new();
+        for (tid, cpu) in rows {
+            for (id, v) in order.iter().zip(cpu) {
+                values.insert((tid, *id), v);
+            }
+        }
+        for id in self.search.testing() {
+            let node = self.search.node(id);
+            let Some(&(probe, _)) = self.probes.get(node.focus.function()) else {
+                continue;
+            };
+            let tid = node.focus.threads.first().copied().unwrap_or(0);
+            let cpu = values.get(&(tid, probe)).copied().unwrap_or(0);
+            let base = *self.baselines.entry(id).or_insert(Baseline {
+                at: now,
+                cpu_ns: cpu,
+            });
+            let reading = Reading {
+                at: now.saturating_duration_since(base.at),
+                part_ns: cpu.saturating_sub(base.cpu_ns),
+                whole_ns: now.saturating_duration_since(base.at).as_nanos() as u64,
+            };
+            let (h, path) = (node.hypothesis.name().to_string(), node.focus.path.clone());
+            let change = self.search.observe(id, reading, &self.graph);
+            let node = self.search.node(id);
+            let value = node.value().unwrap_or(0.0);
+            match change {
+                Some(Change::Refined(_, children)) => {
+                    progress.push(Progress::Concluded(h, path, tid, true, value));
+                    let f = self.search.node(id).focus.function().to_string();
+                    if !self.armed.contains_key(&f) {
+                        self.to_arm.insert(f);
+                    }
+                    // Decode the children's functions so they can be probed.
+                    for c in children {
+                        let name = self.search.node(c).focus.function().to_string();
+                        if let Some(f) = self.graph.function(&name).cloned() {
+                            let _ = self.graph.explore(process.image(), &f);
+                        }
+                    }
+                }
+                Some(Change::Retire(_)) | Some(Change::Fell(_)) => {
+                    progress.push(Progress::Concluded(h, path, tid, false, value));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Puts call-target points on the indirect call sites of the callers
+    /// that turned true (one stop for all): the search can then refine
+    /// into what they really call. Sites weft refuses are left out.
+    fn arm_callers(&mut self, process: &mut Process) -> Result<(), Error> {
+        let callers = std::mem::take(&mut self.to_arm);
+        let mut specs = Vec::new();
+        let mut owners = Vec::new();
+        for name in callers {
+            let Some(f) = self.graph.function(&name).cloned() else {
+                continue;
+            };
+            let Ok(code) = crate::code::function_code(process.image(), &f) else {
+                continue;
+            };
+            self.armed.entry(name.clone()).or_default();
+            self.armed_at.insert(name.clone(), Instant::now());
+            for site in &code.calls {
+                if matches!(site.target, crate::code::CallTarget::Indirect { .. }) {
+                    specs.push(PointSpec::call_targets(f.clone(), site, TARGET_SLOTS));
+                    owners.push(name.clone());
+                }
+            }
+        }
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let verdicts = process.check_points(&specs);
+        let (specs, owners): (Vec<PointSpec>, Vec<String>) = specs
+            .into_iter()
+            .zip(owners)
+            .zip(verdicts)
+            .filter(|(_, refusal)| refusal.is_none())
+            .map(|(pair, _)| pair)
+            .unzip();
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let mut held = process.hold()?;
+        let ids = held.insert_points(&specs);
+        held.release()?;
+        for (owner, id) in owners.into_iter().zip(ids?) {
+            self.armed.entry(owner).or_default().push(id);
+        }
+        Ok(())
+    }
+
+    /// Reads the armed call sites; a new target becomes a callee of its
+    /// caller, and the caller's true tests are refined into it.
+    fn learn_targets(&mut self, process: &mut Process) {
+        let mut learnt = Vec::new();
+        for (caller, points) in &self.armed {
+            for &point in points {
+                let Ok(per_thread) = process.call_targets(point) else {
+                    continue;
+                };
+                for (target, _) in per_thread.iter().flat_map(|t| t.targets.iter().copied()) {
+                    learnt.push((caller.clone(), target));
+                }
+            }
+        }
+        let mut refine = BTreeSet::new();
+        for (caller, target) in learnt {
+            let Ok(Some(f)) = process.image().function_at(target) else {
+                continue;
+            };
+            let known = self
+                .graph
+                .calls(&caller)
+                .is_some_and(|c| c.learnt.contains(&f.name) || c.direct.contains(&f.name));
+            if !known {
+                self.graph.learn(&caller, f);
+                refine.insert(caller);
+            }
+        }
+        for caller in refine {
+            let ids: Vec<NodeId> = (0..self.search.nodes().len())
+                .map(NodeId)
+                .filter(|&i| self.search.node(i).focus.function() == caller)
+                .collect();
+            for id in ids {
+                self.search.refine_more(id, &self.graph);
+            }
+        }
+    }
+
+    fn retire_probes(&mut self, process: &mut Process) -> Result<(), Error> {
+        let mut gone = Vec::new();
+        for (name, (probe, users)) in self.probes.iter_mut() {
+            users.retain(|&n| matches!(self.search.node(n).state, State::Testing(_)));
+            if users.is_empty() {
+                gone.push((name.clone(), *probe));
+            }
+        }
+        // Probes of functions whose tests are all queued (none started)
+        // stay until their tests ran.
+        gone.retain(|(name, _)| {
+            !self.search.nodes().iter().any(|n| {
+                n.focus.function() == name && matches!(n.state, State::Queued | State::Deferred(_))
+            })
+        });
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<ProbeId> = gone.iter().map(|(_, id)| *id).collect();
+        let mut held = process.hold()?;
+        held.remove(&ids)?;
+        held.release()?;
+        for (name, _) in gone {
+            self.probes.remove(&name);
+        }
+        Ok(())
+    }
+
+    /// Takes every probe out (the end of a diagnosis).
+    pub fn finish(&mut self, process: &mut Process) -> Result<(), Error> {
+        if (self.probes.is_empty() && self.armed.is_empty()) || !process.is_alive() {
+            self.probes.clear();
+            self.armed.clear();
+            return Ok(());
+        }
+        let ids: Vec<ProbeId> = self
+            .probes
+            .values()
+            .map(|(id, _)| *id)
+            .chain(self.armed.values().flatten().copied())
+            .collect();
+        let mut held = process.hold()?;
+        held.remove(&ids)?;
+        held.release()?;
+        self.probes.clear();
+        self.armed.clear();
+        Ok(())
+    }
+
+    /// The diagnosis so far.
+    pub fn diagnosis(&self) -> Diagnosis {
+        let mut by_path: BTreeMap<(String, Vec<String>), Bottleneck> = BTreeMap::new();
+        for id in self.search.bottlenecks() {
+            let n = self.search.node(id);
+            if n.value().is_none() {
+                continue; // a root taken as true, nothing below it measured
+            }
+            let key = (n.hypothesis.name().to_string(), n.focus.path.clone());
+            let b = by_path.entry(key).or_insert_with(|| Bottleneck {
+                hypothesis: n.hypothesis.name().to_string(),
+                path: n.focus.path.clone(),
+                function: n.focus.function().to_string(),
+                threads: Vec::new(),
+                value: 0.0,
+            });
+            b.threads.extend(n.focus.threads.iter().copied());
+            b.value = b.value.max(n.value().unwrap_or(0.0));
+        }
+        let mut bottlenecks: Vec<Bottleneck> = by_path.into_values().collect();
+        bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
+        let nodes = self
+            .search
+            .nodes()
+            .iter()
+            .map(|n| NodeReport {
+                hypothesis: n.hypothesis.name().to_string(),
+                path: n.focus.path.clone(),
+                thread: n.focus.threads.first().copied().unwrap_or(0),
+                state: match (&n.state, n.verdict()) {
+                    (State::Queued, _) => "queued",
+                    (State::Deferred(_), _) => "deferred",
+                    (_, Verdict::True { .. }) => "true",
+                    (_, Verdict::False { .. }) => "false",
+                    (_, Verdict::Testing) => "testing",
+                }
+                .to_string(),
+                value: n.value(),
+                threshold: self.options.thresholds.of(n.hypothesis),
+            })
+            .collect();
+        Diagnosis {
+            bottlenecks,
+            summary: Summary {
+                tests: self.tests,
+                peak_probes: self.peak_probes,
+                functions_probed: self.probed_ever.len(),
+                functions_reachable: self.exe_functions,
+                exhausted: self.search.exhausted(),
+            },
+            nodes,
+        }
+    }
+}
+
+/// Each thread's root: `main` for the main thread, its start routine for
+/// the others. glibc keeps a thread's start routine in its thread
+/// descriptor, which the thread pointer (`fs` base) points at; the
+/// descriptor's layout is private to each glibc version, so the routine
+/// is recognized as the first word of the descriptor that is the entry
+/// of a function of the executable. Threads whose routine is not found
+/// (started from a library) are left out.
+fn thread_roots(
+    process: &mut Process,
+    functions: &[Function],
+) -> Result<Vec<(String, Vec<u32>)>, Error> {
+    let by_address: HashMap<u64, &str> = functions
+        .iter()
+        .map(|f| (f.address, f.name.as_str()))
+        .collect();
+    let pid = process.pid();
+    let mut descriptors = Vec::new();
+    {
+        let held = process.hold()?;
+        for tid in held.threads() {
+            let fs = held.registers(tid).map(|r| r.fs_base).unwrap_or(0);
+            descriptors.push((tid, fs));
+        }
+        held.release()?;
+    }
+    let mut roots: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (tid, fs) in descriptors {
+        let tid = tid as u32;
+        if tid == pid as u32 {
+            roots.entry("main".to_string()).or_default().push(tid);
+            continue;
+        }
+        let Ok(bytes) = process.read_memory(fs, 0x1000) else {
+            continue;
+        };
+        let routine = bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+            .find_map(|w| by_address.get(&w));
+        if let Some(name) = routine {
+            roots.entry(name.to_string()).or_default().push(tid);
+        }
+    }
+    // One root node per thread: the search decides per thread.
+    Ok(roots
+        .into_iter()
+        .flat_map(|(r, tids)| tids.into_iter().map(move |t| (r.clone(), vec![t])))
+        .collect())
+}

@@ -1,0 +1,517 @@
+//! The search history graph: which tests exist, which run, and how a true
+//! test is refined (Cain, Miller, Wylie: "A callgraph-based search
+//! strategy for automated performance diagnosis", Euro-Par 2000).
+//!
+//! A node is a hypothesis tested at a focus: a call path from a root
+//! (`main`, a thread's start routine) and the threads it is tested for.
+//! The search starts with every hypothesis at every root. A node that
+//! tests true is refined: its function's callees (the static ones, plus
+//! the targets its indirect calls were seen to reach, which the driver
+//! learns only while the caller is instrumented) become new nodes under
+//! it. A node that tests false is done, and its instrumentation can go.
+//! The bottlenecks are the true nodes with no true node below them.
+//!
+//! This module decides only; the driver inserts and removes probes, takes
+//! readings, and says what it can afford ([`Search::start`]).
+
+use super::decision::{Decision, Hypothesis, Reading, Thresholds, Verdict};
+use std::collections::{BTreeSet, VecDeque};
+
+/// A node's index in [`Search::nodes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+/// Where a hypothesis is tested.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Focus {
+    /// The call path from a root; the last function is the one measured.
+    pub path: Vec<String>,
+    /// The threads it is tested for (empty: every thread).
+    pub threads: Vec<u32>,
+}
+
+impl Focus {
+    /// The function the focus measures.
+    pub fn function(&self) -> &str {
+        self.path.last().map_or("", String::as_str)
+    }
+}
+
+/// What became of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    /// Waiting for the driver to start it.
+    Queued,
+    /// Not started: the driver could not afford it (the reason).
+    Deferred(String),
+    /// Instrumented and being decided.
+    Testing(Decision),
+    /// Concluded (the decision keeps the value and interval).
+    Done(Decision),
+}
+
+/// One test.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// What is tested.
+    pub hypothesis: Hypothesis,
+    /// Where.
+    pub focus: Focus,
+    /// The node it refines.
+    pub parent: Option<NodeId>,
+    /// Where it stands.
+    pub state: State,
+}
+
+impl Node {
+    /// The verdict so far (`Testing` for queued and deferred nodes too).
+    pub fn verdict(&self) -> Verdict {
+        match &self.state {
+            State::Testing(d) | State::Done(d) => d.verdict(),
+            _ => Verdict::Testing,
+        }
+    }
+
+    /// The latest value, when measured.
+    pub fn value(&self) -> Option<f64> {
+        match &self.state {
+            State::Testing(d) | State::Done(d) => d.value(),
+            _ => None,
+        }
+    }
+
+    fn is_true(&self) -> bool {
+        matches!(self.verdict(), Verdict::True { .. })
+    }
+}
+
+/// Where the code axis leads: a function's callees.
+pub trait CallGraph {
+    /// The functions `function` calls that the search may refine into
+    /// (static callees, and indirect-call targets seen so far).
+    fn callees(&self, function: &str) -> Vec<String>;
+}
+
+/// What the driver must do after a reading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The node concluded false: its instrumentation can go (unless
+    /// another node uses the same function).
+    Retire(NodeId),
+    /// The node concluded true: these new nodes refine it (queued).
+    Refined(NodeId, Vec<NodeId>),
+    /// A true node turned false: its subtree is no longer a bottleneck.
+    Fell(NodeId),
+}
+
+/// The search state.
+#[derive(Clone, Debug)]
+pub struct Search {
+    thresholds: Thresholds,
+    nodes: Vec<Node>,
+    queue: VecDeque<NodeId>,
+    /// (hypothesis, path, threads) already made: a path reached twice is
+    /// tested once (a function already on its own path is not refined
+    /// again: recursion).
+    made: BTreeSet<(Hypothesis, Vec<String>, Vec<u32>)>,
+    /// Deepest path the search refines to.
+    max_depth: usize,
+}
+
+impl Search {
+    /// A search of `hypotheses` from `roots` (each root a function and the
+    /// threads that run under it; empty for all).
+    pub fn new(
+        thresholds: Thresholds,
+        hypotheses: &[Hypothesis],
+        roots: &[(String, Vec<u32>)],
+    ) -> Search {
+        let mut s = Search {
+            thresholds,
+            nodes: Vec::new(),
+            queue: VecDeque::new(),
+            made: BTreeSet::new(),
+            max_depth: 32,
+        };
+        for &h in hypotheses {
+            for (root, threads) in roots {
+                s.add(
+                    h,
+                    Focus {
+                        path: vec![root.clone()],
+                        threads: threads.clone(),
+                    },
+                    None,
+                );
+            }
+        }
+        s
+    }
+
+    fn add(
+        &mut self,
+        hypothesis: Hypothesis,
+        focus: Focus,
+        parent: Option<NodeId>,
+    ) -> Option<NodeId> {
+        if !self
+            .made
+            .insert((hypothesis, focus.path.clone(), focus.threads.clone()))
+        {
+            return None;
+        }
+        let id = NodeId(self.nodes.len());
+        self.nodes.push(Node {
+            hypothesis,
+            focus,
+            parent,
+            state: State::Queued,
+        });
+        self.queue.push_back(id);
+        Some(id)
+    }
+
+    /// Every node made so far, in the order made.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Node `id`.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    /// Nodes being tested now.
+    pub fn testing(&self) -> Vec<NodeId> {
+        (0..self.nodes.len())
+            .map(NodeId)
+            .filter(|&i| matches!(self.nodes[i.0].state, State::Testing(_)))
+            .collect()
+    }
+
+    /// Whether nothing is queued or being tested: the search is exhausted
+    /// (true nodes stay watched, but find nothing new).
+    pub fn exhausted(&self) -> bool {
+        self.queue.is_empty()
+            && self
+                .nodes
+                .iter()
+                .all(|n| !matches!(n.state, State::Testing(_)) || n.is_true())
+    }
+
+    /// Starts queued nodes, in the order made (breadth first), while
+    /// `afford` accepts them; a node it refuses is deferred with its reason
+    /// and the ones after it wait for the next call. Returns the started
+    /// nodes: the driver instruments them and reads them from now on.
+    pub fn start(&mut self, mut afford: impl FnMut(&Node) -> Result<(), String>) -> Vec<NodeId> {
+        let mut started = Vec::new();
+        while let Some(&id) = self.queue.front() {
+            match afford(&self.nodes[id.0]) {
+                Ok(()) => {
+                    self.queue.pop_front();
+                    let d = Decision::new(self.nodes[id.0].hypothesis, &self.thresholds);
+                    self.nodes[id.0].state = State::Testing(d);
+                    started.push(id);
+                }
+                Err(why) => {
+                    self.nodes[id.0].state = State::Deferred(why);
+                    break;
+                }
+            }
+        }
+        started
+    }
+
+    /// Takes queued node `id` as true without testing it (see
+    /// [`Decision::assumed_true`]) and refines it at once.
+    pub fn assume_true(&mut self, id: NodeId, graph: &dyn CallGraph) -> Change {
+        self.queue.retain(|&q| q != id);
+        let d = Decision::assumed_true(self.nodes[id.0].hypothesis, &self.thresholds);
+        self.nodes[id.0].state = State::Done(d);
+        self.refine(id, graph)
+    }
+
+    /// Gives up on node `id` (started, but the driver cannot measure its
+    /// focus: a function it cannot instrument), with the reason.
+    pub fn skip(&mut self, id: NodeId, reason: String) {
+        self.nodes[id.0].state = State::Deferred(reason);
+    }
+
+    /// Gives node `id` a reading; returns what changed, if anything.
+    pub fn observe(
+        &mut self,
+        id: NodeId,
+        reading: Reading,
+        graph: &dyn CallGraph,
+    ) -> Option<Change> {
+        let node = &mut self.nodes[id.0];
+        let State::Testing(decision) = &mut node.state else {
+            return None;
+        };
+        let before = decision.verdict();
+        let after = decision.observe(reading);
+        match (before, after) {
+            (Verdict::Testing, Verdict::True { .. }) => Some(self.refine(id, graph)),
+            (Verdict::Testing, Verdict::False { .. }) => {
+                self.conclude(id);
+                Some(Change::Retire(id))
+            }
+            (Verdict::True { .. }, Verdict::False { .. }) => {
+                self.conclude(id);
+                Some(Change::Fell(id))
+            }
+            _ => None,
+        }
+    }
+
+    fn conclude(&mut self, id: NodeId) {
+        let state = std::mem::replace(&mut self.nodes[id.0].state, State::Queued);
+        self.nodes[id.0].state = match state {
+            State::Testing(d) => State::Done(d),
+            other => other,
+        };
+    }
+
+    fn refine(&mut self, id: NodeId, graph: &dyn CallGraph) -> Change {
+        let (h, focus) = {
+            let n = &self.nodes[id.0];
+            (n.hypothesis, n.focus.clone())
+        };
+        let mut children = Vec::new();
+        if focus.path.len() < self.max_depth {
+            for callee in graph.callees(focus.function()) {
+                if focus.path.contains(&callee) {
+                    continue; // recursion: the path already measures it
+                }
+                let mut path = focus.path.clone();
+                path.push(callee);
+                let child = Focus {
+                    path,
+                    threads: focus.threads.clone(),
+                };
+                children.extend(self.add(h, child, Some(id)));
+            }
+        }
+        Change::Refined(id, children)
+    }
+
+    /// Refines node `id` (true) again into callees learnt since it turned
+    /// true (an indirect call's targets); returns the new nodes.
+    pub fn refine_more(&mut self, id: NodeId, graph: &dyn CallGraph) -> Vec<NodeId> {
+        if !self.nodes[id.0].is_true() {
+            return Vec::new();
+        }
+        match self.refine(id, graph) {
+            Change::Refined(_, c) => c,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Stops watching the true nodes that have been refined (their
+    /// children are queued or tested): they stay true, and their
+    /// instrumentation can go. For a driver whose budget is taken by the
+    /// true nodes it watches, so that the search can go deeper; the price
+    /// is that such a node can no longer be seen to fall.
+    pub fn settle_refined(&mut self) -> Vec<NodeId> {
+        let parents: BTreeSet<usize> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.parent.map(|p| p.0))
+            .collect();
+        let settled: Vec<NodeId> = parents
+            .into_iter()
+            .filter(|&i| {
+                self.nodes[i].is_true() && matches!(self.nodes[i].state, State::Testing(_))
+            })
+            .map(NodeId)
+            .collect();
+        for &id in &settled {
+            self.conclude(id);
+        }
+        settled
+    }
+
+    /// The bottlenecks: true nodes with no true node below them.
+    pub fn bottlenecks(&self) -> Vec<NodeId> {
+        let has_true_child: BTreeSet<usize> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_true())
+            .filter_map(|n| n.parent.map(|p| p.0))
+            .collect();
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_true() && !has_true_child.contains(&i))
+            .map(NodeId)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    /// A call graph and each function's inclusive share for one hypothesis.
+    struct Program {
+        calls: HashMap<&'static str, Vec<&'static str>>,
+        share: HashMap<&'static str, f64>,
+    }
+
+    impl CallGraph for Program {
+        fn callees(&self, f: &str) -> Vec<String> {
+            self.calls
+                .get(f)
+                .map(|c| c.iter().map(|s| s.to_string()).collect())
+                .unwrap_or_default()
+        }
+    }
+
+    fn program() -> Program {
+        // main → {a, b, c}; a → {a1, a2}; a1 → hot (0.40); b → decoy (0.20);
+        // c → small (0.08); hot calls main (a cycle through a pointer).
+        let calls = HashMap::from([
+            ("main", vec!["a", "b", "c"]),
+            ("a", vec!["a1", "a2"]),
+            ("a1", vec!["hot"]),
+            ("b", vec!["decoy"]),
+            ("c", vec!["small"]),
+            ("hot", vec!["main"]),
+        ]);
+        let share = HashMap::from([
+            ("main", 0.95),
+            ("a", 0.45),
+            ("a1", 0.42),
+            ("a2", 0.02),
+            ("hot", 0.40),
+            ("b", 0.22),
+            ("decoy", 0.20),
+            ("c", 0.09),
+            ("small", 0.08),
+        ]);
+        Program { calls, share }
+    }
+
+    /// Runs the search to exhaustion with readings every 100 ms.
+    fn run(p: &Program, budget: usize) -> (Search, usize) {
+        let mut s = Search::new(
+            Thresholds::default(),
+            &[Hypothesis::CpuBound],
+            &[("main".to_string(), vec![])],
+        );
+        let mut clock: HashMap<NodeId, u64> = HashMap::new();
+        let mut peak = 0;
+        for _round in 0..200 {
+            let active = s.testing().len();
+            let mut room = budget.saturating_sub(active);
+            let started = s.start(|_| {
+                if room == 0 {
+                    return Err("over the probe budget".into());
+                }
+                room -= 1;
+                Ok(())
+            });
+            if started.is_empty() && s.testing().len() >= budget {
+                s.settle_refined();
+            }
+            for id in started {
+                clock.insert(id, 0);
+            }
+            peak = peak.max(s.testing().len());
+            for id in s.testing() {
+                let at = clock.get_mut(&id).unwrap();
+                *at += 100;
+                let share = p.share[s.node(id).focus.function()];
+                let whole = *at * 1_000_000;
+                s.observe(
+                    id,
+                    Reading {
+                        at: Duration::from_millis(*at),
+                        part_ns: (whole as f64 * share) as u64,
+                        whole_ns: whole,
+                    },
+                    p,
+                );
+            }
+            if s.exhausted() {
+                break;
+            }
+        }
+        (s, peak)
+    }
+
+    #[test]
+    fn the_search_refines_down_true_paths_only_and_finds_the_hot_leaf() {
+        let p = program();
+        let (s, _) = run(&p, 100);
+        assert!(s.exhausted());
+        let found: Vec<Vec<String>> = s
+            .bottlenecks()
+            .into_iter()
+            .map(|id| s.node(id).focus.path.clone())
+            .collect();
+        assert_eq!(found, vec![vec!["main", "a", "a1", "hot"]]);
+        // Tested: main, its 3 callees, a's 2, a1's 1, hot (main skipped:
+        // on the path); never the decoys' callees.
+        let tested: BTreeSet<&str> = s.nodes().iter().map(|n| n.focus.function()).collect();
+        assert_eq!(
+            tested,
+            BTreeSet::from(["main", "a", "b", "c", "a1", "a2", "hot"])
+        );
+        for n in s.nodes() {
+            if ["b", "c", "a2"].contains(&n.focus.function()) {
+                assert_eq!(n.verdict(), Verdict::False { was_true: None });
+            }
+        }
+    }
+
+    #[test]
+    fn a_budget_defers_tests_but_the_search_still_completes() {
+        let p = program();
+        let (s, peak) = run(&p, 2);
+        assert!(peak <= 2, "peak {peak}");
+        assert!(s.exhausted());
+        let found: Vec<&str> = s
+            .bottlenecks()
+            .into_iter()
+            .map(|id| s.node(id).focus.function())
+            .collect();
+        assert_eq!(found, vec!["hot"]);
+    }
+
+    #[test]
+    fn a_node_that_falls_is_no_longer_a_bottleneck() {
+        let p = program();
+        let mut s = Search::new(
+            Thresholds::default(),
+            &[Hypothesis::IoBlocking],
+            &[("c".to_string(), vec![7])],
+        );
+        let id = s.start(|_| Ok(()))[0];
+        let mut whole = 0;
+        let mut part = 0;
+        for step in 1..=40u64 {
+            whole += 100_000_000;
+            part += if step <= 15 { 50_000_000 } else { 0 };
+            let change = s.observe(
+                id,
+                Reading {
+                    at: Duration::from_millis(step * 100),
+                    part_ns: part,
+                    whole_ns: whole,
+                },
+                &p,
+            );
+            if step == 10 {
+                assert!(matches!(change, Some(Change::Refined(_, ref c)) if c.len() == 1));
+                assert_eq!(s.bottlenecks(), vec![id]);
+            }
+        }
+        assert!(matches!(
+            s.node(id).verdict(),
+            Verdict::False { was_true: Some(_) }
+        ));
+        assert!(s.bottlenecks().is_empty());
+        assert_eq!(s.node(id).focus.threads, vec![7]);
+    }
+}

@@ -1,0 +1,89 @@
+//! The diagnose search's code axis on a real process: direct callees,
+//! library functions named through their PLT stubs, indirect call sites
+//! left open until their targets are learnt at run time.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use support::*;
+use weft::diagnose::{CallGraph, StaticCallGraph};
+use weft::{Pattern, Process};
+
+fn target() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose-graph");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("callgraph_small");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/callgraph_small.c");
+    let out = Command::new("gcc")
+        .args(["-O1", "-fno-inline", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+#[test]
+fn callees_from_code_and_indirect_targets_learnt() {
+    let ctx = Ctx::new("callees_from_code_and_indirect_targets_learnt");
+    let exe = target();
+    let mut t = ctx.target(&exe, &[]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let mut process = Process::open(t.pid as i32).expect("open the target");
+    let serve = process
+        .find_functions(&[Pattern::parse("exe:serve").unwrap()])
+        .expect("serve")
+        .remove(0);
+    let mut graph = StaticCallGraph::new();
+    let calls = graph.explore(process.image(), &serve).clone();
+    let direct: Vec<&str> = calls.direct.iter().map(String::as_str).collect();
+    for want in ["wait_lock", "read_input"] {
+        ctx.check(direct.contains(&want), || {
+            format!("serve's direct callees {direct:?} lack {want}")
+        });
+    }
+    ctx.check(!direct.contains(&"handle_get"), || {
+        "handle_get is reached only through the table".into()
+    });
+    ctx.check(calls.indirect_sites.len() == 1, || {
+        format!(
+            "serve has one indirect call, found {:?}",
+            calls.indirect_sites
+        )
+    });
+
+    // Library functions through their stubs are named.
+    let wait_lock = graph.function("wait_lock").cloned().expect("met wait_lock");
+    let lock_calls = graph.explore(process.image(), &wait_lock).clone();
+    ctx.check(lock_calls.direct.contains("pthread_mutex_lock"), || {
+        format!("wait_lock's callees {:?}", lock_calls.direct)
+    });
+    let read_input = graph
+        .function("read_input")
+        .cloned()
+        .expect("met read_input");
+    let read_calls = graph.explore(process.image(), &read_input).clone();
+    ctx.check(read_calls.direct.contains("read"), || {
+        format!("read_input's callees {:?}", read_calls.direct)
+    });
+
+    // A target learnt at run time joins the callees the search refines.
+    let handle = process
+        .find_functions(&[Pattern::parse("exe:handle_get").unwrap()])
+        .expect("handle_get")
+        .remove(0);
+    graph.learn("serve", handle);
+    let callees = graph.callees("serve");
+    ctx.check(callees.contains(&"handle_get".to_string()), || {
+        format!("after learning, serve's callees are {callees:?}")
+    });
+    drop(process);
+    t.close_stdin();
+    t.wait_exit();
+}
