@@ -181,8 +181,9 @@ fn check_counts(ctx: &Ctx, report: &Report, work: &str, cold: &str) {
     }
 }
 
-/// `weft attach -f PATTERNS` with the default metrics (timers) is refused
-/// with the reason and changes nothing; with `-m calls` it counts exactly.
+/// `weft attach --strict -f PATTERNS` with the default metrics (timers) is
+/// refused with the reason and changes nothing; with `-m calls` it counts
+/// exactly.
 /// Returns the error line.
 fn attach_refused_then_counted(
     ctx: &Ctx,
@@ -193,8 +194,18 @@ fn attach_refused_then_counted(
 ) -> String {
     let mut t = start(ctx, exe);
     let pid = t.pid_str();
-    // A --duration so that an attach that wrongly succeeds ends by itself.
-    let mut weft = ctx.weft(&["attach", "-p", &pid, "-f", patterns, "--duration", "3"]);
+    // A --duration so that an attach that wrongly succeeds ends by itself;
+    // --strict, since a glob otherwise instruments what it can (tests/globs).
+    let mut weft = ctx.weft(&[
+        "attach",
+        "-p",
+        &pid,
+        "-f",
+        patterns,
+        "--strict",
+        "--duration",
+        "3",
+    ]);
     let (error, _) = expect_weft_error(&mut weft);
     check_refusal(ctx, &error, cold, parent);
     go_and_check_output(ctx, &mut t);
@@ -292,14 +303,14 @@ impl Drop for KillChildren {
     }
 }
 
-/// `weft run`: refused before main (the program never runs), counted
+/// `weft run --strict`: refused before main (the program never runs), counted
 /// exactly with -m calls, the program's output unchanged.
 #[test]
 fn run_with_a_cold_part() {
     let ctx = Ctx::new("run_with_a_cold_part");
     let exe = built().named.to_str().unwrap();
     let calls = CALLS.to_string();
-    let mut weft = ctx.weft(&["run", "-f", "work*", "--", exe, &calls, "now"]);
+    let mut weft = ctx.weft(&["run", "--strict", "-f", "work*", "--", exe, &calls, "now"]);
     let _guard = KillChildren(weft.pid);
     exits_in_time(&ctx, &mut weft, "weft run");
     let (error, _) = expect_weft_error(&mut weft);

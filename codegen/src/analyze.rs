@@ -74,6 +74,29 @@ impl PatchSite {
             .map_or(self.patch_address, |i| i.ip())
     }
 
+    /// The same site with its displaced direct jump (`jmp` or `jcc`) at
+    /// `from` going to `to` instead, or `None` when no displaced instruction
+    /// at `from` is one. A sibling entry point that jumps into the bytes
+    /// another function's patch overwrites is relocated this way into a
+    /// *companion* that jumps to the relocated copy of its target
+    /// ([`Trampoline::instruction_offsets`](crate::Trampoline)) instead of
+    /// into the middle of the patch; [`relocate`](crate::relocate) then
+    /// widens a short jump as far as it needs.
+    pub fn with_jump_to(&self, from: u64, to: u64) -> Option<PatchSite> {
+        let k = self.instructions.iter().position(|i| i.ip() == from)?;
+        let jump = &self.instructions[k];
+        let direct = matches!(
+            jump.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+        ) && jump.op0_kind() == OpKind::NearBranch64;
+        if !direct {
+            return None;
+        }
+        let mut site = self.clone();
+        site.instructions[k].set_near_branch64(to);
+        Some(site)
+    }
+
     /// The site split at its point: the lead instructions (run before the
     /// snippets, continuing into them) and the rest, each as a site of its
     /// own; `None` for the first when there is no lead.
@@ -510,6 +533,18 @@ fn check_displaceable(instr: &Instruction) -> Result<(), Refusal> {
                     return Err(unsupported("it calls the stack pointer"));
                 }
             }
+            // `syscall`, `sysenter` and `int n` are calls to iced.
+            _ if instr.flow_control() == FlowControl::Call
+                && matches!(
+                    instr.mnemonic(),
+                    Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1
+                ) =>
+            {
+                return Err(unsupported(
+                    "it is a system call: a thread blocked in it, or in a signal handler that \
+                     interrupted it, would return into the middle of the patch",
+                ))
+            }
             _ => return Err(unsupported("only near calls can be relocated")),
         }
     }
@@ -570,4 +605,61 @@ fn check_padding(code: &FunctionCode<'_>, needed: usize) -> Result<(), ShortReas
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// glibc's `__mempcpy_*_erms` shape: `mov rax, rdi; add rax, rdx; jmp
+    /// rel8` into its sibling, then `nopl` padding.
+    const MEMPCPY: [u8; 16] = [
+        0x48, 0x89, 0xf8, // mov rax, rdi
+        0x48, 0x01, 0xd0, // add rax, rdx
+        0xeb, 0x3b, // jmp +0x3b
+        0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // nopl (padding)
+    ];
+
+    #[test]
+    fn a_system_call_is_refused_with_its_own_reason() {
+        // glibc's __read_nocancel: xor eax, eax ; syscall ; cmp rax, -4096
+        let bytes = [
+            0x31, 0xc0, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, 0x77, 0x01, 0xc3,
+        ];
+        let code = FunctionCode {
+            address: 0x1000,
+            bytes: &bytes,
+            padding: &[],
+        };
+        let why = analyze_entry(&code).unwrap_err().to_string();
+        assert!(why.contains("system call"), "{why}");
+    }
+
+    #[test]
+    fn a_sibling_jump_is_retargeted_and_relocated() {
+        let code = FunctionCode {
+            address: 0x1000,
+            bytes: &MEMPCPY[..8],
+            padding: &MEMPCPY[8..],
+        };
+        // The jump alone, borrowing padding: the companion's site.
+        let site = analyze_at(&code, 0x1006).unwrap();
+        assert_eq!(site.patch_address, 0x1006);
+        assert_eq!(site.instructions.len(), 1);
+        assert_eq!(site.borrowed_padding, 3);
+        assert_eq!(site.instructions[0].near_branch_target(), 0x1043);
+        // Only a displaced direct jump can be retargeted.
+        assert!(site.with_jump_to(0x1000, 0x5000).is_none());
+        let far = 0x7000_0000;
+        let moved = site.with_jump_to(0x1006, far).unwrap();
+        assert_eq!(moved.original, site.original, "the original bytes stay");
+        let relocated = crate::relocate(&moved, 0x2000).unwrap();
+        // A rel8 jump grows to rel32 to reach its new target.
+        let disp = (far as i64 - (0x2000 + 5)) as i32;
+        let mut expected = vec![0xe9];
+        expected.extend_from_slice(&disp.to_le_bytes());
+        assert_eq!(&relocated.bytes[..5], &expected[..]);
+        assert_eq!(relocated.instruction_offsets, vec![0]);
+        assert!(!relocated.jumps_back, "a jmp never continues");
+    }
 }

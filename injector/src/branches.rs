@@ -79,11 +79,17 @@ impl BranchIndex {
     /// A branch into `(start, end)` (exclusive at both ends) whose source is
     /// not inside `[start, end)` itself.
     pub fn into_range(&self, start: u64, end: u64) -> Option<Branch> {
+        self.all_into_range(start, end).next()
+    }
+
+    /// Every branch into `(start, end)` (exclusive at both ends) whose
+    /// source is not inside `[start, end)` itself, by target.
+    pub fn all_into_range(&self, start: u64, end: u64) -> impl Iterator<Item = Branch> + '_ {
         let first = self.by_target.partition_point(|b| b.target <= start);
         self.by_target[first..]
             .iter()
-            .take_while(|b| b.target < end)
-            .find(|b| !(start..end).contains(&b.source))
+            .take_while(move |b| b.target < end)
+            .filter(move |b| !(start..end).contains(&b.source))
             .copied()
     }
 
@@ -146,6 +152,10 @@ mod tests {
         assert_eq!(index.into_range(0x100, 0x105), Some(jump(0x200, 0x103)));
         assert_eq!(index.into_range(0x103, 0x105), None);
         assert_eq!(index.into_range(0x0, 0x100), None);
+        // Every one, by target: a patch two siblings jump into needs a
+        // companion for each.
+        let all: Vec<Branch> = index.all_into_range(0x100, 0x106).collect();
+        assert_eq!(all, [jump(0x200, 0x103), jump(0x300, 0x105)]);
     }
 
     #[test]

@@ -56,8 +56,8 @@ pub use exits::Metrics;
 pub use inspect::Pattern;
 pub use library::Library;
 pub use process::{
-    CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec, Process,
-    Refused, Replacement, UserProbe, Words, MAX_CALL_TARGET_SLOTS,
+    Applied, CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec,
+    Process, Refusal, Refused, Replacement, SharedCode, UserProbe, Words, MAX_CALL_TARGET_SLOTS,
 };
 pub use ptrace::{ProcessExit, RealtimeGuard, Registers, Tid};
 pub use report::Report;

@@ -105,6 +105,23 @@ fn parse_sort(text: &str) -> Result<weft::report::SortKey, String> {
     weft::report::SortKey::parse(text)
 }
 
+/// What to do with the functions a pattern matches that cannot be
+/// instrumented safely.
+#[derive(clap::Args, Debug)]
+struct Refusals {
+    /// List every function weft refused to instrument, with the reason
+    /// (after the one-line summary on standard error).
+    #[arg(long)]
+    explain: bool,
+    /// All or nothing: one function refused refuses the whole request and
+    /// nothing is changed. By default a glob (`-f 'libc.so.6:*'`)
+    /// instruments every function it matches that can be instrumented
+    /// safely and says how many it refused; a name given exactly that is
+    /// refused fails the request either way.
+    #[arg(long)]
+    strict: bool,
+}
+
 #[derive(clap::Args, Debug)]
 struct Output {
     /// Report format.
@@ -158,6 +175,8 @@ enum Command {
         #[command(flatten)]
         measure: Measure,
         #[command(flatten)]
+        refusals: Refusals,
+        #[command(flatten)]
         output: Output,
         /// The program and its arguments.
         #[arg(last = true, required = true, value_name = "PROGRAM")]
@@ -194,6 +213,8 @@ enum Command {
         later: bool,
         #[command(flatten)]
         measure: Measure,
+        #[command(flatten)]
+        refusals: Refusals,
         #[command(flatten)]
         output: Output,
     },
@@ -393,9 +414,10 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
         Command::Run {
             functions,
             measure,
+            refusals,
             output,
             command,
-        } => run_program(&functions, &measure, &output, &command),
+        } => run_program(&functions, &measure, &refusals, &output, &command),
         Command::Diagnose {
             pid,
             duration,
@@ -440,6 +462,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             interval,
             later,
             measure,
+            refusals,
             output,
         } => attach(
             pid,
@@ -450,6 +473,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                 later,
             },
             &measure,
+            &refusals,
             &output,
             boost,
         ),
@@ -627,9 +651,86 @@ fn seconds(name: &str, value: Option<&str>, positive: bool) -> Result<Option<std
     }
 }
 
+/// Inserts probes measuring `metrics` into `found` (what `patterns`
+/// matched): with `--strict` all or nothing; else every function that can
+/// be instrumented safely, the others refused with one summary line on
+/// standard error (and each with its reason with `--explain`), unless a
+/// refused one was named exactly (no glob): then nothing is changed and
+/// the error says why. Returns how many functions are instrumented.
+fn instrument(
+    held: &mut weft::Held<'_>,
+    patterns: &[Pattern],
+    found: &[weft::Function],
+    metrics: weft::Metrics,
+    refusals: &Refusals,
+) -> Result<usize> {
+    if refusals.strict {
+        held.insert(found, metrics)?;
+        return Ok(found.len());
+    }
+    let specs: Vec<weft::ProbeSpec> = found
+        .iter()
+        .map(|f| weft::ProbeSpec::measure(f.clone(), metrics))
+        .collect();
+    let named_exactly = |f: &weft::Function| {
+        patterns.iter().any(|p| {
+            p.name().is_literal()
+                && std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .any(|n| p.matches_function(n))
+        })
+    };
+    let applied = held.insert_what_is_safe(&specs, named_exactly)?;
+    let refused = applied.refused;
+    let done = found.len() - refused.len();
+    if refused.is_empty() {
+        return Ok(done);
+    }
+    if done == 0 {
+        // Nothing to measure: an error, as all or nothing would say.
+        return Err(weft::Error::Refused(refused).into());
+    }
+    let mut text = format!(
+        "weft: {} of {} functions instrumented; {} refused{}\n",
+        thousands(done),
+        thousands(found.len()),
+        thousands(refused.len()),
+        if refusals.explain {
+            ":"
+        } else {
+            ", see --explain"
+        }
+    );
+    if refusals.explain {
+        for r in &refused {
+            let _ = writeln!(
+                text,
+                "weft:   `{}` ({}, {:#x}): {}",
+                r.function.name, r.function.module, r.function.address, r.reason
+            );
+        }
+    }
+    eprint!("{text}");
+    Ok(done)
+}
+
+/// `n` with a comma between thousands: 1,957.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn run_program(
     functions: &[String],
     measure: &Measure,
+    refusals: &Refusals,
     output: &Output,
     command: &[String],
 ) -> Result<ExitCode> {
@@ -641,7 +742,7 @@ fn run_program(
     // Its first hold is the stop at its entry: dropped on an error, it
     // kills the program before main.
     let mut held = process.hold()?;
-    held.insert(&found, metrics)?;
+    instrument(&mut held, &patterns, &found, metrics, refusals)?;
     held.release()?;
     let exit = process.wait_exit()?;
     match write_report(&process.report(), output) {
@@ -670,6 +771,7 @@ fn attach(
     functions: &[String],
     live: Live,
     measure: &Measure,
+    refusals: &Refusals,
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
@@ -709,7 +811,7 @@ fn attach(
     timing.mark("found functions and swept their modules (target running)");
     let mut held = process.hold()?;
     timing.mark("seized and stopped every thread");
-    held.insert(&found, metrics)?;
+    let instrumented = instrument(&mut held, &patterns, &found, metrics, refusals)?;
     if let Some(w) = &mut watcher {
         if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
             // A weft that gives up leaves nothing in place.
@@ -730,10 +832,7 @@ fn attach(
         "longest stop of the world: {:.2} ms",
         process.longest_stop().as_secs_f64() * 1e3
     ));
-    eprintln!(
-        "weft: attached pid={pid} threads={threads} functions={}",
-        found.len()
-    );
+    eprintln!("weft: attached pid={pid} threads={threads} functions={instrumented}");
     // Live: weft only polls now, at normal priority.
     drop(boost);
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);

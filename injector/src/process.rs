@@ -48,9 +48,11 @@ use weft_codegen::{
 
 mod held;
 mod points;
+mod refusal;
 mod undo;
-pub use held::Held;
+pub use held::{Applied, Held};
 pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
+pub use refusal::{Refusal, SharedCode};
 #[cfg(debug_assertions)]
 #[doc(hidden)]
 pub use undo::Fault;
@@ -211,6 +213,15 @@ pub enum ProbeKind {
     },
     /// A `call` taken out ([`Held::remove_call`]).
     CallRemoved,
+    /// Part of another probe: code of a sibling entry point that jumps
+    /// into the bytes that probe's patch overwrites (glibc's
+    /// `__mempcpy_*` into `__memmove_*`), relocated with the jump sent to
+    /// the same instruction's copy in that probe's trampoline. Inserted,
+    /// removed and undone with that probe; it counts nothing.
+    Companion {
+        /// The probe whose patch it goes around.
+        of: ProbeId,
+    },
     /// Another live weft's probe that only it may own (user probes, a
     /// point, a replacement: the target's directory does not say which).
     /// Planned around, never shared.
@@ -225,7 +236,21 @@ impl Probe {
     /// Whether this is a live probe at the entry of `f` (not a point inside
     /// it, not a removed probe).
     pub fn is_live_entry_of(&self, f: &Function) -> bool {
-        self.active && self.point().is_none() && self.function.address == f.address
+        self.active && self.is_entry() && self.function.address == f.address
+    }
+
+    /// Whether it is at a function's entry (not a point inside it, not a
+    /// companion of another probe in a sibling's code).
+    fn is_entry(&self) -> bool {
+        self.point().is_none() && !matches!(self.kind, ProbeKind::Companion { .. })
+    }
+
+    /// For a companion, the probe it belongs to.
+    pub fn companion_of(&self) -> Option<ProbeId> {
+        match self.kind {
+            ProbeKind::Companion { of } => Some(of),
+            _ => None,
+        }
     }
 
     /// Whether the probe hooks the function's exit (timers, or a user
@@ -481,6 +506,12 @@ pub struct Process {
     /// Spare room for the probes of the next insertion (its capacity
     /// touched ahead: see `prefault`).
     spare_probes: Vec<Probe>,
+    /// Probes whose trampolines jump into another's (a sibling entry
+    /// point's probe whose displaced jump goes to the copy of its target
+    /// in that probe's trampoline): (the sibling's, the other). They go
+    /// in and out together: the sibling's original jump lands inside the
+    /// other's patch, and the sibling's trampoline needs the other's.
+    ties: Vec<(ProbeId, ProbeId)>,
 }
 
 /// A step of a change used the runtime before the change loaded it: a bug
@@ -584,6 +615,7 @@ impl Process {
             harvested: Vec::new(),
             exits: None,
             spare_probes: Vec::new(),
+            ties: Vec::new(),
             unreported: Vec::new(),
             leftovers_checked: AddressSet::default(),
             retired: Vec::new(),
@@ -1032,6 +1064,12 @@ impl Process {
                 tracer.call(tid, &call, false)?
             }
         };
+        self.implementation(f, implementation)
+    }
+
+    /// The IFUNC `f` as its implementation at `implementation`, under the
+    /// names the user's patterns matched.
+    fn implementation(&mut self, f: &Function, implementation: u64) -> Result<Function, Error> {
         let mut resolved = self
             .image
             .function_at(implementation)?
@@ -1064,11 +1102,16 @@ impl Process {
         result
     }
 
+    /// Inserts `specs` (one stop of the world, one transaction). Functions
+    /// refused while planning — before anything is written — are left
+    /// alone and returned, unless `required` holds for one of them: then
+    /// nothing is changed and the error names every required one refused.
     fn insert_probes_now(
         &mut self,
         tracer: &mut Tracer,
         specs: &[ProbeSpec],
-    ) -> Result<Vec<ProbeId>, Error> {
+        required: &dyn Fn(&Function) -> bool,
+    ) -> Result<Applied, Error> {
         self.request_size = RequestSize {
             words: specs.iter().map(|s| u64::from(s.words())).sum(),
             records: specs.iter().filter(|s| s.hooks_exit()).count() as u64,
@@ -1119,96 +1162,35 @@ impl Process {
         if !unplanned.is_empty() {
             self.remove_leftover_probes(tracer, &unplanned)?;
         }
-        // Plan every site before touching anything.
-        let active: AddressSet<u64> = self
-            .probes
-            .iter()
-            .filter(|p| p.active && p.point().is_none())
-            .map(|p| p.function.address)
+        let Planned {
+            plans,
+            shares,
+            companions,
+            retargets,
+            refused,
+        } = self.plan_request(&requests)?;
+        let refused: Vec<Refused> = refused
+            .into_iter()
+            .map(|(k, why)| Refused {
+                function: requests[k].function.clone(),
+                reason: why.to_string(),
+            })
             .collect();
-        let mut sites = AddressSet::default();
-        // Built once: the stop of the world may plan a thousand functions.
-        let occupied = Occupied::of(&self.probes, &self.foreign);
-        let mut plans: Vec<(&ProbeSpec, Arc<PatchSite>)> = Vec::with_capacity(requests.len());
-        let mut refused = Vec::new();
-        // Another session's probes this one shares: (function, entry).
-        let mut shares: Vec<(&ProbeSpec, usize)> = Vec::new();
-        for request in &requests {
-            let f = &request.function;
-            if active.contains(&f.address) {
-                continue; // already instrumented: one probe per address
-            }
-            if let Some(other) = self
-                .foreign
-                .iter()
-                .find(|p| p.point().is_none() && p.function.address == f.address)
-            {
-                match self.share_or_refuse(request, other) {
-                    Ok(index) => shares.push((request, index)),
-                    Err(reason) => refused.push(Refused {
-                        function: f.clone(),
-                        reason,
-                    }),
-                }
-                continue;
-            }
-            if request.hooks_exit() {
-                let reason = std::iter::once(&f.name)
-                    .chain(&f.aliases)
-                    .find_map(|n| crate::exits::never_hook_exit(n))
-                    .map(|reason| format!("cannot time it: {reason}"))
-                    .or_else(|| {
-                        crate::exits::never_hook_exit_in(&self.image, f)
-                            .map(|reason| format!("cannot time it: {reason}"))
-                    });
-                let reason = match reason {
-                    Some(reason) => Some(reason),
-                    None => {
-                        self.branch_index(f.address)?;
-                        crate::exits::not_called(&mut self.image, &self.branch_indexes, f)
-                    }
-                };
-                if let Some(reason) = reason {
-                    refused.push(Refused {
-                        function: f.clone(),
-                        reason,
-                    });
-                    continue;
-                }
-            }
-            let planned = match self.plans.get(&plan_key(f)) {
-                Some(site) => Ok(site.clone()),
-                None => self.plan(f, &occupied).map(Arc::new),
-            };
-            match planned {
-                // One probe per site, even if two names lead to it.
-                Ok(site) if !sites.insert(site.patch_address) => {}
-                Ok(site) => {
-                    match occupied.overlapping(
-                        &self.probes,
-                        &self.foreign,
-                        site.patch_address..site.end(),
-                    ) {
-                        Some(other) => refused.push(Refused {
-                            function: f.clone(),
-                            reason: format!(
-                            "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
-                            other.patch_address,
-                            points::probe_name(other)
-                        ),
-                        }),
-                        None => plans.push((request, site)),
-                    }
-                }
-                Err(reason) => refused.push(Refused {
-                    function: f.clone(),
-                    reason,
-                }),
-            }
+        let must: Vec<Refused> = refused
+            .iter()
+            .filter(|r| required(&r.function))
+            .cloned()
+            .collect();
+        if !must.is_empty() {
+            return Err(Error::Refused(must));
         }
-        if !refused.is_empty() {
-            return Err(Error::Refused(refused));
+        if plans.is_empty() && shares.is_empty() {
+            return Ok(Applied {
+                ids: Vec::new(),
+                refused,
+            });
         }
+        let requests: Vec<&ProbeSpec> = plans.iter().map(|(r, _)| *r).collect();
         self.ensure_runtime(tracer)?;
         // Call records are taken only here: a request that cannot get them
         // all fails before anything is built.
@@ -1242,10 +1224,36 @@ impl Process {
         // counters built ahead by `hold` first, in one write per run of
         // neighbours, then the others.
         let call_tid = self.call_thread(tracer)?;
-        let (mut new_probes, mut originals, plans, mut moves) =
+        let (mut new_probes, mut originals, mut plans, mut moves) =
             self.write_staged(tracer, plans, call_tid, mmap_fn, register_fn)?;
+        // Where the trampolines companions and tied siblings lead into
+        // are, and their copies of the displaced instructions: by patch
+        // address. A sibling's is built after the one it leads into.
+        let mut built: AddressMap<u64, Built> = AddressMap::default();
+        let retarget_of =
+            |site: &PatchSite| retargets.iter().find(|r| r.plan == site.patch_address);
+        plans.sort_by_key(|(_, site)| retarget_of(site).is_some());
+        let mut ties = Vec::new();
         for (request, site) in plans {
             originals.push(site.clone());
+            let site = match retarget_of(&site) {
+                Some(r) => {
+                    let Some((of, main, offsets)) = built.get(&r.of) else {
+                        return Err(Error::Internal(
+                            "a sibling's probe was built before the one it leads into".into(),
+                        ));
+                    };
+                    let copy = main + u64::from(offsets[r.target].1);
+                    ties.push((
+                        ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
+                        *of,
+                    ));
+                    Arc::new(site.with_jump_to(r.jump, copy).ok_or_else(|| {
+                        Error::Internal(format!("no jump to send around at {:#x}", r.jump))
+                    })?)
+                }
+                None => site,
+            };
             let f = request.function.clone();
             let words = request.words();
             let word = self.allocate_words(words)?;
@@ -1317,6 +1325,15 @@ impl Process {
             let mut original = [0u8; 5];
             original.copy_from_slice(&site.original[..5]);
             moves.extend(resumes(site, at, &trampoline.instruction_offsets));
+            let id = ProbeId(self.probes.len() as u32 + new_probes.len() as u32);
+            if companions.iter().any(|c| c.of == site.patch_address)
+                || retargets.iter().any(|r| r.of == site.patch_address)
+            {
+                built.insert(
+                    site.patch_address,
+                    (id, at, trampoline.instruction_offsets.clone()),
+                );
+            }
             // The record lets a later weft take this probe out if this
             // weft dies while it is live; it goes out with the trampoline,
             // in one write.
@@ -1358,7 +1375,7 @@ impl Process {
             }
             checkpoint!(self, Trampoline);
             new_probes.push(Probe {
-                id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
+                id,
                 function: f,
                 patch_address: site.patch_address,
                 original,
@@ -1372,10 +1389,71 @@ impl Process {
             });
         }
 
+        // Companions, once the trampolines they lead into are written.
+        for c in companions {
+            let Some((of, main, offsets)) = built.get(&c.of) else {
+                return Err(Error::Internal("a companion's probe was not built".into()));
+            };
+            let copy = main + u64::from(offsets[c.target].1);
+            let site = c.site.with_jump_to(c.jump, copy).ok_or_else(|| {
+                Error::Internal(format!("no jump to send around at {:#x}", c.jump))
+            })?;
+            let len = weft_codegen::max_relocated_len(&site) as u64;
+            let (at, _) = self.pool.reserve(
+                tracer,
+                call_tid,
+                mmap_fn,
+                register_fn,
+                site.patch_address,
+                len,
+            )?;
+            self.pending.space.push(at..at + len);
+            let relocated = weft_codegen::relocate(&site, at).map_err(|e| {
+                Error::Refused(vec![Refused {
+                    function: c.function.clone(),
+                    reason: e.to_string(),
+                }])
+            })?;
+            let patch =
+                jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
+            let mut original = [0u8; 5];
+            original.copy_from_slice(&site.original[..5]);
+            let offsets: Vec<(u32, u32)> = relocated
+                .instruction_offsets
+                .iter()
+                .map(|&o| (o, o))
+                .collect();
+            moves.extend(resumes(&site, at, &offsets));
+            let mut bytes = crate::trampolines::record(
+                site.patch_address,
+                original,
+                relocated.bytes.len() as u64,
+            )
+            .to_vec();
+            bytes.extend_from_slice(&relocated.bytes);
+            tracer
+                .memory()
+                .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
+            originals.push(c.site.clone());
+            new_probes.push(Probe {
+                id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),
+                function: c.function,
+                patch_address: site.patch_address,
+                original,
+                patch,
+                trampoline: at..at + relocated.bytes.len() as u64,
+                active: false,
+                displaced: site.patch_address..site.end(),
+                kind: ProbeKind::Companion { of: *of },
+                entry: None,
+                borrowed: false,
+            });
+        }
+
         // In the target's directory before any patch is: a weft killed in
         // between leaves entries whose patches are not there, which the
         // next one frees.
-        self.enter_in_directory(&mut new_probes)?;
+        self.enter_in_directory(&mut new_probes, &ties)?;
         checkpoint!(self, Directory);
         // Threads stopped inside the bytes about to be overwritten go on at
         // the same instruction's copy in the trampoline (moved back if the
@@ -1392,13 +1470,248 @@ impl Process {
             probe.id = ProbeId((self.probes.len() + new_probes.len()) as u32);
             new_probes.push(probe);
         }
-        let ids = new_probes.iter().map(|p| p.id).collect();
+        let ids = new_probes
+            .iter()
+            .filter(|p| p.companion_of().is_none())
+            .map(|p| p.id)
+            .collect();
         self.probes.append(&mut new_probes);
         self.spare_probes = new_probes;
+        self.ties.extend(ties);
         if self.live_since.is_none() {
             self.live_since = Some(Instant::now());
         }
-        Ok(ids)
+        Ok(Applied { ids, refused })
+    }
+
+    /// Plans an insertion of `requests` (IFUNCs resolved) without changing
+    /// anything: the sites to patch, the other sessions' probes to share,
+    /// the companions of sites other code jumps into, and the requests
+    /// refused (by index) with the reason. The same for an insertion and
+    /// for a dry run ([`Process::check`]), so that a check cannot promise
+    /// what an insertion would refuse.
+    fn plan_request<'a>(
+        &mut self,
+        requests: &'a [std::borrow::Cow<'a, ProbeSpec>],
+    ) -> Result<Planned<'a>, Error> {
+        let active: AddressSet<u64> = self
+            .probes
+            .iter()
+            .filter(|p| p.active && p.is_entry())
+            .map(|p| p.function.address)
+            .collect();
+        let mut sites = AddressSet::default();
+        // Built once: the stop of the world may plan a thousand functions.
+        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let mut planned = Planned {
+            plans: Vec::with_capacity(requests.len()),
+            shares: Vec::new(),
+            companions: Vec::new(),
+            retargets: Vec::new(),
+            refused: Vec::new(),
+        };
+        // Request index of each plan.
+        let mut planned_from = Vec::with_capacity(requests.len());
+        for (k, request) in requests.iter().enumerate() {
+            let request: &'a ProbeSpec = request;
+            let f = &request.function;
+            if active.contains(&f.address) {
+                continue; // already instrumented: one probe per address
+            }
+            if let Some(other) = self
+                .foreign
+                .iter()
+                .find(|p| p.is_entry() && p.function.address == f.address)
+            {
+                match self.share_or_refuse(request, other) {
+                    Ok(index) => planned.shares.push((request, index)),
+                    Err(reason) => planned.refused.push((k, Refusal::OtherWeft(reason))),
+                }
+                continue;
+            }
+            if request.hooks_exit() {
+                let reason = std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .find_map(|n| crate::exits::never_hook_exit(n))
+                    .map(str::to_string)
+                    .or_else(|| crate::exits::never_hook_exit_in(&self.image, f));
+                let reason = match reason {
+                    Some(reason) => Some(Refusal::NotTimeable(reason)),
+                    None => {
+                        self.branch_index(f.address)?;
+                        crate::exits::not_called(&mut self.image, &self.branch_indexes, f).map(
+                            |reason| {
+                                // `not_called` says "cannot time it" itself.
+                                let reason = reason
+                                    .strip_prefix("cannot time it: ")
+                                    .map_or(reason.clone(), str::to_string);
+                                Refusal::NotTimeable(reason)
+                            },
+                        )
+                    }
+                };
+                if let Some(reason) = reason {
+                    planned.refused.push((k, reason));
+                    continue;
+                }
+            }
+            let cached = self.plans.get(&plan_key(f)).cloned();
+            let (site, entered) = match cached {
+                Some(site) => (site, Vec::new()),
+                None => match self.plan_shared(f, &occupied) {
+                    Ok((site, entered)) => (Arc::new(site), entered),
+                    Err(reason) => {
+                        planned.refused.push((k, reason));
+                        continue;
+                    }
+                },
+            };
+            // One probe per site, even if two names lead to it.
+            if !sites.insert(site.patch_address) {
+                continue;
+            }
+            if let Some(other) =
+                occupied.overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
+            {
+                planned.refused.push((
+                    k,
+                    Refusal::Overlaps(format!(
+                        "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
+                        other.patch_address,
+                        self.probe_label(other)
+                    )),
+                ));
+                continue;
+            }
+            let mut companions = Vec::with_capacity(entered.len());
+            let mut failed = None;
+            for branch in entered {
+                match self.plan_companion(f, &site, branch, &occupied) {
+                    Ok(c) => companions.push(c),
+                    Err(reason) => {
+                        failed = Some(reason);
+                        break;
+                    }
+                }
+            }
+            if let Some(reason) = failed {
+                sites.remove(&site.patch_address);
+                planned.refused.push((k, reason));
+                continue;
+            }
+            planned.companions.extend(companions);
+            planned.plans.push((request, site));
+            planned_from.push(k);
+        }
+        // A sibling asked for too whose own entry patch displaces the jump
+        // takes the companion's part: its trampoline's copy of the jump
+        // goes to the target's copy. Not in a chain (a site both leading
+        // into another and led into), whose trampolines would need an
+        // order of their own.
+        let companions = std::mem::take(&mut planned.companions);
+        for c in companions {
+            let sibling = planned.plans.iter().position(|(_, s)| {
+                s.patch_address != c.of && s.instructions.iter().any(|i| i.ip() == c.jump)
+            });
+            let chained = |at: u64| planned.retargets.iter().any(|r| r.plan == at || r.of == at);
+            match sibling {
+                Some(i)
+                    if !chained(planned.plans[i].1.patch_address)
+                        && !planned.retargets.iter().any(|r| r.plan == c.of) =>
+                {
+                    let site = &mut planned.plans[i].1;
+                    // A plan of its own: one built ahead (`stage_prepared`)
+                    // has the jump going into the patch.
+                    *site = Arc::new((**site).clone());
+                    planned.retargets.push(Retarget {
+                        plan: site.patch_address,
+                        jump: c.jump,
+                        of: c.of,
+                        target: c.target,
+                    });
+                }
+                _ => planned.companions.push(c),
+            }
+        }
+        // A companion goes into a sibling's code: it must not overlap
+        // another patch of this insertion (the sibling's own entry, asked
+        // for too, or another companion). The function whose companion it
+        // is gives way.
+        let mut ranges: Vec<(u64, u64, u64, String)> = planned
+            .plans
+            .iter()
+            .map(|(r, s)| {
+                (
+                    s.patch_address,
+                    s.end(),
+                    s.patch_address,
+                    r.function.name.clone(),
+                )
+            })
+            .chain(planned.companions.iter().map(|c| {
+                (
+                    c.site.patch_address,
+                    c.site.end(),
+                    c.of,
+                    c.function.name.clone(),
+                )
+            }))
+            .collect();
+        ranges.sort_unstable_by_key(|r| r.0);
+        let mut giving_way: Vec<(u64, String)> = Vec::new();
+        for pair in ranges.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if b.0 < a.1 {
+                // The one of the two that is a companion (or both).
+                let companion_of = |r: &(u64, u64, u64, String)| r.0 != r.2;
+                if companion_of(b) {
+                    giving_way.push((b.2, a.3.clone()));
+                }
+                if companion_of(a) {
+                    giving_way.push((a.2, b.3.clone()));
+                }
+            }
+        }
+        if !giving_way.is_empty() {
+            let mut kept = Vec::with_capacity(planned.plans.len());
+            for (plan, k) in std::mem::take(&mut planned.plans)
+                .into_iter()
+                .zip(planned_from)
+            {
+                match giving_way
+                    .iter()
+                    .find(|(of, _)| *of == plan.1.patch_address)
+                {
+                    Some((_, other)) => {
+                        let c = planned
+                            .companions
+                            .iter()
+                            .find(|c| c.of == plan.1.patch_address)
+                            .expect("a companion gives way");
+                        planned.refused.push((
+                            k,
+                            Refusal::SharedCode {
+                                from: c.jump,
+                                target: plan.1.instructions[c.target].ip(),
+                                module: plan.0.function.module.clone(),
+                                len: plan.1.original.len(),
+                                patch_address: plan.1.patch_address,
+                                why: SharedCode::OverlapsRequest {
+                                    other: other.clone(),
+                                },
+                            },
+                        ));
+                    }
+                    None => kept.push(plan),
+                }
+            }
+            planned.plans = kept;
+            planned
+                .companions
+                .retain(|c| !giving_way.iter().any(|(of, _)| *of == c.of));
+            planned.refused.sort_by_key(|r| r.0);
+        }
+        Ok(planned)
     }
 
     /// Writes the trampolines [`Process::hold`] built ahead for the plain
@@ -1680,7 +1993,7 @@ impl Process {
             return Err(refuse(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
-                points::probe_name(other)
+                self.probe_label(other)
             )));
         }
         let len = weft_codegen::max_redirect_len(&site) as u64;
@@ -1827,7 +2140,7 @@ impl Process {
                 "the call at {site:#x} is already changed, or inside the patch of the probe at \
                  {:#x} ({}): remove that first",
                 other.patch_address,
-                points::probe_name(other)
+                self.probe_label(other)
             )));
         }
         Ok((f, bytes))
@@ -1863,7 +2176,7 @@ impl Process {
             entry: None,
             borrowed: false,
         }];
-        self.enter_in_directory(&mut probe)?;
+        self.enter_in_directory(&mut probe, &[])?;
         tracer.memory().write(at, &patch)?;
         let [probe] = probe;
         self.probes.push(probe);
@@ -2045,6 +2358,32 @@ impl Process {
                 Err(_) => busy.iter_mut().for_each(|b| *b = true),
             }
         }
+        // A thread in a companion (or a tied sibling's trampoline) goes on
+        // into its probe's trampoline: that one is busy as long as the
+        // other is.
+        for (i, range) in retired.iter().enumerate() {
+            if !busy[i] {
+                continue;
+            }
+            let of = self
+                .probes
+                .iter()
+                .find(|p| &p.trampoline == range)
+                .and_then(|p| {
+                    p.companion_of().or_else(|| {
+                        self.ties
+                            .iter()
+                            .find(|&&(sibling, _)| sibling == p.id)
+                            .map(|&(_, of)| of)
+                    })
+                });
+            let main = of
+                .and_then(|of| self.probes.get(of.0 as usize))
+                .and_then(|p| retired.iter().position(|r| *r == p.trampoline));
+            if let Some(j) = main {
+                busy[j] = true;
+            }
+        }
         let mut still = Vec::new();
         for (range, busy) in std::mem::take(&mut self.retired).into_iter().zip(busy) {
             if busy {
@@ -2191,11 +2530,25 @@ impl Process {
 
     /// Enters `probes` (about to be patched) in the target's directory,
     /// owned by this session.
-    fn enter_in_directory(&mut self, probes: &mut [Probe]) -> Result<(), Error> {
+    fn enter_in_directory(
+        &mut self,
+        probes: &mut [Probe],
+        tied: &[(ProbeId, ProbeId)],
+    ) -> Result<(), Error> {
         let owners = self.owner_bit();
         let rt = self.runtime.as_ref().ok_or_else(no_runtime)?;
-        let entries: Vec<weft_rt::layout::ProbeEntry> =
-            probes.iter().map(|p| directory_entry(p, owners)).collect();
+        // A probe other code goes around (companions, a tied sibling) is
+        // private, and so is the tied sibling: a session sharing one would
+        // not know to take the others out with it.
+        let private: Vec<ProbeId> = probes
+            .iter()
+            .filter_map(Probe::companion_of)
+            .chain(tied.iter().flat_map(|&(a, b)| [a, b]))
+            .collect();
+        let entries: Vec<weft_rt::layout::ProbeEntry> = probes
+            .iter()
+            .map(|p| directory_entry(p, owners, private.contains(&p.id)))
+            .collect();
         let Some(indices) = crate::ledger::add_all(&rt.region, &entries) else {
             return Err(self.out_of_room(Room::Probes));
         };
@@ -2343,15 +2696,66 @@ impl Process {
         Ok(())
     }
 
-    /// Decides how to patch `f`, or says why it cannot be done safely.
+    /// Decides how to patch `f`, or says why it cannot be done safely:
+    /// refused when any code jumps into the bytes the patch overwrites
+    /// (see [`Process::plan_shared`] for what an insertion does instead).
     fn plan(
         &mut self,
         f: &Function,
         occupied: &Occupied,
     ) -> Result<weft_codegen::PatchSite, String> {
+        let (site, entered) = self.plan_shared(f, occupied).map_err(|e| e.to_string())?;
+        match entered.first() {
+            Some(branch) => Err(format!(
+                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at \
+                 {:#x} would overwrite",
+                branch.source,
+                f.module,
+                branch.target,
+                site.original.len(),
+                site.patch_address
+            )),
+            None => Ok(site),
+        }
+    }
+
+    /// The site of `f`'s patch, with every direct branch from other code of
+    /// the module (a sibling entry point, in hand-written assembly) that
+    /// lands strictly inside the bytes it overwrites.
+    fn plan_shared(
+        &mut self,
+        f: &Function,
+        occupied: &Occupied,
+    ) -> Result<(PatchSite, Vec<weft_codegen::Branch>), Refusal> {
         // Code elsewhere in the module may jump into the patch too.
-        self.branch_index(f.address).map_err(|e| e.to_string())?;
-        let memory = self.reader().map_err(|e| e.to_string())?;
+        self.branch_index(f.address)
+            .map_err(|e| Refusal::Unreadable(e.to_string()))?;
+        let (code, padding) = self.read_code(f, occupied)?;
+        let site = analyze_entry(&FunctionCode {
+            address: f.address,
+            bytes: &code,
+            padding: &padding,
+        })?;
+        let entered = self
+            .image
+            .module_of(f.address)
+            .and_then(|m| self.branch_indexes.get(m.path()))
+            .map(|i| i.all_into_range(site.patch_address, site.end()).collect())
+            .unwrap_or_default();
+        Ok((site, entered))
+    }
+
+    /// `f`'s bytes (its size, at most [`MAX_ANALYZED`]; 16 when unknown)
+    /// as compiled (probes' patches undone in the copy), and the padding
+    /// after it.
+    fn read_code(
+        &mut self,
+        f: &Function,
+        occupied: &Occupied,
+    ) -> Result<(Vec<u8>, Vec<u8>), Refusal> {
+        let memory = self
+            .reader()
+            .map_err(|e| Refusal::Unreadable(e.to_string()))?;
         let size = if f.size == 0 {
             16
         } else {
@@ -2359,7 +2763,7 @@ impl Process {
         };
         let mut code = memory
             .read_vec(f.address, size as usize)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Refusal::Unreadable(e.to_string()))?;
         let padding = if f.padding > 0 {
             memory
                 .read_vec(f.address + f.size, f.padding.min(64) as usize)
@@ -2369,27 +2773,79 @@ impl Process {
         };
         // Instruction points in the body: decode the code as compiled.
         occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
-        let site = analyze_entry(&FunctionCode {
-            address: f.address,
-            bytes: &code,
-            padding: &padding,
-        })
-        .map_err(|e| e.to_string())?;
+        Ok((code, padding))
+    }
+
+    /// How the jump `branch` into the bytes `site` (of `f`) overwrites goes
+    /// around the patch: the instructions of its own function around it
+    /// (from itself when it can, else from up to 5 bytes before it in its
+    /// block), relocated by the insertion into a companion whose copy of
+    /// the jump goes to the same instruction's copy in `f`'s trampoline.
+    /// So a call of the sibling never runs `f`'s snippets (it is not a
+    /// call of `f`), and never lands inside the patch.
+    fn plan_companion(
+        &mut self,
+        f: &Function,
+        site: &PatchSite,
+        branch: weft_codegen::Branch,
+        occupied: &Occupied,
+    ) -> Result<CompanionPlan, Refusal> {
+        let refuse = |why: SharedCode| Refusal::SharedCode {
+            from: branch.source,
+            target: branch.target,
+            module: f.module.clone(),
+            len: site.original.len(),
+            patch_address: site.patch_address,
+            why,
+        };
+        if !branch.kind.is_jump() {
+            return Err(refuse(SharedCode::NotAJump));
+        }
+        let Some(target) = site
+            .instructions
+            .iter()
+            .position(|i| i.ip() == branch.target)
+        else {
+            return Err(refuse(SharedCode::InsideInstruction));
+        };
+        let sibling = match self.image.function_at(branch.source) {
+            Ok(Some(g)) if g.size > 0 => g,
+            _ => return Err(refuse(SharedCode::NoFunction)),
+        };
+        let (code, padding) = self.read_code(&sibling, occupied)?;
+        let companion = weft_codegen::analyze_at(
+            &FunctionCode {
+                address: sibling.address,
+                bytes: &code,
+                padding: &padding,
+            },
+            branch.source,
+        )
+        .map_err(|e| refuse(SharedCode::Unpatchable(e)))?;
+        let range = companion.patch_address..companion.end();
         let index = self
             .image
-            .module_of(f.address)
+            .module_of(branch.source)
             .and_then(|m| self.branch_indexes.get(m.path()));
-        if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
-            return Err(format!(
-                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at {:#x} would overwrite",
-                branch.source,
-                f.module,
-                branch.target,
-                site.original.len(),
-                site.patch_address
-            ));
+        if let Some(other) = index.and_then(|i| i.into_range(range.start, range.end)) {
+            return Err(refuse(SharedCode::Entered {
+                from: other.source,
+                patch_address: range.start,
+            }));
         }
-        Ok(site)
+        if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range) {
+            return Err(refuse(SharedCode::InsideProbe {
+                at: other.patch_address,
+                name: self.probe_label(other),
+            }));
+        }
+        Ok(CompanionPlan {
+            of: site.patch_address,
+            function: sibling,
+            jump: branch.source,
+            target,
+            site: Arc::new(companion),
+        })
     }
 
     /// The target's memory for reading: a read-only handle of our own,
@@ -2509,11 +2965,29 @@ impl Process {
 
     /// [`Held::remove`].
     fn remove_now(&mut self, tracer: &mut Tracer, ids: &[ProbeId]) -> Result<(), Error> {
-        // Only the probes still in: removing one twice is a no-op.
+        // Only the probes still in: removing one twice is a no-op. A
+        // probe's companions go with it, and tied probes go together.
+        let mut ids = ids.to_vec();
+        loop {
+            let more: Vec<ProbeId> = self
+                .ties
+                .iter()
+                .flat_map(|&(a, b)| [(a, b), (b, a)])
+                .filter(|(a, b)| ids.contains(a) && !ids.contains(b))
+                .map(|(_, b)| b)
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            ids.extend(more);
+        }
         let ids: Vec<ProbeId> = self
             .probes
             .iter()
-            .filter(|p| p.active && ids.contains(&p.id))
+            .filter(|p| {
+                p.active
+                    && (ids.contains(&p.id) || p.companion_of().is_some_and(|of| ids.contains(&of)))
+            })
             .map(|p| p.id)
             .collect();
         let mine = self.slot.map_or(0, |s| 1u32 << s);
@@ -2735,6 +3209,70 @@ impl Process {
             }
         }
         Ok(())
+    }
+
+    /// A probe's name for messages: a companion is named after the probe
+    /// it belongs to, not the sibling whose code it holds.
+    fn probe_label(&self, p: &Probe) -> String {
+        match p
+            .companion_of()
+            .and_then(|of| self.probes.get(of.0 as usize))
+        {
+            Some(main) => format!(
+                "the companion of {}'s probe, over a jump in {} into its patch",
+                points::probe_name(main),
+                p.function.name
+            ),
+            None => points::probe_name(p),
+        }
+    }
+
+    /// Whether each of `functions` can be instrumented measuring `metrics`,
+    /// without changing anything (no attach needed): the planning an
+    /// insertion of them all at once does — the code at each entry, every
+    /// jump into the bytes its patch would overwrite and the companion
+    /// that would go around it, whether its exit may be hooked, the probes
+    /// already in place — answered per function. An IFUNC is checked at
+    /// the implementation the process uses, when it has chosen one yet
+    /// ([`Refusal::UnresolvedIfunc`] otherwise). Functions already
+    /// instrumented count as possible.
+    pub fn check(&mut self, functions: &[Function], metrics: Metrics) -> Vec<Result<(), Refusal>> {
+        let mut out: Vec<Result<(), Refusal>> = vec![Ok(()); functions.len()];
+        let mut requests = Vec::with_capacity(functions.len());
+        let mut asked = Vec::with_capacity(functions.len());
+        for (i, f) in functions.iter().enumerate() {
+            let f = match f.kind {
+                FunctionKind::Ifunc { .. } => match self.image.resolved_address(f) {
+                    Some(at) => match self.implementation(f, at) {
+                        Ok(g) => g,
+                        Err(e) => {
+                            out[i] = Err(Refusal::Unreadable(e.to_string()));
+                            continue;
+                        }
+                    },
+                    None => {
+                        out[i] = Err(Refusal::UnresolvedIfunc);
+                        continue;
+                    }
+                },
+                _ => f.clone(),
+            };
+            requests.push(std::borrow::Cow::Owned(ProbeSpec::measure(f, metrics)));
+            asked.push(i);
+        }
+        match self.plan_request(&requests) {
+            Ok(planned) => {
+                for (k, why) in planned.refused {
+                    out[asked[k]] = Err(why);
+                }
+            }
+            Err(e) => {
+                for &i in &asked {
+                    out[i] = Err(Refusal::Unreadable(e.to_string()));
+                }
+            }
+        }
+        out
     }
 
     /// The branch index of the module holding `address`, built on first use.
@@ -3216,6 +3754,57 @@ fn plan_key(f: &Function) -> (u64, u64, u64) {
     (f.address, f.size, f.padding)
 }
 
+/// A trampoline companions lead into: its probe, its address and its
+/// copies of the displaced instructions (`Trampoline::instruction_offsets`).
+type Built = (ProbeId, u64, Vec<(u32, u32)>);
+
+/// An insertion planned ([`Process::plan_request`]), nothing changed yet.
+struct Planned<'a> {
+    /// Sites to patch.
+    plans: Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
+    /// Other sessions' probes to share: (request, directory entry).
+    shares: Vec<(&'a ProbeSpec, usize)>,
+    /// Companions of the planned sites other code jumps into.
+    companions: Vec<CompanionPlan>,
+    /// Planned sites (siblings) that displace a jump into another planned
+    /// site, sent to its copy instead of a companion.
+    retargets: Vec<Retarget>,
+    /// Requests refused (index), and why.
+    refused: Vec<(usize, Refusal)>,
+}
+
+/// A planned sibling's entry site that displaces a jump into another
+/// planned site: its trampoline's copy of the jump goes to the copy of
+/// the target in that site's trampoline (the two probes are then tied).
+#[derive(Debug)]
+struct Retarget {
+    /// The sibling's patch address.
+    plan: u64,
+    /// The jump's address.
+    jump: u64,
+    /// The patch address of the site it jumps into.
+    of: u64,
+    /// Which of that site's displaced instructions it lands on.
+    target: usize,
+}
+
+/// A jump from a sibling entry point into the bytes a planned site
+/// overwrites, and the code around it to relocate into a companion
+/// ([`ProbeKind::Companion`]).
+#[derive(Debug)]
+struct CompanionPlan {
+    /// The patch address of the site it jumps into.
+    of: u64,
+    /// The sibling holding the jump.
+    function: Function,
+    /// The jump's address.
+    jump: u64,
+    /// Which of the site's displaced instructions it lands on.
+    target: usize,
+    /// The sibling's code to relocate, the jump among it.
+    site: Arc<PatchSite>,
+}
+
 /// A counter's trampoline built ahead ([`Process::stage_prepared`]).
 #[derive(Debug)]
 struct Staged {
@@ -3341,9 +3930,9 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
 
 /// The directory entry of `probe`, owned by `owners`. Only a probe that
 /// just measures a function's entry may be shared by another session.
-fn directory_entry(probe: &Probe, owners: u32) -> weft_rt::layout::ProbeEntry {
+fn directory_entry(probe: &Probe, owners: u32, private: bool) -> weft_rt::layout::ProbeEntry {
     use weft_rt::layout as l;
-    let shareable = matches!(probe.kind, ProbeKind::Measure { .. });
+    let shareable = matches!(probe.kind, ProbeKind::Measure { .. }) && !private;
     let metrics = probe.metrics();
     let words = probe.words().copied().unwrap_or(Words::fresh(0, 0));
     let mut original = [0u8; 8];

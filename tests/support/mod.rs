@@ -257,6 +257,13 @@ pub fn many_spare() -> &'static Path {
     P.get_or_init(|| build_simple_c("many_spare", "many_spare.c", &[]))
 }
 
+/// Threads copying memory through glibc's memcpy and mempcpy, whose
+/// implementations share code (see tests/targets/multientry.c).
+pub fn multientry() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_simple_c("multientry", "multientry.c", &[]))
+}
+
 /// fork, exec and plain calls on command (see tests/targets/events.c).
 pub fn events() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();

@@ -8,7 +8,7 @@
 //! stays reachable, and nothing can change the process behind the guard's
 //! back or outlive it.
 
-use super::{Error, Function, PointSpec, ProbeId, ProbeSpec, Process, Replacement};
+use super::{Error, Function, PointSpec, ProbeId, ProbeSpec, Process, Refused, Replacement};
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::ProcessImage;
@@ -138,7 +138,25 @@ impl<'p> Held<'p> {
     /// hooked) are returned in the error, and nothing is changed then. One
     /// probe per function: a function already instrumented is skipped.
     pub fn insert_probes(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeId>, Error> {
-        self.transaction(|process, tracer| process.insert_probes_now(tracer, specs))
+        self.transaction(|process, tracer| process.insert_probes_now(tracer, specs, &|_| true))
+            .map(|applied| applied.ids)
+    }
+
+    /// Splices in every probe of `specs` that can be planned safely, in
+    /// one stop of the world, and leaves the others alone: what a glob
+    /// over a whole library wants (`weft -f 'libc.so.6:*'`). The functions
+    /// refused while planning — before anything is written — are in
+    /// [`Applied::refused`] with their reasons, unless `required` holds for
+    /// one of them (a function the user named exactly, say): then nothing
+    /// is changed and [`Error::Refused`] names every required function
+    /// refused. A failure while writing (after planning) still undoes the
+    /// whole insertion, as [`Held::insert_probes`] does.
+    pub fn insert_what_is_safe(
+        &mut self,
+        specs: &[ProbeSpec],
+        required: impl Fn(&Function) -> bool,
+    ) -> Result<Applied, Error> {
+        self.transaction(|process, tracer| process.insert_probes_now(tracer, specs, &required))
     }
 
     /// Inserts instruction points, all in one stop of the world. Each point
@@ -201,7 +219,9 @@ impl<'p> Held<'p> {
     }
 
     /// Removes the given probes (see [`Held::remove_all`]); removing one
-    /// twice does nothing.
+    /// twice does nothing. A probe's companions go with it, and so do
+    /// probes tied to it (a sibling entry point whose trampoline leads
+    /// into its: docs/design.md, "Code shared between entry points").
     pub fn remove(&mut self, ids: &[ProbeId]) -> Result<(), Error> {
         self.process.remove_now(&mut self.tracer, ids)
     }
@@ -300,6 +320,17 @@ impl<'p> Held<'p> {
     pub fn fail_next_insertion_at(&mut self, step: super::undo::Fault) {
         self.process.fail_next_insertion_at(step);
     }
+}
+
+/// What [`Held::insert_what_is_safe`] did.
+#[derive(Debug, Clone, Default)]
+#[must_use = "the refused functions were not instrumented"]
+pub struct Applied {
+    /// The probes inserted (or shared with another weft), one per function
+    /// instrumented.
+    pub ids: Vec<ProbeId>,
+    /// The functions left alone, with the reasons.
+    pub refused: Vec<Refused>,
 }
 
 /// Only `&Process`: a `DerefMut` would let `hold` be called again, or

@@ -256,7 +256,7 @@ impl Process {
         // In the directory before the patches are in place; threads stopped
         // inside the bytes about to be overwritten go on in the trampolines
         // (moved back if the patches cannot be written).
-        self.enter_in_directory(&mut new_probes)?;
+        self.enter_in_directory(&mut new_probes, &[])?;
         self.move_threads_out(tracer, &moves)?;
         let originals: Vec<&[u8]> = originals.iter().map(Vec::as_slice).collect();
         self.splice_logged(tracer, &new_probes, &originals)?;
