@@ -1,6 +1,6 @@
 //! A function's code and source as a tool sees them: its instructions,
 //! basic blocks, call sites and exit points ([`function_code`]), the source
-//! line of an address from the module's DWARF line tables or its debug file ([`source_line`]),
+//! line of an address from DWARF, the module's or its debug file's ([`source_line`]),
 //! and readable names of mangled Rust and C++ symbols ([`demangle`]).
 //!
 //! Code is decoded from the module's *file*, so it shows the function as

@@ -338,15 +338,30 @@ extern "C" fn after_fork_in_child() {
     unsafe {
         let header = &*(base as *const RegionHeader);
         let size = header.region_size as usize;
+        // MAP_NORESERVE: a private writable mapping is charged in full
+        // against overcommit, and the region reserves gigabytes of rows
+        // it never touches; the charge failed and (MAP_FIXED having
+        // unmapped the range first) the child crashed at its next count.
         let replaced = libc::mmap(
             base as *mut libc::c_void,
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE,
             fd,
             0,
         );
-        if replaced != libc::MAP_FAILED {
+        if replaced == libc::MAP_FAILED {
+            // The range may be gone: zero pages keep the child's counting
+            // harmless (it counts into memory nobody reads).
+            libc::mmap(
+                base as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+        } else {
             let header = &*(base as *const RegionHeader);
             header.disabled.store(1, Ordering::Release);
             header.pid.store(libc::getpid() as u32, Ordering::Release);
