@@ -7,7 +7,6 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use support::*;
 
 /// One search at a time: each target keeps a CPU busy, and the planted
@@ -15,22 +14,29 @@ use support::*;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn target() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("diagnose_cpu");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/diagnose_cpu.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-fno-inline", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    build_c_target("diagnose_cpu", &["-O1", "-fno-inline"])
+}
+
+/// Starts `exe`, waits for its `ready`, runs `weft diagnose` on it (JSON,
+/// at most 40 s); returns the running target, the diagnosis and weft's
+/// stderr.
+fn diagnose(ctx: &Ctx, exe: &std::path::Path) -> (Proc, serde_json::Value, String) {
+    let mut t = ctx.target(exe, &[]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let pid = t.pid.to_string();
+    let mut w = ctx.weft(&[
+        "diagnose",
+        "-p",
+        &pid,
+        "--duration",
+        "40",
+        "--format",
+        "json",
+    ]);
+    w.wait_code(0);
+    let d = serde_json::from_str(&w.stdout_text())
+        .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
+    (t, d, w.stderr_text())
 }
 
 /// The target's own latest `share hot=… decoy=…` line.
@@ -48,23 +54,7 @@ fn own_shares(text: &str) -> Option<(f64, f64)> {
 fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = Ctx::new("finds_the_cpu_bottleneck_behind_a_function_pointer_table");
-    let exe = target();
-    let mut t = ctx.target(&exe, &[]);
-    t.expect_stdout("ready", |l| l == "ready");
-    let pid = t.pid.to_string();
-    let mut w = ctx.weft(&[
-        "diagnose",
-        "-p",
-        &pid,
-        "--duration",
-        "40",
-        "--format",
-        "json",
-    ]);
-    w.wait_code(0);
-    let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
-        .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
-    let err = w.stderr_text();
+    let (mut t, d, err) = diagnose(&ctx, &target());
     ctx.check(err.contains("the search is exhausted"), || {
         format!("the search did not finish by itself:\n{err}")
     });
@@ -144,36 +134,8 @@ fn bottleneck<'a>(d: &'a serde_json::Value, path: &[&str]) -> Option<&'a serde_j
 fn finds_lock_contention_and_io_blocking_per_thread() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = Ctx::new("finds_lock_contention_and_io_blocking_per_thread");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("diagnose_wait");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/diagnose_wait.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-fno-inline", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut t = ctx.target(&exe, &[]);
-    t.expect_stdout("ready", |l| l == "ready");
-    let pid = t.pid.to_string();
-    let mut w = ctx.weft(&[
-        "diagnose",
-        "-p",
-        &pid,
-        "--duration",
-        "40",
-        "--format",
-        "json",
-    ]);
-    w.wait_code(0);
-    let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
-        .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
+    let exe = build_c_target("diagnose_wait", &["-O1", "-fno-inline"]);
+    let (mut t, d, _) = diagnose(&ctx, &exe);
     let threads = |b: &serde_json::Value| -> Vec<u64> {
         b["threads"]
             .as_array()

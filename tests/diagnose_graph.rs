@@ -5,28 +5,12 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use support::*;
 use weft::diagnose::{CallGraph, StaticCallGraph};
 use weft::{Pattern, Process};
 
 fn target() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weft-targets-diagnose-graph");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("callgraph_small");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/callgraph_small.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-fno-inline", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    build_c_target("callgraph_small", &["-O1", "-fno-inline"])
 }
 
 #[test]

@@ -1337,16 +1337,13 @@ impl Process {
             // The record lets a later weft take this probe out if this
             // weft dies while it is live; it goes out with the trampoline,
             // in one write.
-            let mut bytes = crate::trampolines::record(
+            crate::trampolines::write_with_record(
+                tracer.memory(),
+                at,
                 site.patch_address,
                 original,
-                trampoline.bytes.len() as u64,
-            )
-            .to_vec();
-            bytes.extend_from_slice(&trampoline.bytes);
-            tracer
-                .memory()
-                .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
+                &trampoline.bytes,
+            )?;
             if let Some(record) = record {
                 // The call record calls the trampoline's copy of the
                 // displaced instructions, which continue into the body.
@@ -1424,16 +1421,13 @@ impl Process {
                 .map(|&o| (o, o))
                 .collect();
             moves.extend(resumes(&site, at, &offsets));
-            let mut bytes = crate::trampolines::record(
+            crate::trampolines::write_with_record(
+                tracer.memory(),
+                at,
                 site.patch_address,
                 original,
-                relocated.bytes.len() as u64,
-            )
-            .to_vec();
-            bytes.extend_from_slice(&relocated.bytes);
-            tracer
-                .memory()
-                .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
+                &relocated.bytes,
+            )?;
             originals.push(c.site.clone());
             new_probes.push(Probe {
                 id: ProbeId(self.probes.len() as u32 + new_probes.len() as u32),

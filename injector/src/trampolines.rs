@@ -38,6 +38,21 @@ pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"WEFTPRB1");
 /// address, the 5 original bytes (padded to 8), trampoline length.
 pub const RECORD_LEN: u64 = 32;
 
+/// Writes `code` at `at` with its [`record`] in front, in one write: a
+/// later weft finds the probe by the record if this one dies while the
+/// probe is live.
+pub fn write_with_record(
+    memory: &crate::memory::ProcessMemory,
+    at: u64,
+    patch_address: u64,
+    original: [u8; 5],
+    code: &[u8],
+) -> Result<(), crate::memory::MemoryError> {
+    let mut bytes = record(patch_address, original, code.len() as u64).to_vec();
+    bytes.extend_from_slice(code);
+    memory.write(at - RECORD_LEN, &bytes)
+}
+
 /// The record weft writes in front of a trampoline: what a later weft needs
 /// to take the probe out if this one dies first.
 pub fn record(

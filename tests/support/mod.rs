@@ -77,6 +77,27 @@ fn gcc(args: &[&str], extra: &[&str]) -> Command {
     c
 }
 
+/// Builds `tests/targets/NAME.c` with `gcc FLAGS -pthread` into this test
+/// binary's build directory (once per variant of flags) and returns the
+/// executable.
+#[allow(dead_code)]
+pub fn build_c_target(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = variant_dir(&format!("{name}{}", flags.join("")));
+    let exe = dir.join(name);
+    if !exe.exists() {
+        let source = src(&format!("{name}.c"));
+        let mut args: Vec<&str> = flags.to_vec();
+        args.extend([
+            "-pthread",
+            "-o",
+            exe.to_str().unwrap(),
+            source.to_str().unwrap(),
+        ]);
+        run_build(gcc(&args, &[]));
+    }
+    exe
+}
+
 /// Builds libwork.so and the C workers executable into `dir`.
 fn build_workers_c(dir: &Path, extra: &[&str]) -> PathBuf {
     let lib = dir.join("libwork.so");

@@ -1,6 +1,6 @@
 /* Waits for weft diagnose: two `worker` threads contend one mutex inside
- * `update_shared` (each holds it ~2 ms of its ~4.2 ms loop, so each waits
- * ~45% of its time); a `reader` thread reads small records from a pipe
+ * `update_shared` (each holds it ~2 ms of its ~4.1 ms loop, mostly asleep, so each
+ * waits ~45% of its time whatever the machine's load); a `reader` thread reads small records from a pipe
  * that a `writer` thread fills slowly (the reader blocks ~90% of its time
  * in read). Prints "ready". */
 #include <pthread.h>
@@ -24,7 +24,8 @@ __attribute__((noinline)) void busy(double secs) {
 }
 __attribute__((noinline)) void update_shared(void) {
     pthread_mutex_lock(&shared);
-    busy(0.002);
+    busy(0.0005);
+    usleep(1500); /* holding the lock: the other worker waits, busy or not */
     pthread_mutex_unlock(&shared);
 }
 __attribute__((noinline)) void step(void) {

@@ -121,6 +121,8 @@ pub struct Diagnosis {
 struct Baseline {
     at: Instant,
     part_ns: u64,
+    /// The thread's time waiting for a CPU so far (schedstat).
+    run_delay_ns: u64,
 }
 
 /// A search running on a process.
@@ -331,6 +333,7 @@ impl Consultant {
                 values.insert((tid, *id), v);
             }
         }
+        let mut run_delays: HashMap<u32, u64> = HashMap::new();
         for id in self.search.testing() {
             let node = self.search.node(id);
             let Some(&(probe, _)) = self.probes.get(node.focus.function()) else {
@@ -344,14 +347,23 @@ impl Consultant {
                 // narrows it to the primitive that waits).
                 Hypothesis::SyncWaiting | Hypothesis::IoBlocking => wall.saturating_sub(cpu),
             };
+            let run_delay = *run_delays
+                .entry(tid)
+                .or_insert_with(|| run_delay_ns(process.pid(), tid));
             let base = *self.baselines.entry(id).or_insert(Baseline {
                 at: now,
                 part_ns: part,
+                run_delay_ns: run_delay,
             });
+            // The thread's time is what it would have had on a machine of
+            // its own: time spent runnable but waiting for a CPU (other
+            // programs' load) is left out, so shares do not shrink when
+            // the machine is busy.
+            let elapsed = now.saturating_duration_since(base.at).as_nanos() as u64;
             let reading = Reading {
                 at: now.saturating_duration_since(base.at),
                 part_ns: part.saturating_sub(base.part_ns),
-                whole_ns: now.saturating_duration_since(base.at).as_nanos() as u64,
+                whole_ns: elapsed.saturating_sub(run_delay.saturating_sub(base.run_delay_ns)),
             };
             let (h, path) = (node.hypothesis.name().to_string(), node.focus.path.clone());
             let change = self.search.observe(id, reading, &self.graph);
@@ -617,4 +629,13 @@ fn thread_roots(
         .into_iter()
         .flat_map(|(r, tids)| tids.into_iter().map(move |t| (r.clone(), vec![t])))
         .collect())
+}
+
+/// Nanoseconds thread `tid` has spent runnable, waiting for a CPU
+/// (`/proc/PID/task/TID/schedstat`, second field); 0 if unknown.
+fn run_delay_ns(pid: i32, tid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }

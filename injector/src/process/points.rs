@@ -222,16 +222,13 @@ impl Process {
                 moves.extend(super::resumes(site, at, &trampoline.instruction_offsets));
                 // The leftover record, as for an entry: a later weft finds
                 // the point by it if this one dies while it is live.
-                let mut bytes = crate::trampolines::record(
+                crate::trampolines::write_with_record(
+                    tracer.memory(),
+                    at,
                     site.patch_address,
                     original,
-                    trampoline.bytes.len() as u64,
-                )
-                .to_vec();
-                bytes.extend_from_slice(&trampoline.bytes);
-                tracer
-                    .memory()
-                    .write(at - crate::trampolines::RECORD_LEN, &bytes)?;
+                    &trampoline.bytes,
+                )?;
                 new_probes.push(Probe {
                     id: ProbeId((self.probes.len() + new_probes.len()) as u32),
                     function: spec.function.clone(),
