@@ -1294,15 +1294,13 @@ impl Process {
             });
             let site = &*site;
             let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
-            let (at, stub) = self.pool.reserve(
+            let (at, stub) = self.reserve_logged(
                 tracer,
                 call_tid,
-                mmap_fn,
-                register_fn,
+                (mmap_fn, register_fn),
                 site.patch_address,
                 len,
             )?;
-            self.pending.space.push(at..at + len);
             checkpoint!(self, Space);
             let spec = TrampolineSpec {
                 address: at,
@@ -1396,15 +1394,13 @@ impl Process {
                 Error::Internal(format!("no jump to send around at {:#x}", c.jump))
             })?;
             let len = weft_codegen::max_relocated_len(&site) as u64;
-            let (at, _) = self.pool.reserve(
+            let (at, _) = self.reserve_logged(
                 tracer,
                 call_tid,
-                mmap_fn,
-                register_fn,
+                (mmap_fn, register_fn),
                 site.patch_address,
                 len,
             )?;
-            self.pending.space.push(at..at + len);
             let relocated = weft_codegen::relocate(&site, at).map_err(|e| {
                 Error::Refused(vec![Refused {
                     function: c.function.clone(),
@@ -2220,6 +2216,23 @@ impl Process {
             }
         }
         Ok((word, false))
+    }
+
+    /// Trampoline space for `len` bytes near `near` (`(at, stub)`, see
+    /// `Pool::reserve`), logged so that a failed change gives it back.
+    fn reserve_logged(
+        &mut self,
+        tracer: &mut Tracer,
+        call_tid: Tid,
+        (mmap_fn, register_fn): (u64, u64),
+        near: u64,
+        len: u64,
+    ) -> Result<(u64, u64), Error> {
+        let (at, stub) = self
+            .pool
+            .reserve(tracer, call_tid, mmap_fn, register_fn, near, len)?;
+        self.pending.space.push(at..at + len);
+        Ok((at, stub))
     }
 
     /// The error for a full table: its limit, what every session uses, and

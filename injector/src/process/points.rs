@@ -190,15 +190,13 @@ impl Process {
                     snippets.push(Snippet::RecordCallTarget(table));
                 }
                 let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
-                let (at, stub) = self.pool.reserve(
+                let (at, stub) = self.reserve_logged(
                     tracer,
                     call_tid,
-                    mmap_fn,
-                    register_stub_fn,
+                    (mmap_fn, register_stub_fn),
                     site.patch_address,
                     len,
                 )?;
-                self.pending.space.push(at..at + len);
                 let trampoline = build_instruction_trampoline(&TrampolineSpec {
                     address: at,
                     site,
