@@ -174,3 +174,42 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     t.close_stdin();
     t.wait_exit();
 }
+
+/// `weft diagnose -- PROGRAM`: the program starts under weft, its worker
+/// thread (started after the search began) is searched too, the
+/// diagnosis comes out, and weft waits for the program and exits with its
+/// code.
+#[test]
+fn diagnoses_a_program_it_starts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ctx = Ctx::new("diagnoses_a_program_it_starts");
+    let exe = target();
+    let file = std::env::temp_dir().join(format!("weft-diagnosis-{}.json", std::process::id()));
+    // The threshold is lowered: this test is about starting the program,
+    // the planted share (~0.4) is checked by the tests above.
+    let mut w = ctx.weft(&[
+        "diagnose",
+        "--cpu-threshold",
+        "0.2",
+        "--format",
+        "json",
+        "-o",
+        file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "12",
+    ]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    ctx.check(out.starts_with("ready\n"), || {
+        format!("the program's output: {out:?}")
+    });
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let _ = std::fs::remove_file(&file);
+    let d: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
+    let found = bottleneck(&d, &["worker", "step", "handle", "hot"]);
+    ctx.check(found.is_some_and(|b| b["hypothesis"] == "cpu"), || {
+        format!("hot not found in the started program: {}", d["bottlenecks"])
+    });
+}

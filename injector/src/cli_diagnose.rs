@@ -7,9 +7,19 @@ use crate::cli_wait;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use weft::diagnose::{Consultant, Diagnosis, Options, Progress};
 use weft::Process;
+
+/// What to diagnose.
+pub enum Target {
+    /// A running process.
+    Pid(i32),
+    /// A program weft starts (stopped before `main` until the search's
+    /// first probes are in), with its arguments.
+    Launch(String, Vec<String>),
+}
 
 /// How the diagnosis is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -20,15 +30,27 @@ pub enum DiagnoseFormat {
     Json,
 }
 
-/// Runs the search on `pid` until it ends; writes the diagnosis.
+/// Runs the search on `target` until it ends; writes the diagnosis. A
+/// program weft started runs on after the diagnosis; weft waits for it and
+/// exits with its exit code.
 pub fn diagnose(
-    pid: i32,
+    target: Target,
     duration: Option<Duration>,
     options: Options,
     format: DiagnoseFormat,
     output: Option<&Path>,
-) -> Result<()> {
-    let mut process = Process::open(pid).with_context(|| format!("opening process {pid}"))?;
+) -> Result<ExitCode> {
+    let (mut process, launched) = match &target {
+        Target::Pid(pid) => (
+            Process::open(*pid).with_context(|| format!("opening process {pid}"))?,
+            false,
+        ),
+        Target::Launch(program, args) => (
+            Process::launch(program, args).with_context(|| format!("starting {program}"))?,
+            true,
+        ),
+    };
+    let pid = process.pid();
     let mut consultant =
         Consultant::new(&mut process, options.clone()).context("preparing the search")?;
     cli_wait::install_stop_handlers();
@@ -89,7 +111,15 @@ pub fn diagnose(
             out.flush()?;
         }
     }
-    Ok(())
+    if !launched {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The program weft started runs to its end, uninstrumented now.
+    let code = match process.wait_exit() {
+        Ok(exit) => exit.shell_code(),
+        Err(_) => 1,
+    };
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 fn say(p: &Progress) {

@@ -237,9 +237,9 @@ enum Command {
     /// hypotheses per thread down the call graph, instrumenting only what
     /// each test needs. See docs/diagnose.md.
     Diagnose {
-        /// The process.
+        /// The process (or give `-- PROGRAM ARGS` to start one).
         #[arg(short = 'p', long = "pid")]
-        pid: i32,
+        pid: Option<i32>,
         /// Stop after this many seconds (partial result).
         #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
         duration: Option<String>,
@@ -264,6 +264,10 @@ enum Command {
         /// Write the diagnosis to FILE instead of standard output.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
+        /// A program to start and diagnose, with its arguments (instead
+        /// of -p).
+        #[arg(last = true, value_name = "PROGRAM")]
+        command: Vec<String>,
     },
     /// Start a bundled threaded server, attach, show live per-thread counts,
     /// detach, and check the counts against the server's own.
@@ -428,7 +432,20 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             observe,
             format,
             output,
+            command,
         } => {
+            let target = match (pid, command.split_first()) {
+                (Some(pid), None) => cli_diagnose::Target::Pid(pid),
+                (None, Some((program, args))) => {
+                    cli_diagnose::Target::Launch(program.clone(), args.to_vec())
+                }
+                (Some(_), Some(_)) => {
+                    bail!("give either -p PID or -- PROGRAM ARGS, not both")
+                }
+                (None, None) => {
+                    bail!("nothing to diagnose: give -p PID, or -- PROGRAM ARGS to start a program")
+                }
+            };
             let duration = seconds("--duration", duration.as_deref(), true)?;
             let observe = seconds("--observe", Some(&observe), true)?.unwrap_or_default();
             for (name, t) in [
@@ -452,8 +469,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                 },
                 ..defaults
             };
-            cli_diagnose::diagnose(pid, duration, options, format, output.as_deref())?;
-            Ok(ExitCode::SUCCESS)
+            cli_diagnose::diagnose(target, duration, options, format, output.as_deref())
         }
         Command::Attach {
             pid,

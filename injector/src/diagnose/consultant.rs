@@ -131,6 +131,11 @@ pub struct Consultant {
     search: Search,
     graph: StaticCallGraph,
     exe_functions: usize,
+    /// The executable's functions by entry address (to recognize a
+    /// thread's start routine).
+    entries: HashMap<u64, String>,
+    /// Threads whose roots were looked for.
+    known_threads: BTreeSet<u32>,
     /// Live probes by function name, with the tests that use them.
     probes: HashMap<String, (ProbeId, BTreeSet<NodeId>)>,
     probed_ever: BTreeSet<String>,
@@ -169,7 +174,12 @@ impl Consultant {
         for f in &functions {
             graph.explore(process.image(), f);
         }
-        let roots = thread_roots(process, &functions)?;
+        let entries: HashMap<u64, String> = functions
+            .iter()
+            .map(|f| (f.address, f.name.clone()))
+            .collect();
+        let mut known_threads = BTreeSet::new();
+        let roots = thread_roots(process, &entries, &mut known_threads)?;
         let mut search = Search::new(options.thresholds, &options.hypotheses, &roots);
         // A root runs for its thread's whole life and was entered before
         // any probe: its callees are where the search starts.
@@ -181,6 +191,8 @@ impl Consultant {
             search,
             graph,
             exe_functions: functions.len(),
+            entries,
+            known_threads,
             probes: HashMap::new(),
             probed_ever: BTreeSet::new(),
             peak_probes: 0,
@@ -207,12 +219,29 @@ impl Consultant {
     /// longer need (one stop). Returns what happened.
     pub fn step(&mut self, process: &mut Process) -> Result<Vec<Progress>, Error> {
         let mut progress = Vec::new();
+        self.adopt_new_threads(process)?;
         self.start_tests(process, &mut progress)?;
         self.read_tests(process, &mut progress);
         self.learn_targets(process);
         self.arm_callers(process)?;
         self.retire_probes(process)?;
         Ok(progress)
+    }
+
+    /// Threads started since the last step get their roots (one short
+    /// stop to read their thread pointers), taken as true at once.
+    fn adopt_new_threads(&mut self, process: &mut Process) -> Result<(), Error> {
+        if live_threads(process.pid()).is_subset(&self.known_threads) {
+            return Ok(());
+        }
+        for (root, threads) in thread_roots(process, &self.entries, &mut self.known_threads)? {
+            for &h in &self.options.hypotheses {
+                if let Some(id) = self.search.add_root(h, &root, &threads) {
+                    self.search.assume_true(id, &self.graph);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn start_tests(
@@ -590,27 +619,25 @@ impl Consultant {
 /// (started from a library) are left out.
 fn thread_roots(
     process: &mut Process,
-    functions: &[Function],
+    entries: &HashMap<u64, String>,
+    known: &mut BTreeSet<u32>,
 ) -> Result<Vec<(String, Vec<u32>)>, Error> {
-    let by_address: HashMap<u64, &str> = functions
-        .iter()
-        .map(|f| (f.address, f.name.as_str()))
-        .collect();
     let pid = process.pid();
     let mut descriptors = Vec::new();
     {
         let held = process.hold()?;
         for tid in held.threads() {
-            let fs = held.registers(tid).map(|r| r.fs_base).unwrap_or(0);
-            descriptors.push((tid, fs));
+            if known.insert(tid as u32) {
+                let fs = held.registers(tid).map(|r| r.fs_base).unwrap_or(0);
+                descriptors.push((tid as u32, fs));
+            }
         }
         held.release()?;
     }
-    let mut roots: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut roots = Vec::new();
     for (tid, fs) in descriptors {
-        let tid = tid as u32;
         if tid == pid as u32 {
-            roots.entry("main".to_string()).or_default().push(tid);
+            roots.push(("main".to_string(), vec![tid]));
             continue;
         }
         let Ok(bytes) = process.read_memory(fs, 0x1000) else {
@@ -619,16 +646,24 @@ fn thread_roots(
         let routine = bytes
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-            .find_map(|w| by_address.get(&w));
+            .find_map(|w| entries.get(&w));
         if let Some(name) = routine {
-            roots.entry(name.to_string()).or_default().push(tid);
+            roots.push((name.clone(), vec![tid]));
         }
     }
     // One root node per thread: the search decides per thread.
-    Ok(roots
-        .into_iter()
-        .flat_map(|(r, tids)| tids.into_iter().map(move |t| (r.clone(), vec![t])))
-        .collect())
+    roots.sort();
+    Ok(roots)
+}
+
+/// The threads of process `pid` now.
+fn live_threads(pid: i32) -> BTreeSet<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Nanoseconds thread `tid` has spent runnable, waiting for a CPU

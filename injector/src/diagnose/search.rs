@@ -179,6 +179,24 @@ impl Search {
         Some(id)
     }
 
+    /// A root for `hypothesis` at `function` for `threads` (a thread that
+    /// started after the search began), queued; None if it exists.
+    pub fn add_root(
+        &mut self,
+        hypothesis: Hypothesis,
+        function: &str,
+        threads: &[u32],
+    ) -> Option<NodeId> {
+        self.add(
+            hypothesis,
+            Focus {
+                path: vec![function.to_string()],
+                threads: threads.to_vec(),
+            },
+            None,
+        )
+    }
+
     /// Every node made so far, in the order made.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
