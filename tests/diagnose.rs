@@ -213,3 +213,32 @@ fn diagnoses_a_program_it_starts() {
         format!("hot not found in the started program: {}", d["bottlenecks"])
     });
 }
+
+/// Bounded perturbation: `tick`, called ten million times a second under
+/// the true `crunch`, is taken out with the reason instead of being
+/// tested; the search still names `crunch`, and what the instrumentation
+/// cost over the search stays under the bound.
+#[test]
+fn a_function_too_costly_to_time_is_skipped() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ctx = Ctx::new("a_function_too_costly_to_time_is_skipped");
+    let exe = build_c_target("diagnose_costly", &["-O1", "-fno-inline"]);
+    let (mut t, d, err) = diagnose(&ctx, &exe);
+    ctx.check(err.contains("weft: tick: taken out"), || {
+        format!("tick was not taken out:\n{err}")
+    });
+    let crunch = bottleneck(&d, &["worker", "crunch"]);
+    ctx.check(crunch.is_some_and(|b| b["hypothesis"] == "cpu"), || {
+        format!("crunch not the bottleneck: {}", d["bottlenecks"])
+    });
+    let overhead = d["summary"]["overhead"].as_f64().unwrap_or(1.0);
+    eprintln!(
+        "overhead {:.4}, a timed call {:.1} ns",
+        overhead,
+        d["summary"]["cost_per_call_ns"].as_f64().unwrap_or(0.0)
+    );
+    ctx.check(overhead < 0.05, || format!("overhead {overhead} over 5%"));
+    ctx.check(t.is_running(), || "the target stopped".into());
+    t.close_stdin();
+    t.wait_exit();
+}

@@ -129,6 +129,11 @@ fn say(p: &Progress) {
                 eprintln!("weft: testing {h} in {} (thread {tid})", path.join(" > "));
             }
         }
+        Progress::TooCostly(function, share) => eprintln!(
+            "weft: {function}: taken out, its calls cost {:.1}% of the target's CPU \
+             (over --max-overhead); its tests are skipped",
+            share * 100.0
+        ),
         Progress::Concluded(h, path, tid, holds, value) => eprintln!(
             "weft: {h} in {} (thread {tid}): {} ({:.0}%)",
             path.join(" > "),
@@ -155,11 +160,13 @@ fn to_text(d: &Diagnosis) -> String {
     }
     let m = &d.summary;
     s.push_str(&format!(
-        "tests {}, peak probes {}, functions probed {} of {}{}\n",
+        "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
+         CPU{}\n",
         m.tests,
         m.peak_probes,
         m.functions_probed,
         m.functions_reachable,
+        m.overhead * 100.0,
         if m.exhausted {
             ""
         } else {

@@ -255,6 +255,12 @@ enum Command {
         /// Threshold of the I/O-blocking hypothesis.
         #[arg(long, default_value_t = 0.20)]
         io_threshold: f64,
+        /// Most the instrumentation may cost, as a share of the target's
+        /// CPU time: a function whose calls alone cost more is taken out
+        /// (its tests skipped, with the reason), and no test starts while
+        /// the total is over.
+        #[arg(long, default_value_t = 0.05)]
+        max_overhead: f64,
         /// How long a value must hold before a test concludes, in seconds.
         #[arg(long, value_name = "SECS", default_value = "1")]
         observe: String,
@@ -429,6 +435,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             cpu_threshold,
             sync_threshold,
             io_threshold,
+            max_overhead,
             observe,
             format,
             output,
@@ -457,9 +464,13 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                     bail!("{name} {t}: give a share of a thread's time between 0 and 1, e.g. 0.3");
                 }
             }
+            if !(max_overhead > 0.0 && max_overhead < 1.0) {
+                bail!("--max-overhead {max_overhead}: give a share of the target's CPU time between 0 and 1, e.g. 0.05");
+            }
             let defaults = weft::diagnose::Options::default();
             let options = weft::diagnose::Options {
                 max_probes: max_probes.max(1),
+                max_overhead,
                 thresholds: weft::diagnose::Thresholds {
                     cpu: cpu_threshold,
                     sync: sync_threshold,

@@ -44,6 +44,8 @@ pub enum State {
     Queued,
     /// Not started: the driver could not afford it (the reason).
     Deferred(String),
+    /// Given up: the driver cannot measure it (the reason).
+    Skipped(String),
     /// Instrumented and being decided.
     Testing(Decision),
     /// Concluded (the decision keeps the value and interval).
@@ -260,7 +262,7 @@ impl Search {
     /// Gives up on node `id` (started, but the driver cannot measure its
     /// focus: a function it cannot instrument), with the reason.
     pub fn skip(&mut self, id: NodeId, reason: String) {
-        self.nodes[id.0].state = State::Deferred(reason);
+        self.nodes[id.0].state = State::Skipped(reason);
     }
 
     /// Gives node `id` a reading; returns what changed, if anything.
