@@ -170,6 +170,26 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     ctx.check(!writer, || {
         format!("the writer reported: {}", d["bottlenecks"])
     });
+    // The pool thread waits for work at the top of its loop: idle.
+    let pool = |list: &serde_json::Value| {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .any(|b| b["path"][0] == "pool_worker")
+    };
+    ctx.check(!pool(&d["bottlenecks"]), || {
+        format!(
+            "the idle pool thread reported as a bottleneck: {}",
+            d["bottlenecks"]
+        )
+    });
+    let idle_wait = d["idle"].as_array().into_iter().flatten().any(|b| {
+        b["path"] == serde_json::json!(["pool_worker", "pthread_cond_wait"])
+            && b["hypothesis"] == "sync"
+    });
+    ctx.check(idle_wait, || {
+        format!("the pool thread's wait not idle: {}", d["idle"])
+    });
     ctx.check(t.is_running(), || "the target stopped".into());
     t.close_stdin();
     t.wait_exit();

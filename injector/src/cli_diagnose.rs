@@ -158,6 +158,16 @@ fn to_text(d: &Diagnosis) -> String {
             threads.join(",")
         ));
     }
+    for b in &d.idle {
+        let threads: Vec<String> = b.threads.iter().map(|t| t.to_string()).collect();
+        s.push_str(&format!(
+            "idle  {:>4.0}%  {:<4}  {}  threads {}  (waiting for work at the top of its loop)\n",
+            b.value * 100.0,
+            b.hypothesis,
+            b.path.join(" > "),
+            threads.join(",")
+        ));
+    }
     let m = &d.summary;
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \

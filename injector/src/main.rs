@@ -261,6 +261,10 @@ enum Command {
         /// the total is over.
         #[arg(long, default_value_t = 0.05)]
         max_overhead: f64,
+        /// Report waits at the top of a thread's loop (a pool thread
+        /// waiting for work) as bottlenecks, not as idle time.
+        #[arg(long)]
+        report_idle: bool,
         /// How long a value must hold before a test concludes, in seconds.
         #[arg(long, value_name = "SECS", default_value = "1")]
         observe: String,
@@ -436,6 +440,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             sync_threshold,
             io_threshold,
             max_overhead,
+            report_idle,
             observe,
             format,
             output,
@@ -471,6 +476,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             let options = weft::diagnose::Options {
                 max_probes: max_probes.max(1),
                 max_overhead,
+                report_idle,
                 thresholds: weft::diagnose::Thresholds {
                     cpu: cpu_threshold,
                     sync: sync_threshold,

@@ -2,7 +2,9 @@
  * `update_shared` (each holds it ~2 ms of its ~4.1 ms loop, mostly asleep, so each
  * waits ~45% of its time whatever the machine's load); a `reader` thread reads small records from a pipe
  * that a `writer` thread fills slowly (the reader blocks ~90% of its time
- * in read). Prints "ready". */
+ * in read). A `pool_worker` waits for work at the top of its loop (a
+ * condition variable the writer signals now and then): idle, not a
+ * bottleneck. Prints "ready". */
 #include <pthread.h>
 #include <stdio.h>
 #include <time.h>
@@ -44,10 +46,31 @@ __attribute__((noinline)) void *reader(void *arg) {
     for (;;) sink += read_records();
     return arg;
 }
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_work = PTHREAD_COND_INITIALIZER;
+static int pool_jobs;
+
+__attribute__((noinline)) void *pool_worker(void *arg) {
+    for (;;) {
+        pthread_mutex_lock(&pool_lock);
+        while (pool_jobs == 0) pthread_cond_wait(&pool_work, &pool_lock);
+        pool_jobs--;
+        pthread_mutex_unlock(&pool_lock);
+        sink++;
+    }
+    return arg;
+}
+
 __attribute__((noinline)) void *writer(void *arg) {
     char rec[16] = "record";
-    for (;;) {
+    for (int i = 0;; i++) {
         if (write(pipe_fd[1], rec, sizeof rec) < 0) break;
+        if (i % 25 == 0) {
+            pthread_mutex_lock(&pool_lock);
+            pool_jobs++;
+            pthread_cond_signal(&pool_work);
+            pthread_mutex_unlock(&pool_lock);
+        }
         usleep(2000);
     }
     return arg;
@@ -60,6 +83,7 @@ int main(void) {
     pthread_create(&t, 0, worker, 0);
     pthread_create(&t, 0, reader, 0);
     pthread_create(&t, 0, writer, 0);
+    pthread_create(&t, 0, pool_worker, 0);
     printf("ready\n");
     fflush(stdout);
     char c;

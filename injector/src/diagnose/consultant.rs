@@ -36,6 +36,8 @@ pub struct Options {
     /// time (0.05): a probe whose calls alone would cost more is taken
     /// out and its tests skipped; no test starts while the total is over.
     pub max_overhead: f64,
+    /// Report waits at the top of a thread's loop as bottlenecks too.
+    pub report_idle: bool,
 }
 
 impl Default for Options {
@@ -50,6 +52,7 @@ impl Default for Options {
                 Hypothesis::IoBlocking,
             ],
             max_overhead: 0.05,
+            report_idle: false,
         }
     }
 }
@@ -127,6 +130,10 @@ pub struct Summary {
 pub struct Diagnosis {
     /// The deepest true tests, grouped by path.
     pub bottlenecks: Vec<Bottleneck>,
+    /// Waits at the top of a thread's loop (a wait primitive called by the
+    /// thread's start routine itself: a pool thread waiting for work):
+    /// idle time, not a bottleneck, unless [`Options::report_idle`].
+    pub idle: Vec<Bottleneck>,
     /// Counts.
     pub summary: Summary,
     /// Every test made.
@@ -666,8 +673,11 @@ impl Consultant {
             b.threads.extend(n.focus.threads.iter().copied());
             b.value = b.value.max(n.value().unwrap_or(0.0));
         }
-        let mut bottlenecks: Vec<Bottleneck> = by_path.into_values().collect();
+        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) = by_path
+            .into_values()
+            .partition(|b| !self.options.report_idle && is_idle_wait(b));
         bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
+        idle.sort_by(|a, b| b.value.total_cmp(&a.value));
         let nodes = self
             .search
             .nodes()
@@ -695,6 +705,7 @@ impl Consultant {
             .collect();
         Diagnosis {
             bottlenecks,
+            idle,
             summary: Summary {
                 tests: self.tests,
                 peak_probes: self.peak_probes,
@@ -879,4 +890,10 @@ fn timed_call_cost_ns() -> f64 {
     std::hint::black_box(sum);
     let per_read = start.elapsed().as_nanos() as f64 / f64::from(READS);
     2.0 * per_read + 10.0
+}
+
+/// A wait called by a thread's root itself: the top of its loop, where a
+/// pool thread waits for work (the root is the start routine, or `main`).
+fn is_idle_wait(b: &Bottleneck) -> bool {
+    b.hypothesis != Hypothesis::CpuBound.name() && b.path.len() == 2
 }
