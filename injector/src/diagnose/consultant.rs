@@ -102,6 +102,10 @@ pub struct NodeReport {
     /// Why it was deferred or skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a test that was true and fell: when it was true, in seconds
+    /// from the test's start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub was_true: Option<(f64, f64)>,
 }
 
 /// What the search did, in numbers.
@@ -699,6 +703,12 @@ impl Consultant {
                 threshold: self.options.thresholds.of(n.hypothesis),
                 reason: match &n.state {
                     State::Deferred(r) | State::Skipped(r) => Some(r.clone()),
+                    _ => None,
+                },
+                was_true: match n.verdict() {
+                    Verdict::False {
+                        was_true: Some((from, to)),
+                    } => Some((from.as_secs_f64(), to.as_secs_f64())),
                     _ => None,
                 },
             })
