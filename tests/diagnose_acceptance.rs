@@ -38,9 +38,11 @@ fn tree_source() -> String {
  * little work of its own (no shared helper); then it sleeps. Two `worker`
  * threads contend one mutex in worker > step > update_shared, holding it
  * asleep; `reader` blocks in read on a pipe `writer` fills every 2 ms.
- * Every 0.5 s it prints its own truth: seconds of thread CPU time in hot,
+ * Every 0.5 s it prints its own truth: its thread CPU time, that in hot,
  * decoy20 and decoy8, its own time (elapsed less schedstat run delay),
- * rounds, and per other thread the seconds blocked and its own time. */
+ * rounds, per other thread the seconds blocked and its own time, and
+ * the longest wake-up delay of a `ticker` thread sleeping 200 us at a
+ * time (stops of the process show there) since the previous line. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -188,6 +190,21 @@ __attribute__((noinline)) void *writer(void *arg) {
     return arg;
 }
 
+/* The longest gap between two wake-ups of a thread that sleeps 200 us
+ * at a time, less the sleep: a stop of the whole process shows here
+ * (so does the machine's other load). */
+static volatile double max_gap;
+__attribute__((noinline)) void *ticker(void *arg) {
+    double last = clock_s(CLOCK_MONOTONIC);
+    for (;;) {
+        usleep(200);
+        double now = clock_s(CLOCK_MONOTONIC);
+        if (now - last - 0.0002 > max_gap) max_gap = now - last - 0.0002;
+        last = now;
+    }
+    return arg;
+}
+
 int main(void) {
     double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     for (unsigned long i = 0; i < 10000000; i++) sink++;
@@ -199,6 +216,7 @@ int main(void) {
     pthread_create(&t, 0, worker, &workers[1]);
     pthread_create(&t, 0, reader, 0);
     pthread_create(&t, 0, writer, 0);
+    pthread_create(&t, 0, ticker, 0);
     while (!workers[0].tid || !workers[1].tid || !rd.tid) usleep(1000);
     printf("threads main=%d workers=%d,%d reader=%d\n", (int)getpid(), workers[0].tid, workers[1].tid, rd.tid);
     printf("ready\n");
@@ -212,11 +230,12 @@ int main(void) {
         double now = clock_s(CLOCK_MONOTONIC);
         if (now - last >= 0.5) {
             double own = now - start - (run_delay() - delay0);
-            printf("truth t=%.3f hot=%.4f decoy20=%.4f decoy8=%.4f own=%.4f rounds=%lu"
-                   " w0=%.4f/%.4f w1=%.4f/%.4f reader=%.4f/%.4f\n",
-                   now - start, in_hot, in_decoy20, in_decoy8, own, rounds,
+            printf("truth t=%.3f cpu=%.4f hot=%.4f decoy20=%.4f decoy8=%.4f own=%.4f rounds=%lu"
+                   " w0=%.4f/%.4f w1=%.4f/%.4f reader=%.4f/%.4f gap=%.5f\n",
+                   now - start, clock_s(CLOCK_THREAD_CPUTIME_ID), in_hot, in_decoy20, in_decoy8, own, rounds,
                    workers[0].blocked, workers[0].own, workers[1].blocked, workers[1].own,
-                   rd.blocked, rd.own);
+                   rd.blocked, rd.own, max_gap);
+            max_gap = 0;
             fflush(stdout);
             last = now;
             char ch;
@@ -255,6 +274,8 @@ fn tree_target() -> PathBuf {
 #[derive(Clone, Copy, Debug, Default)]
 struct Truth {
     t: f64,
+    /// The main thread's CPU time.
+    cpu: f64,
     hot: f64,
     decoy20: f64,
     decoy8: f64,
@@ -264,6 +285,8 @@ struct Truth {
     w0: (f64, f64),
     w1: (f64, f64),
     reader: (f64, f64),
+    /// The ticker's longest wake-up delay since the previous line, s.
+    gap: f64,
 }
 
 fn truths(text: &str) -> Vec<Truth> {
@@ -279,6 +302,7 @@ fn truths(text: &str) -> Vec<Truth> {
                 };
                 match k {
                     "t" => t.t = v.parse().ok()?,
+                    "cpu" => t.cpu = v.parse().ok()?,
                     "hot" => t.hot = v.parse().ok()?,
                     "decoy20" => t.decoy20 = v.parse().ok()?,
                     "decoy8" => t.decoy8 = v.parse().ok()?,
@@ -287,6 +311,7 @@ fn truths(text: &str) -> Vec<Truth> {
                     "w0" => t.w0 = pair(v)?,
                     "w1" => t.w1 = pair(v)?,
                     "reader" => t.reader = pair(v)?,
+                    "gap" => t.gap = v.parse().ok()?,
                     _ => {}
                 }
             }
@@ -307,6 +332,8 @@ struct Shares {
     /// Rounds per second of the main thread's own time (elapsed less the
     /// time it waited for a CPU: the machine's other load does not count).
     rate: f64,
+    /// The main thread's CPU seconds per round (its cost of one round).
+    cpu_per_round: f64,
 }
 
 fn shares(a: &Truth, b: &Truth) -> Shares {
@@ -319,7 +346,19 @@ fn shares(a: &Truth, b: &Truth) -> Shares {
         workers: (blocked(a.w0, b.w0), blocked(a.w1, b.w1)),
         reader: blocked(a.reader, b.reader),
         rate: (b.rounds - a.rounds) / own,
+        cpu_per_round: (b.cpu - a.cpu) / (b.rounds - a.rounds).max(1.0),
     }
+}
+
+/// The longest wake-up delay of the ticker over `lines`.
+fn max_gap(lines: &[Truth]) -> f64 {
+    lines.iter().map(|t| t.gap).fold(0.0, f64::max)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The `threads main=P workers=A,B reader=R` line: (workers, reader).
@@ -427,6 +466,8 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut rates = Vec::new();
+    let mut gaps = Vec::new();
+    let mut cpu_rounds = Vec::new();
     while runs.len() < 10 && started.elapsed() < Duration::from_secs(55) {
         let before = next_truth(&ctx, &t, truths(&t.stdout_text()).len());
         let mut w = ctx.weft(&[
@@ -445,6 +486,11 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         let (a, b) = (before[before.len() - 1], after[after.len() - 1]);
         ctx.check(b.t - a.t > 0.9, || "no truth line during the run".into());
         let own = shares(&a, &b);
+        let gap = max_gap(&after[before.len()..]);
+        gaps.push(gap);
+        let mut top: Vec<f64> = after[before.len()..].iter().map(|l| l.gap * 1e3).collect();
+        top.sort_by(|a, b| b.total_cmp(a));
+        top.truncate(3);
         let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
             .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
         let run = runs.len() + 1;
@@ -492,7 +538,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
             "run {run}: {:.1} s; hot weft {value:.3} own {:.3} (diff {:+.3}); decoys t02 {:.3} \
              (own decoy20 {:.3}), t1 {:.3} (own decoy8 {:.3}); lock weft {:.3} own {:.3}/{:.3}; \
              read weft {:.3} own {:.3}; tests {} peak probes {} probed {probed} of {reachable} \
-             reachable ({:.1}%); target {:.1} rounds/s",
+             reachable ({:.1}%); target {:.1} rounds/s; longest wake-up delays (one per 0.5 s) {top:.1?} ms",
             b.t - a.t,
             own.hot,
             value - own.hot,
@@ -522,6 +568,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
             ));
         }
         rates.push(own.rate);
+        cpu_rounds.push(own.cpu_per_round);
         runs.push((
             value,
             own.hot,
@@ -541,6 +588,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
     let n = truths(&t.stdout_text()).len();
     std::thread::sleep(Duration::from_secs(3));
     let base = truths(&t.stdout_text());
+    let base_gap = max_gap(&base[n..]);
     let base = shares(&base[n - 1], &base[base.len() - 1]);
     let out = scratch_dir("acceptance_tree_full").join("full.json");
     let mut w = ctx.weft(&[
@@ -562,7 +610,33 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
     let n = truths(&t.stdout_text()).len();
     w.wait_code(0);
     let during = truths(&t.stdout_text());
+    let full_gap = max_gap(&during[n..]);
     let during = shares(&during[n - 1], &during[during.len() - 1]);
+    // A second uninstrumented window after it: the machine's load drifts,
+    // the baseline is the mean of the windows on either side.
+    let n = truths(&t.stdout_text()).len();
+    std::thread::sleep(Duration::from_secs(3));
+    let after = truths(&t.stdout_text());
+    let after = shares(&after[n - 1], &after[after.len() - 1]);
+    eprintln!(
+        "uninstrumented before/after full instrumentation: {:.1}/{:.1} rounds/s, CPU per round \
+         {:.3}/{:.3} ms, hot {:.3}/{:.3}",
+        base.rate,
+        after.rate,
+        base.cpu_per_round * 1e3,
+        after.cpu_per_round * 1e3,
+        base.hot,
+        after.hot
+    );
+    let base = Shares {
+        hot: (base.hot + after.hot) / 2.0,
+        decoy20: (base.decoy20 + after.decoy20) / 2.0,
+        decoy8: (base.decoy8 + after.decoy8) / 2.0,
+        workers: base.workers,
+        reader: base.reader,
+        rate: (base.rate + after.rate) / 2.0,
+        cpu_per_round: (base.cpu_per_round + after.cpu_per_round) / 2.0,
+    };
     let report = parse_report(
         &ctx,
         &std::fs::read_to_string(&out).unwrap_or_else(|e| ctx.fail(format!("{out:?}: {e}"))),
@@ -575,22 +649,36 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
     let mean_err = runs.iter().map(|r| (r.0 - r.1).abs()).sum::<f64>() / runs.len() as f64;
     eprintln!(
         "full instrumentation: {} functions; target {:.1} rounds/s vs {:.1} uninstrumented \
-         (slowdown {:.1}%); hot measured {full_share:.3} (of the wall time, no run-delay \
+         (slowdown {:.1}%), CPU per round {:.3} ms vs {:.3} ms ({:+.1}%); hot measured {full_share:.3} (of the wall time, no run-delay \
          correction) vs its own {:.3} under instrumentation and {:.3} uninstrumented \
          (distortion {:+.3})",
         attached.functions,
         during.rate,
         base.rate,
         100.0 * (1.0 - during.rate / base.rate),
+        during.cpu_per_round * 1e3,
+        base.cpu_per_round * 1e3,
+        100.0 * (during.cpu_per_round / base.cpu_per_round - 1.0),
         during.hot,
         base.hot,
         full_share - base.hot,
     );
     eprintln!(
         "consultant: at most {probed_max} functions probed, {peak_max} probes at once; target \
-         {mean_rate:.1} rounds/s during the searches (slowdown {:.1}%); hot's mean |error| \
-         {mean_err:.3}",
+         {mean_rate:.1} rounds/s during the searches (slowdown {:.1}%), CPU per round {:.3} ms \
+         ({:+.1}%); hot's mean |error| {mean_err:.3}",
         100.0 * (1.0 - mean_rate / base.rate),
+        median(&cpu_rounds) * 1e3,
+        100.0 * (median(&cpu_rounds) / base.cpu_per_round - 1.0),
+    );
+    eprintln!(
+        "longest wake-up delay of the ticker thread (stops of the process and the machine's \
+         load): {:.2} ms without weft, {:.2} ms at most during a search (median over runs \
+         {:.2} ms), {:.2} ms while full instrumentation went in and ran",
+        base_gap * 1e3,
+        gaps.iter().cloned().fold(0.0, f64::max) * 1e3,
+        median(&gaps) * 1e3,
+        full_gap * 1e3,
     );
     ctx.check(probed_max * 10 <= attached.functions as u64, || {
         format!(
