@@ -1,7 +1,8 @@
 //! The acceptance of issue #14 (the Performance Consultant), as far as
 //! `weft diagnose` does it today, on a generated call tree of depth 6 and
-//! fan-out 3 (1092 functions) with planted bottlenecks and decoys, then on
-//! a Rust program and on a real program nobody here wrote.
+//! fan-out 3 (1092 functions) with planted bottlenecks and decoys, compared
+//! with full instrumentation. (A Rust program's threads, python3 and
+//! memcached are not diagnosed yet: docs/diagnose.md, "Measured".)
 
 mod support;
 
@@ -453,7 +454,8 @@ const CPU_TOLERANCE_LOADED: f64 = 0.10;
 /// function-pointer table in the main thread, the contended mutex in both
 /// workers, the blocking read in the reader) with their functions, paths,
 /// threads and hypotheses, reports no decoy, agrees with the target's own
-/// CPU share within 5 points and probes at most 10% of the reachable
+/// CPU share while the test ran within 5 points (10 when the machine's
+/// load kept the main thread off the CPU) and probes at most 10% of the reachable
 /// functions. Then full instrumentation of every function for comparison
 /// (slowdown and distortion printed; only the probe counts asserted).
 #[test]
