@@ -193,7 +193,7 @@ fn refused_message(refused: &[Refused]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
     /// Metric words per thread row (`MAX_METRIC_WORDS`): 1 per counted
-    /// function, 10 per timed one.
+    /// function, 11 per timed one (51 with a histogram).
     MetricWords,
     /// Call records (`CALL_RECORDS`): one per timed function.
     CallRecords,
@@ -213,7 +213,8 @@ impl Room {
     fn advice(&self) -> &'static str {
         match self {
             Room::MetricWords => {
-                "a counted function takes 1 word, a timed one 10: instrument fewer functions, or \
+                "a counted function takes 1 word, a timed one 11 (51 with --histogram): \
+                 instrument fewer functions, or \
                  count some (-m calls) instead of timing them"
             }
             Room::CallRecords => "time fewer functions at once; count the others with -m calls",
