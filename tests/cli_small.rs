@@ -111,20 +111,16 @@ fn table_names_only_the_clocks_asked() {
         ("cpu", false, true),
         ("calls,wall,cpu", true, true),
     ] {
-        let mut w = ctx.weft(&[
-            "run",
-            "-m",
-            metrics,
-            "-f",
-            "work_a",
-            "--",
-            exe,
-            "--no-wait",
-            "--threads",
-            "2",
-        ]);
-        w.wait_code(0);
-        let out = w.stdout_text();
+        // The workers target under `weft run -m METRICS FORMAT...`.
+        let run = |format: &[&str]| {
+            let mut args = vec!["run", "-m", metrics];
+            args.extend_from_slice(format);
+            args.extend(["-f", "work_a", "--", exe, "--no-wait", "--threads", "2"]);
+            let mut w = ctx.weft(&args);
+            w.wait_code(0);
+            w.stdout_text()
+        };
+        let out = run(&[]);
         let times: Vec<&str> = out.lines().filter(|l| l.starts_with("times:")).collect();
         ctx.check(times.len() == 1, || {
             format!("-m {metrics}: expected one `times:` line:\n{out}")
@@ -137,22 +133,7 @@ fn table_names_only_the_clocks_asked() {
             format!("-m {metrics}: cpu clock shown: {}:\n{out}", !cpu)
         });
         // And the JSON report's `clocks` the same.
-        let mut w = ctx.weft(&[
-            "run",
-            "-m",
-            metrics,
-            "--format",
-            "json",
-            "-f",
-            "work_a",
-            "--",
-            exe,
-            "--no-wait",
-            "--threads",
-            "2",
-        ]);
-        w.wait_code(0);
-        let out = w.stdout_text();
+        let out = run(&["--format", "json"]);
         let (_, json) = split_at_done(&ctx, &out);
         let report: serde_json::Value = serde_json::from_str(&json)
             .unwrap_or_else(|e| ctx.fail(format!("-m {metrics}: report is not JSON: {e}")));

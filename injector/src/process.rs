@@ -516,6 +516,28 @@ pub struct Process {
 
 /// A step of a change used the runtime before the change loaded it: a bug
 /// in weft, not something a caller can cause.
+/// The 5-byte jump that patches `site` toward code at `at`, and the 5
+/// bytes it replaces (what the record in front of the trampoline keeps).
+pub(crate) fn patch_for(site: &PatchSite, at: u64) -> Result<([u8; 5], [u8; 5]), Error> {
+    let patch = jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut original = [0u8; 5];
+    original.copy_from_slice(&site.original[..5]);
+    Ok((patch, original))
+}
+
+/// Why a patch is refused when other code jumps into the bytes it would
+/// overwrite (entries and instruction points say it the same way).
+pub(crate) fn jumped_into(branch: &weft_codegen::Branch, module: &str, site: &PatchSite) -> String {
+    format!(
+        "code at {:#x} elsewhere in {module} jumps to {:#x}, inside the {} bytes the patch at \
+         {:#x} would overwrite",
+        branch.source,
+        branch.target,
+        site.original.len(),
+        site.patch_address
+    )
+}
+
 /// Table entries an insertion needs ([`Error::OutOfRoom`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct RequestSize {
@@ -1318,10 +1340,7 @@ impl Process {
                     reason: e.to_string(),
                 }])
             })?;
-            let patch =
-                jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
-            let mut original = [0u8; 5];
-            original.copy_from_slice(&site.original[..5]);
+            let (patch, original) = patch_for(site, at)?;
             moves.extend(resumes(site, at, &trampoline.instruction_offsets));
             let id = ProbeId(self.probes.len() as u32 + new_probes.len() as u32);
             if companions.iter().any(|c| c.of == site.patch_address)
@@ -1407,10 +1426,7 @@ impl Process {
                     reason: e.to_string(),
                 }])
             })?;
-            let patch =
-                jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
-            let mut original = [0u8; 5];
-            original.copy_from_slice(&site.original[..5]);
+            let (patch, original) = patch_for(&site, at)?;
             let offsets: Vec<(u32, u32)> = relocated
                 .instruction_offsets
                 .iter()
@@ -1924,10 +1940,7 @@ impl Process {
             snippets: &snippets,
         };
         let trampoline = build_trampoline(&spec).map_err(|e| Error::Internal(e.to_string()))?;
-        let patch =
-            jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut original = [0u8; 5];
-        original.copy_from_slice(&site.original[..5]);
+        let (patch, original) = patch_for(site, at)?;
         let mut bytes =
             crate::trampolines::record(site.patch_address, original, trampoline.bytes.len() as u64)
                 .to_vec();
@@ -1990,10 +2003,7 @@ impl Process {
         let at = self.reserve_near(tracer, site.patch_address, len)?;
         let redirect =
             weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.to_string()))?;
-        let patch =
-            jmp_rel32(site.patch_address, at).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut original = [0u8; 5];
-        original.copy_from_slice(&site.original[..5]);
+        let (patch, original) = patch_for(&site, at)?;
         let record =
             crate::trampolines::record(site.patch_address, original, redirect.bytes.len() as u64);
         tracer
@@ -2713,15 +2723,7 @@ impl Process {
     ) -> Result<weft_codegen::PatchSite, String> {
         let (site, entered) = self.plan_shared(f, occupied).map_err(|e| e.to_string())?;
         match entered.first() {
-            Some(branch) => Err(format!(
-                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at \
-                 {:#x} would overwrite",
-                branch.source,
-                f.module,
-                branch.target,
-                site.original.len(),
-                site.patch_address
-            )),
+            Some(branch) => Err(jumped_into(branch, &f.module, &site)),
             None => Ok(site),
         }
     }

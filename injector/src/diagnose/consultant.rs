@@ -264,7 +264,7 @@ impl Consultant {
             // a moment, so that one called millions of times a second costs
             // the target milliseconds, not a whole interval.
             std::thread::sleep(FIRST_LOOK);
-            self.observe_cost(process);
+            self.sample_and_count(process);
             self.drop_costly(&mut progress);
             self.retire_probes(process)?;
         }
@@ -402,24 +402,7 @@ impl Consultant {
 
     fn read_tests(&mut self, process: &mut Process, progress: &mut Vec<Progress>) {
         let now = Instant::now();
-        let rows: Vec<(u32, Vec<(u64, u64)>)> = self
-            .sampler
-            .sample(process)
-            .map(|t| {
-                (
-                    t.tid,
-                    t.values.iter().map(|v| (v.wall_ns, v.cpu_ns)).collect(),
-                )
-            })
-            .collect();
-        let order: Vec<ProbeId> = self.sampler.probes().collect();
-        self.observe_cost(process);
-        let mut values: HashMap<(u32, ProbeId), (u64, u64)> = HashMap::new();
-        for (tid, cpu) in rows {
-            for (id, v) in order.iter().zip(cpu) {
-                values.insert((tid, *id), v);
-            }
-        }
+        let values = self.sample_and_count(process);
         let mut run_delays: HashMap<u32, u64> = HashMap::new();
         for id in self.search.testing() {
             let node = self.search.node(id);
@@ -480,19 +463,25 @@ impl Consultant {
     }
 
     /// Counts every probe's calls (all threads) into the cost bookkeeping.
-    fn observe_cost(&mut self, process: &Process) {
-        let mut calls: HashMap<ProbeId, u64> = HashMap::new();
-        let rows: Vec<Vec<u64>> = self
+    /// One sample of every probe on every thread: each (thread, probe)'s
+    /// (wall, CPU) ns; the calls, summed over threads, go to the cost
+    /// bookkeeping on the way.
+    fn sample_and_count(&mut self, process: &Process) -> HashMap<(u32, ProbeId), (u64, u64)> {
+        let rows: Vec<(u32, Vec<crate::sample::Value>)> = self
             .sampler
             .sample(process)
-            .map(|t| t.values.iter().map(|v| v.calls).collect())
+            .map(|t| (t.tid, t.values.to_vec()))
             .collect();
-        for row in rows {
-            for (id, n) in self.sampler.probes().zip(row) {
-                *calls.entry(id).or_default() += n;
+        let mut values = HashMap::new();
+        let mut calls: HashMap<ProbeId, u64> = HashMap::new();
+        for (tid, row) in rows {
+            for (id, v) in self.sampler.probes().zip(row) {
+                values.insert((tid, id), (v.wall_ns, v.cpu_ns));
+                *calls.entry(id).or_default() += v.calls;
             }
         }
         self.cost.observe(&calls);
+        values
     }
 
     /// Takes out the probes whose calls alone cost more than the bound

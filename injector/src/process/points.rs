@@ -16,8 +16,8 @@ use crate::ptrace::Tracer;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
 use weft_codegen::{
-    analyze_at, build_instruction_trampoline, jmp_rel32, CallTargets, FunctionCode, PatchSite,
-    ProbeCall, Snippet, ThreadRow, TrampolineSpec,
+    analyze_at, build_instruction_trampoline, CallTargets, FunctionCode, PatchSite, ProbeCall,
+    Snippet, ThreadRow, TrampolineSpec,
 };
 
 /// Bytes of a function read to find its instructions (the linear sweep
@@ -213,10 +213,7 @@ impl Process {
                         reason: format!("{}: {e}", point_name(&spec.function, spec.address)),
                     }])
                 })?;
-                let patch = jmp_rel32(site.patch_address, at)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
-                let mut original = [0u8; 5];
-                original.copy_from_slice(&site.original[..5]);
+                let (patch, original) = super::patch_for(site, at)?;
                 moves.extend(super::resumes(site, at, &trampoline.instruction_offsets));
                 // The leftover record, as for an entry: a later weft finds
                 // the point by it if this one dies while it is live.
@@ -436,15 +433,7 @@ impl Process {
             .module_of(f.address)
             .and_then(|m| self.branch_indexes.get(m.path()));
         if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
-            return Err(format!(
-                "code at {:#x} elsewhere in {} jumps to {:#x}, inside the {} bytes the patch at \
-                 {:#x} would overwrite",
-                branch.source,
-                f.module,
-                branch.target,
-                site.original.len(),
-                site.patch_address
-            ));
+            return Err(super::jumped_into(&branch, &f.module, &site));
         }
         Ok(site)
     }
