@@ -49,6 +49,7 @@ mod region;
 pub mod report;
 mod runtime;
 pub mod sample;
+pub mod stack;
 mod trampolines;
 
 pub use error::{Error, Room};

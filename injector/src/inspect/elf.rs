@@ -315,6 +315,28 @@ pub struct FrameAtEntry {
     pub offset: i64,
 }
 
+/// One row of call frame information: where the caller's frame is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameRule {
+    /// The canonical frame address: a register plus an offset.
+    pub cfa: FrameAtEntry,
+    /// Where the return address is.
+    pub return_address: SavedAt,
+    /// Where the caller's `rbp` is.
+    pub rbp: SavedAt,
+}
+
+/// Where a register of the caller is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SavedAt {
+    /// In memory at the CFA plus this offset.
+    Cfa(i64),
+    /// Nowhere: the outermost frame (`_start`, a thread's `clone`).
+    Undefined,
+    /// In the register itself.
+    Unchanged,
+}
+
 impl fmt::Display for FrameAtEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = gimli::X86_64::register_name(gimli::Register(self.register)).unwrap_or("r?");
@@ -868,6 +890,86 @@ impl ElfImage {
         found.sort_by_key(|&(a, _)| a);
         found.dedup_by_key(|&mut (a, _)| a);
         found
+    }
+
+    /// How to find the caller's frame from code at `vaddr`: the CFI row of
+    /// `.eh_frame` covering it (looked up through `.eh_frame_hdr`'s sorted
+    /// table when there is one). `None` when no FDE covers `vaddr` or its
+    /// rule is one a stack walk cannot follow (a DWARF expression, as in a
+    /// signal trampoline or a PLT stub).
+    pub fn frame_rule(&self, vaddr: u64) -> Result<Option<FrameRule>> {
+        use gimli::UnwindSection as _;
+        let (endian, sections) = self.sections()?;
+        let Some((eh, mut bases, _)) = self.eh_frame(&sections, endian) else {
+            return Ok(None);
+        };
+        let mut context = Box::new(gimli::UnwindContext::new());
+        let parsed = self
+            .eh_frame_hdr_bytes(&sections, endian)
+            .and_then(|(bytes, addr)| {
+                bases = bases.clone().set_eh_frame_hdr(addr);
+                gimli::EhFrameHdr::new(bytes, gimli::LittleEndian)
+                    .parse(&bases, 8)
+                    .ok()
+            });
+        let from = gimli::EhFrame::cie_from_offset;
+        let row = match parsed.as_ref().and_then(|p| p.table()) {
+            Some(table) => table
+                .unwind_info_for_address(&eh, &bases, &mut context, vaddr, from)
+                .ok()
+                .cloned(),
+            None => eh
+                .unwind_info_for_address(&bases, &mut context, vaddr, from)
+                .ok()
+                .cloned(),
+        };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let gimli::CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else {
+            return Ok(None);
+        };
+        let saved = |reg: gimli::Register| match row.register(reg) {
+            gimli::RegisterRule::Offset(o) => Some(SavedAt::Cfa(o)),
+            gimli::RegisterRule::Undefined => Some(SavedAt::Undefined),
+            gimli::RegisterRule::SameValue => Some(SavedAt::Unchanged),
+            _ => None,
+        };
+        let (Some(return_address), Some(rbp)) =
+            (saved(gimli::X86_64::RA), saved(gimli::X86_64::RBP))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(FrameRule {
+            cfa: FrameAtEntry {
+                register: register.0,
+                offset,
+            },
+            return_address,
+            rbp,
+        }))
+    }
+
+    /// `.eh_frame_hdr`'s bytes and vaddr, by section or program header.
+    fn eh_frame_hdr_bytes<'d>(
+        &'d self,
+        sections: &SectionTable<'d, Elf64, &'d [u8]>,
+        endian: Endianness,
+    ) -> Option<(&'d [u8], u64)> {
+        if let Some((_, s)) = sections.section_by_name(endian, b".eh_frame_hdr") {
+            if s.sh_type(endian) != elf::SHT_NOBITS {
+                return Some((
+                    slice(&self.data, s.sh_offset(endian), s.sh_size(endian))?,
+                    s.sh_addr(endian),
+                ));
+            }
+        }
+        let seg = self
+            .header
+            .segments
+            .iter()
+            .find(|s| s.p_type == elf::PT_GNU_EH_FRAME)?;
+        Some((slice(&self.data, seg.offset, seg.filesz)?, seg.vaddr))
     }
 
     /// One `fun_<hex vaddr>` function per FDE of `.eh_frame` that starts in

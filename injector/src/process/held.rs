@@ -250,6 +250,20 @@ impl<'p> Held<'p> {
         Ok(self.tracer.registers(tid)?)
     }
 
+    /// The functions thread `tid` is inside of now, innermost first: its
+    /// stack walked with the modules' call frame information (at most
+    /// `max` frames; see [`crate::stack`] for where a walk stops).
+    pub fn stack(&mut self, tid: Tid, max: usize) -> Result<Vec<crate::stack::Frame>, Error> {
+        let regs = self.registers(tid)?;
+        let memory = crate::memory::ProcessMemory::open_read_only(self.process.pid())?;
+        Ok(crate::stack::walk(
+            self.process.image(),
+            &memory,
+            &regs,
+            max,
+        ))
+    }
+
     /// Sets the general registers of thread `tid`, stopped; they take
     /// effect when it runs again.
     pub fn set_registers(&mut self, tid: Tid, registers: &Registers) -> Result<(), Error> {

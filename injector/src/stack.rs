@@ -1,0 +1,101 @@
+//! Walking a stopped thread's stack: the functions it is inside of now,
+//! innermost first, from its registers and the call frame information of
+//! `.eh_frame` (DynInst's stack walker, for the frames compilers describe).
+//!
+//! The walk needs no frame pointers: each frame's CFI row says where its
+//! caller's frame (the CFA), return address and `rbp` are. It stops at the
+//! outermost frame (a return address the CFI calls undefined: `_start`,
+//! `clone`), at code no module's `.eh_frame` describes (a JIT's code, the
+//! vDSO, a weft trampoline — an instrumented function's caller is then
+//! not seen), at a rule it cannot follow (a DWARF expression, as in a
+//! signal frame or a PLT stub), or when the stack stops growing upward.
+
+use crate::inspect::{ProcessImage, SavedAt};
+use crate::memory::ProcessMemory;
+use crate::ptrace::Registers;
+
+/// One frame of a walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Where the frame's function is: the thread's `rip` for the innermost
+    /// frame, the return address into it for the others.
+    pub pc: u64,
+    /// Its canonical frame address (the caller's `rsp` before its `call`):
+    /// one activation keeps it for its whole life, so two walks that see
+    /// the same function at the same CFA may be seeing the same call.
+    pub cfa: u64,
+}
+
+impl Frame {
+    /// An address inside the frame's function: for a caller, the call
+    /// instruction's last byte (a call that never returns may be the last
+    /// instruction of its function, leaving the return address outside).
+    pub fn lookup_address(&self, innermost: bool) -> u64 {
+        if innermost {
+            self.pc
+        } else {
+            self.pc.wrapping_sub(1)
+        }
+    }
+}
+
+/// DWARF register numbers of x86-64 the CFA can be based on.
+const RBP: u16 = 6;
+const RSP: u16 = 7;
+
+/// Walks at most `max` frames of a thread stopped with `regs`.
+pub(crate) fn walk(
+    image: &mut ProcessImage,
+    memory: &ProcessMemory,
+    regs: &Registers,
+    max: usize,
+) -> Vec<Frame> {
+    let (mut pc, mut rsp, mut rbp) = (regs.rip, regs.rsp, regs.rbp);
+    let mut frames: Vec<Frame> = Vec::new();
+    while frames.len() < max {
+        let innermost = frames.is_empty();
+        let at = if innermost { pc } else { pc.wrapping_sub(1) };
+        let rule = image.module_of(at).and_then(|m| {
+            let vaddr = at.wrapping_sub(m.bias());
+            m.image().ok()?.frame_rule(vaddr).ok().flatten()
+        });
+        let Some(rule) = rule else {
+            frames.push(Frame { pc, cfa: 0 });
+            break;
+        };
+        let base = match rule.cfa.register {
+            RSP => rsp,
+            RBP => rbp,
+            _ => {
+                frames.push(Frame { pc, cfa: 0 });
+                break;
+            }
+        };
+        let cfa = base.wrapping_add_signed(rule.cfa.offset);
+        if frames.last().is_some_and(|f| f.cfa != 0 && cfa <= f.cfa) {
+            // A caller's frame is above its callee's: anything else is a
+            // stack the rules do not describe (or a corrupt one).
+            break;
+        }
+        frames.push(Frame { pc, cfa });
+        let read = |offset: i64| memory.read_u64(cfa.wrapping_add_signed(offset)).ok();
+        let return_address = match rule.return_address {
+            SavedAt::Cfa(offset) => read(offset),
+            SavedAt::Undefined | SavedAt::Unchanged => None,
+        };
+        let Some(return_address) = return_address.filter(|&a| a != 0) else {
+            break;
+        };
+        rbp = match rule.rbp {
+            SavedAt::Cfa(offset) => match read(offset) {
+                Some(v) => v,
+                None => break,
+            },
+            SavedAt::Unchanged => rbp,
+            SavedAt::Undefined => 0,
+        };
+        rsp = cfa;
+        pc = return_address;
+    }
+    frames
+}
