@@ -219,7 +219,8 @@ int main(void) {
     pthread_create(&t, 0, writer, 0);
     pthread_create(&t, 0, ticker, 0);
     while (!workers[0].tid || !workers[1].tid || !rd.tid) usleep(1000);
-    printf("threads main=%d workers=%d,%d reader=%d\n", (int)getpid(), workers[0].tid, workers[1].tid, rd.tid);
+    printf("threads main=%d workers=%d,%d reader=%d mutex=%p pipe=%d\n", (int)getpid(), workers[0].tid,
+           workers[1].tid, rd.tid, (void *)&shared, pipe_fd[0]);
     printf("ready\n");
     fflush(stdout);
     double start = clock_s(CLOCK_MONOTONIC), last = start, delay0 = run_delay();
@@ -366,8 +367,9 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// The `threads main=P workers=A,B reader=R` line: (workers, reader).
-fn target_threads(ctx: &Ctx, t: &mut Proc) -> (Vec<u64>, u64) {
+/// The `threads main=P workers=A,B reader=R mutex=0x… pipe=N` line:
+/// (workers, reader, the objects a diagnosis must name).
+fn target_threads(ctx: &Ctx, t: &mut Proc) -> (Vec<u64>, u64, Objects) {
     let l = t.expect_stdout("threads line", |l| l.starts_with("threads "));
     let field = |k: &str| {
         l.split_whitespace()
@@ -382,7 +384,18 @@ fn target_threads(ctx: &Ctx, t: &mut Proc) -> (Vec<u64>, u64) {
     let reader = field("reader=")
         .parse()
         .unwrap_or_else(|_| ctx.fail(format!("bad reader in {l:?}")));
-    (workers, reader)
+    let objects = Objects {
+        mutex: field("mutex="),
+        pipe: format!("fd {} pipe:", field("pipe=")),
+    };
+    (workers, reader, objects)
+}
+
+/// What the contended mutex and the reader's pipe are called in a
+/// diagnosis: the mutex's address, the pipe's descriptor and kind.
+struct Objects {
+    mutex: String,
+    pipe: String,
 }
 
 /// Waits until the target printed a truth line after `n` truth lines.
@@ -464,7 +477,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
     let ctx = Ctx::new("acceptance_tree_planted_bottlenecks_every_run");
     let exe = tree_target();
     let mut t = ctx.target(&exe, &[]);
-    let (workers, reader) = target_threads(&ctx, &mut t);
+    let (workers, reader, objects) = target_threads(&ctx, &mut t);
     t.expect_stdout("ready", |l| l == "ready");
     let main_tid = t.pid as u64;
     let pid = t.pid.to_string();
@@ -564,6 +577,17 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
                 ));
             }
         }
+        if cpu["object"] != serde_json::Value::Null
+            || sync["object"] != objects.mutex.as_str()
+            || !io["object"]
+                .as_str()
+                .is_some_and(|o| o.starts_with(&objects.pipe))
+        {
+            fail(format!(
+                "objects: cpu {} (none expected), sync {} (expected {}), io {} (expected {}…)",
+                cpu["object"], sync["object"], objects.mutex, io["object"], objects.pipe
+            ));
+        }
         // The decoys were tested (their ancestors t02 and t1) and false.
         let t02 = node(&d, "cpu", &["main", "t0", "t02"]);
         let t1 = node(&d, "cpu", &["main", "t1"]);
@@ -574,7 +598,8 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         }
         let value = cpu["value"].as_f64().unwrap_or(-1.0);
         let probed = s["functions_probed"].as_u64().unwrap_or(u64::MAX);
-        let reachable = s["functions_reachable"].as_u64().unwrap_or(0);
+        // Full instrumentation probes the executable's functions.
+        let reachable = s["executable_functions"].as_u64().unwrap_or(0);
         eprintln!(
             "run {run}: {:.1} s; hot weft {value:.3} own {hot_truth:.3} while tested (diff {:+.3}, tolerance {tolerance:.2}, main thread ran {:.0}% of \
              its runnable time), \

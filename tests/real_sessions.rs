@@ -53,7 +53,7 @@ mod support;
 use nix::sys::signal::Signal;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -134,40 +134,6 @@ fn memcached_version() -> Result<String, String> {
 
 /// Whether this test runs as root (the owner of /proc/self is the
 /// effective user).
-fn running_as_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Whether process `pid` has a socket listening on 127.0.0.1:`port`.
-fn listens_on(pid: u32, port: u16) -> bool {
-    let local = format!("0100007F:{port:04X}");
-    let tcp = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
-    // Inodes of the listening sockets on that address (state 0A).
-    let inodes: Vec<String> = tcp
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 9 && f[1] == local && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
-        })
-        .collect();
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten().any(|e| {
-                std::fs::read_link(e.path())
-                    .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
-            })
-        })
-        .unwrap_or(false)
-}
-
-/// A port free on loopback just now.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port on 127.0.0.1");
-    l.local_addr().expect("local_addr").port()
-}
-
 /// Sends `req` with one write and reads the reply, which must be `want`
 /// byte for byte (fails as soon as it diverges).
 fn exchange(s: &mut TcpStream, req: &[u8], want: &[u8]) -> Result<(), String> {

@@ -33,16 +33,21 @@ fn in_order(names: &[String], want: &[&str]) -> bool {
 #[test]
 fn names_every_frame_of_each_thread_from_its_cfi() {
     let ctx = Ctx::new("names_every_frame_of_each_thread_from_its_cfi");
-    let exe = build_c_target(
-        "stackwalk",
-        &[
-            "-O2",
-            "-fomit-frame-pointer",
-            "-fno-optimize-sibling-calls",
-            "-pthread",
-        ],
-    );
-    let mut t = ctx.target(&exe, &[]);
+    // Without frame pointers (CFA from rsp), and with them (from rbp,
+    // which frames that do not save it leave as it was).
+    for flags in [
+        &["-O2", "-fomit-frame-pointer"][..],
+        &["-O0", "-fno-omit-frame-pointer"][..],
+    ] {
+        let mut all = flags.to_vec();
+        all.extend(["-fno-optimize-sibling-calls", "-pthread"]);
+        let exe = build_c_target("stackwalk", &all);
+        walk_and_check(&ctx, &exe);
+    }
+}
+
+fn walk_and_check(ctx: &Ctx, exe: &std::path::Path) {
+    let mut t = ctx.target(exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
     // Both threads reach their read.
     std::thread::sleep(std::time::Duration::from_millis(100));

@@ -126,7 +126,10 @@ fn say(p: &Progress) {
     match p {
         Progress::Testing(tests) => {
             for (h, path, tid) in tests {
-                eprintln!("weft: testing {h} in {} (thread {tid})", path.join(" > "));
+                eprintln!(
+                    "weft: testing {h} in {} (thread {tid})",
+                    display_path(path)
+                );
             }
         }
         Progress::TooCostly(function, share) => eprintln!(
@@ -136,7 +139,7 @@ fn say(p: &Progress) {
         ),
         Progress::Concluded(h, path, tid, holds, value) => eprintln!(
             "weft: {h} in {} (thread {tid}): {} ({:.0}%)",
-            path.join(" > "),
+            display_path(path),
             if *holds { "true" } else { "false" },
             value * 100.0
         ),
@@ -149,23 +152,23 @@ fn to_text(d: &Diagnosis) -> String {
         s.push_str("no bottleneck found\n");
     }
     for b in &d.bottlenecks {
-        let threads: Vec<String> = b.threads.iter().map(|t| t.to_string()).collect();
         s.push_str(&format!(
-            "{:>4.0}%  {:<4}  {}  threads {}\n",
+            "{:>4.0}%  {:<4}  {}  threads {}{}\n",
             b.value * 100.0,
             b.hypothesis,
-            b.path.join(" > "),
-            threads.join(",")
+            display_path(&b.path),
+            thread_list(&b.threads),
+            object_text(b)
         ));
     }
     for b in &d.idle {
-        let threads: Vec<String> = b.threads.iter().map(|t| t.to_string()).collect();
         s.push_str(&format!(
-            "idle  {:>4.0}%  {:<4}  {}  threads {}  (waiting for work at the top of its loop)\n",
+            "idle  {:>4.0}%  {:<4}  {}  threads {}{}  (waiting for work)\n",
             b.value * 100.0,
             b.hypothesis,
-            b.path.join(" > "),
-            threads.join(",")
+            display_path(&b.path),
+            thread_list(&b.threads),
+            object_text(b)
         ));
     }
     let m = &d.summary;
@@ -183,5 +186,33 @@ fn to_text(d: &Diagnosis) -> String {
             " (search cut short)"
         }
     ));
+    s
+}
+
+fn thread_list(threads: &[u32]) -> String {
+    threads
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A call path for people: Rust and C++ names demangled, without their
+/// hashes.
+fn display_path(path: &[String]) -> String {
+    path.iter()
+        .map(|f| format!("{:#}", rustc_demangle::demangle(f)))
+        .collect::<Vec<_>>()
+        .join(" > ")
+}
+
+fn object_text(b: &weft::diagnose::Bottleneck) -> String {
+    let mut s = String::new();
+    if let Some(o) = &b.object {
+        s.push_str(&format!("  on {o}"));
+    }
+    if let Some(n) = b.bytes_per_call {
+        s.push_str(&format!(", {n} B per transfer"));
+    }
     s
 }

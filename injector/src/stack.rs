@@ -9,6 +9,11 @@
 //! vDSO, a weft trampoline — an instrumented function's caller is then
 //! not seen), at a rule it cannot follow (a DWARF expression, as in a
 //! signal frame or a PLT stub), or when the stack stops growing upward.
+//!
+//! While the thread is stopped only its registers and the top of its
+//! stack are copied (a [`StackCopy`], microseconds); the walk runs on
+//! the copy after the thread runs again, so a walk adds next to nothing
+//! to a stop of the world.
 
 use crate::inspect::{ProcessImage, SavedAt};
 use crate::memory::ProcessMemory;
@@ -43,13 +48,59 @@ impl Frame {
 const RBP: u16 = 6;
 const RSP: u16 = 7;
 
-/// Walks at most `max` frames of a thread stopped with `regs`.
-pub(crate) fn walk(
-    image: &mut ProcessImage,
-    memory: &ProcessMemory,
-    regs: &Registers,
-    max: usize,
-) -> Vec<Frame> {
+/// How much of a stack is copied: frames deeper than this from the top
+/// are not walked.
+const COPY_LIMIT: usize = 256 * 1024;
+
+/// A stopped thread's registers and the top of its stack, copied.
+#[derive(Clone, Debug)]
+pub struct StackCopy {
+    regs: Registers,
+    bytes: Vec<u8>,
+}
+
+impl StackCopy {
+    /// Copies thread `regs`'s stack from its `rsp` up, to the end of the
+    /// mapping or [`COPY_LIMIT`].
+    pub(crate) fn take(memory: &ProcessMemory, regs: Registers) -> StackCopy {
+        const PAGE: usize = 4096;
+        const CHUNK: usize = 16 * PAGE;
+        let mut bytes = Vec::new();
+        // Whole chunks while they read; the last, partial one (a mapping
+        // ends on any page) page by page.
+        let mut at = regs.rsp;
+        let mut step = CHUNK;
+        while bytes.len() < COPY_LIMIT {
+            let len = step - (at as usize % step);
+            let mut buf = vec![0; len];
+            if memory.read(at, &mut buf).is_err() {
+                if step == PAGE {
+                    break; // the end of the stack's mapping
+                }
+                step = PAGE;
+                continue;
+            }
+            bytes.extend_from_slice(&buf);
+            at += len as u64;
+        }
+        StackCopy { regs, bytes }
+    }
+
+    fn read_u64(&self, address: u64) -> Option<u64> {
+        let off = usize::try_from(address.checked_sub(self.regs.rsp)?).ok()?;
+        let word = self.bytes.get(off..off.checked_add(8)?)?;
+        Some(u64::from_le_bytes(word.try_into().ok()?))
+    }
+
+    /// Walks at most `max` frames, innermost first.
+    pub fn walk(&self, image: &mut ProcessImage, max: usize) -> Vec<Frame> {
+        walk(image, self, max)
+    }
+}
+
+/// Walks at most `max` frames of a thread from its copied stack.
+fn walk(image: &mut ProcessImage, stack: &StackCopy, max: usize) -> Vec<Frame> {
+    let regs = &stack.regs;
     let (mut pc, mut rsp, mut rbp) = (regs.rip, regs.rsp, regs.rbp);
     let mut frames: Vec<Frame> = Vec::new();
     while frames.len() < max {
@@ -78,7 +129,7 @@ pub(crate) fn walk(
             break;
         }
         frames.push(Frame { pc, cfa });
-        let read = |offset: i64| memory.read_u64(cfa.wrapping_add_signed(offset)).ok();
+        let read = |offset: i64| stack.read_u64(cfa.wrapping_add_signed(offset));
         let return_address = match rule.return_address {
             SavedAt::Cfa(offset) => read(offset),
             SavedAt::Undefined | SavedAt::Unchanged => None,
@@ -91,8 +142,7 @@ pub(crate) fn walk(
                 Some(v) => v,
                 None => break,
             },
-            SavedAt::Unchanged => rbp,
-            SavedAt::Undefined => 0,
+            SavedAt::Unchanged | SavedAt::Undefined => rbp,
         };
         rsp = cfa;
         pc = return_address;

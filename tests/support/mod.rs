@@ -1694,3 +1694,39 @@ pub fn split_at_done(ctx: &Ctx, out: &str) -> (String, String) {
         }
     }
 }
+
+/// Whether the tests run as root.
+pub fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Whether process `pid` has a socket listening on 127.0.0.1:`port`.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    let tcp = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    // Inodes of the listening sockets on that address (state 0A).
+    let inodes: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[1] == local && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
+        })
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// A port free on loopback just now.
+pub fn free_port() -> u16 {
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port on 127.0.0.1");
+    l.local_addr().expect("local_addr").port()
+}

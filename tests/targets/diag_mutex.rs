@@ -4,10 +4,8 @@
 //! then every 0.5 s each worker's seconds blocked in `lock` and its elapsed
 //! seconds: `truth w0=B/E w1=B/E`. Ends when stdin closes.
 //!
-//! No test uses it yet: `weft diagnose` finds no bottleneck in it (the
-//! closure running `worker` is called through a pointer by std's
-//! `thread_start`, once, before the search; see docs/diagnose.md,
-//! "Measured"). Build: `rustc -O --edition 2021 diag_mutex.rs`.
+//! Also prints `mutex ADDR SIZE`: where the mutex is, so a diagnosis can
+//! be checked to name it. Used by tests/diagnose_real.rs.
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -51,6 +49,11 @@ fn main() {
     }
     let tids: Vec<i64> = (0..2).map(|_| rx.recv().unwrap()).collect();
     println!("threads {},{}", tids[0], tids[1]);
+    println!(
+        "mutex {:#x} {}",
+        &SHARED as *const Mutex<u64> as usize,
+        std::mem::size_of_val(&SHARED)
+    );
     println!("ready");
     std::thread::spawn(|| {
         let mut buf = [0u8; 16];

@@ -13,8 +13,9 @@
 //! instrumentation is bounded by functions, not by tests.
 
 use super::decision::{Hypothesis, Reading, Thresholds, Verdict};
-use super::graph::StaticCallGraph;
+use super::graph::{self, StaticCallGraph};
 use super::search::{Change, NodeId, Search, State};
+use super::waits::{self, WaitSampler};
 use crate::inspect::Pattern;
 use crate::sample::Sampler;
 use crate::{Error, Function, Metrics, PointSpec, ProbeId, ProbeSpec, Process};
@@ -82,6 +83,16 @@ pub struct Bottleneck {
     pub threads: Vec<u32>,
     /// The largest of those threads' values (share of their time).
     pub value: f64,
+    /// What the threads wait on, for a wait: the futex word (a mutex's or
+    /// condition variable's address, `0x…`) or the file descriptor with
+    /// its path or TCP peer (`fd 7 /var/cache/x`) they were most often
+    /// sampled blocked on; null for CPU.
+    pub object: Option<String>,
+    /// For I/O: the bytes a sampled transfer asked for, on average (a
+    /// small figure with a high call rate is Paradyn's "too many small
+    /// I/O operations").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_call: Option<u64>,
 }
 
 /// A test as reported.
@@ -117,8 +128,12 @@ pub struct Summary {
     pub peak_probes: usize,
     /// Functions instrumented at some point.
     pub functions_probed: usize,
-    /// Functions of the executable (what full instrumentation would probe).
+    /// Functions of the modules the search entered (the executable, and the
+    /// libraries a probed function or an open frame is in): what full
+    /// instrumentation of those modules would probe.
     pub functions_reachable: usize,
+    /// Functions of the executable (what `-f 'exe:*'` would probe).
+    pub executable_functions: usize,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// What the instrumentation cost, as a share of the target's CPU time
@@ -151,6 +166,27 @@ struct Baseline {
     part_ns: u64,
     /// The thread's time waiting for a CPU so far (schedstat).
     run_delay_ns: u64,
+    /// The function's calls by the thread so far.
+    calls: u64,
+    /// The thread's CPU time so far (schedstat), ns.
+    thread_cpu_ns: u64,
+    /// The thread's wait samples so far: (all, sync, I/O).
+    waits: (u64, u64, u64),
+}
+
+/// How a test of a frame seen open on its thread's stack is read, decided
+/// at its first reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpenFrame {
+    /// Not read yet.
+    Unknown,
+    /// Its function was not called since the probe went in: the thread
+    /// is still in the activation it was in, so its whole time is the
+    /// function's (CPU from schedstat, waits from the wait samples).
+    Open,
+    /// Called since: a short call the walks kept catching; its timers
+    /// tell.
+    Timed,
 }
 
 /// A search running on a process.
@@ -158,7 +194,11 @@ pub struct Consultant {
     options: Options,
     search: Search,
     graph: StaticCallGraph,
-    exe_functions: usize,
+    /// Functions of each module the search entered (the executable, and
+    /// the libraries a probed function or an open frame is in): what full
+    /// instrumentation of those modules would probe.
+    module_functions: BTreeMap<std::path::PathBuf, usize>,
+    executable_functions: usize,
     /// The executable's functions by entry address (to recognize a
     /// thread's start routine).
     entries: HashMap<u64, String>,
@@ -180,7 +220,15 @@ pub struct Consultant {
     /// When each caller was armed: its targets count as known once it has
     /// been watched for the minimum observation time.
     armed_at: HashMap<String, Instant>,
+    /// Tests of frames seen open on their thread's stack.
+    open: HashMap<NodeId, OpenFrame>,
+    /// What the threads are blocked in, sampled.
+    waits: WaitSampler,
+    pid: i32,
 }
+
+/// How often the threads' waits are sampled.
+const WAIT_SAMPLE_PERIOD: Duration = Duration::from_millis(5);
 
 /// The least target CPU time a cost share is computed over, ns.
 const MIN_CPU_SPAN_NS: u64 = 10_000_000;
@@ -215,18 +263,24 @@ impl Consultant {
             .map(|f| (f.address, f.name.clone()))
             .collect();
         let mut known_threads = BTreeSet::new();
-        let roots = thread_roots(process, &entries, &mut known_threads)?;
-        let mut search = Search::new(options.thresholds, &options.hypotheses, &roots);
-        // A root runs for its thread's whole life and was entered before
-        // any probe: its callees are where the search starts.
-        for i in 0..search.nodes().len() {
-            search.assume_true(NodeId(i), &graph);
+        let found = thread_paths(process, &entries, &mut known_threads, SNAPSHOTS)?;
+        let mut search = Search::new(options.thresholds, &options.hypotheses, &[]);
+        let mut module_functions = BTreeMap::new();
+        if let Some(exe) = functions.first() {
+            module_functions.insert(exe.module_path.clone(), functions.len());
+        }
+        let open = add_thread_paths(&mut search, &mut graph, process, found, &options.hypotheses);
+        for id in open.keys() {
+            if let Some(f) = graph.function(search.node(*id).focus.function()) {
+                count_module(process, &mut module_functions, f);
+            }
         }
         Ok(Consultant {
             options,
             search,
             graph,
-            exe_functions: functions.len(),
+            module_functions,
+            executable_functions: functions.len(),
             entries,
             known_threads,
             cost: Cost::new(process.pid()),
@@ -239,6 +293,9 @@ impl Consultant {
             armed: HashMap::new(),
             to_arm: BTreeSet::new(),
             armed_at: HashMap::new(),
+            open,
+            waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
+            pid: process.pid(),
         })
     }
 
@@ -282,13 +339,17 @@ impl Consultant {
         if live_threads(process.pid()).is_subset(&self.known_threads) {
             return Ok(());
         }
-        for (root, threads) in thread_roots(process, &self.entries, &mut self.known_threads)? {
-            for &h in &self.options.hypotheses {
-                if let Some(id) = self.search.add_root(h, &root, &threads) {
-                    self.search.assume_true(id, &self.graph);
-                }
-            }
-        }
+        // One walk: a new thread's frames are not watched long enough to
+        // call them open, only its root is taken as true.
+        let found = thread_paths(process, &self.entries, &mut self.known_threads, 1)?;
+        let open = add_thread_paths(
+            &mut self.search,
+            &mut self.graph,
+            process,
+            found,
+            &self.options.hypotheses,
+        );
+        self.open.extend(open);
         Ok(())
     }
 
@@ -323,7 +384,9 @@ impl Consultant {
             planned.insert(f.to_string());
             Ok(())
         });
-        if started.is_empty() && self.search.testing().len() >= max {
+        // The budget is full and tests wait: true nodes already refined
+        // stop being watched, so their probes can go to the tests below.
+        if live + planned.len() >= max && !self.search.exhausted() {
             self.search.settle_refined();
         }
         // Library functions (a wait primitive a PLT stub named) are found
@@ -369,6 +432,7 @@ impl Consultant {
             }
         }
         for (f, id) in new.iter().zip(ids) {
+            count_module(process, &mut self.module_functions, f);
             self.probes.insert(f.name.clone(), (id, BTreeSet::new()));
             self.probed_ever.insert(f.name.clone());
         }
@@ -403,37 +467,74 @@ impl Consultant {
     fn read_tests(&mut self, process: &mut Process, progress: &mut Vec<Progress>) {
         let now = Instant::now();
         let values = self.sample_and_count(process);
-        let mut run_delays: HashMap<u32, u64> = HashMap::new();
+        let waits = self.waits.snapshot();
+        let mut schedstats: HashMap<u32, (u64, u64)> = HashMap::new();
         for id in self.search.testing() {
             let node = self.search.node(id);
             let Some(&(probe, _)) = self.probes.get(node.focus.function()) else {
                 continue;
             };
             let tid = node.focus.threads.first().copied().unwrap_or(0);
-            let (wall, cpu) = values.get(&(tid, probe)).copied().unwrap_or((0, 0));
+            let (wall, cpu, calls) = values.get(&(tid, probe)).copied().unwrap_or((0, 0, 0));
             let part = match node.hypothesis {
                 Hypothesis::CpuBound => cpu,
                 // Off the CPU inside the function: waiting (refinement
                 // narrows it to the primitive that waits).
                 Hypothesis::SyncWaiting | Hypothesis::IoBlocking => wall.saturating_sub(cpu),
             };
-            let run_delay = *run_delays
+            let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
-                .or_insert_with(|| run_delay_ns(process.pid(), tid));
+                .or_insert_with(|| schedstat(process.pid(), tid));
+            let sampled = waits
+                .get(&tid)
+                .map_or((0, 0, 0), |w| (w.samples, w.sync, w.io));
             let base = *self.baselines.entry(id).or_insert(Baseline {
                 at: now,
                 part_ns: part,
                 run_delay_ns: run_delay,
+                calls,
+                thread_cpu_ns: thread_cpu,
+                waits: sampled,
             });
             // The thread's time is what it would have had on a machine of
             // its own: time spent runnable but waiting for a CPU (other
             // programs' load) is left out, so shares do not shrink when
             // the machine is busy.
             let elapsed = now.saturating_duration_since(base.at).as_nanos() as u64;
+            let whole = elapsed.saturating_sub(run_delay.saturating_sub(base.run_delay_ns));
+            let mut part = part.saturating_sub(base.part_ns);
+            if let Some(state) = self.open.get_mut(&id) {
+                if *state == OpenFrame::Unknown && now > base.at {
+                    *state = if calls > base.calls {
+                        OpenFrame::Timed
+                    } else {
+                        OpenFrame::Open
+                    };
+                }
+                if *state == OpenFrame::Open {
+                    let samples = sampled.0.saturating_sub(base.waits.0);
+                    let share = |n: u64, b: u64| {
+                        if samples == 0 {
+                            0.0
+                        } else {
+                            n.saturating_sub(b) as f64 / samples as f64
+                        }
+                    };
+                    part = match node.hypothesis {
+                        Hypothesis::CpuBound => thread_cpu.saturating_sub(base.thread_cpu_ns),
+                        Hypothesis::SyncWaiting => {
+                            (whole as f64 * share(sampled.1, base.waits.1)) as u64
+                        }
+                        Hypothesis::IoBlocking => {
+                            (whole as f64 * share(sampled.2, base.waits.2)) as u64
+                        }
+                    };
+                }
+            }
             let reading = Reading {
                 at: now.saturating_duration_since(base.at),
-                part_ns: part.saturating_sub(base.part_ns),
-                whole_ns: elapsed.saturating_sub(run_delay.saturating_sub(base.run_delay_ns)),
+                part_ns: part,
+                whole_ns: whole,
             };
             let (h, path) = (node.hypothesis.name().to_string(), node.focus.path.clone());
             let change = self.search.observe(id, reading, &self.graph);
@@ -466,7 +567,7 @@ impl Consultant {
     /// One sample of every probe on every thread: each (thread, probe)'s
     /// (wall, CPU) ns; the calls, summed over threads, go to the cost
     /// bookkeeping on the way.
-    fn sample_and_count(&mut self, process: &Process) -> HashMap<(u32, ProbeId), (u64, u64)> {
+    fn sample_and_count(&mut self, process: &Process) -> HashMap<(u32, ProbeId), (u64, u64, u64)> {
         let rows: Vec<(u32, Vec<crate::sample::Value>)> = self
             .sampler
             .sample(process)
@@ -476,7 +577,7 @@ impl Consultant {
         let mut calls: HashMap<ProbeId, u64> = HashMap::new();
         for (tid, row) in rows {
             for (id, v) in self.sampler.probes().zip(row) {
-                values.insert((tid, id), (v.wall_ns, v.cpu_ns));
+                values.insert((tid, id), (v.wall_ns, v.cpu_ns, v.calls));
                 *calls.entry(id).or_default() += v.calls;
             }
         }
@@ -606,10 +707,11 @@ impl Consultant {
                 gone.push((name.clone(), *probe));
             }
         }
-        // Probes of functions whose tests are all queued (none started)
-        // stay until their tests ran.
+        // Probes of functions with tests queued stay until those ran,
+        // unless the budget is full: a long queue must not pin it.
+        let full = self.probes.len() >= self.options.max_probes;
         gone.retain(|(name, _)| {
-            !self.search.nodes().iter().any(|n| {
+            full || !self.search.nodes().iter().any(|n| {
                 n.focus.function() == name && matches!(n.state, State::Queued | State::Deferred(_))
             })
         });
@@ -655,6 +757,14 @@ impl Consultant {
             if n.value().is_none() {
                 continue; // a root taken as true, nothing below it measured
             }
+            // A wait is a bottleneck where a primitive of its class waits:
+            // off-CPU time that no such primitive below accounts for is
+            // sleep, paging or a wait of the other class.
+            if n.hypothesis != Hypothesis::CpuBound
+                && graph::wait_class(n.focus.function()) != Some(n.hypothesis)
+            {
+                continue;
+            }
             let key = (n.hypothesis.name().to_string(), n.focus.path.clone());
             let b = by_path.entry(key).or_insert_with(|| Bottleneck {
                 hypothesis: n.hypothesis.name().to_string(),
@@ -662,9 +772,40 @@ impl Consultant {
                 function: n.focus.function().to_string(),
                 threads: Vec::new(),
                 value: 0.0,
+                object: None,
+                bytes_per_call: None,
             });
             b.threads.extend(n.focus.threads.iter().copied());
             b.value = b.value.max(n.value().unwrap_or(0.0));
+        }
+        let waits = self.waits.snapshot();
+        for b in by_path.values_mut() {
+            let sync = b.hypothesis == Hypothesis::SyncWaiting.name();
+            if !sync && b.hypothesis != Hypothesis::IoBlocking.name() {
+                continue;
+            }
+            let mut objects: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+            for t in &b.threads {
+                for (&(is_sync, what), &(n, bytes, transfers)) in
+                    waits.get(t).map(|w| &w.objects).into_iter().flatten()
+                {
+                    if is_sync == sync {
+                        let o = objects.entry(what).or_default();
+                        *o = (o.0 + n, o.1 + bytes, o.2 + transfers);
+                    }
+                }
+            }
+            if let Some((&what, &(_, bytes, transfers))) = objects
+                .iter()
+                .max_by_key(|(&what, &(n, ..))| (n, std::cmp::Reverse(what)))
+            {
+                b.object = Some(if sync {
+                    format!("{what:#x}")
+                } else {
+                    waits::describe_fd(self.pid, what as i32)
+                });
+                b.bytes_per_call = (transfers > 0).then(|| bytes / transfers);
+            }
         }
         let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) = by_path
             .into_values()
@@ -709,7 +850,8 @@ impl Consultant {
                 tests: self.tests,
                 peak_probes: self.peak_probes,
                 functions_probed: self.probed_ever.len(),
-                functions_reachable: self.exe_functions,
+                functions_reachable: self.module_functions.values().sum(),
+                executable_functions: self.executable_functions,
                 exhausted: self.search.exhausted(),
                 overhead: self.cost.total_share(),
                 cost_per_call_ns: self.cost.per_call_ns,
@@ -719,50 +861,262 @@ impl Consultant {
     }
 }
 
-/// Each thread's root: `main` for the main thread, its start routine for
-/// the others. glibc keeps a thread's start routine in its thread
-/// descriptor, which the thread pointer (`fs` base) points at; the
-/// descriptor's layout is private to each glibc version, so the routine
-/// is recognized as the first word of the descriptor that is the entry
-/// of a function of the executable. Threads whose routine is not found
-/// (started from a library) are left out.
-fn thread_roots(
+/// Snapshots of the threads' stacks a search starts from, and the time
+/// between them: a frame in all of them (same function, same frame
+/// address) is taken as open for the thread's life.
+const SNAPSHOTS: usize = 3;
+const SNAPSHOT_GAP: Duration = Duration::from_millis(25);
+
+/// Deepest stack walked.
+const MAX_FRAMES: usize = 256;
+
+/// Where each thread (not yet known) lives, from its root down.
+struct ThreadPaths {
+    /// (open path from the thread's root, the calls seen below it in each
+    /// walk, the thread).
+    paths: Vec<(Vec<Function>, Vec<Vec<Function>>, u32)>,
+    /// Calls seen on the stacks: (caller, callee).
+    edges: Vec<(Function, Function)>,
+}
+
+/// Each new thread's open path: its root — `main` for the main thread,
+/// its start routine for the others — and below it the frames its stack
+/// kept over `snapshots` walks (one stop each; the walks run after it).
+///
+/// A thread's start routine is found in its glibc thread descriptor (the
+/// first word of the descriptor the thread pointer points at that is the
+/// entry of a function of the executable), else as the first frame of
+/// its stack outside the C library (a thread a library started, one the
+/// descriptor does not name). Below the root, a path stops before the C
+/// library (a wait primitive in it ends the path): what a thread does
+/// there is how the library does it, not where the program spends.
+fn thread_paths(
     process: &mut Process,
     entries: &HashMap<u64, String>,
     known: &mut BTreeSet<u32>,
-) -> Result<Vec<(String, Vec<u32>)>, Error> {
+    snapshots: usize,
+) -> Result<ThreadPaths, Error> {
     let pid = process.pid();
     let mut descriptors = Vec::new();
-    {
+    let mut copies: HashMap<u32, Vec<crate::stack::StackCopy>> = HashMap::new();
+    for i in 0..snapshots.max(1) {
+        if i > 0 {
+            std::thread::sleep(SNAPSHOT_GAP);
+        }
         let held = process.hold()?;
         for tid in held.threads() {
-            if known.insert(tid as u32) {
+            let tid32 = tid as u32;
+            if i == 0 {
+                if known.contains(&tid32) {
+                    continue;
+                }
                 let fs = held.registers(tid).map(|r| r.fs_base).unwrap_or(0);
-                descriptors.push((tid as u32, fs));
+                descriptors.push((tid32, fs));
+            } else if !copies.contains_key(&tid32) {
+                continue;
+            }
+            if let Ok(copy) = held.copy_stack(tid) {
+                copies.entry(tid32).or_default().push(copy);
             }
         }
         held.release()?;
     }
-    let mut roots = Vec::new();
+    let mut found = ThreadPaths {
+        paths: Vec::new(),
+        edges: Vec::new(),
+    };
     for (tid, fs) in descriptors {
-        if tid == pid as u32 {
-            roots.push(("main".to_string(), vec![tid]));
-            continue;
-        }
-        let Ok(bytes) = process.read_memory(fs, 0x1000) else {
-            continue;
+        known.insert(tid);
+        // Outermost first: (function, frame address).
+        let stacks: Vec<Vec<(Function, u64)>> = copies
+            .remove(&tid)
+            .unwrap_or_default()
+            .iter()
+            .map(|copy| named_frames(process, copy))
+            .collect();
+        let routine = if tid == pid as u32 {
+            Some("main".to_string())
+        } else {
+            process.read_memory(fs, 0x1000).ok().and_then(|bytes| {
+                bytes
+                    .chunks_exact(8)
+                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                    .find_map(|w| entries.get(&w))
+                    .cloned()
+            })
         };
-        let routine = bytes
-            .chunks_exact(8)
-            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-            .find_map(|w| entries.get(&w));
-        if let Some(name) = routine {
-            roots.push((name.clone(), vec![tid]));
+        let first = stacks.first().map(Vec::as_slice).unwrap_or(&[]);
+        let root_at = routine
+            .as_ref()
+            .and_then(|name| first.iter().position(|(f, _)| &f.name == name))
+            .or_else(|| {
+                first
+                    .iter()
+                    .position(|(f, _)| !is_c_library(f) && f.name != "_start")
+            });
+        let mut below: Vec<Vec<Function>> = Vec::new();
+        let path: Vec<Function> = match root_at {
+            Some(at) => {
+                for stack in &stacks {
+                    for pair in stack.get(at..).unwrap_or(&[]).windows(2) {
+                        found.edges.push((pair[0].0.clone(), pair[1].0.clone()));
+                    }
+                }
+                let open = stacks.len() >= 2;
+                first[at..]
+                    .iter()
+                    .enumerate()
+                    .take_while(|&(i, (f, cfa))| {
+                        i == 0
+                            || (open
+                                && (!is_c_library(f) || graph::wait_class(&f.name).is_some())
+                                && stacks.iter().all(|s| {
+                                    s.get(at + i)
+                                        .is_some_and(|(g, c)| g.address == f.address && c == cfa)
+                                }))
+                    })
+                    .map(|(_, (f, _))| f.clone())
+                    // Down to a wait primitive at most: below it is how
+                    // the library waits.
+                    .scan(false, |past_wait, f| {
+                        if *past_wait {
+                            return None;
+                        }
+                        *past_wait = graph::wait_class(&f.name).is_some();
+                        Some(f)
+                    })
+                    .collect::<Vec<Function>>()
+            }
+            // No walk to go by: the routine alone, if it is a function.
+            None => routine
+                .and_then(|name| {
+                    entries
+                        .iter()
+                        .find(|(_, n)| **n == name)
+                        .and_then(|(&a, _)| process.image().function_at(a).ok().flatten())
+                })
+                .map(|f| Function {
+                    name: if tid == pid as u32 {
+                        "main".into()
+                    } else {
+                        f.name.clone()
+                    },
+                    ..f
+                })
+                .into_iter()
+                .collect(),
+        };
+        if let Some(at) = root_at.filter(|_| !path.is_empty()) {
+            // What each walk shows below the open path, down to the C
+            // library or a wait primitive: calls seen happening, tested
+            // first.
+            for stack in &stacks {
+                let mut chain = Vec::new();
+                for (f, _) in stack.iter().skip(at + path.len()) {
+                    let wait = graph::wait_class(&f.name).is_some();
+                    if is_c_library(f) && !wait {
+                        break;
+                    }
+                    chain.push(f.clone());
+                    if wait {
+                        break;
+                    }
+                }
+                if !chain.is_empty() && !below.contains(&chain) {
+                    below.push(chain);
+                }
+            }
+        }
+        if !path.is_empty() {
+            found.paths.push((path, below, tid));
         }
     }
-    // One root node per thread: the search decides per thread.
-    roots.sort();
-    Ok(roots)
+    found.paths.sort_by_key(|(_, _, tid)| *tid);
+    Ok(found)
+}
+
+/// Puts the threads' open paths into the search (each taken as true and
+/// refined, see [`Search::add_open_path`]), after teaching the call graph
+/// the calls the stacks showed and decoding every function on a path.
+fn add_thread_paths(
+    search: &mut Search,
+    graph: &mut StaticCallGraph,
+    process: &mut Process,
+    found: ThreadPaths,
+    hypotheses: &[Hypothesis],
+) -> HashMap<NodeId, OpenFrame> {
+    let mut open = HashMap::new();
+    for (caller, callee) in found.edges {
+        graph.explore(process.image(), &caller);
+        if caller.address != callee.address {
+            graph.learn(&caller.name, callee);
+        }
+    }
+    for (path, below, tid) in found.paths {
+        for f in path.iter().chain(below.iter().flatten()) {
+            graph.explore(process.image(), f);
+        }
+        let names: Vec<String> = path.iter().map(|f| f.name.clone()).collect();
+        for &h in hypotheses {
+            // The calls seen below first (they go to the queue's front
+            // before the open frames do), each a test of its own.
+            for chain in &below {
+                let mut seen = names.clone();
+                seen.extend(chain.iter().map(|f| f.name.clone()));
+                search.add_open_path(h, &seen, &[tid], graph);
+            }
+            let nodes = search.add_open_path(h, &names, &[tid], graph);
+            open.extend(nodes.into_iter().skip(1).map(|id| (id, OpenFrame::Unknown)));
+        }
+    }
+    open
+}
+
+/// Counts the functions of `f`'s module once.
+fn count_module(
+    process: &mut Process,
+    counted: &mut BTreeMap<std::path::PathBuf, usize>,
+    f: &Function,
+) {
+    if counted.contains_key(&f.module_path) {
+        return;
+    }
+    let n = process
+        .image()
+        .modules()
+        .iter()
+        .find(|m| m.path() == f.module_path)
+        .and_then(|m| Some(m.image().ok()?.functions().ok()?.len()))
+        .unwrap_or(0);
+    counted.insert(f.module_path.clone(), n);
+}
+
+/// A copied stack's frames, outermost first, as far as they are named.
+fn named_frames(process: &mut Process, copy: &crate::stack::StackCopy) -> Vec<(Function, u64)> {
+    let frames = copy.walk(process.image(), MAX_FRAMES);
+    let mut named = Vec::new();
+    for (i, frame) in frames.iter().enumerate() {
+        match process.image().function_at(frame.lookup_address(i == 0)) {
+            Ok(Some(f)) => named.push((f, frame.cfa)),
+            _ => break,
+        }
+    }
+    named.reverse();
+    named
+}
+
+/// Whether `f` is in the C library or the dynamic loader: frames a
+/// thread's own code runs under (`__libc_start_main`, `start_thread`) or
+/// calls into, never where a search starts.
+fn is_c_library(f: &Function) -> bool {
+    let file = f
+        .module_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    ["libc.so", "libc-", "ld-linux", "libpthread"]
+        .iter()
+        .any(|p| file.starts_with(p))
 }
 
 /// The threads of process `pid` now.
@@ -775,13 +1129,16 @@ fn live_threads(pid: i32) -> BTreeSet<u32> {
         .unwrap_or_default()
 }
 
-/// Nanoseconds thread `tid` has spent runnable, waiting for a CPU
-/// (`/proc/PID/task/TID/schedstat`, second field); 0 if unknown.
-fn run_delay_ns(pid: i32, tid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
+/// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
+/// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
+fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let mut f = text
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let on_cpu = f.next().unwrap_or(0);
+    (f.next().unwrap_or(0), on_cpu)
 }
 
 /// What the instrumentation costs the target: calls counted by the
@@ -891,8 +1248,25 @@ fn timed_call_cost_ns() -> f64 {
     2.0 * per_read + 10.0
 }
 
-/// A wait called by a thread's root itself: the top of its loop, where a
-/// pool thread waits for work (the root is the start routine, or `main`).
+/// Waits that only say a thread has nothing to do until something
+/// arrives: an event loop's readiness wait, a listener's `accept`.
+const READINESS_WAITS: &[&str] = &[
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "accept",
+    "accept4",
+];
+
+/// A wait where a thread waits for work, not in the middle of it: one its
+/// root calls itself (the top of a pool thread's loop; the root is the
+/// start routine, or `main`), or a readiness wait anywhere (an event
+/// loop's `epoll_wait`).
 fn is_idle_wait(b: &Bottleneck) -> bool {
-    b.hypothesis != Hypothesis::CpuBound.name() && b.path.len() == 2
+    b.hypothesis != Hypothesis::CpuBound.name()
+        && (b.path.len() == 2 || READINESS_WAITS.contains(&b.function.as_str()))
 }

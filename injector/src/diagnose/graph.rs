@@ -164,7 +164,8 @@ impl StaticCallGraph {
             .any(|c| self.reaches(class, c, seen))
     }
 
-    /// Records that an indirect call in `caller` reached `target`.
+    /// Records that `caller` was seen calling `target` at run time (an
+    /// indirect call's target, or two frames of a thread's stack).
     pub fn learn(&mut self, caller: &str, target: Function) {
         if let Some(c) = self.calls.get_mut(caller) {
             c.learnt.insert(target.name.clone());
@@ -231,17 +232,20 @@ impl CallGraph for StaticCallGraph {
         }
     }
 
-    fn callees(&self, function: &str) -> Vec<String> {
+    fn seen(&self, caller: &str, callee: &str) -> bool {
         self.calls
-            .get(function)
-            .map(|c| {
-                c.direct
-                    .iter()
-                    .chain(&c.learnt)
-                    .cloned()
-                    .collect::<BTreeSet<_>>()
-            })
-            .map(|s| s.into_iter().collect())
-            .unwrap_or_default()
+            .get(caller)
+            .is_some_and(|c| c.learnt.contains(callee))
+    }
+
+    /// The callees seen at run time first (on a thread's stack, or
+    /// reached by an indirect call): the search tests them first.
+    fn callees(&self, function: &str) -> Vec<String> {
+        let Some(c) = self.calls.get(function) else {
+            return Vec::new();
+        };
+        let mut callees: Vec<String> = c.learnt.iter().cloned().collect();
+        callees.extend(c.direct.iter().filter(|d| !c.learnt.contains(*d)).cloned());
+        callees
     }
 }

@@ -1,13 +1,15 @@
-//! The Performance Consultant's search (issue #14), after Paradyn: which
-//! hypothesis to test where, when a test concludes, and how a true test is
-//! refined down the call graph. Pure decision logic for now; the driver
-//! that instruments the tests (`weft diagnose`) is not built yet — see
-//! `docs/diagnose.md` for the plan and what exists.
+//! The Performance Consultant (issue #14), after Paradyn: which hypothesis
+//! to test where, when a test concludes, how a true test is refined down
+//! the call graph ([`Search`], pure), and the driver that runs it on a
+//! live process ([`Consultant`]: starts from the threads' live stacks,
+//! instruments each test, samples what threads wait on, bounds its own
+//! cost). See `docs/diagnose.md`.
 
 mod consultant;
 mod decision;
 mod graph;
 mod search;
+mod waits;
 
 pub use consultant::{Bottleneck, Consultant, Diagnosis, NodeReport, Options, Progress, Summary};
 pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict};

@@ -100,6 +100,14 @@ pub trait CallGraph {
         let _ = (hypothesis, function);
         true
     }
+
+    /// Whether `caller` was seen calling `callee` at run time (on a
+    /// thread's stack, or through an indirect call): such callees are
+    /// tested before the others. None by default.
+    fn seen(&self, caller: &str, callee: &str) -> bool {
+        let _ = (caller, callee);
+        false
+    }
 }
 
 /// What the driver must do after a reading.
@@ -141,7 +149,7 @@ impl Search {
             nodes: Vec::new(),
             queue: VecDeque::new(),
             made: BTreeSet::new(),
-            max_depth: 32,
+            max_depth: 64,
         };
         for &h in hypotheses {
             for (root, threads) in roots {
@@ -207,6 +215,62 @@ impl Search {
     /// Node `id`.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.0]
+    }
+
+    /// A thread's open path: the functions it stayed inside of from its
+    /// root down while the driver looked (the frames its stack kept). The
+    /// root is taken as true and refined; the frames below it are tested
+    /// first (at the front of the queue, outermost first), each a child
+    /// of the one above — the driver reads a frame that is still open as
+    /// the thread's whole time, since an activation entered before any
+    /// probe cannot be timed. Returns the path's nodes, root first (those
+    /// already made are reused as they are).
+    pub fn add_open_path(
+        &mut self,
+        hypothesis: Hypothesis,
+        path: &[String],
+        threads: &[u32],
+        graph: &dyn CallGraph,
+    ) -> Vec<NodeId> {
+        let mut parent = None;
+        let mut chain = Vec::new();
+        for i in 1..=path.len().min(self.max_depth) {
+            let key = (hypothesis, path[..i].to_vec(), threads.to_vec());
+            let existing = (0..self.nodes.len()).map(NodeId).find(|&n| {
+                let node = &self.nodes[n.0];
+                node.hypothesis == hypothesis
+                    && node.focus.path == key.1
+                    && node.focus.threads == key.2
+            });
+            let id = match existing {
+                Some(id) => id,
+                None => {
+                    let focus = Focus {
+                        path: key.1.clone(),
+                        threads: key.2.clone(),
+                    };
+                    match self.add(hypothesis, focus, parent) {
+                        Some(id) => id,
+                        None => break,
+                    }
+                }
+            };
+            chain.push(id);
+            parent = Some(id);
+        }
+        // Open frames first, outermost first.
+        for &id in chain.iter().skip(1).rev() {
+            if matches!(self.nodes[id.0].state, State::Queued) {
+                self.queue.retain(|&q| q != id);
+                self.queue.push_front(id);
+            }
+        }
+        if let Some(&root) = chain.first() {
+            if matches!(self.nodes[root.0].state, State::Queued) {
+                self.assume_true(root, graph);
+            }
+        }
+        chain
     }
 
     /// Nodes being tested now.
@@ -306,6 +370,7 @@ impl Search {
             (n.hypothesis, n.focus.clone())
         };
         let mut children = Vec::new();
+        let mut seen_children = Vec::new();
         if focus.path.len() < self.max_depth {
             for callee in graph.callees(focus.function()) {
                 if focus.path.contains(&callee) || !graph.relevant(h, &callee) {
@@ -317,10 +382,26 @@ impl Search {
                     path,
                     threads: focus.threads.clone(),
                 };
-                children.extend(self.add(h, child, Some(id)));
+                let seen = graph.seen(focus.function(), child.function());
+                if let Some(c) = self.add(h, child, Some(id)) {
+                    if seen {
+                        seen_children.push(c);
+                    } else {
+                        children.push(c);
+                    }
+                }
             }
         }
-        Change::Refined(id, children)
+        // Deeper first: a true node's children go before what waits in
+        // the queue (the search follows a true path down before it widens),
+        // the calls seen happening first of all.
+        let mut all = seen_children;
+        all.append(&mut children);
+        self.queue.retain(|q| !all.contains(q));
+        for &c in all.iter().rev() {
+            self.queue.push_front(c);
+        }
+        Change::Refined(id, all)
     }
 
     /// Refines node `id` (true) again into callees learnt since it turned

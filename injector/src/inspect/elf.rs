@@ -935,9 +935,13 @@ impl ElfImage {
             gimli::RegisterRule::SameValue => Some(SavedAt::Unchanged),
             _ => None,
         };
-        let (Some(return_address), Some(rbp)) =
-            (saved(gimli::X86_64::RA), saved(gimli::X86_64::RBP))
-        else {
+        // A callee-saved register no rule mentions keeps its value (gimli
+        // reads "no rule" as undefined; unwinders read it as unchanged).
+        let rbp = match saved(gimli::X86_64::RBP) {
+            Some(SavedAt::Undefined) => Some(SavedAt::Unchanged),
+            other => other,
+        };
+        let (Some(return_address), Some(rbp)) = (saved(gimli::X86_64::RA), rbp) else {
             return Ok(None);
         };
         Ok(Some(FrameRule {

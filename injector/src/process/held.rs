@@ -250,18 +250,20 @@ impl<'p> Held<'p> {
         Ok(self.tracer.registers(tid)?)
     }
 
+    /// Thread `tid`'s registers and the top of its stack, copied for a
+    /// walk after the stop ([`crate::stack::StackCopy::walk`]).
+    pub fn copy_stack(&self, tid: Tid) -> Result<crate::stack::StackCopy, Error> {
+        let regs = self.registers(tid)?;
+        let memory = crate::memory::ProcessMemory::open_read_only(self.process.pid())?;
+        Ok(crate::stack::StackCopy::take(&memory, regs))
+    }
+
     /// The functions thread `tid` is inside of now, innermost first: its
     /// stack walked with the modules' call frame information (at most
     /// `max` frames; see [`crate::stack`] for where a walk stops).
     pub fn stack(&mut self, tid: Tid, max: usize) -> Result<Vec<crate::stack::Frame>, Error> {
-        let regs = self.registers(tid)?;
-        let memory = crate::memory::ProcessMemory::open_read_only(self.process.pid())?;
-        Ok(crate::stack::walk(
-            self.process.image(),
-            &memory,
-            &regs,
-            max,
-        ))
+        let copy = self.copy_stack(tid)?;
+        Ok(copy.walk(self.process.image(), max))
     }
 
     /// Sets the general registers of thread `tid`, stopped; they take

@@ -1,0 +1,251 @@
+//! What a target's threads are blocked in, sampled: which system call,
+//! on which object (a futex word, a file descriptor) and for how many
+//! bytes. The where-axis of objects (the mutex a thread waits for, the
+//! file or peer it reads) and the measure of a frame opened before any
+//! probe (a thread's whole life under an event loop) come from here.
+//!
+//! A thread blocked in a system call shows it in
+//! `/proc/PID/task/TID/syscall` (number, arguments, stack and program
+//! counter) without being stopped: a sample costs one small read per
+//! thread and never touches the target.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What a sampled thread was doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Blocked {
+    /// Waiting on a futex word at this address (a mutex, condition
+    /// variable, semaphore, Rust's and Go's locks).
+    Sync(u64),
+    /// Waiting on file descriptor `fd` (read, write, poll…); `bytes` is
+    /// what a transfer asked for (0 for a readiness wait).
+    Io { fd: i32, bytes: u64 },
+}
+
+/// One thread's samples.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadWaits {
+    /// Samples taken.
+    pub samples: u64,
+    /// Samples blocked in a synchronization wait.
+    pub sync: u64,
+    /// Samples blocked in I/O.
+    pub io: u64,
+    /// Samples per object: (sync?, futex address or fd) → (samples, bytes
+    /// asked in all, transfers sampled).
+    pub objects: HashMap<(bool, u64), (u64, u64, u64)>,
+}
+
+/// Classifies one `/proc/PID/task/TID/syscall` line.
+pub fn classify(line: &str) -> Option<Blocked> {
+    let mut it = line.split_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    let args: Vec<u64> = it
+        .take(6)
+        .filter_map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect();
+    let arg = |i: usize| args.get(i).copied().unwrap_or(0);
+    let fd = arg(0) as i32;
+    Some(match nr {
+        // futex, futex_waitv (its first argument is an array: the first
+        // waiter's address is not read here).
+        202 | 449 => Blocked::Sync(arg(0)),
+        // read, write, pread64, pwrite64, recvfrom, sendto, recvmsg
+        // sendmsg: the third argument is the size asked for (a count, or a
+        // flags word for the *msg calls, taken as unknown).
+        0 | 1 | 17 | 18 | 44 | 45 => Blocked::Io { fd, bytes: arg(2) },
+        // readv, writev, recvmsg, sendmsg, accept, connect, accept4, poll,
+        // select, pselect6, ppoll, epoll_wait, epoll_pwait, epoll_pwait2,
+        // fsync, fdatasync, openat (dirfd), sendfile, splice, recvmmsg,
+        // sendmmsg, io_uring_enter, sync_file_range.
+        19 | 20 | 46 | 47 | 43 | 42 | 288 | 7 | 23 | 270 | 271 | 232 | 281 | 441 | 74 | 75
+        | 257 | 40 | 275 | 299 | 307 | 426 | 277 => Blocked::Io { fd, bytes: 0 },
+        _ => return None,
+    })
+}
+
+/// Samples every thread of a process on a thread of its own until dropped.
+pub struct WaitSampler {
+    stats: Arc<Mutex<HashMap<u32, ThreadWaits>>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl WaitSampler {
+    /// Starts sampling process `pid` every `period`.
+    pub fn start(pid: i32, period: Duration) -> WaitSampler {
+        let stats: Arc<Mutex<HashMap<u32, ThreadWaits>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, halt) = (stats.clone(), stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("weft-waits".into())
+            .spawn(move || {
+                while !halt.load(Ordering::Relaxed) {
+                    let seen = sample_once(pid);
+                    if let Ok(mut all) = s.lock() {
+                        for (tid, blocked) in seen {
+                            let t = all.entry(tid).or_default();
+                            t.samples += 1;
+                            let key = match blocked {
+                                Some(Blocked::Sync(addr)) => {
+                                    t.sync += 1;
+                                    Some(((true, addr), 0))
+                                }
+                                Some(Blocked::Io { fd, bytes }) => {
+                                    t.io += 1;
+                                    Some(((false, fd as u64), bytes))
+                                }
+                                None => None,
+                            };
+                            if let Some((key, bytes)) = key {
+                                let o = t.objects.entry(key).or_default();
+                                o.0 += 1;
+                                if bytes > 0 {
+                                    o.1 += bytes;
+                                    o.2 += 1;
+                                }
+                            }
+                        }
+                    }
+                    std::thread::sleep(period);
+                }
+            })
+            .ok();
+        WaitSampler {
+            stats,
+            stop,
+            handle,
+        }
+    }
+
+    /// Every thread's samples so far.
+    pub fn snapshot(&self) -> HashMap<u32, ThreadWaits> {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for WaitSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One look at every thread: what each is blocked in, if anything.
+fn sample_once(pid: i32) -> Vec<(u32, Option<Blocked>)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+        // "running": on a CPU (or about to be); a thread stopped by weft
+        // reads like the call it was in.
+        Some((tid, classify(&line)))
+    })
+    .collect()
+}
+
+/// What file descriptor `fd` of `pid` is, for a report: its path, or for
+/// a TCP socket its peer (`socket 127.0.0.1:11211 -> 127.0.0.1:40112`).
+pub fn describe_fd(pid: i32, fd: i32) -> String {
+    let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+        return format!("fd {fd}");
+    };
+    let link = link.to_string_lossy().into_owned();
+    if let Some(inode) = link
+        .strip_prefix("socket:[")
+        .and_then(|s| s.strip_suffix(']'))
+    {
+        if let Some(peer) = tcp_peer(pid, inode) {
+            return format!("fd {fd} {peer}");
+        }
+    }
+    format!("fd {fd} {link}")
+}
+
+/// The local and remote addresses of the TCP socket with `inode`.
+fn tcp_peer(pid: i32, inode: &str) -> Option<String> {
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(9) == Some(&inode) {
+                let (local, remote) = (hex_address(f.get(1)?)?, hex_address(f.get(2)?)?);
+                return Some(format!("tcp {local} -> {remote}"));
+            }
+        }
+    }
+    None
+}
+
+/// `0100007F:2B67` (or a 32-digit IPv6 address) as `127.0.0.1:11111`.
+fn hex_address(s: &str) -> Option<String> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let bytes: Vec<u8> = (0..ip.len() / 2)
+        .map(|i| u8::from_str_radix(&ip[2 * i..2 * i + 2], 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // /proc prints each 32-bit word in host (little-endian) order.
+    let words: Vec<u8> = bytes
+        .chunks(4)
+        .flat_map(|w| w.iter().rev().copied())
+        .collect();
+    Some(match words.len() {
+        4 => format!(
+            "{}:{port}",
+            std::net::Ipv4Addr::new(words[0], words[1], words[2], words[3])
+        ),
+        16 => {
+            let a: [u8; 16] = words.try_into().ok()?;
+            format!("[{}]:{port}", std::net::Ipv6Addr::from(a))
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_waits_from_the_syscall_file() {
+        assert_eq!(
+            classify("202 0x55d0c0 0x80 0x2 0x0 0x0 0x0 0x7ffd 0x7f00"),
+            Some(Blocked::Sync(0x55d0c0))
+        );
+        assert_eq!(
+            classify("0 0x3 0x7ffd10 0x10 0x0 0x0 0x0 0x7ffd 0x7f00"),
+            Some(Blocked::Io { fd: 3, bytes: 16 })
+        );
+        assert_eq!(
+            classify("232 0x5 0x7ffd10 0x20 0xffffffff 0x0 0x0 0x7ffd 0x7f00"),
+            Some(Blocked::Io { fd: 5, bytes: 0 })
+        );
+        assert_eq!(classify("running"), None);
+        assert_eq!(classify("-1 0x7ffd 0x7f00"), None);
+        assert_eq!(
+            classify("230 0x1 0x0 0x7ffd 0x0 0x0 0x0 0x7ffd 0x7f00"),
+            None
+        );
+    }
+
+    #[test]
+    fn reads_proc_net_addresses() {
+        assert_eq!(
+            hex_address("0100007F:2B67").as_deref(),
+            Some("127.0.0.1:11111")
+        );
+        assert_eq!(
+            hex_address("00000000000000000000000001000000:0050").as_deref(),
+            Some("[::1]:80")
+        );
+    }
+}
