@@ -56,6 +56,17 @@ fn path_of(b: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The target's `threads A,B` line, sorted.
+fn target_workers(t: &mut Proc) -> Vec<u64> {
+    let line = t.expect_stdout("threads", |l| l.starts_with("threads "));
+    let mut workers: Vec<u64> = line["threads ".len()..]
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    workers.sort();
+    workers
+}
+
 fn diag_mutex() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
@@ -83,12 +94,7 @@ fn rust_std_mutex_contention_is_found_with_its_mutex() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = Ctx::new("rust_std_mutex_contention_is_found_with_its_mutex");
     let mut t = ctx.target(diag_mutex(), &[]);
-    let line = t.expect_stdout("threads", |l| l.starts_with("threads "));
-    let mut workers: Vec<u64> = line["threads ".len()..]
-        .split(',')
-        .filter_map(|v| v.trim().parse().ok())
-        .collect();
-    workers.sort();
+    let workers = target_workers(&mut t);
     let line = t.expect_stdout("mutex", |l| l.starts_with("mutex "));
     let mut f = line.split_whitespace().skip(1);
     let mutex = u64::from_str_radix(f.next().unwrap_or("").trim_start_matches("0x"), 16)
@@ -181,12 +187,7 @@ fn python3_threads_contending_a_lock() {
         std::path::Path::new("/usr/bin/python3"),
         &[script.to_str().expect("utf-8 path")],
     );
-    let line = t.expect_stdout("threads", |l| l.starts_with("threads "));
-    let mut workers: Vec<u64> = line["threads ".len()..]
-        .split(',')
-        .filter_map(|v| v.trim().parse().ok())
-        .collect();
-    workers.sort();
+    let workers = target_workers(&mut t);
     t.expect_stdout("ready", |l| l == "ready");
     let (d, err) = diagnose(&ctx, t.pid, 25);
     let all = d["bottlenecks"].as_array().cloned().unwrap_or_default();

@@ -126,10 +126,7 @@ fn say(p: &Progress) {
     match p {
         Progress::Testing(tests) => {
             for (h, path, tid) in tests {
-                eprintln!(
-                    "weft: testing {h} in {} (thread {tid})",
-                    display_path(path)
-                );
+                eprintln!("weft: testing {h} in {} (thread {tid})", display_path(path));
             }
         }
         Progress::TooCostly(function, share) => eprintln!(
@@ -174,12 +171,14 @@ fn to_text(d: &Diagnosis) -> String {
     let m = &d.summary;
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
-         CPU{}\n",
+         CPU, {} stops (longest {:.1} ms){}\n",
         m.tests,
         m.peak_probes,
         m.functions_probed,
         m.functions_reachable,
         m.overhead * 100.0,
+        m.stops,
+        m.longest_stop_ms,
         if m.exhausted {
             ""
         } else {

@@ -460,6 +460,8 @@ pub struct Process {
     #[cfg(debug_assertions)]
     fault: Option<undo::Fault>,
     options: RuntimeOptions,
+    /// What the other threads do while the runtime is loaded.
+    load_world: crate::ptrace::World,
     launched: bool,
     /// Set once the process has run on its own (weft released it).
     ever_released: bool,
@@ -649,6 +651,7 @@ impl Process {
             staged: Default::default(),
             memory: None,
             longest_stop: Duration::ZERO,
+            load_world: crate::ptrace::World::WhenWaiting,
         }
     }
 
@@ -910,7 +913,14 @@ impl Process {
         let tid = self.call_thread(tracer)?;
         // Nothing is reset: the words of probes other sessions still have
         // in place keep counting, and fresh words were never written.
-        let rt = runtime::load(tracer, &mut self.image, tid, self.options, 0)?;
+        let rt = runtime::load(
+            tracer,
+            &mut self.image,
+            tid,
+            self.options,
+            0,
+            self.load_world,
+        )?;
         self.runtime = Some(rt);
         self.join_session(tracer)?;
         // Exit hooks are enabled in every session, even one that only
@@ -924,7 +934,7 @@ impl Process {
     /// for the union of what it serves and `metrics` when not: whichever
     /// weft installed it, never less than it served), and returns the
     /// layout entry snippets must use.
-    fn ensure_exits(
+    pub(crate) fn ensure_exits(
         &mut self,
         tracer: &mut Tracer,
         metrics: Metrics,
@@ -3501,6 +3511,17 @@ impl Process {
     /// wrote, and moved to the same instruction's copy in the trampoline.
     pub fn threads_moved(&self) -> u64 {
         self.threads_moved
+    }
+
+    /// Keeps every stop of the world short, the first one too: the
+    /// runtime (loaded by the first insertion) is then loaded with the
+    /// other threads running all along, instead of stopped while the
+    /// loader computes. The load then competes with them for the CPUs (on
+    /// a saturated machine it takes longer), but no thread waits for it:
+    /// for a tool that stops the target many times and promises each stop
+    /// is short (`weft diagnose`).
+    pub fn prefer_short_stops(&mut self) {
+        self.load_world = crate::ptrace::World::Running;
     }
 
     /// The longest time the target's threads were all stopped at once

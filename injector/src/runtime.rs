@@ -275,16 +275,19 @@ fn negative_errno(call: &'static str, value: u64) -> Result<u64, RuntimeError> {
 
 /// Loads (or finds) the runtime in the target and starts a session whose
 /// first `reset_words` metric words are zeroed. The world must be stopped.
-/// Every remote call runs with the other threads stopped; `dlopen`, which
-/// takes the loader's and malloc's locks (a stopped thread may hold one),
-/// lets them run while it waits in a system call ([`World::WhenWaiting`]).
-/// The others are bare system calls or the runtime's own code.
+/// Every remote call runs with the other threads stopped but `dlopen`,
+/// which takes the loader's and malloc's locks (a stopped thread may hold
+/// one): `dlopen_world` says what the others do meanwhile
+/// ([`World::WhenWaiting`]: run while it waits in a system call;
+/// [`World::Running`]: run all along). The others are bare system calls
+/// or the runtime's own code.
 pub fn load(
     tracer: &mut Tracer,
     image: &mut ProcessImage,
     tid: Tid,
     options: RuntimeOptions,
     reset_words: u32,
+    dlopen_world: World,
 ) -> Result<Runtime, RuntimeError> {
     let bytes = runtime_bytes()?;
     let init_offset = symbol_offset(&bytes, "weft_rt_init")?;
@@ -337,7 +340,7 @@ pub fn load(
                     image,
                     tid,
                     format!("/proc/{own_pid}/fd/{fd}\0").into_bytes(),
-                    World::WhenWaiting,
+                    dlopen_world,
                 ),
                 Err(_) => Ok(Some(Ok(0))),
             };

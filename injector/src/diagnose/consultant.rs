@@ -134,6 +134,12 @@ pub struct Summary {
     pub functions_reachable: usize,
     /// Functions of the executable (what `-f 'exe:*'` would probe).
     pub executable_functions: usize,
+    /// Times the search stopped the target's threads (to walk stacks, put
+    /// probes in, take them out).
+    pub stops: usize,
+    /// The longest of those stops, ms (the first includes loading the
+    /// runtime when the process has none yet).
+    pub longest_stop_ms: f64,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// What the instrumentation cost, as a share of the target's CPU time
@@ -199,6 +205,8 @@ pub struct Consultant {
     /// instrumentation of those modules would probe.
     module_functions: BTreeMap<std::path::PathBuf, usize>,
     executable_functions: usize,
+    /// The stops of the world the search made.
+    stops: Stops,
     /// The executable's functions by entry address (to recognize a
     /// thread's start routine).
     entries: HashMap<u64, String>,
@@ -236,6 +244,10 @@ const MIN_CPU_SPAN_NS: u64 = 10_000_000;
 /// How long after its insertion a probe's cost is first looked at.
 const FIRST_LOOK: Duration = Duration::from_millis(20);
 
+/// Most functions instrumented in one stop of the world: each adds about
+/// 0.2 ms to it.
+const FUNCTIONS_PER_STOP: usize = 4;
+
 /// Targets one armed indirect call site records per thread.
 const TARGET_SLOTS: u32 = 8;
 
@@ -252,6 +264,9 @@ impl Consultant {
     /// Prepares a CPU-bound search of `process`'s executable, for the
     /// threads it has now.
     pub fn new(process: &mut Process, options: Options) -> Result<Consultant, Error> {
+        // A search stops the target many times, each stop short: the
+        // runtime's load too.
+        process.prefer_short_stops();
         let functions = process.find_functions(&[Pattern::parse("exe:*")
             .map_err(|e| Error::Internal(format!("the executable's pattern: {e}")))?])?;
         let mut graph = StaticCallGraph::new();
@@ -263,7 +278,16 @@ impl Consultant {
             .map(|f| (f.address, f.name.clone()))
             .collect();
         let mut known_threads = BTreeSet::new();
-        let found = thread_paths(process, &entries, &mut known_threads, SNAPSHOTS)?;
+        let mut stops = Stops::default();
+        // The runtime, then the exit code the timers need, each in a stop
+        // of its own: the first test's insertion is then as short as any.
+        for metrics in [Metrics::CALLS, TIMERS] {
+            let mut held = process.hold()?;
+            held.load_runtime(metrics)?;
+            held.release()?;
+            stops.note(process);
+        }
+        let found = thread_paths(process, &entries, &mut known_threads, SNAPSHOTS, &mut stops)?;
         let mut search = Search::new(options.thresholds, &options.hypotheses, &[]);
         let mut module_functions = BTreeMap::new();
         if let Some(exe) = functions.first() {
@@ -281,6 +305,7 @@ impl Consultant {
             graph,
             module_functions,
             executable_functions: functions.len(),
+            stops,
             entries,
             known_threads,
             cost: Cost::new(process.pid()),
@@ -341,7 +366,13 @@ impl Consultant {
         }
         // One walk: a new thread's frames are not watched long enough to
         // call them open, only its root is taken as true.
-        let found = thread_paths(process, &self.entries, &mut self.known_threads, 1)?;
+        let found = thread_paths(
+            process,
+            &self.entries,
+            &mut self.known_threads,
+            1,
+            &mut self.stops,
+        )?;
         let open = add_thread_paths(
             &mut self.search,
             &mut self.graph,
@@ -405,33 +436,40 @@ impl Consultant {
                 }
             }
         }
-        let mut new: Vec<Function> = planned
+        let new: Vec<Function> = planned
             .iter()
             .filter_map(|name| self.graph.function(name).cloned())
             .collect();
-        let mut ids = Vec::new();
-        // Functions weft refuses to time (a `.cold` part, a jump into the
-        // patch…) leave the batch; their tests are skipped below.
-        while !new.is_empty() {
-            let specs: Vec<ProbeSpec> = new
-                .iter()
-                .map(|f| ProbeSpec::measure(f.clone(), TIMERS))
-                .collect();
-            let mut held = process.hold()?;
-            let inserted = held.insert_probes(&specs);
-            held.release()?;
-            match inserted {
-                Ok(i) => {
-                    ids = i;
-                    break;
+        let mut inserted_all: Vec<(Function, ProbeId)> = Vec::new();
+        // A few functions per stop, so that no stop grows with the batch;
+        // functions weft refuses to time (a `.cold` part, a jump into the
+        // patch…) leave their batch, and their tests are skipped below.
+        for chunk in new.chunks(FUNCTIONS_PER_STOP) {
+            let mut batch = chunk.to_vec();
+            while !batch.is_empty() {
+                let specs: Vec<ProbeSpec> = batch
+                    .iter()
+                    .map(|f| ProbeSpec::measure(f.clone(), TIMERS))
+                    .collect();
+                // Planned while the target runs, not in the stop.
+                let _ = process.prepare(&batch);
+                let mut held = process.hold()?;
+                let inserted = held.insert_probes(&specs);
+                held.release()?;
+                self.stops.note(process);
+                match inserted {
+                    Ok(ids) => {
+                        inserted_all.extend(batch.drain(..).zip(ids));
+                    }
+                    Err(Error::Refused(refused)) => {
+                        batch.retain(|f| !refused.iter().any(|r| r.function.address == f.address));
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(Error::Refused(refused)) => {
-                    new.retain(|f| !refused.iter().any(|r| r.function.address == f.address));
-                }
-                Err(e) => return Err(e),
             }
         }
-        for (f, id) in new.iter().zip(ids) {
+        for (f, id) in &inserted_all {
+            let (f, id) = (f, *id);
             count_module(process, &mut self.module_functions, f);
             self.probes.insert(f.name.clone(), (id, BTreeSet::new()));
             self.probed_ever.insert(f.name.clone());
@@ -651,11 +689,17 @@ impl Consultant {
         if specs.is_empty() {
             return Ok(());
         }
-        let mut held = process.hold()?;
-        let ids = held.insert_points(&specs);
-        held.release()?;
-        for (owner, id) in owners.into_iter().zip(ids?) {
-            self.armed.entry(owner).or_default().push(id);
+        for (specs, owners) in specs
+            .chunks(FUNCTIONS_PER_STOP * 2)
+            .zip(owners.chunks(FUNCTIONS_PER_STOP * 2))
+        {
+            let mut held = process.hold()?;
+            let ids = held.insert_points(specs);
+            held.release()?;
+            self.stops.note(process);
+            for (owner, id) in owners.iter().zip(ids?) {
+                self.armed.entry(owner.clone()).or_default().push(id);
+            }
         }
         Ok(())
     }
@@ -722,6 +766,7 @@ impl Consultant {
         let mut held = process.hold()?;
         held.remove(&ids)?;
         held.release()?;
+        self.stops.note(process);
         for (name, _) in gone {
             self.probes.remove(&name);
         }
@@ -744,6 +789,7 @@ impl Consultant {
         let mut held = process.hold()?;
         held.remove(&ids)?;
         held.release()?;
+        self.stops.note(process);
         self.probes.clear();
         self.armed.clear();
         Ok(())
@@ -852,6 +898,8 @@ impl Consultant {
                 functions_probed: self.probed_ever.len(),
                 functions_reachable: self.module_functions.values().sum(),
                 executable_functions: self.executable_functions,
+                stops: self.stops.count,
+                longest_stop_ms: self.stops.longest.as_secs_f64() * 1e3,
                 exhausted: self.search.exhausted(),
                 overhead: self.cost.total_share(),
                 cost_per_call_ns: self.cost.per_call_ns,
@@ -879,6 +927,21 @@ struct ThreadPaths {
     edges: Vec<(Function, Function)>,
 }
 
+/// The stops of the world a search made.
+#[derive(Clone, Copy, Debug, Default)]
+struct Stops {
+    count: usize,
+    longest: Duration,
+}
+
+impl Stops {
+    /// Counts the hold `process` just released.
+    fn note(&mut self, process: &Process) {
+        self.count += 1;
+        self.longest = self.longest.max(process.longest_stop());
+    }
+}
+
 /// Each new thread's open path: its root — `main` for the main thread,
 /// its start routine for the others — and below it the frames its stack
 /// kept over `snapshots` walks (one stop each; the walks run after it).
@@ -895,6 +958,7 @@ fn thread_paths(
     entries: &HashMap<u64, String>,
     known: &mut BTreeSet<u32>,
     snapshots: usize,
+    stops: &mut Stops,
 ) -> Result<ThreadPaths, Error> {
     let pid = process.pid();
     let mut descriptors = Vec::new();
@@ -920,6 +984,7 @@ fn thread_paths(
             }
         }
         held.release()?;
+        stops.note(process);
     }
     let mut found = ThreadPaths {
         paths: Vec::new(),

@@ -317,6 +317,16 @@ impl<'p> Held<'p> {
         self.process.harvest()
     }
 
+    /// Loads the runtime now if the process has none, and the exit code
+    /// that serves `metrics`, without inserting anything: a tool that
+    /// promises short stops does this in holds of its own, one per call,
+    /// so that its first insertion is as short as its others.
+    pub fn load_runtime(&mut self, metrics: Metrics) -> Result<(), Error> {
+        self.process.ensure_runtime(&mut self.tracer)?;
+        self.process.ensure_exits(&mut self.tracer, metrics)?;
+        Ok(())
+    }
+
     /// The runtime's region header, writable (for the words weft sets
     /// there), loading the runtime first if need be.
     pub(crate) fn region_header(&mut self) -> Result<&weft_rt::layout::RegionHeader, Error> {
