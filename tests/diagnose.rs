@@ -262,3 +262,97 @@ fn a_function_too_costly_to_time_is_skipped() {
     t.close_stdin();
     t.wait_exit();
 }
+
+/// A tool's own hypothesis through the library: "the worker spends too
+/// much time in `pool_get`" is refined to the caller that makes it true.
+#[test]
+fn a_custom_hypothesis_through_the_library() {
+    use weft::diagnose::{Consultant, CustomHypothesis, Measure, Options};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ctx = Ctx::new("a_custom_hypothesis_through_the_library");
+    let exe = build_c_target("diagnose_custom", &["-O1", "-fno-inline", "-pthread"]);
+    let mut t = ctx.target(&exe, &[]);
+    let line = t.expect_stdout("threads", |l| l.starts_with("threads "));
+    let worker: u32 = line["threads ".len()..]
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| ctx.fail(format!("bad line {line:?}")));
+    t.expect_stdout("ready", |l| l == "ready");
+    let mut process = weft::Process::open(t.pid as i32).expect("open the target");
+    let options = Options {
+        hypotheses: Vec::new(),
+        custom: vec![CustomHypothesis {
+            name: "pool".into(),
+            functions: vec!["pool_get".into()],
+            measure: Measure::Wall,
+            threshold: 0.20,
+        }],
+        ..Options::default()
+    };
+    let mut consultant = Consultant::new(&mut process, options).expect("start the search");
+    let started = std::time::Instant::now();
+    while !consultant.exhausted() && started.elapsed() < std::time::Duration::from_secs(40) {
+        consultant.step(&mut process).expect("a step");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let d = consultant.diagnosis();
+    consultant
+        .finish(&mut process)
+        .expect("take the probes out");
+    drop(process);
+    ctx.check(d.summary.exhausted, || "the search did not finish".into());
+    let want = ["serve", "handle_big", "pool_get"];
+    let found = d
+        .bottlenecks
+        .iter()
+        .find(|b| b.hypothesis == "pool" && b.path.ends_with(&want.map(String::from)));
+    let Some(b) = found else {
+        ctx.fail(format!(
+            "no pool bottleneck at {want:?}: {:?}",
+            d.bottlenecks
+        ));
+    };
+    ctx.check(b.threads == vec![worker], || {
+        format!("threads {:?}", b.threads)
+    });
+    ctx.check((0.20..=0.50).contains(&b.value), || {
+        format!(
+            "pool_get under handle_big: {:.3} of the worker's time",
+            b.value
+        )
+    });
+    // The same sleep elsewhere is not the pool's, and no other hypothesis
+    // was tested.
+    ctx.check(
+        d.bottlenecks
+            .iter()
+            .all(|b| b.hypothesis == "pool" && b.function == "pool_get"),
+        || format!("only the pool was asked about: {:?}", d.bottlenecks),
+    );
+    ctx.check(
+        !d.nodes
+            .iter()
+            .any(|n| n.path.last().is_some_and(|f| f == "cache_get")),
+        || "cache_get reaches no pool function: it is not tested".into(),
+    );
+    t.close_stdin();
+    t.wait_exit();
+}
+
+#[test]
+fn a_bad_hypothesis_is_refused_with_what_to_write() {
+    let ctx = Ctx::new("a_bad_hypothesis_is_refused_with_what_to_write");
+    for (spec, says) in [
+        ("pool", "NAME=FUNCTION"),
+        ("pool=pool_get:fast", "not wall, cpu or offcpu"),
+        ("pool=pool_get@2", "not a share between 0 and 1"),
+        ("cpu=spin", "built-in hypothesis"),
+    ] {
+        let mut w = ctx.weft(&["diagnose", "-p", "1", "--hypothesis", spec]);
+        w.wait_code(1);
+        let err = w.stderr_text();
+        ctx.check(err.contains(says), || {
+            format!("--hypothesis {spec}: stderr {err:?} lacks {says:?}")
+        });
+    }
+}

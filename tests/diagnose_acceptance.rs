@@ -577,6 +577,14 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
                 ));
             }
         }
+        // The reader asks for 16-byte records ~500 times a second:
+        // Paradyn's "too many small I/O operations".
+        if io["bytes_per_call"] != 16 || io["small_io"] != true {
+            fail(format!(
+                "the reader's small reads: {} B per call, small_io {}, {} calls/s",
+                io["bytes_per_call"], io["small_io"], io["calls_per_s"]
+            ));
+        }
         if cpu["object"] != serde_json::Value::Null
             || sync["object"] != objects.mutex.as_str()
             || !io["object"]

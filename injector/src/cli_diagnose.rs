@@ -4,7 +4,7 @@
 //! SIGINT/SIGTERM arrives, or the target exits; then takes every probe out.
 
 use crate::cli_wait;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -154,7 +154,7 @@ fn to_text(d: &Diagnosis) -> String {
             b.value * 100.0,
             b.hypothesis,
             display_path(&b.path),
-            thread_list(&b.threads),
+            thread_list(b),
             object_text(b)
         ));
     }
@@ -164,7 +164,7 @@ fn to_text(d: &Diagnosis) -> String {
             b.value * 100.0,
             b.hypothesis,
             display_path(&b.path),
-            thread_list(&b.threads),
+            thread_list(b),
             object_text(b)
         ));
     }
@@ -188,10 +188,17 @@ fn to_text(d: &Diagnosis) -> String {
     s
 }
 
-fn thread_list(threads: &[u32]) -> String {
-    threads
+/// `1234 (mc-worker),1235 (mc-worker)`: each thread with its name.
+fn thread_list(b: &weft::diagnose::Bottleneck) -> String {
+    b.threads
         .iter()
-        .map(|t| t.to_string())
+        .enumerate()
+        .map(
+            |(i, t)| match b.thread_names.get(i).filter(|n| !n.is_empty()) {
+                Some(name) => format!("{t} ({name})"),
+                None => t.to_string(),
+            },
+        )
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -213,5 +220,60 @@ fn object_text(b: &weft::diagnose::Bottleneck) -> String {
     if let Some(n) = b.bytes_per_call {
         s.push_str(&format!(", {n} B per transfer"));
     }
+    if b.small_io {
+        s.push_str(&format!(
+            ", too many small I/O operations ({:.0} calls/s)",
+            b.calls_per_s.unwrap_or(0.0)
+        ));
+    }
     s
+}
+
+/// `NAME=F1,F2[:wall|:cpu|:offcpu][@SHARE]` as a custom hypothesis.
+pub fn parse_hypothesis(spec: &str) -> Result<weft::diagnose::CustomHypothesis> {
+    use weft::diagnose::{CustomHypothesis, Measure};
+    let usage = "give NAME=FUNCTION,FUNCTION…, optionally :wall|:cpu|:offcpu and @SHARE, \
+                 e.g. 'alloc=malloc,free:cpu@0.1'";
+    let (name, rest) = spec
+        .split_once('=')
+        .with_context(|| format!("--hypothesis {spec:?}: {usage}"))?;
+    let (rest, threshold) = match rest.rsplit_once('@') {
+        Some((r, t)) => {
+            let t: f64 = t
+                .parse()
+                .ok()
+                .filter(|t| *t > 0.0 && *t < 1.0)
+                .with_context(|| {
+                    format!("--hypothesis {spec:?}: @{t} is not a share between 0 and 1")
+                })?;
+            (r, t)
+        }
+        None => (rest, 0.20),
+    };
+    let (functions, measure) = match rest.rsplit_once(':') {
+        Some((f, "wall")) => (f, Measure::Wall),
+        Some((f, "cpu")) => (f, Measure::Cpu),
+        Some((f, "offcpu")) => (f, Measure::OffCpu),
+        Some((_, m)) => bail!("--hypothesis {spec:?}: :{m} is not wall, cpu or offcpu"),
+        None => (rest, Measure::Wall),
+    };
+    let functions: Vec<String> = functions
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(String::from)
+        .collect();
+    let name = name.trim();
+    if name.is_empty() || functions.is_empty() {
+        bail!("--hypothesis {spec:?}: {usage}");
+    }
+    if ["cpu", "sync", "io"].contains(&name) {
+        bail!("--hypothesis {spec:?}: {name} is a built-in hypothesis; choose another name");
+    }
+    Ok(CustomHypothesis {
+        name: name.to_string(),
+        functions,
+        measure,
+        threshold,
+    })
 }

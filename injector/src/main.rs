@@ -268,6 +268,13 @@ enum Command {
         /// How long a value must hold before a test concludes, in seconds.
         #[arg(long, value_name = "SECS", default_value = "1")]
         observe: String,
+        /// A hypothesis of your own, tested next to cpu/sync/io: "the
+        /// threads spend too much time in these functions". NAME=F1,F2…
+        /// with an optional :wall|:cpu|:offcpu (which time, wall by
+        /// default) and @SHARE (threshold, 0.2 by default), e.g.
+        /// 'alloc=malloc,free,realloc:cpu@0.1'. Repeatable, up to 8.
+        #[arg(long = "hypothesis", value_name = "NAME=FUNCTIONS")]
+        hypotheses: Vec<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "text")]
         format: cli_diagnose::DiagnoseFormat,
@@ -442,6 +449,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             max_overhead,
             report_idle,
             observe,
+            hypotheses,
             format,
             output,
             command,
@@ -484,6 +492,10 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                     min_observation: observe,
                     ..defaults.thresholds
                 },
+                custom: hypotheses
+                    .iter()
+                    .map(|h| cli_diagnose::parse_hypothesis(h))
+                    .collect::<Result<_>>()?,
                 ..defaults
             };
             cli_diagnose::diagnose(target, duration, options, format, output.as_deref())

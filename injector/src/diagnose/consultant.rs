@@ -12,9 +12,9 @@
 //! probe (wall and CPU timers) is shared by every test of it, so the
 //! instrumentation is bounded by functions, not by tests.
 
-use super::decision::{Hypothesis, Reading, Thresholds, Verdict};
+use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
 use super::graph::{self, StaticCallGraph};
-use super::search::{Change, NodeId, Search, State};
+use super::search::{CallGraph, Change, NodeId, Search, State};
 use super::waits::{self, WaitSampler};
 use crate::inspect::Pattern;
 use crate::sample::Sampler;
@@ -39,6 +39,49 @@ pub struct Options {
     pub max_overhead: f64,
     /// Report waits at the top of a thread's loop as bottlenecks too.
     pub report_idle: bool,
+    /// A tool's own hypotheses, tested next to `hypotheses` (at most
+    /// [`MAX_CUSTOM`]).
+    pub custom: Vec<CustomHypothesis>,
+}
+
+/// A tool's own hypothesis: "the threads spend too much of their time in
+/// these functions" — an allocator, a logging layer, a client library's
+/// calls. Tested and refined like the built-in ones: from the roots down
+/// through the callees that reach one of the functions, to the function
+/// itself; a bottleneck ends at one of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomHypothesis {
+    /// Its name in reports (`alloc`).
+    pub name: String,
+    /// The functions whose time it counts (names as `weft list` shows
+    /// them; library functions too).
+    pub functions: Vec<String>,
+    /// Which time.
+    pub measure: Measure,
+    /// Share of a thread's time above which it holds.
+    pub threshold: f64,
+}
+
+/// Which of a thread's time a custom hypothesis counts in a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// All of it (on and off the CPU).
+    Wall,
+    /// On the CPU.
+    Cpu,
+    /// Off the CPU (blocked, sleeping).
+    OffCpu,
+}
+
+impl Measure {
+    /// The part of (wall, CPU) this counts.
+    fn part(self, wall: u64, cpu: u64) -> u64 {
+        match self {
+            Measure::Wall => wall,
+            Measure::Cpu => cpu,
+            Measure::OffCpu => wall.saturating_sub(cpu),
+        }
+    }
 }
 
 impl Default for Options {
@@ -54,6 +97,7 @@ impl Default for Options {
             ],
             max_overhead: 0.05,
             report_idle: false,
+            custom: Vec::new(),
         }
     }
 }
@@ -93,7 +137,23 @@ pub struct Bottleneck {
     /// I/O operations").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_per_call: Option<u64>,
+    /// Calls of the function per second, all its threads, while tested.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_per_s: Option<f64>,
+    /// Paradyn's refinement of I/O blocking: "too many small I/O
+    /// operations" — under [`SMALL_IO_BYTES`] a transfer on average, more
+    /// than [`SMALL_IO_RATE`] calls a second.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub small_io: bool,
+    /// The threads' names (`/proc/PID/task/TID/comm`), in `threads`'
+    /// order.
+    pub thread_names: Vec<String>,
 }
+
+/// Bytes under which a transfer is small.
+pub const SMALL_IO_BYTES: u64 = 4096;
+/// Calls a second over which small transfers are too many.
+pub const SMALL_IO_RATE: f64 = 100.0;
 
 /// A test as reported.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -230,6 +290,8 @@ pub struct Consultant {
     armed_at: HashMap<String, Instant>,
     /// Tests of frames seen open on their thread's stack.
     open: HashMap<NodeId, OpenFrame>,
+    /// Each test's calls per second of its function, latest reading.
+    call_rates: HashMap<NodeId, f64>,
     /// What the threads are blocked in, sampled.
     waits: WaitSampler,
     pid: i32,
@@ -263,13 +325,33 @@ const TIMERS: Metrics = Metrics {
 impl Consultant {
     /// Prepares a CPU-bound search of `process`'s executable, for the
     /// threads it has now.
-    pub fn new(process: &mut Process, options: Options) -> Result<Consultant, Error> {
+    pub fn new(process: &mut Process, mut options: Options) -> Result<Consultant, Error> {
+        if options.custom.len() > MAX_CUSTOM {
+            return Err(Error::Internal(format!(
+                "{} custom hypotheses: at most {MAX_CUSTOM} can be tested at once",
+                options.custom.len()
+            )));
+        }
+        for (i, c) in options.custom.iter().enumerate() {
+            options.thresholds.custom[i] = c.threshold;
+            let h = Hypothesis::Custom(i as u8);
+            if !options.hypotheses.contains(&h) {
+                options.hypotheses.push(h);
+            }
+        }
         // A search stops the target many times, each stop short: the
         // runtime's load too.
         process.prefer_short_stops();
         let functions = process.find_functions(&[Pattern::parse("exe:*")
             .map_err(|e| Error::Internal(format!("the executable's pattern: {e}")))?])?;
         let mut graph = StaticCallGraph::new();
+        graph.set_custom_classes(
+            options
+                .custom
+                .iter()
+                .map(|c| c.functions.iter().cloned().collect())
+                .collect(),
+        );
         for f in &functions {
             graph.explore(process.image(), f);
         }
@@ -319,9 +401,30 @@ impl Consultant {
             to_arm: BTreeSet::new(),
             armed_at: HashMap::new(),
             open,
+            call_rates: HashMap::new(),
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
             pid: process.pid(),
         })
+    }
+
+    /// A hypothesis's name in reports (a custom one's own name).
+    fn name_of(&self, h: Hypothesis) -> String {
+        match h {
+            Hypothesis::Custom(i) => self
+                .options
+                .custom
+                .get(usize::from(i))
+                .map_or_else(|| "custom".to_string(), |c| c.name.clone()),
+            h => h.name().to_string(),
+        }
+    }
+
+    /// What custom hypothesis `i` measures.
+    fn measure_of(&self, i: u8) -> Measure {
+        self.options
+            .custom
+            .get(usize::from(i))
+            .map_or(Measure::Wall, |c| c.measure)
     }
 
     /// Whether the search has nothing left to test.
@@ -491,7 +594,7 @@ impl Consultant {
             }
             self.tests += 1;
             testing.push((
-                node.hypothesis.name().to_string(),
+                self.name_of(node.hypothesis),
                 node.focus.path.clone(),
                 node.focus.threads.first().copied().unwrap_or(0),
             ));
@@ -519,6 +622,7 @@ impl Consultant {
                 // Off the CPU inside the function: waiting (refinement
                 // narrows it to the primitive that waits).
                 Hypothesis::SyncWaiting | Hypothesis::IoBlocking => wall.saturating_sub(cpu),
+                Hypothesis::Custom(i) => self.measure_of(i).part(wall, cpu),
             };
             let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
@@ -566,15 +670,23 @@ impl Consultant {
                         Hypothesis::IoBlocking => {
                             (whole as f64 * share(sampled.2, base.waits.2)) as u64
                         }
+                        Hypothesis::Custom(i) => self
+                            .measure_of(i)
+                            .part(whole, thread_cpu.saturating_sub(base.thread_cpu_ns)),
                     };
                 }
+            }
+            if now > base.at {
+                let secs = now.duration_since(base.at).as_secs_f64();
+                self.call_rates
+                    .insert(id, calls.saturating_sub(base.calls) as f64 / secs);
             }
             let reading = Reading {
                 at: now.saturating_duration_since(base.at),
                 part_ns: part,
                 whole_ns: whole,
             };
-            let (h, path) = (node.hypothesis.name().to_string(), node.focus.path.clone());
+            let (h, path) = (self.name_of(node.hypothesis), node.focus.path.clone());
             let change = self.search.observe(id, reading, &self.graph);
             let node = self.search.node(id);
             let value = node.value().unwrap_or(0.0);
@@ -807,21 +919,27 @@ impl Consultant {
             // off-CPU time that no such primitive below accounts for is
             // sleep, paging or a wait of the other class.
             if n.hypothesis != Hypothesis::CpuBound
-                && graph::wait_class(n.focus.function()) != Some(n.hypothesis)
+                && !self.graph.in_class(n.hypothesis, n.focus.function())
             {
                 continue;
             }
-            let key = (n.hypothesis.name().to_string(), n.focus.path.clone());
+            let key = (self.name_of(n.hypothesis), n.focus.path.clone());
             let b = by_path.entry(key).or_insert_with(|| Bottleneck {
-                hypothesis: n.hypothesis.name().to_string(),
+                hypothesis: self.name_of(n.hypothesis),
                 path: n.focus.path.clone(),
                 function: n.focus.function().to_string(),
                 threads: Vec::new(),
                 value: 0.0,
                 object: None,
                 bytes_per_call: None,
+                calls_per_s: None,
+                small_io: false,
+                thread_names: Vec::new(),
             });
             b.threads.extend(n.focus.threads.iter().copied());
+            if let Some(&rate) = self.call_rates.get(&id) {
+                *b.calls_per_s.get_or_insert(0.0) += rate;
+            }
             b.value = b.value.max(n.value().unwrap_or(0.0));
         }
         let waits = self.waits.snapshot();
@@ -852,6 +970,20 @@ impl Consultant {
                 });
                 b.bytes_per_call = (transfers > 0).then(|| bytes / transfers);
             }
+            b.small_io = !sync
+                && b.bytes_per_call.is_some_and(|n| n < SMALL_IO_BYTES)
+                && b.calls_per_s.is_some_and(|r| r > SMALL_IO_RATE);
+        }
+        for b in by_path.values_mut() {
+            b.thread_names = b
+                .threads
+                .iter()
+                .map(|t| {
+                    std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", self.pid))
+                        .map(|n| n.trim().to_string())
+                        .unwrap_or_default()
+                })
+                .collect();
         }
         let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) = by_path
             .into_values()
@@ -863,7 +995,7 @@ impl Consultant {
             .nodes()
             .iter()
             .map(|n| NodeReport {
-                hypothesis: n.hypothesis.name().to_string(),
+                hypothesis: self.name_of(n.hypothesis),
                 path: n.focus.path.clone(),
                 thread: n.focus.threads.first().copied().unwrap_or(0),
                 state: match (&n.state, n.verdict()) {
@@ -1127,8 +1259,17 @@ fn add_thread_paths(
             // before the open frames do), each a test of its own.
             for chain in &below {
                 let mut seen = names.clone();
-                seen.extend(chain.iter().map(|f| f.name.clone()));
-                search.add_open_path(h, &seen, &[tid], graph);
+                // As far as the hypothesis can hold there (a call that
+                // reaches no wait of its class is not tested for it).
+                seen.extend(
+                    chain
+                        .iter()
+                        .map(|f| f.name.clone())
+                        .take_while(|f| graph.relevant(h, f)),
+                );
+                if seen.len() > names.len() {
+                    search.add_open_path(h, &seen, &[tid], graph);
+                }
             }
             let nodes = search.add_open_path(h, &names, &[tid], graph);
             open.extend(nodes.into_iter().skip(1).map(|id| (id, OpenFrame::Unknown)));
@@ -1332,6 +1473,10 @@ const READINESS_WAITS: &[&str] = &[
 /// start routine, or `main`), or a readiness wait anywhere (an event
 /// loop's `epoll_wait`).
 fn is_idle_wait(b: &Bottleneck) -> bool {
-    b.hypothesis != Hypothesis::CpuBound.name()
+    [
+        Hypothesis::SyncWaiting.name(),
+        Hypothesis::IoBlocking.name(),
+    ]
+    .contains(&b.hypothesis.as_str())
         && (b.path.len() == 2 || READINESS_WAITS.contains(&b.function.as_str()))
 }

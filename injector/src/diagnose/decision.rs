@@ -23,7 +23,13 @@ pub enum Hypothesis {
     SyncWaiting,
     /// The threads wait here for reads, writes, polls…
     IoBlocking,
+    /// A tool's own: the threads spend their time in a set of functions it
+    /// names (`Options::custom`, by index).
+    Custom(u8),
 }
+
+/// Most custom hypotheses one search tests.
+pub const MAX_CUSTOM: usize = 8;
 
 impl Hypothesis {
     /// The name used in reports and JSON (`cpu`, `sync`, `io`).
@@ -32,6 +38,7 @@ impl Hypothesis {
             Hypothesis::CpuBound => "cpu",
             Hypothesis::SyncWaiting => "sync",
             Hypothesis::IoBlocking => "io",
+            Hypothesis::Custom(_) => "custom",
         }
     }
 }
@@ -51,6 +58,8 @@ pub struct Thresholds {
     /// How long a value must stay on one side of the band before the test
     /// concludes.
     pub min_observation: Duration,
+    /// The custom hypotheses' thresholds, by index (0.20 each).
+    pub custom: [f64; MAX_CUSTOM],
 }
 
 impl Default for Thresholds {
@@ -61,6 +70,7 @@ impl Default for Thresholds {
             io: 0.20,
             hysteresis: 0.05,
             min_observation: Duration::from_secs(1),
+            custom: [0.20; MAX_CUSTOM],
         }
     }
 }
@@ -72,6 +82,7 @@ impl Thresholds {
             Hypothesis::CpuBound => self.cpu,
             Hypothesis::SyncWaiting => self.sync,
             Hypothesis::IoBlocking => self.io,
+            Hypothesis::Custom(i) => self.custom.get(usize::from(i)).copied().unwrap_or(0.20),
         }
     }
 }

@@ -110,6 +110,8 @@ pub fn wait_class(function: &str) -> Option<Hypothesis> {
 pub struct StaticCallGraph {
     functions: BTreeMap<String, Function>,
     calls: BTreeMap<String, Calls>,
+    /// The custom hypotheses' functions, by index.
+    custom: Vec<BTreeSet<String>>,
 }
 
 impl StaticCallGraph {
@@ -126,6 +128,24 @@ impl StaticCallGraph {
     /// What `name`'s code calls, if it was decoded.
     pub fn calls(&self, name: &str) -> Option<&Calls> {
         self.calls.get(name)
+    }
+
+    /// Gives custom hypothesis `Custom(i)` its functions (the ones whose
+    /// time it counts), `i` being the position in `classes`.
+    pub fn set_custom_classes(&mut self, classes: Vec<BTreeSet<String>>) {
+        self.custom = classes;
+    }
+
+    /// Whether `function` is one whose time `hypothesis` counts: a wait
+    /// primitive of its class, or one of a custom hypothesis's functions.
+    pub fn in_class(&self, hypothesis: Hypothesis, function: &str) -> bool {
+        match hypothesis {
+            Hypothesis::Custom(i) => self
+                .custom
+                .get(usize::from(i))
+                .is_some_and(|set| set.contains(function)),
+            h => wait_class(function) == Some(h),
+        }
     }
 
     /// Decodes `f` (once) and records its callees, resolving direct
@@ -148,7 +168,7 @@ impl StaticCallGraph {
     /// Whether `function` is or calls (through functions the graph has
     /// decoded) a wait function of `class`.
     fn reaches(&self, class: Hypothesis, function: &str, seen: &mut BTreeSet<String>) -> bool {
-        if wait_class(function) == Some(class) {
+        if self.in_class(class, function) {
             return true;
         }
         if !seen.insert(function.to_string()) {
@@ -219,9 +239,9 @@ impl CallGraph for StaticCallGraph {
             Hypothesis::CpuBound => {
                 self.calls.contains_key(function) && wait_class(function).is_none()
             }
-            // A wait is found where it is called: down to the primitive.
-            // A function with an indirect call not yet resolved may reach
-            // one too.
+            // A wait (or a custom hypothesis's function) is found where
+            // it is called: down to the function itself. A function with an
+            // indirect call not yet resolved may reach one too.
             class => {
                 self.reaches(class, function, &mut BTreeSet::new())
                     || self

@@ -11,7 +11,10 @@ mod graph;
 mod search;
 mod waits;
 
-pub use consultant::{Bottleneck, Consultant, Diagnosis, NodeReport, Options, Progress, Summary};
-pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict};
+pub use consultant::{
+    Bottleneck, Consultant, CustomHypothesis, Diagnosis, Measure, NodeReport, Options, Progress,
+    Summary, SMALL_IO_BYTES, SMALL_IO_RATE,
+};
+pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
 pub use graph::{Calls, StaticCallGraph};
 pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, State};
