@@ -907,6 +907,18 @@ impl Process {
     }
 
     fn ensure_runtime(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+        self.load_runtime_alone(tracer)?;
+        // Exit hooks are enabled in every session, even one that only
+        // counts calls, so that every thread gets its return-slot block at
+        // registration and a later session can time it (a quick check of
+        // the region's flags once they are).
+        self.ensure_exits(tracer, Metrics::CALLS)?;
+        Ok(())
+    }
+
+    /// Loads the runtime and joins its session, if not done yet; nothing
+    /// may be inserted before the exit code is in ([`Self::ensure_runtime`]).
+    pub(crate) fn load_runtime_alone(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         if self.runtime.is_some() {
             return Ok(());
         }
@@ -923,10 +935,6 @@ impl Process {
         )?;
         self.runtime = Some(rt);
         self.join_session(tracer)?;
-        // Exit hooks are enabled in every session, even one that only
-        // counts calls, so that every thread gets its return-slot block at
-        // registration and a later session can time it.
-        self.ensure_exits(tracer, Metrics::CALLS)?;
         Ok(())
     }
 
@@ -3131,6 +3139,7 @@ impl Process {
         self.stage_prepared();
         if self.runtime.is_none() {
             runtime::settle_wall_clock();
+            runtime::look_up_symbols(&mut self.image);
         }
         let attached = preflight(self.pid).and_then(|()| self.attach_waiting_for_weft());
         let tracer = match attached {
@@ -3200,6 +3209,12 @@ impl Process {
     pub fn prepare(&mut self, functions: &[Function]) -> Result<(), Error> {
         for f in functions {
             self.branch_index(f.address)?;
+            // What the check that a timed function is called (not jumped
+            // into) reads: its module's FDEs, parsed on first use — 11 ms
+            // for libc, which would otherwise go into the stop.
+            if let Some(elf) = self.image.module_of(f.address).and_then(|m| m.image().ok()) {
+                let _ = elf.frame_at_entry(f.vaddr);
+            }
         }
         // Planning ahead is optional: on any trouble, `insert` plans.
         let Ok(maps) = crate::inspect::read_maps(self.pid) else {

@@ -257,6 +257,23 @@ fn runtime_module_base(image: &mut ProcessImage) -> Result<Option<u64>, RuntimeE
         .map(|m| m.start))
 }
 
+/// Looks up, while the target still runs, the C library's functions a
+/// first load calls: the lookup parses the library (and its debug file)
+/// once, which would otherwise happen in the stop.
+pub fn look_up_symbols(image: &mut ProcessImage) {
+    for name in [
+        "memfd_create",
+        "close",
+        "dlopen",
+        "__libc_dlopen_mode",
+        "dlerror",
+        "__errno_location",
+        "mmap",
+    ] {
+        let _ = libc_symbol(image, name);
+    }
+}
+
 fn libc_symbol(image: &mut ProcessImage, name: &'static str) -> Option<u64> {
     image.symbol_address("libc.so", name)
 }

@@ -50,7 +50,7 @@ const RSP: u16 = 7;
 
 /// How much of a stack is copied: frames deeper than this from the top
 /// are not walked.
-const COPY_LIMIT: usize = 256 * 1024;
+const COPY_LIMIT: usize = 128 * 1024;
 
 /// A stopped thread's registers and the top of its stack, copied.
 #[derive(Clone, Debug)]

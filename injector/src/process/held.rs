@@ -317,12 +317,16 @@ impl<'p> Held<'p> {
         self.process.harvest()
     }
 
-    /// Loads the runtime now if the process has none, and the exit code
-    /// that serves `metrics`, without inserting anything: a tool that
-    /// promises short stops does this in holds of its own, one per call,
-    /// so that its first insertion is as short as its others.
+    /// Gets the runtime ready without inserting anything, a step per
+    /// stop, for a tool that promises short stops: the first call loads
+    /// the runtime into a process that has none (and does nothing else);
+    /// a call once it is loaded installs the exit code serving `metrics`.
+    /// Call it twice to have both before a first insertion, which is then
+    /// as short as any other (insertions do both themselves otherwise).
     pub fn load_runtime(&mut self, metrics: Metrics) -> Result<(), Error> {
-        self.process.ensure_runtime(&mut self.tracer)?;
+        if self.process.runtime.is_none() {
+            return self.process.load_runtime_alone(&mut self.tracer);
+        }
         self.process.ensure_exits(&mut self.tracer, metrics)?;
         Ok(())
     }
