@@ -214,6 +214,9 @@ fn display_path(path: &[String]) -> String {
 
 fn object_text(b: &weft::diagnose::Bottleneck) -> String {
     let mut s = String::new();
+    if !b.also_via.is_empty() {
+        s.push_str(&format!(" (and by {} other paths)", b.also_via.len()));
+    }
     if let Some(o) = &b.object {
         s.push_str(&format!("  on {o}"));
     }

@@ -492,6 +492,11 @@ pub struct Process {
     /// by function address, size and padding; checked against the code
     /// again, with the world stopped, before they are patched.
     plans: AddressMap<(u64, u64, u64), Arc<PatchSite>>,
+    /// Points planned by [`Process::check_points`] while the target ran,
+    /// by (function, point address, call-target slots): an insertion reuses a plan whose
+    /// bytes are still those it was made from, instead of decoding the
+    /// function again in the stop (64 KiB for an interpreter's loop).
+    point_plans: std::collections::HashMap<(u64, u64, Option<u32>), PatchSite>,
     /// Counters built ahead for planned sites (by [`Process::hold`], before
     /// it stops the world), by the same key.
     staged: AddressMap<(u64, u64, u64), Staged>,
@@ -648,6 +653,7 @@ impl Process {
             stops_before: 0,
             stub_address: None,
             plans: Default::default(),
+            point_plans: Default::default(),
             staged: Default::default(),
             memory: None,
             longest_stop: Duration::ZERO,

@@ -148,6 +148,11 @@ pub struct Bottleneck {
     /// The threads' names (`/proc/PID/task/TID/comm`), in `threads`'
     /// order.
     pub thread_names: Vec<String>,
+    /// Other call paths to the same function that hold for the same
+    /// threads and object (an interpreter recursing through its eval
+    /// loop reaches one wait by several): `path` is the shortest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_via: Vec<Vec<String>>,
 }
 
 /// Bytes under which a transfer is small.
@@ -941,6 +946,7 @@ impl Consultant {
                 calls_per_s: None,
                 small_io: false,
                 thread_names: Vec::new(),
+                also_via: Vec::new(),
             });
             b.threads.extend(n.focus.threads.iter().copied());
             if let Some(&rate) = self.call_rates.get(&id) {
@@ -981,6 +987,7 @@ impl Consultant {
                 && b.calls_per_s.is_some_and(|r| r > SMALL_IO_RATE);
         }
         for b in by_path.values_mut() {
+            b.threads.sort_unstable();
             b.thread_names = b
                 .threads
                 .iter()
@@ -991,9 +998,10 @@ impl Consultant {
                 })
                 .collect();
         }
-        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) = by_path
-            .into_values()
-            .partition(|b| !self.options.report_idle && is_idle_wait(b));
+        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
+            merge_paths(by_path.into_values().collect())
+                .into_iter()
+                .partition(|b| !self.options.report_idle && is_idle_wait(b));
         bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
         idle.sort_by(|a, b| b.value.total_cmp(&a.value));
         let nodes = self
@@ -1464,6 +1472,36 @@ fn timed_call_cost_ns() -> f64 {
     std::hint::black_box(sum);
     let per_read = start.elapsed().as_nanos() as f64 / f64::from(READS);
     2.0 * per_read + 10.0
+}
+
+/// One bottleneck per (hypothesis, function, threads, object): several
+/// paths to the same wait in the same threads are one finding, reported
+/// at its shortest path with the others in `also_via`, at the largest
+/// value.
+fn merge_paths(all: Vec<Bottleneck>) -> Vec<Bottleneck> {
+    let mut merged: Vec<Bottleneck> = Vec::new();
+    for b in all {
+        let same = merged.iter_mut().find(|m| {
+            m.hypothesis == b.hypothesis
+                && m.function == b.function
+                && m.threads == b.threads
+                && m.object == b.object
+        });
+        match same {
+            Some(m) => {
+                let (keep, other) = if b.path.len() < m.path.len() {
+                    (b.path.clone(), std::mem::replace(&mut m.path, b.path))
+                } else {
+                    (m.path.clone(), b.path)
+                };
+                m.path = keep;
+                m.also_via.push(other);
+                m.value = m.value.max(b.value);
+            }
+            None => merged.push(b),
+        }
+    }
+    merged
 }
 
 /// Waits that only say a thread has nothing to do until something

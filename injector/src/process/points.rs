@@ -137,7 +137,11 @@ impl Process {
         let occupied = Occupied::of(&self.probes, &self.foreign);
         let mut batch = Batch::new();
         for spec in specs {
-            match self.plan_point(spec, &batch, &occupied) {
+            let planned = match self.checked_plan(spec) {
+                Some(site) => self.place_point(&spec.function, site, &batch, &occupied),
+                None => self.plan_point(spec, &batch, &occupied),
+            };
+            match planned {
                 Ok(site) => {
                     batch.insert(site.patch_address, (site.end(), spec.address));
                     plans.push((spec, site));
@@ -277,6 +281,7 @@ impl Process {
             match self.plan_point(spec, &batch, &occupied) {
                 Ok(site) => {
                     batch.insert(site.patch_address, (site.end(), spec.address));
+                    self.point_plans.insert(point_key(spec), site);
                     out.push(None);
                 }
                 Err(reason) => out.push(Some(reason)),
@@ -406,6 +411,30 @@ impl Process {
                 ));
             }
         }
+        self.place_point(f, site, batch, occupied)
+    }
+
+    /// The plan [`Process::check_points`] made for `spec`, if the bytes it
+    /// patches are still those it was made from (nothing patched them
+    /// since, the code did not change); taken out of the cache either way.
+    fn checked_plan(&mut self, spec: &PointSpec) -> Option<PatchSite> {
+        let site = self.point_plans.remove(&point_key(spec))?;
+        let memory = self.reader().ok()?;
+        let now = memory
+            .read_vec(site.patch_address, site.original.len())
+            .ok()?;
+        (now == site.original).then_some(site)
+    }
+
+    /// Checks that a planned point's patch overlaps no probe in place and
+    /// no other point of the batch.
+    fn place_point(
+        &self,
+        f: &Function,
+        site: PatchSite,
+        batch: &Batch,
+        occupied: &Occupied,
+    ) -> Result<PatchSite, String> {
         let range = site.patch_address..site.end();
         if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range.clone()) {
             return Err(format!(
@@ -511,4 +540,10 @@ pub(crate) fn probe_name(p: &Probe) -> String {
         Some(at) => point_name(&p.function, at),
         None => p.function.name.clone(),
     }
+}
+
+/// What a point's plan is kept by: its function, its address, and whether
+/// it records call targets (checked only when it does).
+fn point_key(spec: &PointSpec) -> (u64, u64, Option<u32>) {
+    (spec.function.address, spec.address, spec.call_targets)
 }
