@@ -383,7 +383,15 @@ pub fn load(
         }
     };
 
-    let init = tracer.call(
+    // Only system calls and the runtime's own memory: no lock, so the
+    // others may stay stopped. A runtime this call just loaded is code no
+    // other thread can be in yet: when the caller wants the others to run
+    // through the load, they run through its start too.
+    let init_world = match (wall, dlopen_world) {
+        (Some(_), World::Running) => World::Running,
+        _ => World::Stopped,
+    };
+    let init = tracer.call_in(
         tid,
         &RemoteCall::new(
             "weft_rt_init",
@@ -398,8 +406,7 @@ pub fn load(
                 },
             ],
         ),
-        // Only system calls and the runtime's own memory: no lock.
-        false,
+        init_world,
     )?;
     let region_fd = negative_errno("weft_rt_init", init)? as i32;
     let region = Region::open(pid, region_fd)?;
