@@ -12,9 +12,11 @@
 //! probe (wall and CPU timers) is shared by every test of it, so the
 //! instrumentation is bounded by functions, not by tests.
 
+use super::cost::Cost;
 use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
-use super::graph::{self, StaticCallGraph};
-use super::search::{CallGraph, Change, NodeId, Search, State};
+use super::graph::StaticCallGraph;
+use super::roots::{add_thread_paths, count_module, thread_paths, SNAPSHOTS};
+use super::search::{Change, NodeId, Search, State};
 use super::waits::{self, WaitSampler};
 use crate::inspect::Pattern;
 use crate::sample::Sampler;
@@ -249,7 +251,7 @@ struct Baseline {
 /// How a test of a frame seen open on its thread's stack is read, decided
 /// at its first reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpenFrame {
+pub(super) enum OpenFrame {
     /// Not read yet.
     Unknown,
     /// Its function was not called since the probe went in: the thread
@@ -305,9 +307,6 @@ pub struct Consultant {
 
 /// How often the threads' waits are sampled.
 const WAIT_SAMPLE_PERIOD: Duration = Duration::from_millis(5);
-
-/// The least target CPU time a cost share is computed over, ns.
-const MIN_CPU_SPAN_NS: u64 = 10_000_000;
 
 /// How long after its insertion a probe's cost is first looked at.
 const FIRST_LOOK: Duration = Duration::from_millis(20);
@@ -1056,27 +1055,9 @@ impl Consultant {
     }
 }
 
-/// Snapshots of the threads' stacks a search starts from, and the time
-/// between them: a frame in all of them (same function, same frame
-/// address) is taken as open for the thread's life.
-const SNAPSHOTS: usize = 3;
-const SNAPSHOT_GAP: Duration = Duration::from_millis(25);
-
-/// Deepest stack walked.
-const MAX_FRAMES: usize = 256;
-
-/// Where each thread (not yet known) lives, from its root down.
-struct ThreadPaths {
-    /// (open path from the thread's root, the calls seen below it in each
-    /// walk, the thread).
-    paths: Vec<(Vec<Function>, Vec<Vec<Function>>, u32)>,
-    /// Calls seen on the stacks: (caller, callee).
-    edges: Vec<(Function, Function)>,
-}
-
 /// The stops of the world a search made.
 #[derive(Clone, Copy, Debug, Default)]
-struct Stops {
+pub(super) struct Stops {
     count: usize,
     longest: Duration,
     /// What the longest was for.
@@ -1085,7 +1066,7 @@ struct Stops {
 
 impl Stops {
     /// Counts the hold `process` just released, made for `what`.
-    fn note(&mut self, process: &Process, what: &'static str) {
+    pub(super) fn note(&mut self, process: &Process, what: &'static str) {
         self.count += 1;
         if process.longest_stop() > self.longest {
             self.longest = process.longest_stop();
@@ -1094,259 +1075,8 @@ impl Stops {
     }
 }
 
-/// Each new thread's open path: its root — `main` for the main thread,
-/// its start routine for the others — and below it the frames its stack
-/// kept over `snapshots` walks (one stop each; the walks run after it).
-///
-/// A thread's start routine is found in its glibc thread descriptor (the
-/// first word of the descriptor the thread pointer points at that is the
-/// entry of a function of the executable), else as the first frame of
-/// its stack outside the C library (a thread a library started, one the
-/// descriptor does not name). Below the root, a path stops before the C
-/// library (a wait primitive in it ends the path): what a thread does
-/// there is how the library does it, not where the program spends.
-fn thread_paths(
-    process: &mut Process,
-    entries: &HashMap<u64, String>,
-    known: &mut BTreeSet<u32>,
-    snapshots: usize,
-    stops: &mut Stops,
-) -> Result<ThreadPaths, Error> {
-    let pid = process.pid();
-    let mut descriptors = Vec::new();
-    let mut copies: HashMap<u32, Vec<crate::stack::StackCopy>> = HashMap::new();
-    for i in 0..snapshots.max(1) {
-        if i > 0 {
-            std::thread::sleep(SNAPSHOT_GAP);
-        }
-        let held = process.hold()?;
-        for tid in held.threads() {
-            let tid32 = tid as u32;
-            if i == 0 {
-                if known.contains(&tid32) {
-                    continue;
-                }
-                let fs = held.registers(tid).map(|r| r.fs_base).unwrap_or(0);
-                descriptors.push((tid32, fs));
-            } else if !copies.contains_key(&tid32) {
-                continue;
-            }
-            if let Ok(copy) = held.copy_stack(tid) {
-                copies.entry(tid32).or_default().push(copy);
-            }
-        }
-        held.release()?;
-        stops.note(process, "walking stacks");
-    }
-    let mut found = ThreadPaths {
-        paths: Vec::new(),
-        edges: Vec::new(),
-    };
-    for (tid, fs) in descriptors {
-        known.insert(tid);
-        // Outermost first: (function, frame address).
-        let stacks: Vec<Vec<(Function, u64)>> = copies
-            .remove(&tid)
-            .unwrap_or_default()
-            .iter()
-            .map(|copy| named_frames(process, copy))
-            .collect();
-        let routine = if tid == pid as u32 {
-            Some("main".to_string())
-        } else {
-            process.read_memory(fs, 0x1000).ok().and_then(|bytes| {
-                bytes
-                    .chunks_exact(8)
-                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-                    .find_map(|w| entries.get(&w))
-                    .cloned()
-            })
-        };
-        let first = stacks.first().map(Vec::as_slice).unwrap_or(&[]);
-        let root_at = routine
-            .as_ref()
-            .and_then(|name| first.iter().position(|(f, _)| &f.name == name))
-            .or_else(|| {
-                first
-                    .iter()
-                    .position(|(f, _)| !is_c_library(f) && f.name != "_start")
-            });
-        let mut below: Vec<Vec<Function>> = Vec::new();
-        let path: Vec<Function> = match root_at {
-            Some(at) => {
-                for stack in &stacks {
-                    for pair in stack.get(at..).unwrap_or(&[]).windows(2) {
-                        found.edges.push((pair[0].0.clone(), pair[1].0.clone()));
-                    }
-                }
-                let open = stacks.len() >= 2;
-                first[at..]
-                    .iter()
-                    .enumerate()
-                    .take_while(|&(i, (f, cfa))| {
-                        i == 0
-                            || (open
-                                && (!is_c_library(f) || graph::wait_class(&f.name).is_some())
-                                && stacks.iter().all(|s| {
-                                    s.get(at + i)
-                                        .is_some_and(|(g, c)| g.address == f.address && c == cfa)
-                                }))
-                    })
-                    .map(|(_, (f, _))| f.clone())
-                    // Down to a wait primitive at most: below it is how
-                    // the library waits.
-                    .scan(false, |past_wait, f| {
-                        if *past_wait {
-                            return None;
-                        }
-                        *past_wait = graph::wait_class(&f.name).is_some();
-                        Some(f)
-                    })
-                    .collect::<Vec<Function>>()
-            }
-            // No walk to go by: the routine alone, if it is a function.
-            None => routine
-                .and_then(|name| {
-                    entries
-                        .iter()
-                        .find(|(_, n)| **n == name)
-                        .and_then(|(&a, _)| process.image().function_at(a).ok().flatten())
-                })
-                .map(|f| Function {
-                    name: if tid == pid as u32 {
-                        "main".into()
-                    } else {
-                        f.name.clone()
-                    },
-                    ..f
-                })
-                .into_iter()
-                .collect(),
-        };
-        if let Some(at) = root_at.filter(|_| !path.is_empty()) {
-            // What each walk shows below the open path, down to the C
-            // library or a wait primitive: calls seen happening, tested
-            // first.
-            for stack in &stacks {
-                let mut chain = Vec::new();
-                for (f, _) in stack.iter().skip(at + path.len()) {
-                    let wait = graph::wait_class(&f.name).is_some();
-                    if is_c_library(f) && !wait {
-                        break;
-                    }
-                    chain.push(f.clone());
-                    if wait {
-                        break;
-                    }
-                }
-                if !chain.is_empty() && !below.contains(&chain) {
-                    below.push(chain);
-                }
-            }
-        }
-        if !path.is_empty() {
-            found.paths.push((path, below, tid));
-        }
-    }
-    found.paths.sort_by_key(|(_, _, tid)| *tid);
-    Ok(found)
-}
-
-/// Puts the threads' open paths into the search (each taken as true and
-/// refined, see [`Search::add_open_path`]), after teaching the call graph
-/// the calls the stacks showed and decoding every function on a path.
-fn add_thread_paths(
-    search: &mut Search,
-    graph: &mut StaticCallGraph,
-    process: &mut Process,
-    found: ThreadPaths,
-    hypotheses: &[Hypothesis],
-) -> HashMap<NodeId, OpenFrame> {
-    let mut open = HashMap::new();
-    for (caller, callee) in found.edges {
-        graph.explore(process.image(), &caller);
-        if caller.address != callee.address {
-            graph.learn(&caller.name, callee);
-        }
-    }
-    for (path, below, tid) in found.paths {
-        for f in path.iter().chain(below.iter().flatten()) {
-            graph.explore(process.image(), f);
-        }
-        let names: Vec<String> = path.iter().map(|f| f.name.clone()).collect();
-        for &h in hypotheses {
-            // The calls seen below first (they go to the queue's front
-            // before the open frames do), each a test of its own.
-            for chain in &below {
-                let mut seen = names.clone();
-                // As far as the hypothesis can hold there (a call that
-                // reaches no wait of its class is not tested for it).
-                seen.extend(
-                    chain
-                        .iter()
-                        .map(|f| f.name.clone())
-                        .take_while(|f| graph.relevant(h, f)),
-                );
-                if seen.len() > names.len() {
-                    search.add_open_path(h, &seen, &[tid], graph);
-                }
-            }
-            let nodes = search.add_open_path(h, &names, &[tid], graph);
-            open.extend(nodes.into_iter().skip(1).map(|id| (id, OpenFrame::Unknown)));
-        }
-    }
-    open
-}
-
-/// Counts the functions of `f`'s module once.
-fn count_module(
-    process: &mut Process,
-    counted: &mut BTreeMap<std::path::PathBuf, usize>,
-    f: &Function,
-) {
-    if counted.contains_key(&f.module_path) {
-        return;
-    }
-    let n = process
-        .image()
-        .modules()
-        .iter()
-        .find(|m| m.path() == f.module_path)
-        .and_then(|m| Some(m.image().ok()?.functions().ok()?.len()))
-        .unwrap_or(0);
-    counted.insert(f.module_path.clone(), n);
-}
-
-/// A copied stack's frames, outermost first, as far as they are named.
-fn named_frames(process: &mut Process, copy: &crate::stack::StackCopy) -> Vec<(Function, u64)> {
-    let frames = copy.walk(process.image(), MAX_FRAMES);
-    let mut named = Vec::new();
-    for (i, frame) in frames.iter().enumerate() {
-        match process.image().function_at(frame.lookup_address(i == 0)) {
-            Ok(Some(f)) => named.push((f, frame.cfa)),
-            _ => break,
-        }
-    }
-    named.reverse();
-    named
-}
-
-/// Whether `f` is in the C library or the dynamic loader: frames a
-/// thread's own code runs under (`__libc_start_main`, `start_thread`) or
-/// calls into, never where a search starts.
-fn is_c_library(f: &Function) -> bool {
-    let file = f
-        .module_path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    ["libc.so", "libc-", "ld-linux", "libpthread"]
-        .iter()
-        .any(|p| file.starts_with(p))
-}
-
 /// The threads of process `pid` now.
-fn live_threads(pid: i32) -> BTreeSet<u32> {
+pub(super) fn live_threads(pid: i32) -> BTreeSet<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|dir| {
             dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -1365,113 +1095,6 @@ fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
         .map(|v| v.parse::<u64>().unwrap_or(0));
     let on_cpu = f.next().unwrap_or(0);
     (f.next().unwrap_or(0), on_cpu)
-}
-
-/// What the instrumentation costs the target: calls counted by the
-/// probes, times the measured cost of one timed call, against the
-/// target's CPU time over the same span.
-#[derive(Debug)]
-struct Cost {
-    pid: i32,
-    per_call_ns: f64,
-    /// Calls of each probe at the last reading.
-    calls: HashMap<ProbeId, u64>,
-    /// Calls of each probe per second of the target's CPU, last interval.
-    rates: HashMap<ProbeId, f64>,
-    /// The target's CPU time at the start and at the last reading, ns.
-    cpu_start: u64,
-    cpu_last: u64,
-    /// Instrumentation cost, ns: in all, and over the last interval.
-    spent_ns: f64,
-    recent: f64,
-}
-
-impl Cost {
-    fn new(pid: i32) -> Cost {
-        let cpu = process_cpu_ns(pid);
-        Cost {
-            pid,
-            per_call_ns: timed_call_cost_ns(),
-            calls: HashMap::new(),
-            rates: HashMap::new(),
-            cpu_start: cpu,
-            cpu_last: cpu,
-            spent_ns: 0.0,
-            recent: 0.0,
-        }
-    }
-
-    /// Takes the probes' call counts now.
-    fn observe(&mut self, calls: &HashMap<ProbeId, u64>) {
-        let cpu = process_cpu_ns(self.pid);
-        // The kernel brings a running thread's total up to date only at
-        // its ticks: a share over less than a few ms of CPU is noise.
-        let cpu_delta = cpu.saturating_sub(self.cpu_last).max(MIN_CPU_SPAN_NS) as f64;
-        let mut spent = 0.0;
-        self.rates.clear();
-        for (&id, &n) in calls {
-            // A probe seen for the first time counted from zero: its words
-            // were fresh (the sampler subtracts what a shared one had).
-            let before = self.calls.insert(id, n).unwrap_or(0);
-            let cost = n.saturating_sub(before) as f64 * self.per_call_ns;
-            spent += cost;
-            self.rates.insert(id, cost / cpu_delta);
-        }
-        self.spent_ns += spent;
-        self.recent = spent / cpu_delta;
-        self.cpu_last = cpu;
-    }
-
-    /// The share of the target's CPU probe `id` cost over the last
-    /// interval, once measured.
-    fn probe_share(&self, id: ProbeId) -> Option<f64> {
-        self.rates.get(&id).copied()
-    }
-
-    fn recent_share(&self) -> f64 {
-        self.recent
-    }
-
-    fn total_share(&self) -> f64 {
-        let cpu = self.cpu_last.saturating_sub(self.cpu_start);
-        if cpu == 0 {
-            0.0
-        } else {
-            self.spent_ns / cpu as f64
-        }
-    }
-}
-
-/// The target's CPU time so far, ns: the sum of its threads' schedstat.
-fn process_cpu_ns(pid: i32) -> u64 {
-    live_threads(pid)
-        .into_iter()
-        .filter_map(|tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
-/// What one timed call costs on this machine, ns: its two clock readings
-/// (measured here, the same `rdtsc` the target's code runs) and the rest
-/// of the entry and exit code (a fixed 10 ns, measured by the overhead
-/// bench on both machines this runs on: 5–14 ns above the clock reads).
-fn timed_call_cost_ns() -> f64 {
-    const READS: u32 = 20_000;
-    let start = Instant::now();
-    let mut sum = 0u64;
-    for _ in 0..READS {
-        // SAFETY: rdtsc has no preconditions on x86-64.
-        sum = sum.wrapping_add(unsafe { core::arch::x86_64::_rdtsc() });
-    }
-    std::hint::black_box(sum);
-    let per_read = start.elapsed().as_nanos() as f64 / f64::from(READS);
-    2.0 * per_read + 10.0
 }
 
 /// One bottleneck per (hypothesis, function, threads, object): several

@@ -6,8 +6,10 @@
 //! cost). See `docs/diagnose.md`.
 
 mod consultant;
+mod cost;
 mod decision;
 mod graph;
+mod roots;
 mod search;
 mod waits;
 
