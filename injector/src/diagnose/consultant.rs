@@ -1153,3 +1153,74 @@ fn is_idle_wait(b: &Bottleneck) -> bool {
     .contains(&b.hypothesis.as_str())
         && (b.path.len() == 2 || READINESS_WAITS.contains(&b.function.as_str()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(hypothesis: &str, path: &[&str], threads: &[u32], value: f64) -> Bottleneck {
+        Bottleneck {
+            hypothesis: hypothesis.into(),
+            path: path.iter().map(|f| f.to_string()).collect(),
+            function: path.last().map_or(String::new(), |f| f.to_string()),
+            threads: threads.to_vec(),
+            value,
+            object: Some("0x10".into()),
+            bytes_per_call: None,
+            calls_per_s: None,
+            small_io: false,
+            thread_names: Vec::new(),
+            also_via: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn paths_to_one_wait_in_the_same_threads_are_one_finding() {
+        let merged = merge_paths(vec![
+            found(
+                "sync",
+                &["root", "eval", "call", "eval", "lock"],
+                &[1, 2],
+                0.30,
+            ),
+            found("sync", &["root", "eval", "lock"], &[1, 2], 0.36),
+            // Other threads, another hypothesis: findings of their own.
+            found("sync", &["root", "eval", "lock"], &[3], 0.50),
+            found("io", &["root", "eval", "lock"], &[1, 2], 0.40),
+        ]);
+        assert_eq!(merged.len(), 3);
+        let m = &merged[0];
+        assert_eq!(m.path, ["root", "eval", "lock"]);
+        assert_eq!(m.also_via, [vec!["root", "eval", "call", "eval", "lock"]]);
+        assert!((m.value - 0.36).abs() < 1e-9);
+    }
+
+    #[test]
+    fn waits_for_work_are_idle_and_cpu_never_is() {
+        assert!(is_idle_wait(&found(
+            "sync",
+            &["worker", "pthread_cond_wait"],
+            &[1],
+            0.9
+        )));
+        assert!(is_idle_wait(&found(
+            "io",
+            &["main", "loop", "dispatch", "epoll_wait"],
+            &[1],
+            0.9
+        )));
+        assert!(!is_idle_wait(&found(
+            "io",
+            &["reader", "read_records", "read"],
+            &[1],
+            0.5
+        )));
+        assert!(!is_idle_wait(&found("cpu", &["worker", "spin"], &[1], 0.9)));
+        assert!(!is_idle_wait(&found(
+            "pool",
+            &["worker", "pool_get"],
+            &[1],
+            0.9
+        )));
+    }
+}
