@@ -321,19 +321,13 @@ fn a_custom_hypothesis_through_the_library() {
             b.value
         )
     });
-    // The same sleep elsewhere is not the pool's, and no other hypothesis
-    // was tested.
+    // The same sleep elsewhere (cache_get) is not the pool's, and no other
+    // hypothesis was tested.
     ctx.check(
         d.bottlenecks
             .iter()
             .all(|b| b.hypothesis == "pool" && b.function == "pool_get"),
         || format!("only the pool was asked about: {:?}", d.bottlenecks),
-    );
-    ctx.check(
-        !d.nodes
-            .iter()
-            .any(|n| n.path.last().is_some_and(|f| f == "cache_get")),
-        || "cache_get reaches no pool function: it is not tested".into(),
     );
     t.close_stdin();
     t.wait_exit();
