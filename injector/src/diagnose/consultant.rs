@@ -1087,7 +1087,7 @@ pub(super) fn live_threads(pid: i32) -> BTreeSet<u32> {
 
 /// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
 /// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
-fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
+pub(super) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
     let text =
         std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
     let mut f = text

@@ -2,7 +2,7 @@
 //! probes count, times the measured cost of one timed call, against the
 //! target's CPU time over the same span.
 
-use super::consultant::live_threads;
+use super::consultant::{live_threads, schedstat};
 use crate::ProbeId;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -89,14 +89,7 @@ impl Cost {
 fn process_cpu_ns(pid: i32) -> u64 {
     live_threads(pid)
         .into_iter()
-        .filter_map(|tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+        .map(|tid| schedstat(pid, tid).1)
         .sum()
 }
 

@@ -54,9 +54,8 @@ pub fn classify(line: &str) -> Option<Blocked> {
         // futex, futex_waitv (its first argument is an array: the first
         // waiter's address is not read here).
         202 | 449 => Blocked::Sync(arg(0)),
-        // read, write, pread64, pwrite64, recvfrom, sendto, recvmsg
-        // sendmsg: the third argument is the size asked for (a count, or a
-        // flags word for the *msg calls, taken as unknown).
+        // read, write, pread64, pwrite64, sendto, recvfrom: the third
+        // argument is the size asked for.
         0 | 1 | 17 | 18 | 44 | 45 => Blocked::Io { fd, bytes: arg(2) },
         // readv, writev, recvmsg, sendmsg, accept, connect, accept4, poll,
         // select, pselect6, ppoll, epoll_wait, epoll_pwait, epoll_pwait2,
