@@ -15,6 +15,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod qemu;
+
 /// Deadline for every single wait in the tests.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
