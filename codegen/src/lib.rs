@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod analyze;
+pub mod bpf;
 pub mod cfg;
 mod encode;
 mod exit;
