@@ -39,6 +39,7 @@ pub mod error;
 pub mod events;
 mod exits;
 pub mod inspect;
+pub mod kernel;
 mod launch;
 mod ledger;
 mod library;

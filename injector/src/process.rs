@@ -3588,6 +3588,26 @@ impl Process {
         self.live_for + self.live_since.map_or(Duration::ZERO, |s| s.elapsed())
     }
 
+    /// The offset from the thread pointer of the runtime's thread-local
+    /// row pointer, once the runtime is loaded: what kernel probes read to
+    /// attribute a call to the user function its thread is in.
+    pub fn runtime_tls_offset(&self) -> Option<i64> {
+        self.runtime
+            .as_ref()
+            .map(|rt| rt.region.header().tls_offset)
+    }
+
+    /// The name of the function whose metric words start at row offset
+    /// `base` (what an activation cell records): how a kernel probe's
+    /// attribution reads in a report.
+    pub fn function_at_metric_offset(&self, base: u32) -> Option<String> {
+        self.probes.iter().find_map(|p| {
+            let first = p.own_words()?.first;
+            (weft_rt::layout::Geometry::metric_offset(first) == u64::from(base))
+                .then(|| points::probe_name(p))
+        })
+    }
+
     /// A report of every probe (active or removed) from a fresh snapshot.
     pub fn report(&self) -> Report {
         let probes: Vec<ProbeInfo> = self

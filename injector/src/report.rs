@@ -51,6 +51,15 @@ pub struct FunctionReport {
     /// over all threads; when kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histogram: Option<Histogram>,
+    /// How a kernel probe is attached (`fentry/fexit`, `kprobe/kretprobe`,
+    /// `kprobe at offset`, `raw_syscalls tracepoints`); kernel probes only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<&'static str>,
+    /// A kernel probe's figures split by the instrumented user function
+    /// each thread was innermost in when it entered the kernel (`(none)`:
+    /// in none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_user_function: BTreeMap<String, Counts>,
 }
 
 /// Counts of activations per log2 bucket of their inclusive wall time:
@@ -143,6 +152,10 @@ pub struct Counts {
     /// nesting capacity open at once); when hooked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unhooked: Option<u64>,
+    /// A kernel probe's figures in this thread by user function (see
+    /// [`FunctionReport::by_user_function`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_user_function: BTreeMap<String, Counts>,
 }
 
 /// One thread that ran at least one instrumented function.
@@ -181,6 +194,18 @@ pub struct Report {
     /// How the runtime's thread table was used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeStats>,
+    /// About the kernel probes, when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelStats>,
+}
+
+/// About a report's kernel probes.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct KernelStats {
+    /// CPU times inside kernel code are measured (`sched_switch` attached).
+    pub cpu_time: bool,
+    /// Calls not counted because the totals map was full.
+    pub lost_calls: u64,
 }
 
 /// Where the times come from, in words.
@@ -283,6 +308,8 @@ impl Report {
                 cpu_ns_per_call: None,
                 threads: 0,
                 histogram: None,
+                mechanism: None,
+                by_user_function: BTreeMap::new(),
             })
             .collect();
         for (p, &e) in probes.iter().zip(&entry_of) {
@@ -413,7 +440,118 @@ impl Report {
             threads,
             overflow_threads,
             runtime: None,
+            kernel: None,
         }
+    }
+
+    /// Adds a kernel session's figures: each kernel probe becomes a
+    /// function named `kernel:NAME` or `syscall:NAME` (module `kernel` or
+    /// `syscall`), in the totals and in each thread, split by user
+    /// function. `user_function` names an attribution (the row offset of
+    /// an instrumented function's metric words); `live_name` a thread.
+    pub fn add_kernel(
+        &mut self,
+        kernel: &crate::kernel::KernelSnapshot,
+        user_function: impl Fn(u32) -> Option<String>,
+        live_name: impl Fn(u32) -> Option<String>,
+    ) {
+        let attributed = |a: u32| match a {
+            0 => "(none)".to_string(),
+            a => user_function(a).unwrap_or_else(|| "(other)".to_string()),
+        };
+        let first = self.functions.len();
+        for p in &kernel.probes {
+            self.functions.push(FunctionReport {
+                name: format!("{}:{}", p.module, p.name),
+                aliases: Vec::new(),
+                module: p.module.to_string(),
+                address: "-".to_string(),
+                calls: 0,
+                wall_ns: p.timed.then_some(0),
+                cpu_ns: (p.timed && kernel.cpu).then_some(0),
+                self_ns: None,
+                wall_ns_per_call: None,
+                self_ns_per_call: None,
+                cpu_ns_per_call: None,
+                threads: 0,
+                histogram: None,
+                mechanism: Some(p.mechanism.name()),
+                by_user_function: BTreeMap::new(),
+            });
+        }
+        let add_to = |c: &mut Counts, row: &crate::kernel::KernelRow, timed: bool| {
+            c.calls += row.calls;
+            if timed {
+                *c.wall_ns.get_or_insert(0) += row.wall_ns;
+                if kernel.cpu {
+                    *c.cpu_ns.get_or_insert(0) += row.cpu_ns;
+                }
+            }
+        };
+        let mut seen: std::collections::HashSet<(u32, u32)> = Default::default();
+        for row in &kernel.rows {
+            let Some(p) = kernel.probes.get(row.probe as usize) else {
+                continue;
+            };
+            let i = first + row.probe as usize;
+            let name = self.functions[i].name.clone();
+            let user = attributed(row.attribution);
+            {
+                let f = &mut self.functions[i];
+                f.calls += row.calls;
+                if p.timed {
+                    *f.wall_ns.get_or_insert(0) += row.wall_ns;
+                    if kernel.cpu {
+                        *f.cpu_ns.get_or_insert(0) += row.cpu_ns;
+                    }
+                }
+                let mut split = f.by_user_function.remove(&user).unwrap_or_default();
+                add_to(&mut split, row, p.timed);
+                f.by_user_function.insert(user.clone(), split);
+                if seen.insert((row.probe, row.tid)) {
+                    f.threads += 1;
+                }
+            }
+            let t = match self.threads.iter().position(|t| t.tid == row.tid) {
+                Some(t) => t,
+                None => {
+                    self.threads.push(ThreadReport {
+                        tid: row.tid,
+                        name: live_name(row.tid).unwrap_or_default(),
+                        exited: live_name(row.tid).is_none(),
+                        functions: BTreeMap::new(),
+                    });
+                    self.threads.len() - 1
+                }
+            };
+            let c = self.threads[t].functions.entry(name).or_default();
+            add_to(c, row, p.timed);
+            let mut split = c.by_user_function.remove(&user).unwrap_or_default();
+            add_to(&mut split, row, p.timed);
+            c.by_user_function.insert(user, split);
+        }
+        for f in &mut self.functions[first..] {
+            let per_call = |total: Option<u64>| {
+                total.filter(|_| f.calls > 0).map(|t| {
+                    ((u128::from(t) + u128::from(f.calls) / 2) / u128::from(f.calls)) as u64
+                })
+            };
+            f.wall_ns_per_call = per_call(f.wall_ns);
+            f.cpu_ns_per_call = per_call(f.cpu_ns);
+        }
+        for m in ["wall", "cpu"] {
+            let measured = self.functions[first..].iter().any(|f| match m {
+                "wall" => f.wall_ns.is_some(),
+                _ => f.cpu_ns.is_some(),
+            });
+            if measured && !self.metrics.contains(&m) {
+                self.metrics.push(m);
+            }
+        }
+        self.kernel = Some(KernelStats {
+            cpu_time: kernel.cpu,
+            lost_calls: kernel.lost,
+        });
     }
 
     /// The report as one line of JSON.
@@ -458,6 +596,7 @@ impl Report {
             None => self.long_table(options, &mut out),
         };
         self.histograms(options, &shown, &mut out);
+        self.kernel_attribution(&mut out);
         if let Some(clocks) = &self.clocks {
             // Only the clocks of the metrics asked (`-m wall` has no CPU
             // clock to speak of), each on its line: a clock's description
@@ -484,6 +623,53 @@ impl Report {
             );
         }
         out
+    }
+
+    /// Kernel probes split by the user function their threads were in.
+    fn kernel_attribution(&self, out: &mut String) {
+        for f in self
+            .functions
+            .iter()
+            .filter(|f| !f.by_user_function.is_empty())
+        {
+            let _ = writeln!(
+                out,
+                "{} ({}) by user function:",
+                f.name,
+                f.mechanism.unwrap_or("-")
+            );
+            let mut table = vec![vec![
+                "  FUNCTION".to_string(),
+                "calls".to_string(),
+                "wall".to_string(),
+                "cpu".to_string(),
+            ]];
+            let mut split: Vec<_> = f.by_user_function.iter().collect();
+            split.sort_by(|a, b| {
+                b.1.wall_ns
+                    .cmp(&a.1.wall_ns)
+                    .then(b.1.calls.cmp(&a.1.calls))
+            });
+            for (user, c) in split {
+                let time = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
+                table.push(vec![
+                    format!("  {user}"),
+                    group_digits(c.calls),
+                    time(c.wall_ns),
+                    time(c.cpu_ns),
+                ]);
+            }
+            render(&table, 2, out);
+        }
+        if let Some(k) = &self.kernel {
+            if k.lost_calls > 0 {
+                let _ = writeln!(
+                    out,
+                    "note: {} kernel call(s) not counted: the totals map was full",
+                    k.lost_calls
+                );
+            }
+        }
     }
 
     /// One row per thread, columns per function (the form for a few
