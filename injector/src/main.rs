@@ -2,6 +2,7 @@
 
 mod cli_demo;
 mod cli_diagnose;
+mod cli_kernel;
 mod cli_wait;
 
 use anyhow::{bail, Context, Result};
@@ -286,6 +287,10 @@ enum Command {
         #[arg(last = true, value_name = "PROGRAM")]
         command: Vec<String>,
     },
+    /// Say what this machine lets weft do: BPF, BTF, syscall and
+    /// scheduler tracepoints, fentry/fexit, kprobes (each tried on the
+    /// running kernel, with the reason when it is missing), ptrace.
+    Doctor,
     /// Start a bundled threaded server, attach, show live per-thread counts,
     /// detach, and check the counts against the server's own.
     Demo {
@@ -527,25 +532,13 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             lines,
             patterns,
         } => list(pid, &patterns, lines),
+        Command::Doctor => {
+            to_stdout(cli_kernel::doctor().as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
-}
-
-/// Splits `-f a,b -f c` into patterns.
-fn patterns(specs: &[String]) -> Result<Vec<Pattern>> {
-    let mut out = Vec::new();
-    for spec in specs {
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            out.push(
-                Pattern::parse(part).with_context(|| format!("bad function pattern `{part}`"))?,
-            );
-        }
-    }
-    if out.is_empty() {
-        bail!("no function pattern given: name functions with -f NAME (globs like 'work_*' and MODULE:NAME work too)");
-    }
-    Ok(out)
 }
 
 /// Where reports go: standard output or a file created once, one report
@@ -779,18 +772,31 @@ fn run_program(
     output: &Output,
     command: &[String],
 ) -> Result<ExitCode> {
-    let patterns = patterns(functions)?;
+    let patterns = cli_kernel::split(functions)?;
+    let caps = cli_kernel::capabilities(&patterns)?;
     let (program, args) = command.split_first().context("no program given after --")?;
     let mut process = Process::launch(program, args)?;
-    let found = process.find_functions(&patterns)?;
+    let found = if patterns.user.is_empty() {
+        Vec::new()
+    } else {
+        process.find_functions(&patterns.user)?
+    };
     let metrics = measure.metrics_for(found.len());
     // Its first hold is the stop at its entry: dropped on an error, it
     // kills the program before main.
     let mut held = process.hold()?;
-    instrument(&mut held, &patterns, &found, metrics, refusals)?;
+    if !found.is_empty() {
+        instrument(&mut held, &patterns.user, &found, metrics, refusals)?;
+    }
+    // The kernel probes go in while the program is still at its entry: no
+    // call is missed. (An error drops `held`, which kills the program.)
+    let kernel = cli_kernel::start(&held, &patterns, caps.as_ref())?;
     held.release()?;
     let exit = process.wait_exit()?;
-    match write_report(&process.report(), output) {
+    let mut report = process.report();
+    cli_kernel::add(&mut report, kernel.as_ref(), &process)?;
+    drop(kernel);
+    match write_report(&report, output) {
         // The program's status still is weft's.
         Err(e) if e.is::<StdoutClosed>() => {}
         r => r?,
@@ -820,7 +826,9 @@ fn attach(
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
-    let patterns = patterns(functions)?;
+    let split = cli_kernel::split(functions)?;
+    let caps = cli_kernel::capabilities(&split)?;
+    let patterns = &split.user;
     let duration = seconds("duration", live.duration.as_deref(), false)?;
     let interval = seconds("interval", live.interval.as_deref(), true)?;
     let mut sink = Sink::new(output)?;
@@ -830,10 +838,12 @@ fn attach(
     let mut process = Process::open(pid)?;
     // With --later, a pattern that matches nothing yet waits for the
     // libraries loaded from now on.
-    let (found, pending) = if live.later {
+    let (found, pending) = if patterns.is_empty() {
+        (Vec::new(), Vec::new())
+    } else if live.later {
         let mut matching = Vec::new();
         let mut pending = Vec::new();
-        for pattern in &patterns {
+        for pattern in patterns {
             match process.find_functions(std::slice::from_ref(pattern)) {
                 Ok(_) => matching.push(pattern.clone()),
                 Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
@@ -844,7 +854,7 @@ fn attach(
         // its other names its aliases.
         (process.find_functions(&matching)?, pending)
     } else {
-        (process.find_functions(&patterns)?, Vec::new())
+        (process.find_functions(patterns)?, Vec::new())
     };
     let metrics = measure.metrics_for(found.len());
     let mut watcher = (!pending.is_empty()).then(|| {
@@ -852,32 +862,56 @@ fn attach(
         w.defer(pending.clone(), metrics);
         w
     });
-    process.prepare(&found)?;
-    timing.mark("found functions and swept their modules (target running)");
-    let mut held = process.hold()?;
-    timing.mark("seized and stopped every thread");
-    let instrumented = instrument(&mut held, &patterns, &found, metrics, refusals)?;
-    if let Some(w) = &mut watcher {
-        if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
-            // A weft that gives up leaves nothing in place.
-            let _ = held.remove_all();
-            return Err(e.into());
+    let mut instrumented = 0;
+    let mut threads = 0;
+    if !patterns.is_empty() {
+        process.prepare(&found)?;
+        timing.mark("found functions and swept their modules (target running)");
+        let mut held = process.hold()?;
+        timing.mark("seized and stopped every thread");
+        instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
+        if let Some(w) = &mut watcher {
+            if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
+                // A weft that gives up leaves nothing in place.
+                let _ = held.remove_all();
+                return Err(e.into());
+            }
+            let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
+            eprintln!(
+                "weft: waiting for libraries loaded later for {}",
+                names.join(", ")
+            );
         }
-        let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
-        eprintln!(
-            "weft: waiting for libraries loaded later for {}",
-            names.join(", ")
-        );
+        timing.mark("loaded the runtime and spliced");
+        threads = held.threads_at_attach();
+        held.release()?;
+        timing.mark("detached");
+        timing.note(&format!(
+            "longest stop of the world: {:.2} ms",
+            process.longest_stop().as_secs_f64() * 1e3
+        ));
     }
-    timing.mark("loaded the runtime and spliced");
-    let threads = held.threads_at_attach();
-    held.release()?;
-    timing.mark("detached");
-    timing.note(&format!(
-        "longest stop of the world: {:.2} ms",
-        process.longest_stop().as_secs_f64() * 1e3
-    ));
-    eprintln!("weft: attached pid={pid} threads={threads} functions={instrumented}");
+    // The kernel probes go in with the target running: loading them takes
+    // the verifier milliseconds no thread should wait for.
+    let kernel = match cli_kernel::start(&process, &split, caps.as_ref()) {
+        Ok(k) => k,
+        Err(e) => {
+            if !patterns.is_empty() {
+                // All or nothing: the user functions come out again.
+                let mut held = process.hold()?;
+                held.remove_all()?;
+                held.release()?;
+            }
+            return Err(e);
+        }
+    };
+    if threads == 0 {
+        threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    }
+    eprintln!(
+        "weft: attached pid={pid} threads={threads} functions={}",
+        instrumented + kernel.as_ref().map_or(0, |k| k.probes().len())
+    );
     // Live: weft only polls now, at normal priority.
     drop(boost);
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
@@ -903,7 +937,10 @@ fn attach(
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
                 // Read live: the target is not stopped.
-                failed = sink.write(&process.report(), false).err();
+                let mut report = process.report();
+                failed = cli_kernel::add(&mut report, kernel.as_ref(), &process)
+                    .and_then(|()| sink.write(&report, false))
+                    .err();
                 next_report = Some(at + every);
                 if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
                     // Nobody reads any more: detach now.
@@ -912,8 +949,10 @@ fn attach(
             }
         }
     });
-    let report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
+    let mut report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
         process.harvest();
+        process.report()
+    } else if patterns.is_empty() {
         process.report()
     } else {
         if let Some(w) = &mut watcher {
@@ -926,6 +965,9 @@ fn attach(
         held.release()?;
         report
     };
+    cli_kernel::add(&mut report, kernel.as_ref(), &process)?;
+    // Detaches and unloads the kernel probes.
+    drop(kernel);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -937,7 +979,16 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     let patterns = if specs.is_empty() {
         vec![Pattern::parse("*")?]
     } else {
-        patterns(specs)?
+        let split = cli_kernel::split(specs)?;
+        if !split.kernel.is_empty() {
+            // Kernel code is the same for every process: listed first, and
+            // alone when no user pattern is given.
+            to_stdout(cli_kernel::list(&split.kernel)?.as_bytes())?;
+            if split.user.is_empty() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        split.user
     };
     let mut image = weft::inspect::ProcessImage::open(pid)?;
     // One search for all: a function several patterns match is found once.
