@@ -10,10 +10,11 @@
 mod support;
 
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::kernel_calls::*;
 use support::*;
 
 /// One test at a time: the timing comparisons need the two CPUs.
@@ -22,64 +23,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
-
-fn kernel_calls() -> PathBuf {
-    build_c_target("kernel_calls", &["-O1", "-fno-inline"])
-}
-
-/// A 7,600,000-byte file to read: ~0.4 ms in one read here (a preemption
-/// at the return to user space, which the target's clock sees and weft's
-/// does not, is then a small part of the call); 116 reads of 64 KiB chunks
-/// to its end.
-fn data_file(test: &str) -> PathBuf {
-    let dir = scratch_dir(test);
-    let path = dir.join("cache.data");
-    let bytes: Vec<u8> = (0..7_600_000u32)
-        .map(|i| i.wrapping_mul(2_654_435_761) as u8)
-        .collect();
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
-/// (tid, function, syscall) → (calls, wall ns, cpu ns), from the target.
-type Truth = BTreeMap<(u64, String, String), (u64, u64, u64)>;
-
-fn truth(stdout: &str) -> Truth {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 7 && f[0] == "T").then(|| {
-                (
-                    (f[1].parse().unwrap(), f[2].to_string(), f[3].to_string()),
-                    (
-                        f[4].parse().unwrap(),
-                        f[5].parse().unwrap(),
-                        f[6].parse().unwrap(),
-                    ),
-                )
-            })
-        })
-        .collect()
-}
-
-/// The report's figures for (tid, syscall, user function).
-fn measured(report: &Value, tid: u64, syscall: &str, user: &str) -> (u64, u64, u64) {
-    let threads = report["threads"].as_array().unwrap();
-    let Some(t) = threads.iter().find(|t| t["tid"].as_u64() == Some(tid)) else {
-        return (0, 0, 0);
-    };
-    let c = &t["functions"][format!("syscall:{syscall}")]["by_user_function"][user];
-    (
-        c["calls"].as_u64().unwrap_or(0),
-        c["wall_ns"].as_u64().unwrap_or(0),
-        c["cpu_ns"].as_u64().unwrap_or(0),
-    )
-}
-
-/// A call long enough that the probe's own cost (the part of it the
-/// target's clock sees but weft's does not, ≲1 µs) is within 5%.
-const LONG_CALL_NS: u64 = 20_000;
 
 #[test]
 fn syscalls_per_thread_split_by_user_function() {
@@ -133,67 +76,20 @@ fn syscalls_per_thread_split_by_user_function() {
             format!("`{name} yes` expected in {caps:?}")
         });
     }
+    let preempted = preempted(&out);
+    let run = Observed {
+        report: &report,
+        truth: &truth,
+        preempted: &preempted,
+        long_call_ns: LONG_CALL_NS,
+    };
     let mut compared = 0;
-    let mut cpu_compared = 0;
-    let preempted: BTreeMap<u64, u64> = out
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 3 && f[0] == "P").then(|| (f[1].parse().unwrap(), f[2].parse().unwrap()))
-        })
-        .collect();
-    for ((tid, function, syscall), &(calls, wall, cpu)) in &truth {
-        let (m_calls, m_wall, m_cpu) = measured(&report, *tid, syscall, function);
-        let what = format!("thread {tid} {function} → {syscall}");
-        eprintln!(
-            "{what}: calls {m_calls}/{calls} wall {m_wall}/{wall} cpu {m_cpu}/{cpu} (weft/target)"
-        );
-        ctx.check(m_calls == calls, || {
-            format!("{what}: {m_calls} calls counted, the target made {calls}")
-        });
-        ctx.check(m_wall <= wall, || {
-            format!("{what}: weft's wall time {m_wall} ns exceeds the target's own {wall} ns")
-        });
-        if wall / calls >= LONG_CALL_NS {
-            compared += 1;
-            let ratio = m_wall as f64 / wall as f64;
-            ctx.check((0.95..=1.0).contains(&ratio), || {
-                format!("{what}: wall {m_wall} ns vs the target's {wall} ns ({ratio:.3})")
-            });
-        }
-        ctx.check(m_cpu <= m_wall, || {
-            format!("{what}: CPU {m_cpu} ns above wall {m_wall} ns")
-        });
-        // (A thread woken from a sleep is charged by its own clock for
-        // time before it ran: wait_pipe's CPU is only checked below.)
-        if cpu / calls >= LONG_CALL_NS && function != "wait_pipe" {
-            let ratio = m_cpu as f64 / cpu as f64;
-            if preempted.get(tid) == Some(&0) {
-                // Never preempted: the thread's own CPU clock is right.
-                cpu_compared += 1;
-                ctx.check((0.95..=1.05).contains(&ratio), || {
-                    format!("{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3})")
-                });
-            } else {
-                // Preempted by a wakeup: the kernel charged the rest of the
-                // call to the thread switched in, so its clock is short;
-                // weft's cannot be, nor exceed the call's wall time.
-                ctx.check(ratio >= 0.95 && m_cpu <= wall, || {
-                    format!("{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3}), wall {wall} ns")
-                });
-            }
-        }
-        if function == "wait_pipe" {
-            // Asleep in the kernel: the CPU time is a sliver of the wall.
-            ctx.check(m_cpu * 10 < m_wall && cpu * 10 < wall, || {
-                format!("{what}: CPU {m_cpu} ns should be far below wall {m_wall} ns")
-            });
-        }
+    for call in ["openat", "read", "close"] {
+        compared += check_against_truth(&ctx, &run, &format!("syscall:{call}"), call, true);
     }
     ctx.check(compared >= 4, || {
         format!("only {compared} long calls to compare times on")
     });
-    eprintln!("CPU time compared with the target's clock on {cpu_compared} (thread, call) pairs never preempted; preemptions {preempted:?}");
     // The mechanism is said.
     let read = report["functions"]
         .as_array()
@@ -253,7 +149,7 @@ fn other_processes_calls_are_not_counted() {
             .filter(|((t, _, s), _)| t == tid && s == syscall)
             .map(|(_, v)| v.0)
             .sum();
-        let got = measured(&report, *tid, syscall, "(none)").0;
+        let got = measured(&report, *tid, &format!("syscall:{syscall}"), "(none)").0;
         ctx.check(got == want, || {
             format!("thread {tid} {syscall}: {got} counted, {want} made")
         });

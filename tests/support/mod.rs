@@ -15,6 +15,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod kernel_calls;
 pub mod qemu;
 
 /// Deadline for every single wait in the tests.

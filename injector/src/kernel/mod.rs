@@ -178,6 +178,12 @@ pub enum KernelError {
         /// The verifier log's last lines.
         log: String,
     },
+    /// An offset in the middle of an instruction.
+    #[error("`{pattern}`: the kernel refuses a probe there (EILSEQ): the offset is not the start of an instruction, or is inside the function's ftrace call; disassemble the function (e.g. `gdb -batch -ex 'disassemble FUNCTION' vmlinux`) and pick an instruction's offset")]
+    NotAnInstruction {
+        /// As given.
+        pattern: String,
+    },
     /// Attaching failed.
     #[error("cannot attach to {what}: {source}")]
     Attach {

@@ -97,6 +97,7 @@ fn resolve(
     if let Err(why) = &caps.privileged {
         return Err(KernelError::NotPermitted(why.clone()));
     }
+    let choice = chosen_mechanism();
     let mut out: Vec<(Target, Mechanism)> = Vec::new();
     let mut kprobe_names: Option<std::collections::HashSet<String>> = None;
     let mut kprobe_ok = |name: &str| {
@@ -161,11 +162,12 @@ fn resolve(
                     return Err(unavailable_or_missing(&shown, glob.as_str(), caps, false));
                 }
                 for name in names {
-                    let fentry =
-                        caps.fentry.is_ok() && btf.is_some_and(|b| b.function(&name).is_some());
+                    let fentry = caps.fentry.is_ok()
+                        && choice != Some(Mechanism::Kprobe)
+                        && btf.is_some_and(|b| b.function(&name).is_some());
                     let mechanism = if fentry {
                         Mechanism::Fentry
-                    } else if kprobe_ok(&name) {
+                    } else if choice != Some(Mechanism::Fentry) && kprobe_ok(&name) {
                         Mechanism::Kprobe
                     } else {
                         return Err(unavailable_or_missing(&shown, &name, caps, false));
@@ -193,6 +195,17 @@ fn resolve(
         });
     }
     Ok(out)
+}
+
+/// `WEFT_KERNEL_MECHANISM=kprobe` (or `fentry`) makes kernel functions use
+/// that mechanism only: for a kernel whose BPF trampolines misbehave, and
+/// for comparing the two.
+fn chosen_mechanism() -> Option<Mechanism> {
+    match std::env::var("WEFT_KERNEL_MECHANISM").ok()?.as_str() {
+        "kprobe" => Some(Mechanism::Kprobe),
+        "fentry" => Some(Mechanism::Fentry),
+        _ => None,
+    }
 }
 
 /// The error for a kernel function that cannot be probed: missing from
@@ -489,8 +502,17 @@ impl Session {
                 Mechanism::KprobeOffset => {
                     let e = load(ProgType::Kprobe, "ko", &what, entry, None)?;
                     links.push(
-                        sys::attach_kprobe(&e, name, offset.unwrap_or(0), false)
-                            .map_err(attach_err(&what))?,
+                        sys::attach_kprobe(&e, name, offset.unwrap_or(0), false).map_err(
+                            |source| match source.raw_os_error() {
+                                Some(libc::EILSEQ) => KernelError::NotAnInstruction {
+                                    pattern: what.clone(),
+                                },
+                                _ => KernelError::Attach {
+                                    what: what.clone(),
+                                    source,
+                                },
+                            },
+                        )?,
                     );
                     programs.push(e);
                 }

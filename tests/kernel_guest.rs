@@ -1,0 +1,198 @@
+//! Kernel functions through fentry/fexit and kprobes, on a stock kernel:
+//! Debian 12's 6.1 booted under QEMU (tests/qemu/guest.sh), since this
+//! machine's own kernel has no kprobes and refuses BPF trampolines.
+//!
+//! One boot runs weft three ways on kernel_calls (threads opening and
+//! reading from two user functions, timing every call themselves):
+//! `do_sys_openat2` and `vfs_read` by fentry/fexit with an instruction
+//! inside `do_sys_openat2` by kprobe, while another process makes the same
+//! calls; then the same functions by kprobe/kretprobe. Per thread, the
+//! counts equal the target's and split exactly between the user
+//! functions; times agree with the target's clocks; the other process is
+//! nowhere in the report.
+
+mod support;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support::kernel_calls::*;
+use support::qemu::{guest_unavailable, run_in_guest};
+use support::*;
+
+/// The guest's shell script: markers around each output for the host to
+/// cut apart.
+const SCRIPT: &str = r#"
+W=/opt/weft/weft; K=/opt/weft/kernel_calls; D=/opt/weft/cache.data
+cd /tmp
+export KERNEL_CALLS_FIFO=1
+$W doctor
+echo ==DOCTOR-END==
+# The first offset into do_sys_openat2 the kernel takes a kprobe at (it
+# refuses one inside an instruction or inside the ftrace call).
+ok=
+for off in 4 5 8 9 12 13 16 17; do
+  $K 2 6 $D > /tmp/other.out 2>&1 &
+  other=$!
+  if $W run -f open_config,read_cache,wait_pipe -m wall \
+       -f kernel:do_sys_openat2,kernel:vfs_read -f kernel:do_sys_openat2+$off \
+       --format json -o /tmp/r1.json -- $K 2 6 $D > /tmp/r1.out 2> /tmp/r1.err; then
+    ok=$off; wait $other; break
+  fi
+  wait $other
+  echo "offset $off:"; cat /tmp/r1.err
+done
+echo "==OFFSET $ok=="
+echo ==R1-OUT==; cat /tmp/r1.out
+echo ==R1-ERR==; cat /tmp/r1.err
+echo ==R1-JSON==; cat /tmp/r1.json; echo
+echo ==OTHER==; cat /tmp/other.out
+WEFT_KERNEL_MECHANISM=kprobe $W run -f open_config,read_cache,wait_pipe -m wall \
+  -f kernel:do_sys_openat2,kernel:vfs_read --format json -o /tmp/r2.json \
+  -- $K 2 6 $D > /tmp/r2.out 2> /tmp/r2.err
+echo "==R2-STATUS $?=="
+echo ==R2-OUT==; cat /tmp/r2.out
+echo ==R2-ERR==; cat /tmp/r2.err
+echo ==R2-JSON==; cat /tmp/r2.json; echo
+echo ==END==
+"#;
+
+fn section<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let from = text
+        .find(start)
+        .map(|i| i + start.len())
+        .unwrap_or_else(|| panic!("no {start} in the guest's output:\n{text}"));
+    let to = text[from..].find(end).map_or(text.len(), |i| from + i);
+    &text[from..to]
+}
+
+fn mechanism(report: &Value, name: &str) -> String {
+    report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .map_or("(absent)".to_string(), |f| {
+            f["mechanism"].as_str().unwrap_or("-").to_string()
+        })
+}
+
+#[test]
+fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
+    let ctx = Ctx::new("kernel_functions_on_a_stock_kernel");
+    if let Some(why) = guest_unavailable() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set, but the QEMU guest is unavailable: {why}");
+        }
+        eprintln!("skipped: the QEMU guest is unavailable: {why}");
+        return;
+    }
+    let exe = kernel_calls();
+    let data = data_file("kernel_guest");
+    let weft = std::path::Path::new(weft_bin());
+    let out = run_in_guest(
+        &[
+            (weft, "/opt/weft/weft"),
+            (&exe, "/opt/weft/kernel_calls"),
+            (&data, "/opt/weft/cache.data"),
+        ],
+        &[],
+        &["sh", "-c", SCRIPT],
+        Duration::from_secs(600),
+    );
+    let text = &out.stdout;
+    eprintln!("{text}");
+    ctx.check(out.status == 0 && text.contains("==END=="), || {
+        format!("the guest failed (status {}): {}", out.status, out.stderr)
+    });
+    let doctor = section(text, "", "==DOCTOR-END==");
+    for name in [
+        "fentry/fexit",
+        "kprobes",
+        "syscall tracepoints",
+        "sched_switch",
+    ] {
+        ctx.check(
+            doctor
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains(" yes ")),
+            || format!("the stock kernel should allow {name}: {doctor}"),
+        );
+    }
+    let offset = section(text, "==OFFSET ", "==");
+    ctx.check(!offset.is_empty(), || {
+        format!("no offset into do_sys_openat2 took a kprobe: {text}")
+    });
+    let offset: u64 = offset.parse().unwrap();
+
+    // fentry/fexit, and an instruction by kprobe.
+    let r1: Value = serde_json::from_str(section(text, "==R1-JSON==", "==OTHER==").trim())
+        .unwrap_or_else(|e| ctx.fail(format!("run 1's report: {e}")));
+    let r1_out = section(text, "==R1-OUT==", "==R1-ERR==");
+    let truth1 = truth(r1_out);
+    let preempted1 = preempted(r1_out);
+    ctx.check(truth1.len() == 2 * 7, || format!("target output: {r1_out}"));
+    let at = format!("kernel:do_sys_openat2+{offset:#x}");
+    for (name, want) in [
+        ("kernel:do_sys_openat2", "fentry/fexit"),
+        ("kernel:vfs_read", "fentry/fexit"),
+        (at.as_str(), "kprobe at offset"),
+    ] {
+        let got = mechanism(&r1, name);
+        ctx.check(got == want, || {
+            format!("{name}: mechanism {got}, expected {want}")
+        });
+    }
+    let run1 = Observed {
+        report: &r1,
+        truth: &truth1,
+        preempted: &preempted1,
+        long_call_ns: LONG_CALL_NS_TCG,
+    };
+    let mut long = 0;
+    long += check_against_truth(&ctx, &run1, "kernel:do_sys_openat2", "openat", true);
+    long += check_against_truth(&ctx, &run1, "kernel:vfs_read", "read", true);
+    check_against_truth(&ctx, &run1, &at, "openat", false);
+    ctx.check(long >= 4, || format!("only {long} long calls compared"));
+    // The other process's threads are not in the report.
+    let others: BTreeSet<u64> = truth(section(text, "==OTHER==", "==R2-STATUS"))
+        .keys()
+        .map(|k| k.0)
+        .collect();
+    ctx.check(!others.is_empty(), || {
+        "the other process printed nothing".into()
+    });
+    for t in r1["threads"].as_array().unwrap() {
+        let tid = t["tid"].as_u64().unwrap();
+        ctx.check(!others.contains(&tid), || {
+            format!("thread {tid} of the other process is in the report")
+        });
+    }
+
+    // kprobe/kretprobe.
+    ctx.check(text.contains("==R2-STATUS 0=="), || {
+        format!(
+            "run 2 failed: {}",
+            section(text, "==R2-ERR==", "==R2-JSON==")
+        )
+    });
+    let r2: Value = serde_json::from_str(section(text, "==R2-JSON==", "==END==").trim())
+        .unwrap_or_else(|e| ctx.fail(format!("run 2's report: {e}")));
+    let r2_out = section(text, "==R2-OUT==", "==R2-ERR==");
+    let truth2 = truth(r2_out);
+    let preempted2 = preempted(r2_out);
+    let run2 = Observed {
+        report: &r2,
+        truth: &truth2,
+        preempted: &preempted2,
+        long_call_ns: LONG_CALL_NS_TCG,
+    };
+    for name in ["kernel:do_sys_openat2", "kernel:vfs_read"] {
+        let got = mechanism(&r2, name);
+        ctx.check(got == "kprobe/kretprobe", || {
+            format!("{name}: mechanism {got} with WEFT_KERNEL_MECHANISM=kprobe")
+        });
+    }
+    check_against_truth(&ctx, &run2, "kernel:do_sys_openat2", "openat", true);
+    check_against_truth(&ctx, &run2, "kernel:vfs_read", "read", true);
+}

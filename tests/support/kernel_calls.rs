@@ -1,0 +1,172 @@
+//! The kernel_calls target (tests/targets/kernel_calls.c) and reading its
+//! ground truth next to weft's report of kernel probes.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The target, `gcc -O1 -fno-inline`.
+pub fn kernel_calls() -> PathBuf {
+    super::build_c_target("kernel_calls", &["-O1", "-fno-inline"])
+}
+
+/// A 7,600,000-byte file to read: ~0.4 ms in one read here (a preemption
+/// at the return to user space, which the target's clock sees and weft's
+/// does not, is then a small part of the call); 116 reads of 64 KiB chunks
+/// to its end.
+pub fn data_file(test: &str) -> PathBuf {
+    let dir = super::scratch_dir(test);
+    let path = dir.join("cache.data");
+    let bytes: Vec<u8> = (0..7_600_000u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+        .collect();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// (tid, function, syscall) → (calls, wall ns, cpu ns), from the target.
+pub type Truth = BTreeMap<(u64, String, String), (u64, u64, u64)>;
+
+/// The target's `T` lines.
+pub fn truth(stdout: &str) -> Truth {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 7 && f[0] == "T").then(|| {
+                (
+                    (f[1].parse().unwrap(), f[2].to_string(), f[3].to_string()),
+                    (
+                        f[4].parse().unwrap(),
+                        f[5].parse().unwrap(),
+                        f[6].parse().unwrap(),
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The target's `P` lines: involuntary switches per thread in its first
+/// phase.
+pub fn preempted(stdout: &str) -> BTreeMap<u64, u64> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[0] == "P").then(|| (f[1].parse().unwrap(), f[2].parse().unwrap()))
+        })
+        .collect()
+}
+
+/// The report's (calls, wall ns, cpu ns) of function `key` (`syscall:read`,
+/// `kernel:vfs_read`) in thread `tid` while it was in user function `user`.
+pub fn measured(report: &Value, tid: u64, key: &str, user: &str) -> (u64, u64, u64) {
+    let threads = report["threads"].as_array().unwrap();
+    let Some(t) = threads.iter().find(|t| t["tid"].as_u64() == Some(tid)) else {
+        return (0, 0, 0);
+    };
+    let c = &t["functions"][key]["by_user_function"][user];
+    (
+        c["calls"].as_u64().unwrap_or(0),
+        c["wall_ns"].as_u64().unwrap_or(0),
+        c["cpu_ns"].as_u64().unwrap_or(0),
+    )
+}
+
+/// A call long enough that what the target's clock sees around it and
+/// weft's does not (the system call's entry and exit, the probe's own
+/// cost: ≲1 µs here) is within 5% of it.
+pub const LONG_CALL_NS: u64 = 20_000;
+/// The same under QEMU's TCG, where a system call's entry and exit and the
+/// probes take ~100 µs.
+pub const LONG_CALL_NS_TCG: u64 = 2_000_000;
+
+/// One run: weft's report, the target's truth, its preemptions, and what
+/// counts as a long call where it ran.
+pub struct Observed<'a> {
+    /// weft's JSON report.
+    pub report: &'a Value,
+    /// The target's `T` lines.
+    pub truth: &'a Truth,
+    /// The target's `P` lines.
+    pub preempted: &'a BTreeMap<u64, u64>,
+    /// [`LONG_CALL_NS`] or [`LONG_CALL_NS_TCG`].
+    pub long_call_ns: u64,
+}
+
+/// Checks weft's figures for `key` against the target's for `syscall`
+/// (every (thread, function) the target reports): calls and attribution
+/// exact; wall time never above the target's and within 5% of it for long
+/// calls; CPU time never above wall, within 5% of the target's own CPU
+/// clock for long calls of a thread never preempted, else between it and
+/// the wall time (a preempting wakeup makes the kernel charge the rest of
+/// the call to the next thread, see kernel_calls.c); a sleeping read's
+/// CPU far below its wall. Returns how many long calls' times it compared.
+pub fn check_against_truth(
+    ctx: &super::Ctx,
+    run: &Observed,
+    key: &str,
+    syscall: &str,
+    timed: bool,
+) -> usize {
+    let Observed {
+        report,
+        truth,
+        preempted,
+        long_call_ns,
+    } = run;
+    let (report, long_call_ns) = (*report, *long_call_ns);
+    let mut compared = 0;
+    for ((tid, function, call), &(calls, wall, cpu)) in truth.iter() {
+        if call != syscall {
+            continue;
+        }
+        let (m_calls, m_wall, m_cpu) = measured(report, *tid, key, function);
+        let what = format!("thread {tid} {function} → {key}");
+        eprintln!(
+            "{what}: calls {m_calls}/{calls} wall {m_wall}/{wall} cpu {m_cpu}/{cpu} (weft/target)"
+        );
+        ctx.check(m_calls == calls, || {
+            format!("{what}: {m_calls} calls counted, the target made {calls}")
+        });
+        if !timed {
+            continue;
+        }
+        ctx.check(m_wall <= wall, || {
+            format!("{what}: weft's wall time {m_wall} ns exceeds the target's own {wall} ns")
+        });
+        ctx.check(m_cpu <= m_wall, || {
+            format!("{what}: CPU {m_cpu} ns above wall {m_wall} ns")
+        });
+        if wall / calls >= long_call_ns {
+            compared += 1;
+            let ratio = m_wall as f64 / wall as f64;
+            ctx.check((0.95..=1.0).contains(&ratio), || {
+                format!("{what}: wall {m_wall} ns vs the target's {wall} ns ({ratio:.3})")
+            });
+        }
+        // A thread woken from a sleep is charged by its own clock for time
+        // before it ran: wait_pipe's CPU is only checked below.
+        if cpu / calls >= long_call_ns && function != "wait_pipe" {
+            let ratio = m_cpu as f64 / cpu as f64;
+            if preempted.get(tid) == Some(&0) {
+                ctx.check((0.95..=1.05).contains(&ratio), || {
+                    format!("{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3})")
+                });
+            } else {
+                ctx.check(ratio >= 0.95 && m_cpu <= wall, || {
+                    format!(
+                        "{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3}), wall {wall} ns"
+                    )
+                });
+            }
+        }
+        if function == "wait_pipe" {
+            ctx.check(m_cpu * 10 < m_wall && cpu * 10 < wall, || {
+                format!("{what}: CPU {m_cpu} ns should be far below wall {m_wall} ns")
+            });
+        }
+    }
+    compared
+}
