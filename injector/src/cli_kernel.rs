@@ -80,23 +80,63 @@ pub fn start(
     Ok(Some(session))
 }
 
-/// `report` with the kernel probes' figures added.
-pub fn add(report: &mut Report, session: Option<&Session>, process: &Process) -> Result<()> {
-    let Some(session) = session else {
-        return Ok(());
-    };
-    let snapshot = session.snapshot()?;
-    let pid = process.pid();
-    report.add_kernel(
-        &snapshot,
-        |base| process.function_at_metric_offset(base),
-        |tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .ok()
-                .map(|s| s.trim_end().to_string())
-        },
+/// `attach` with kernel patterns only: no ptrace, no runtime, any process
+/// (statically linked ones too); live reports every `interval`.
+pub fn attach_kernel_only(
+    pid: i32,
+    patterns: &Patterns,
+    caps: &Capabilities,
+    duration: Option<std::time::Duration>,
+    interval: Option<std::time::Duration>,
+    sink: &mut crate::Sink,
+) -> Result<()> {
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no process {pid}: give the PID of a running process");
+    }
+    let session = Session::start(pid, &patterns.kernel, caps, None)?;
+    let started = std::time::Instant::now();
+    eprintln!(
+        "weft: attached pid={pid} threads={} functions={}",
+        std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()),
+        session.probes().len()
     );
-    Ok(())
+    let report = |session: &Session| -> Result<Report> {
+        Ok(Report::of_kernel(
+            pid,
+            started.elapsed().as_nanos() as u64,
+            &session.snapshot()?,
+        ))
+    };
+    let mut next = interval.map(|i| std::time::Instant::now() + i);
+    let mut failed = None;
+    crate::cli_wait::wait(pid, duration, &mut || {
+        if let (Some(at), Some(every)) = (next, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                failed = report(&session).and_then(|r| sink.write(&r, false)).err();
+                next = Some(at + every);
+                if failed
+                    .as_ref()
+                    .is_some_and(|e| e.is::<crate::StdoutClosed>())
+                {
+                    crate::cli_wait::stop_now();
+                }
+            }
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let last = report(&session)?;
+    drop(session);
+    sink.write(&last, true)
+}
+
+/// The report, with the kernel probes' figures when there are any.
+pub fn report(process: &Process, session: Option<&Session>) -> Result<Report> {
+    Ok(match session {
+        Some(s) => process.report_with_kernel(s)?,
+        None => process.report(),
+    })
 }
 
 /// `weft list 'kernel:…'` / `'syscall:…'`: what can be probed, and how.

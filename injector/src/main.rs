@@ -793,8 +793,7 @@ fn run_program(
     let kernel = cli_kernel::start(&held, &patterns, caps.as_ref())?;
     held.release()?;
     let exit = process.wait_exit()?;
-    let mut report = process.report();
-    cli_kernel::add(&mut report, kernel.as_ref(), &process)?;
+    let report = cli_kernel::report(&process, kernel.as_ref())?;
     drop(kernel);
     match write_report(&report, output) {
         // The program's status still is weft's.
@@ -833,6 +832,11 @@ fn attach(
     let interval = seconds("interval", live.interval.as_deref(), true)?;
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
+    if let (true, Some(caps)) = (patterns.is_empty(), &caps) {
+        drop(boost);
+        cli_kernel::attach_kernel_only(pid, &split, caps, duration, interval, &mut sink)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let timing = Timing::from_env();
     // Everything that needs no stopped target happens before the pause.
     let mut process = Process::open(pid)?;
@@ -937,9 +941,8 @@ fn attach(
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
                 // Read live: the target is not stopped.
-                let mut report = process.report();
-                failed = cli_kernel::add(&mut report, kernel.as_ref(), &process)
-                    .and_then(|()| sink.write(&report, false))
+                failed = cli_kernel::report(&process, kernel.as_ref())
+                    .and_then(|report| sink.write(&report, false))
                     .err();
                 next_report = Some(at + every);
                 if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
@@ -965,7 +968,9 @@ fn attach(
         held.release()?;
         report
     };
-    cli_kernel::add(&mut report, kernel.as_ref(), &process)?;
+    if let Some(k) = &kernel {
+        process.add_kernel_to(&mut report, k)?;
+    }
     // Detaches and unloads the kernel probes.
     drop(kernel);
     if let Some(e) = failed {

@@ -3608,6 +3608,39 @@ impl Process {
         })
     }
 
+    /// [`Process::report`] with a kernel session's figures added: its
+    /// kernel functions and system calls per thread, split by the user
+    /// functions of this process the threads were in.
+    pub fn report_with_kernel(
+        &self,
+        kernel: &crate::kernel::Session,
+    ) -> Result<Report, crate::kernel::KernelError> {
+        let mut report = self.report();
+        self.add_kernel_to(&mut report, kernel)?;
+        Ok(report)
+    }
+
+    /// Adds a kernel session's figures to a report of this process (see
+    /// [`Process::report_with_kernel`]).
+    pub fn add_kernel_to(
+        &self,
+        report: &mut Report,
+        kernel: &crate::kernel::Session,
+    ) -> Result<(), crate::kernel::KernelError> {
+        let snapshot = kernel.snapshot()?;
+        let pid = self.pid;
+        report.add_kernel(
+            &snapshot,
+            |base| self.function_at_metric_offset(base),
+            |tid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .ok()
+                    .map(|s| s.trim_end().to_string())
+            },
+        );
+        Ok(())
+    }
+
     /// A report of every probe (active or removed) from a fresh snapshot.
     pub fn report(&self) -> Report {
         let probes: Vec<ProbeInfo> = self

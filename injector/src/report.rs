@@ -251,6 +251,22 @@ pub(crate) struct ProbeInfo {
 }
 
 impl Report {
+    /// A report of kernel probes alone (no user function instrumented,
+    /// no runtime in the target), live for `duration_ns`.
+    pub fn of_kernel(pid: i32, duration_ns: u64, kernel: &crate::kernel::KernelSnapshot) -> Report {
+        let mut report = Report::build(pid, duration_ns, &[], &[], 0, |_| None);
+        report.add_kernel(
+            kernel,
+            |_| None,
+            |tid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .ok()
+                    .map(|s| s.trim_end().to_string())
+            },
+        );
+        report
+    }
+
     /// Builds a report from the probes and a snapshot of the region's rows.
     /// `live_name` gives a live thread's current name, when known.
     pub(crate) fn build(
