@@ -54,6 +54,23 @@ echo "==R2-STATUS $?=="
 echo ==R2-OUT==; cat /tmp/r2.out
 echo ==R2-ERR==; cat /tmp/r2.err
 echo ==R2-JSON==; cat /tmp/r2.json; echo
+echo ==R2-JSON-END==
+# Killed outright while attached (fentry, then kprobes): nothing stays.
+for mech in fentry kprobe; do
+  rm -f /tmp/k.err
+  sleep 600 & s=$!
+  WEFT_KERNEL_MECHANISM=$mech $W attach -p $s -f kernel:vfs_read -f kernel:do_sys_openat2+$ok 2> /tmp/k.err &
+  a=$!
+  while ! grep -q attached /tmp/k.err; do
+    if ! kill -0 $a 2>/dev/null; then cat /tmp/k.err; break; fi
+    sleep 0.1
+  done
+  echo "==LOADED-$mech $($W doctor | grep '^weft programs')=="
+  kill -9 $a; wait $a 2>/dev/null
+  sleep 1
+  echo "==AFTER-KILL-$mech $($W doctor | grep '^weft programs')=="
+  kill $s
+done
 echo ==END==
 "#;
 
@@ -176,7 +193,7 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
             section(text, "==R2-ERR==", "==R2-JSON==")
         )
     });
-    let r2: Value = serde_json::from_str(section(text, "==R2-JSON==", "==END==").trim())
+    let r2: Value = serde_json::from_str(section(text, "==R2-JSON==", "==R2-JSON-END==").trim())
         .unwrap_or_else(|e| ctx.fail(format!("run 2's report: {e}")));
     let r2_out = section(text, "==R2-OUT==", "==R2-ERR==");
     let truth2 = truth(r2_out);
@@ -195,4 +212,23 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
     }
     check_against_truth(&ctx, &run2, "kernel:do_sys_openat2", "openat", true);
     check_against_truth(&ctx, &run2, "kernel:vfs_read", "read", true);
+
+    // kill -9 of an attached weft leaves no program (nor link: a link
+    // holds its program) behind, for either mechanism.
+    for mech in ["fentry", "kprobe"] {
+        let loaded = section(text, &format!("==LOADED-{mech} "), "==");
+        let after = section(text, &format!("==AFTER-KILL-{mech} "), "==");
+        let count = |line: &str| -> u64 {
+            line.split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(u64::MAX)
+        };
+        ctx.check(count(loaded) >= 2 && count(loaded) != u64::MAX, || {
+            format!("{mech}: weft's programs should show while it runs: {loaded:?}")
+        });
+        ctx.check(count(after) == 0, || {
+            format!("{mech}: programs left after kill -9: {after:?}")
+        });
+    }
 }

@@ -377,3 +377,78 @@ fn bad_kernel_patterns_say_what_to_write() {
         });
     }
 }
+
+#[test]
+fn live_reports_show_kernel_calls_growing() {
+    let ctx = Ctx::new("live_reports_show_kernel_calls_growing");
+    if !running_as_root() {
+        eprintln!("skipped: kernel probes need root");
+        return;
+    }
+    let _alone = one_at_a_time();
+    let exe = kernel_calls();
+    let data = data_file("live_reports");
+    let t = ctx.target(&exe, &["1", "1000000", data.to_str().unwrap()]);
+    let p = t.pid.to_string();
+    let mut w = ctx.weft(&[
+        "attach",
+        "-p",
+        &p,
+        "-f",
+        "read_cache",
+        "-f",
+        "syscall:read",
+        "--interval",
+        "0.4",
+        "--duration",
+        "2",
+        "--format",
+        "jsonl",
+    ]);
+    w.wait_code(0);
+    let reads: Vec<u64> = w
+        .stdout_text()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            r["functions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["name"] == "syscall:read")
+                .and_then(|f| f["by_user_function"]["read_cache"]["calls"].as_u64())
+                .unwrap_or(0)
+        })
+        .collect();
+    ctx.check(reads.len() >= 4, || format!("live reports: {reads:?}"));
+    ctx.check(
+        reads.windows(2).all(|w| w[0] <= w[1]) && reads[0] < reads[reads.len() - 1],
+        || format!("read_cache's reads should grow from report to report: {reads:?}"),
+    );
+}
+
+#[test]
+fn list_names_system_calls_and_how_they_are_probed() {
+    let ctx = Ctx::new("list_names_system_calls");
+    let _alone = one_at_a_time();
+    let me = std::process::id().to_string();
+    let mut w = ctx.weft(&["list", "-p", &me, "syscall:open*"]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    for want in [
+        "syscall 257 openat ",
+        "syscall 437 openat2 ",
+        "syscall 2 open ",
+    ] {
+        ctx.check(out.contains(want), || format!("`{want}` missing: {out}"));
+    }
+    // A kernel function nothing can probe here says why, in one line.
+    if !Path::new("/sys/bus/event_source/devices/kprobe").exists() && running_as_root() {
+        let mut w = ctx.weft(&["list", "-p", &me, "kernel:vfs_read"]);
+        let status = w.wait_exit();
+        let err = w.stderr_text();
+        ctx.check(!status.success() && err.contains("kprobes no"), || {
+            format!("expected the capability line in the error: {err}")
+        });
+    }
+}

@@ -205,6 +205,26 @@ pub fn doctor() -> String {
             let _ = writeln!(text, "{:<20} {state}", "");
         }
     }
+    // What weft left loaded (nothing, unless a weft is running now).
+    match weft::kernel::loaded_programs() {
+        Ok(all) => {
+            let ours: Vec<String> = all
+                .into_iter()
+                .filter(|p| p.name.starts_with(weft::kernel::PROGRAM_PREFIX))
+                .map(|p| p.name)
+                .collect();
+            let _ = writeln!(
+                text,
+                "{:<20} {} (BPF programs named {}*, held by running wefts)",
+                "weft programs",
+                ours.len(),
+                weft::kernel::PROGRAM_PREFIX
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(text, "{:<20} unknown ({e})", "weft programs");
+        }
+    }
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "absent".to_string());
