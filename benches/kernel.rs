@@ -106,9 +106,9 @@ fn run_beside(target: &Path, calls: &str, pattern: &str) -> f64 {
         }
     }
     let ns = run(target, calls, None);
-    // SIGINT: weft detaches and reports (to /dev/null).
+    // SIGTERM: weft detaches and reports (to /dev/null).
     let _ = Command::new("kill")
-        .args(["-INT", &w.id().to_string()])
+        .args(["-TERM", &w.id().to_string()])
         .status();
     let _ = w.wait();
     let _ = sleeper.kill();
@@ -142,6 +142,7 @@ $W run -f syscall:read --format json -o /dev/null -- $K $N > /tmp/o 2>/dev/null;
 $W run -f kernel:vfs_read --format json -o /dev/null -- $K $N > /tmp/o 2>/dev/null; one fentry
 WEFT_KERNEL_MECHANISM=kprobe $W run -f kernel:vfs_read --format json -o /dev/null -- $K $N > /tmp/o 2>/dev/null; one kprobe
 beside() {
+  rm -f /tmp/a
   sleep 600 & s=$!
   $W attach -p $s -f "$2" --format json -o /dev/null 2> /tmp/a &
   a=$!
@@ -150,7 +151,8 @@ beside() {
     sleep 0.1
   done
   $K $N > /tmp/o; one "$1"
-  kill -INT $a; wait $a; kill $s
+  # TERM: a background job of a script ignores INT from birth.
+  kill -TERM $a; wait $a; kill $s
 }
 beside other-syscall syscall:read
 beside other-fentry kernel:vfs_read

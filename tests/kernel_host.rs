@@ -24,14 +24,21 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[test]
-fn syscalls_per_thread_split_by_user_function() {
-    let ctx = Ctx::new("syscalls_per_thread_split_by_user_function");
+/// A test that needs root (BPF), alone on the machine; `None` (skipped,
+/// said on stderr) when not root.
+fn as_root(test: &str) -> Option<(Ctx, std::sync::MutexGuard<'static, ()>)> {
     if !running_as_root() {
         eprintln!("skipped: kernel probes need root");
-        return;
+        return None;
     }
-    let _alone = one_at_a_time();
+    Some((Ctx::new(test), one_at_a_time()))
+}
+
+#[test]
+fn syscalls_per_thread_split_by_user_function() {
+    let Some((ctx, _alone)) = as_root("syscalls_per_thread_split_by_user_function") else {
+        return;
+    };
     let exe = kernel_calls();
     let data = data_file("syscalls_per_thread");
     let data = data.to_str().unwrap();
@@ -42,11 +49,11 @@ fn syscalls_per_thread_split_by_user_function() {
     c.args([
         "run",
         "-f",
-        "open_config,read_cache,wait_pipe",
+        "open_config,read_cache,rewrite_file,wait_pipe",
         "-m",
         "wall",
         "-f",
-        "syscall:openat,syscall:read,syscall:close",
+        "syscall:openat,syscall:read,syscall:close,syscall:write",
         "--format",
         "json",
         "--",
@@ -63,8 +70,8 @@ fn syscalls_per_thread_split_by_user_function() {
     });
     let report: Value = serde_json::from_str(json_line).unwrap();
     let truth = truth(&out);
-    ctx.check(truth.len() == 2 * 7, || {
-        format!("2 threads × 7 (function, call) lines expected: {truth:?}")
+    ctx.check(truth.len() == 2 * 10, || {
+        format!("2 threads × 10 (function, call) lines expected: {truth:?}")
     });
     let err = w.stderr_text();
     let caps = err
@@ -82,9 +89,11 @@ fn syscalls_per_thread_split_by_user_function() {
         truth: &truth,
         preempted: &preempted,
         long_call_ns: LONG_CALL_NS,
+        cpu_tolerance: 0.05,
+        pipe_sleeps: true,
     };
     let mut compared = 0;
-    for call in ["openat", "read", "close"] {
+    for call in ["openat", "read", "close", "write"] {
         compared += check_against_truth(&ctx, &run, &format!("syscall:{call}"), call, true);
     }
     ctx.check(compared >= 4, || {
@@ -105,12 +114,9 @@ fn syscalls_per_thread_split_by_user_function() {
 
 #[test]
 fn other_processes_calls_are_not_counted() {
-    let ctx = Ctx::new("other_processes_calls_are_not_counted");
-    if !running_as_root() {
-        eprintln!("skipped: kernel probes need root");
+    let Some((ctx, _alone)) = as_root("other_processes_calls_are_not_counted") else {
         return;
-    }
-    let _alone = one_at_a_time();
+    };
     let exe = kernel_calls();
     let data = data_file("other_processes");
     let data = data.to_str().unwrap();
@@ -119,7 +125,7 @@ fn other_processes_calls_are_not_counted() {
     let mut w = ctx.weft(&[
         "run",
         "-f",
-        "syscall:openat,syscall:read,syscall:close",
+        "syscall:openat,syscall:read,syscall:close,syscall:write",
         "--format",
         "json",
         "--",
@@ -206,14 +212,17 @@ fn doctor_names_each_capability_and_why_it_is_missing() {
 
 #[test]
 fn unprivileged_kernel_patterns_refuse_the_whole_command() {
-    let ctx = Ctx::new("unprivileged_kernel_patterns");
-    let _alone = one_at_a_time();
-    if !running_as_root() {
-        eprintln!("skipped: needs root to become nobody");
+    let Some((ctx, _alone)) = as_root("unprivileged_kernel_patterns") else {
         return;
-    }
+    };
     let exe = kernel_calls();
     let data = data_file("unprivileged");
+    // The target (run as nobody) writes its scratch files next to it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = data.parent().unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
     let data = data.to_str().unwrap();
     let as_nobody = |args: &[&str]| {
         let mut c = Command::new("setpriv");
@@ -313,12 +322,9 @@ fn wait_for(what: &str, ctx: &Ctx, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn nothing_stays_loaded_after_detach_or_kill() {
-    let ctx = Ctx::new("nothing_stays_loaded");
-    let _alone = one_at_a_time();
-    if !running_as_root() {
-        eprintln!("skipped: kernel probes need root");
+    let Some((ctx, _alone)) = as_root("nothing_stays_loaded") else {
         return;
-    }
+    };
     let exe = kernel_calls();
     let data = data_file("nothing_stays_loaded");
     let mut t = ctx.target(&exe, &["1", "1000000", data.to_str().unwrap()]);
@@ -357,12 +363,9 @@ fn nothing_stays_loaded_after_detach_or_kill() {
 
 #[test]
 fn bad_kernel_patterns_say_what_to_write() {
-    let ctx = Ctx::new("bad_kernel_patterns");
-    let _alone = one_at_a_time();
-    if !running_as_root() {
-        eprintln!("skipped: kernel probes need root");
+    let Some((ctx, _alone)) = as_root("bad_kernel_patterns") else {
         return;
-    }
+    };
     for (pattern, expect) in [
         ("syscall:opnat", "did you mean"),
         ("kernel:vfs_*+4", "one function by its exact name"),
@@ -380,12 +383,9 @@ fn bad_kernel_patterns_say_what_to_write() {
 
 #[test]
 fn live_reports_show_kernel_calls_growing() {
-    let ctx = Ctx::new("live_reports_show_kernel_calls_growing");
-    if !running_as_root() {
-        eprintln!("skipped: kernel probes need root");
+    let Some((ctx, _alone)) = as_root("live_reports_show_kernel_calls_growing") else {
         return;
-    }
-    let _alone = one_at_a_time();
+    };
     let exe = kernel_calls();
     let data = data_file("live_reports");
     let t = ctx.target(&exe, &["1", "1000000", data.to_str().unwrap()]);

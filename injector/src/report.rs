@@ -62,6 +62,42 @@ pub struct FunctionReport {
     pub by_user_function: BTreeMap<String, Counts>,
 }
 
+impl FunctionReport {
+    /// A function with nothing counted yet.
+    fn empty(name: String, module: String, address: String) -> FunctionReport {
+        FunctionReport {
+            name,
+            aliases: Vec::new(),
+            module,
+            address,
+            calls: 0,
+            wall_ns: None,
+            cpu_ns: None,
+            self_ns: None,
+            wall_ns_per_call: None,
+            self_ns_per_call: None,
+            cpu_ns_per_call: None,
+            threads: 0,
+            histogram: None,
+            mechanism: None,
+            by_user_function: BTreeMap::new(),
+        }
+    }
+
+    /// The `*_per_call` fields from the totals, rounded to the nearest ns.
+    fn set_per_call(&mut self) {
+        let calls = self.calls;
+        let per_call = |total: Option<u64>| {
+            total
+                .filter(|_| calls > 0)
+                .map(|t| ((u128::from(t) + u128::from(calls) / 2) / u128::from(calls)) as u64)
+        };
+        self.wall_ns_per_call = per_call(self.wall_ns);
+        self.self_ns_per_call = per_call(self.self_ns);
+        self.cpu_ns_per_call = per_call(self.cpu_ns);
+    }
+}
+
 /// Counts of activations per log2 bucket of their inclusive wall time:
 /// `counts[b]` activations took `ns` with `floor(log2(ns)) == b` (bucket 0
 /// holds 0 and 1 ns, the last bucket everything longer). Serialised as
@@ -311,21 +347,8 @@ impl Report {
             .zip(&names)
             .zip(aliases)
             .map(|((p, name), aliases)| FunctionReport {
-                name: name.clone(),
                 aliases,
-                module: p.module.clone(),
-                address: format!("{:#x}", p.address),
-                calls: 0,
-                wall_ns: None,
-                cpu_ns: None,
-                self_ns: None,
-                wall_ns_per_call: None,
-                self_ns_per_call: None,
-                cpu_ns_per_call: None,
-                threads: 0,
-                histogram: None,
-                mechanism: None,
-                by_user_function: BTreeMap::new(),
+                ..FunctionReport::empty(name.clone(), p.module.clone(), format!("{:#x}", p.address))
             })
             .collect();
         for (p, &e) in probes.iter().zip(&entry_of) {
@@ -433,16 +456,7 @@ impl Report {
                 functions: counts,
             });
         }
-        for f in &mut functions {
-            let per_call = |total: Option<u64>| {
-                total.filter(|_| f.calls > 0).map(|t| {
-                    ((u128::from(t) + u128::from(f.calls) / 2) / u128::from(f.calls)) as u64
-                })
-            };
-            f.wall_ns_per_call = per_call(f.wall_ns);
-            f.self_ns_per_call = per_call(f.self_ns);
-            f.cpu_ns_per_call = per_call(f.cpu_ns);
-        }
+        functions.iter_mut().for_each(FunctionReport::set_per_call);
         let metrics = probes
             .iter()
             .fold(crate::exits::Metrics::CALLS, |m, p| m.union(p.metrics))
@@ -478,21 +492,14 @@ impl Report {
         let first = self.functions.len();
         for p in &kernel.probes {
             self.functions.push(FunctionReport {
-                name: format!("{}:{}", p.module, p.name),
-                aliases: Vec::new(),
-                module: p.module.to_string(),
-                address: "-".to_string(),
-                calls: 0,
                 wall_ns: p.timed.then_some(0),
                 cpu_ns: (p.timed && kernel.cpu).then_some(0),
-                self_ns: None,
-                wall_ns_per_call: None,
-                self_ns_per_call: None,
-                cpu_ns_per_call: None,
-                threads: 0,
-                histogram: None,
                 mechanism: Some(p.mechanism.name()),
-                by_user_function: BTreeMap::new(),
+                ..FunctionReport::empty(
+                    format!("{}:{}", p.module, p.name),
+                    p.module.to_string(),
+                    "-".to_string(),
+                )
             });
         }
         let add_to = |c: &mut Counts, row: &crate::kernel::KernelRow, timed: bool| {
@@ -546,15 +553,9 @@ impl Report {
             add_to(&mut split, row, p.timed);
             c.by_user_function.insert(user, split);
         }
-        for f in &mut self.functions[first..] {
-            let per_call = |total: Option<u64>| {
-                total.filter(|_| f.calls > 0).map(|t| {
-                    ((u128::from(t) + u128::from(f.calls) / 2) / u128::from(f.calls)) as u64
-                })
-            };
-            f.wall_ns_per_call = per_call(f.wall_ns);
-            f.cpu_ns_per_call = per_call(f.cpu_ns);
-        }
+        self.functions[first..]
+            .iter_mut()
+            .for_each(FunctionReport::set_per_call);
         for m in ["wall", "cpu"] {
             let measured = self.functions[first..].iter().any(|f| match m {
                 "wall" => f.wall_ns.is_some(),

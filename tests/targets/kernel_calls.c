@@ -5,7 +5,10 @@
  *
  * Each worker thread, ITERATIONS times: open_config() opens FILE, reads
  * it whole in one read and closes it; read_cache() opens it, reads it in
- * 64 KiB chunks to the end and closes it. Then, once every worker is done
+ * 64 KiB chunks to the end and closes it; rewrite_file() opens the
+ * thread's own scratch file FILE.out.TID truncating it (freeing the pages
+ * the last round wrote: a long openat), writes KERNEL_CALLS_WRITE bytes
+ * (default 2 MiB, at most 8) and closes it. Then, once every worker is done
  * with that, ITERATIONS times: wait_pipe() blocks in a read of a pipe a
  * writer thread fills 2 ms later (time asleep in the kernel). The phases
  * are apart because a wakeup that preempts a thread inside a long system
@@ -37,10 +40,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { F_OPEN_CONFIG, F_READ_CACHE, F_WAIT_PIPE, NF };
-enum { S_OPENAT, S_READ, S_CLOSE, NS };
-static const char *fnames[NF] = {"open_config", "read_cache", "wait_pipe"};
-static const char *snames[NS] = {"openat", "read", "close"};
+enum { F_OPEN_CONFIG, F_READ_CACHE, F_REWRITE_FILE, F_WAIT_PIPE, NF };
+enum { S_OPENAT, S_READ, S_CLOSE, S_WRITE, NS };
+static const char *fnames[NF] = {"open_config", "read_cache", "rewrite_file", "wait_pipe"};
+static const char *snames[NS] = {"openat", "read", "close", "write"};
+static long write_size = 2 << 20;
 
 struct acc {
     long calls;
@@ -51,6 +55,7 @@ struct worker {
     pthread_t thread;
     pid_t tid;
     int pipe[2];
+    char out[4096];
     struct acc a[NF][NS];
     long preempted;
 };
@@ -105,6 +110,18 @@ __attribute__((noinline)) void read_cache(struct worker *w)
     TIMED(w, F_READ_CACHE, S_CLOSE, close(fd));
 }
 
+__attribute__((noinline)) void rewrite_file(struct worker *w)
+{
+    int fd = TIMED(w, F_REWRITE_FILE, S_OPENAT,
+                   openat(AT_FDCWD, w->out, O_WRONLY | O_CREAT | O_TRUNC, 0600));
+    if (fd < 0) {
+        perror(w->out);
+        exit(2);
+    }
+    TIMED(w, F_REWRITE_FILE, S_WRITE, write(fd, big, write_size));
+    TIMED(w, F_REWRITE_FILE, S_CLOSE, close(fd));
+}
+
 __attribute__((noinline)) void wait_pipe(struct worker *w)
 {
     char c;
@@ -128,6 +145,7 @@ static void *work(void *arg)
 {
     struct worker *w = arg;
     w->tid = syscall(SYS_gettid);
+    snprintf(w->out, sizeof w->out, "%s.out.%d", file, w->tid);
     struct rusage r0, r1;
     const char *fifo = getenv("KERNEL_CALLS_FIFO");
     if (fifo && *fifo == '1') {
@@ -139,7 +157,9 @@ static void *work(void *arg)
     for (long i = 0; i < iterations; i++) {
         open_config(w);
         read_cache(w);
+        rewrite_file(w);
     }
+    unlink(w->out);
     getrusage(RUSAGE_THREAD, &r1);
     w->preempted = r1.ru_nivcsw - r0.ru_nivcsw;
     struct sched_param other = {.sched_priority = 0};
@@ -162,6 +182,9 @@ int main(int argc, char **argv)
     int n = atoi(argv[1]);
     iterations = atol(argv[2]);
     file = argv[3];
+    const char *size = getenv("KERNEL_CALLS_WRITE");
+    if (size && atol(size) > 0 && atol(size) <= (long)sizeof big)
+        write_size = atol(size);
     if (argc > 4) {
         printf("ready %d\n", getpid());
         fflush(stdout);

@@ -192,6 +192,7 @@ fn stack_pointer(a: &mut Asm, reg: super::asm::Reg, off: i16) {
 
 /// The running thread's CPU clock at `R9` (now) into `[FP + CPU]`; `R7` is
 /// its id. A thread seen first is on a CPU now (this program runs on it).
+/// Never less than the thread's time on a CPU up to its last switch out.
 fn cpu_clock(a: &mut Asm, clocks: i32) {
     let have = a.label();
     let store = a.label();
@@ -215,6 +216,10 @@ fn cpu_clock(a: &mut Asm, clocks: i32) {
     a.load(Size::DW, R1, R0, clock::ON_CPU);
     a.load(Size::DW, R2, R0, clock::SWITCHED_IN);
     a.jump_imm(Cond::Eq, R2, 0, store);
+    // A program runs preemptibly: switched out after taking `now` and back
+    // since, the thread's stint started after `now`, and `ON_CPU` already
+    // holds its time up to the switch.
+    a.jump_reg(Cond::Gt, R2, R9, store);
     a.mov(R3, R9);
     a.alu(Alu::Sub, R3, R2);
     a.alu(Alu::Add, R1, R3);
