@@ -65,10 +65,7 @@ fn syscalls_per_thread_split_by_user_function() {
     let mut w = ctx.spawn("weft run (FIFO workers)", c, false);
     w.wait_code(0);
     let out = w.stdout_text();
-    let json_line = out.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| {
-        ctx.fail("no JSON report");
-    });
-    let report: Value = serde_json::from_str(json_line).unwrap();
+    let report = json_report(&ctx, &out);
     let truth = truth(&out);
     ctx.check(truth.len() == 2 * 10, || {
         format!("2 threads × 10 (function, call) lines expected: {truth:?}")
@@ -137,8 +134,7 @@ fn other_processes_calls_are_not_counted() {
     w.wait_code(0);
     other.wait_code(0);
     let out = w.stdout_text();
-    let report: Value =
-        serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    let report = json_report(&ctx, &out);
     let others = truth_tids(&other.stdout_text());
     let mine = truth(&out);
     for t in report["threads"].as_array().unwrap() {
@@ -160,6 +156,15 @@ fn other_processes_calls_are_not_counted() {
             format!("thread {tid} {syscall}: {got} counted, {want} made")
         });
     }
+}
+
+/// weft's JSON report among the lines of `out` (the target's come first).
+fn json_report(ctx: &Ctx, out: &str) -> Value {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| ctx.fail("no JSON report"));
+    serde_json::from_str(line).unwrap_or_else(|e| ctx.fail(format!("weft's report: {e}")))
 }
 
 fn truth_tids(stdout: &str) -> BTreeSet<u64> {
@@ -282,8 +287,7 @@ fn unprivileged_kernel_patterns_refuse_the_whole_command() {
     );
     w.wait_code(0);
     let out = w.stdout_text();
-    let report: Value =
-        serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    let report = json_report(&ctx, &out);
     let f = &report["functions"][0];
     ctx.check(f["name"] == "open_config" && f["calls"] == 3, || {
         format!("open_config ×3 expected: {f}")

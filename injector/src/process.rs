@@ -3632,11 +3632,7 @@ impl Process {
         report.add_kernel(
             &snapshot,
             |base| self.function_at_metric_offset(base),
-            |tid| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                    .ok()
-                    .map(|s| s.trim_end().to_string())
-            },
+            |tid| crate::report::live_thread_name(pid, tid),
         );
         Ok(())
     }
@@ -3675,11 +3671,7 @@ impl Process {
             &probes,
             &rows,
             overflow,
-            |tid| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                    .ok()
-                    .map(|s| s.trim_end().to_string())
-            },
+            |tid| crate::report::live_thread_name(pid, tid),
         );
         let asked = self
             .probes

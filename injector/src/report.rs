@@ -265,6 +265,13 @@ pub struct RuntimeStats {
     pub rows_reused: u64,
 }
 
+/// A live thread's name (`comm`), `None` once it is gone.
+pub(crate) fn live_thread_name(pid: i32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -291,15 +298,7 @@ impl Report {
     /// no runtime in the target), live for `duration_ns`.
     pub fn of_kernel(pid: i32, duration_ns: u64, kernel: &crate::kernel::KernelSnapshot) -> Report {
         let mut report = Report::build(pid, duration_ns, &[], &[], 0, |_| None);
-        report.add_kernel(
-            kernel,
-            |_| None,
-            |tid| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                    .ok()
-                    .map(|s| s.trim_end().to_string())
-            },
-        );
+        report.add_kernel(kernel, |_| None, |tid| live_thread_name(pid, tid));
         report
     }
 
