@@ -111,19 +111,6 @@ fn function_rows(screen: &str) -> Vec<(String, u64, f64)> {
         .collect()
 }
 
-/// `n` as weft's tables print it: 3,074.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[test]
 fn top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal() {
     let ctx = Ctx::new("top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal");
