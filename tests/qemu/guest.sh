@@ -290,7 +290,7 @@ EOF
   local console=$work/console qerr=$work/qemu.err
   "$qemu" -accel tcg -cpu max -m "$mem" -smp "$smp" -nographic -no-reboot -nic none \
     -kernel "$cache/vmlinuz" -initrd "$work/initrd" \
-    -append "console=ttyS0 quiet loglevel=1 panic=-1 oops=panic rdinit=/init" \
+    -append "console=ttyS0 quiet loglevel=1 panic=-1 oops=panic softlockup_panic=1 rdinit=/init" \
     </dev/null >"$console" 2>"$qerr" &
   qpid=$!
   local deadline=$((SECONDS + timeout)) timed_out=0
