@@ -243,7 +243,17 @@ fn read_raw(
     spec: &TimerSpec,
     lits: &mut SlowPaths,
 ) -> Result<(), IcedError> {
-    match spec.wall {
+    read_wall(a, spec.wall, lits)
+}
+
+/// The raw wall reading `wall` into `rax` (clobbers `rdx` with `rdtsc`;
+/// the runtime's routine preserves every register but `rax`).
+pub(crate) fn read_wall(
+    a: &mut CodeAssembler,
+    wall: WallRead,
+    lits: &mut SlowPaths,
+) -> Result<(), IcedError> {
+    match wall {
         WallRead::Tsc => {
             a.rdtsc()?;
             a.shl(rdx, 32)?;
