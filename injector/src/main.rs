@@ -38,6 +38,13 @@ enum Format {
     /// JSON Lines: one report per line (with --interval, one per interval
     /// while live, then the final one); each has "final": false or true.
     Jsonl,
+    /// The call trace (needs `-m …,trace`) as Trace Event Format JSON, one
+    /// track per thread: for the Perfetto UI, chrome://tracing, speedscope
+    /// (docs/trace.md). Written once, at the end.
+    ChromeTrace,
+    /// The call trace (needs `-m …,trace`) as an SVG flame graph of wall
+    /// time by call path, merged over the threads (docs/trace.md).
+    Flamegraph,
 }
 
 /// What to measure.
@@ -45,7 +52,9 @@ enum Format {
 struct Measure {
     /// Metrics, comma-separated: `calls` (entry counter only, cheapest),
     /// `wall` and `cpu` (per-thread inclusive time of each function's
-    /// outermost activation; these hook the function's exit).
+    /// outermost activation; these hook the function's exit), `trace`
+    /// (every call's entry and exit with a timestamp, per thread, for
+    /// `--format chrome-trace` or `flamegraph`; docs/trace.md).
     #[arg(
         short = 'm',
         long = "metrics",
@@ -53,7 +62,7 @@ struct Measure {
         default_value = "calls,wall,cpu",
         value_parser = parse_metrics
     )]
-    metrics: weft::Metrics,
+    metrics: MetricList,
     /// Latency histograms of each timed function's outermost calls (log2
     /// buckets of their wall time, per thread; 320 bytes per function and
     /// thread, a few ns per call): `on` (`--histogram`) with `-m wall`,
@@ -94,12 +103,20 @@ impl Measure {
             HistogramMode::On => true,
             HistogramMode::Off => false,
         };
-        self.metrics.with_histogram(keep)
+        self.metrics.metrics.with_histogram(keep)
     }
 }
 
-fn parse_metrics(text: &str) -> Result<weft::Metrics, String> {
-    weft::Metrics::parse(text)
+/// `-m`: the metrics of each probe, and whether calls are traced.
+#[derive(Clone, Copy, Debug)]
+struct MetricList {
+    metrics: weft::Metrics,
+    trace: bool,
+}
+
+fn parse_metrics(text: &str) -> Result<MetricList, String> {
+    let (metrics, trace) = weft::Metrics::parse_with_trace(text)?;
+    Ok(MetricList { metrics, trace })
 }
 
 fn parse_sort(text: &str) -> Result<weft::report::SortKey, String> {
@@ -443,7 +460,8 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             refusals,
             output,
             command,
-        } => run_program(&functions, &measure, &refusals, &output, &command),
+        } => check_trace_format(&measure, &output)
+            .and_then(|()| run_program(&functions, &measure, &refusals, &output, &command)),
         Command::Diagnose {
             pid,
             duration,
@@ -514,19 +532,21 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             measure,
             refusals,
             output,
-        } => attach(
-            pid,
-            &functions,
-            Live {
-                duration,
-                interval,
-                later,
-            },
-            &measure,
-            &refusals,
-            &output,
-            boost,
-        ),
+        } => check_trace_format(&measure, &output).and_then(|()| {
+            attach(
+                pid,
+                &functions,
+                Live {
+                    duration,
+                    interval,
+                    later,
+                },
+                &measure,
+                &refusals,
+                &output,
+                boost,
+            )
+        }),
         Command::List {
             pid,
             lines,
@@ -539,6 +559,22 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
+}
+
+/// `--format chrome-trace` and `flamegraph` write the call trace: refused
+/// before anything starts when it is not recorded.
+fn check_trace_format(measure: &Measure, output: &Output) -> Result<()> {
+    if matches!(output.format, Format::ChromeTrace | Format::Flamegraph) && !measure.metrics.trace {
+        bail!(
+            "--format {} writes the call trace: add trace to the metrics (e.g. -m calls,trace)",
+            if output.format == Format::ChromeTrace {
+                "chrome-trace"
+            } else {
+                "flamegraph"
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Where reports go: standard output or a file created once, one report
@@ -576,10 +612,31 @@ impl Sink {
     /// Writes one report; `last` for the final one (taken at detach or
     /// when the target exited), which `--format jsonl` marks.
     fn write(&mut self, report: &Report, last: bool) -> Result<()> {
+        if let (true, Some(t)) = (last, &report.trace) {
+            if t.dropped_events > 0 {
+                eprintln!(
+                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N",
+                    t.dropped_events,
+                    t.threads.iter().filter(|t| t.dropped_events > 0).count(),
+                    t.ring_events,
+                    weft::trace::RING_ENV
+                );
+            }
+        }
+        let trace = || {
+            report
+                .trace_log
+                .clone()
+                .ok_or(weft::trace::CallTraceError::NotTraced)
+        };
         let text = match self.format {
             Format::Json => report.to_json() + "\n",
             Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table_with(&self.table),
+            // The trace is written once, whole, at the end.
+            Format::ChromeTrace | Format::Flamegraph if !last => return Ok(()),
+            Format::ChromeTrace => trace()?.with(|log| log.to_chrome_trace()) + "\n",
+            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(false))?,
         };
         match &mut self.file {
             Some((path, file)) => file
@@ -785,6 +842,7 @@ fn run_program(
     // Its first hold is the stop at its entry: dropped on an error, it
     // kills the program before main.
     let mut held = process.hold()?;
+    held.set_trace_calls(measure.metrics.trace);
     if !found.is_empty() {
         instrument(&mut held, &patterns.user, &found, metrics, refusals)?;
     }
@@ -872,6 +930,7 @@ fn attach(
         process.prepare(&found)?;
         timing.mark("found functions and swept their modules (target running)");
         let mut held = process.hold()?;
+        held.set_trace_calls(measure.metrics.trace);
         timing.mark("seized and stopped every thread");
         instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
         if let Some(w) = &mut watcher {
