@@ -59,8 +59,14 @@ for tid, sl in slices.items():
         stack.append(end)
     seq.extend(")" * len(stack))
     out[str(tid)] = "".join(seq)
+ended = {}
+for e in d["traceEvents"]:
+    if e["ph"] == "X":
+        kinds = ended.setdefault(e["name"], {})
+        kind = e.get("args", {}).get("ended", "returned")
+        kinds[kind] = kinds.get(kind, 0) + 1
 print(json.dumps({"threads": out, "names": {str(k): v for k, v in names.items()},
-                  "dropped": d.get("otherData", {}).get("dropped_events")}))
+                  "ended": ended, "dropped": d.get("otherData", {}).get("dropped_events")}))
 "#;
 
 /// Parses an SVG with python3's xml.etree and prints its <title> texts.
@@ -320,5 +326,45 @@ fn a_full_ring_drops_reports_and_never_blocks() {
                 )
             },
         );
+    }
+}
+
+/// longjmp and pthread_exit: the frames they discard end as `unwound`
+/// slices, still nested, and the functions that return are `returned`
+/// (tests/targets/exits.c: 2 workers x 5 rounds of jump_host, which calls
+/// setjmp then jumper directly or through jump_mid, which longjmp back; 2
+/// exiters whose exiter calls pthread_exit under exit_via).
+#[test]
+fn longjmp_and_thread_exit_end_as_unwound() {
+    let ctx = Ctx::new("longjmp_and_thread_exit_end_as_unwound");
+    let dir = scratch_dir("trace_exits");
+    let file = dir.join("trace.json");
+    let (file_s, exe_s) = (file.to_str().unwrap(), exits().to_str().unwrap());
+    let mut weft = ctx.weft(&[
+        "run",
+        "-m",
+        "calls,trace",
+        "-f",
+        "jump_host,jump_mid,jumper,exit_via,exiter,multi_ret",
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+    ]);
+    weft.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    let ended = &trace["ended"];
+    let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
+    for f in ["jumper", "jump_mid", "exiter", "exit_via"] {
+        ctx.check(count(f, "unwound") > 0 && count(f, "returned") == 0, || {
+            format!("{f} never returns: its slices must all be unwound: {ended}")
+        });
+    }
+    for f in ["jump_host", "multi_ret"] {
+        ctx.check(count(f, "returned") > 0 && count(f, "unwound") == 0, || {
+            format!("{f} returns: {ended}")
+        });
     }
 }
