@@ -89,8 +89,8 @@ fn check_recursion(lab: &mut Lab) {
     assert_eq!(fn1(f.0)(3), 6);
     assert_eq!(depth(), 0);
     let want: Vec<(i32, u32, u32)> = (0..4)
-        .map(|d| (m, ring::KIND_ENTRY as u32, d))
-        .chain((0..4).rev().map(|d| (m, ring::KIND_EXIT as u32, d)))
+        .map(|d| (m, ring::KIND_ENTRY, d))
+        .chain((0..4).rev().map(|d| (m, ring::KIND_EXIT, d)))
         .collect();
     assert_eq!(take_events(), want);
     assert_eq!(ring_word(ring::DROPPED), 0);
@@ -113,7 +113,7 @@ fn check_recursion(lab: &mut Lab) {
     assert!(events
         .iter()
         .enumerate()
-        .all(|(d, &e)| e == (m, ring::KIND_ENTRY as u32, d as u32)));
+        .all(|(d, &e)| e == (m, ring::KIND_ENTRY, d as u32)));
     assert_eq!(counts(m), [105, 105, 0, 0]);
     assert_eq!(ring_word(ring::BUSY), 0);
 }

@@ -552,7 +552,10 @@ fn map_shared(
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mappings created in `open`.
+        // SAFETY: unmaps exactly the mappings created in `open` and the
+        // one-page mappings `trace_tail` made (each once, by its base);
+        // nothing refers to them once `self` is dropped (references they
+        // gave out borrow `self`).
         unsafe {
             libc::munmap(self.base as *mut libc::c_void, self.len);
             if !self.acks.is_null() {
