@@ -368,3 +368,39 @@ fn longjmp_and_thread_exit_end_as_unwound() {
         });
     }
 }
+
+/// C++ exceptions: the frames an exception passes through end as `unwound`
+/// slices when the unwinder leaves them (the runtime's personality
+/// routine), the calls that return as `returned`, half each
+/// (tests/targets/exceptions.cpp: rounds alternate throwing and not).
+#[test]
+fn exceptions_end_traced_frames_as_unwound() {
+    let ctx = Ctx::new("exceptions_end_traced_frames_as_unwound");
+    let dir = scratch_dir("trace_exceptions");
+    let file = dir.join("trace.json");
+    let (file_s, exe_s) = (file.to_str().unwrap(), exceptions().to_str().unwrap());
+    let mut weft = ctx.weft(&[
+        "run",
+        "-m",
+        "calls,trace",
+        "-f",
+        "thrower,middle",
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+        "200",
+    ]);
+    weft.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    let ended = &trace["ended"];
+    let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
+    for f in ["thrower", "middle"] {
+        let (unwound, returned) = (count(f, "unwound"), count(f, "returned"));
+        ctx.check(unwound > 0 && unwound == returned, || {
+            format!("{f}: half its calls throw through it, half return: {ended}")
+        });
+    }
+}
