@@ -664,6 +664,15 @@ impl Report {
                 let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
             }
         }
+        if let Some(t) = &self.trace {
+            let _ = writeln!(
+                out,
+                "trace: {} calls recorded on {} thread(s), {} events dropped (--format chrome-trace or flamegraph writes them)",
+                t.calls,
+                t.threads.len(),
+                t.dropped_events
+            );
+        }
         if self.overflow_threads > 0 {
             let _ = writeln!(
                 out,

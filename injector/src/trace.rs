@@ -190,6 +190,9 @@ impl ThreadTrace {
 #[derive(Debug)]
 pub struct TraceLog {
     pid: i32,
+    /// The process's name when the log was made (it may be gone when the
+    /// trace is written).
+    process: String,
     /// First metric word of every row's ring.
     first_word: u32,
     capacity: u32,
@@ -210,6 +213,7 @@ impl TraceLog {
     pub fn new(pid: i32, first_word: u32, capacity: u32, ns_per_tick_q32: u64) -> TraceLog {
         TraceLog {
             pid,
+            process: process_name(pid),
             first_word,
             capacity,
             ns_per_tick_q32,
@@ -402,7 +406,7 @@ impl TraceLog {
         };
         let mut events = vec![json!({
             "name": "process_name", "ph": "M", "pid": self.pid, "tid": self.pid,
-            "args": {"name": process_name(self.pid)}
+            "args": {"name": self.process}
         })];
         for t in &self.threads {
             events.push(json!({
