@@ -404,3 +404,34 @@ fn exceptions_end_traced_frames_as_unwound() {
         });
     }
 }
+
+/// The rings have one reader: a second weft that asks to trace calls in a
+/// process another live weft traces is refused, saying which; the first
+/// goes on unharmed.
+#[test]
+fn a_second_tracing_weft_is_refused() {
+    let ctx = Ctx::new("a_second_tracing_weft_is_refused");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let mut target = ctx.target(&exe, &["2", "300", "wait"]);
+    target.expect_stdout("ready", |l| l == "ready");
+    let args = ["-f", "leaf", "-m", "calls,trace", "--format", "json"];
+    let (mut first, _) = attach(&ctx, target.pid, &args, 1);
+    let pid = target.pid.to_string();
+    let mut second = ctx.weft(&["attach", "-p", &pid, "-f", "outer", "-m", "calls,trace"]);
+    let (line, _) = expect_weft_error(&mut second);
+    ctx.check(
+        line.contains(&format!("another weft (pid {})", first.pid))
+            && line.contains("tracing calls"),
+        || format!("the second weft's error: {line}"),
+    );
+    target.send("go");
+    target.expect_stdout("done", |l| l == "done");
+    let report = detach_with_sigint(&mut first);
+    let json: serde_json::Value = serde_json::from_str(&report)
+        .unwrap_or_else(|e| ctx.fail(format!("first weft's report: {e}")));
+    ctx.check(json["trace"]["calls"].as_u64().unwrap_or(0) > 0, || {
+        format!("the first weft's trace: {}", json["trace"])
+    });
+    target.send("exit");
+    target.wait_code(0);
+}

@@ -1033,7 +1033,21 @@ impl Process {
         use std::sync::atomic::Ordering;
         use weft_rt::layout::trace as ring;
         let pid = self.pid;
+        let mine = self.owner_bit();
         let rt = self.rt()?;
+        // One reader per ring: no other live weft may trace too (the
+        // directory's live probes are those of live sessions).
+        let other = crate::ledger::live_entries(&rt.region)
+            .into_iter()
+            .map(|(_, e)| e)
+            .find(|e| e.metrics & weft_rt::layout::METRIC_TRACE != 0 && e.owners & !mine != 0);
+        if let Some(e) = other {
+            let header = rt.region.header();
+            let other = (0..weft_rt::layout::SESSIONS)
+                .find(|&i| e.owners & !mine & (1 << i) != 0)
+                .map_or(0, |i| header.sessions[i].pid.load(Ordering::Acquire));
+            return Err(crate::trace::CallTraceError::OtherWeft(other).into());
+        }
         let control = rt.region.control();
         if control.trace_ring.load(Ordering::Acquire) == 0 {
             let capacity = crate::trace::ring_capacity()?;

@@ -45,6 +45,10 @@ pub enum CallTraceError {
     /// The flame graph could not be drawn.
     #[error("cannot draw the flame graph: {0}")]
     Flamegraph(String),
+    /// Another live weft traces calls in the process (one consumer per
+    /// ring).
+    #[error("another weft (pid {0}) is tracing calls in this process, and the threads' trace rings have one reader: stop that weft first, or leave trace out of -m")]
+    OtherWeft(u32),
     /// No trace was recorded.
     #[error("no call trace was recorded: add `trace` to the metrics (-m calls,trace)")]
     NotTraced,
