@@ -622,8 +622,18 @@ fn enter_asm(
         crate::timer::emit_start(a, spec, metric, &mut slow)?;
     }
     if let (Some(ring), true) = (&h.trace, h.trace_calls) {
-        use crate::trace::{emit_event, EventOf};
-        emit_event(a, ring, EventOf::Entry(metric), r8, r8d, &mut slow)?;
+        use crate::trace::{emit_event, EventOf, Time};
+        let time = match &h.timers {
+            // The timer's start reading, from the self-time base it just
+            // stored (`t0 - N`) and `N`: one clock read serves both.
+            Some(spec) => {
+                a.mov(r8, q(rdi, CELL_SELF_BASE))?;
+                a.add(r8, q(rcx, spec.self_ticks_row))?;
+                Time::InT
+            }
+            None => Time::Read,
+        };
+        emit_event(a, ring, EventOf::Entry(metric), (r8, r8d), time, &mut slow)?;
     }
     if let Some(activity) = activity {
         a.inc(q(rcx, activity))?; // after every word of this entry
@@ -914,6 +924,10 @@ fn emit_handler(
     a.movsxd(r8, d(rdi, CELL_METRIC))?;
     a.add(r8, rcx)?;
     a.inc(q(r8, METRIC_EXITS))?;
+    if trace_exit.is_some() {
+        // The trace's time: the stop's reading when it takes one (r9).
+        a.xor(r9d, r9d)?;
+    }
     if h.timers.is_some() {
         let mut untimed = a.create_label();
         a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_TIMED as i32)?;
@@ -1104,6 +1118,7 @@ fn emit_close_from(
         a.test(edx, CELL_TRACE as i32)?;
         a.jz(untraced)?;
         a.push(rdx)?;
+        a.xor(r9d, r9d)?; // no reading yet: the routine takes one
         a.call(trace)?; // clobbers rax, rdx, r9
         a.pop(rdx)?;
         a.set_label(&mut untraced)?;

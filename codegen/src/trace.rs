@@ -12,8 +12,8 @@
 //! # The write
 //!
 //! ```text
-//!     <raw wall reading>            ; rax (rdtsc, or the runtime's routine)
-//!     mov t, rax
+//!     <raw wall reading>            ; rax (rdtsc, or the runtime's routine),
+//!     mov t, rax                    ; unless the timer took one: then that
 //!     inc qword [row + ring + BUSY] ; cmp qword [row + ring + BUSY], 1 ; jne .drop
 //!     mov rax, [row + ring + HEAD] ; mov rdx, rax ; sub rdx, [row + ring + TAIL]
 //!     cmp rdx, capacity ; jae .drop ; full: never wait for the reader
@@ -73,6 +73,17 @@ impl TraceRing {
     }
 }
 
+/// Where an event's time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Time {
+    /// Read the clock.
+    Read,
+    /// Already in `t` (the timer's reading).
+    InT,
+    /// In `t` unless `t` is 0: then read the clock.
+    InTOrRead,
+}
+
 /// What an event names.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum EventOf {
@@ -88,16 +99,24 @@ pub(crate) fn emit_event(
     a: &mut CodeAssembler,
     r: &TraceRing,
     of: EventOf,
-    t: AsmRegister64,
-    t32: AsmRegister32,
+    (t, t32): (AsmRegister64, AsmRegister32),
+    time: Time,
     lits: &mut SlowPaths,
 ) -> Result<(), IcedError> {
     let at = |off: usize| qword_ptr(rcx + (i64::from(r.offset) + i64::from(disp(off))));
     let ev = |off: usize| i64::from(r.offset) + i64::from(disp(ring::EVENTS + off));
     let mut drop = a.create_label();
     let mut done = a.create_label();
-    crate::timer::read_wall(a, r.wall, lits)?;
-    a.mov(t, rax)?;
+    let mut have = a.create_label();
+    if time == Time::InTOrRead {
+        a.test(t, t)?;
+        a.jnz(have)?;
+    }
+    if time != Time::InT {
+        crate::timer::read_wall(a, r.wall, lits)?;
+        a.mov(t, rax)?;
+    }
+    a.set_label(&mut have)?;
     a.inc(at(ring::BUSY))?;
     a.cmp(at(ring::BUSY), 1)?;
     a.jne(drop)?;
@@ -136,7 +155,8 @@ pub(crate) fn emit_event(
 }
 
 /// Emits a subroutine of the exit code that writes the close of `rdi`'s
-/// activation (`kind`: exit or unwound); `rcx` = row. Clobbers `rax`,
+/// activation (`kind`: exit or unwound); `rcx` = row, `r9` = the raw wall
+/// reading the timer's stop took, or 0 to read the clock. Clobbers `rax`,
 /// `rdx`, `r9` and the flags.
 pub(crate) fn emit_close_routine(
     a: &mut CodeAssembler,
@@ -144,7 +164,14 @@ pub(crate) fn emit_close_routine(
     kind: u32,
 ) -> Result<(), IcedError> {
     let mut lits = SlowPaths::new();
-    emit_event(a, r, EventOf::Cell(kind), r9, r9d, &mut lits)?;
+    emit_event(
+        a,
+        r,
+        EventOf::Cell(kind),
+        (r9, r9d),
+        Time::InTOrRead,
+        &mut lits,
+    )?;
     a.ret()?;
     lits.emit(a)
 }

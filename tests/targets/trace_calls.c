@@ -11,9 +11,9 @@
  * it prints one line per thread, "T <tid> <log>", then "done". With
  * `wait`, it prints "ready" and waits for a line on standard input before
  * starting the threads, and for another (or end of input) before exiting.
- * With `wait`, each thread also sleeps 1 ms every 20 rounds: more events
+ * With `wait`, each thread also sleeps 1 ms every 5 rounds: more events
  * in all than a thread's trace ring holds, produced slowly enough for weft
- * to drain them while they come (about 4,400 per 10 ms).
+ * to drain them while they come (at most about 1,100 per 10 ms).
  * With ROUNDS negative, each thread calls leaf() -ROUNDS times in a tight
  * loop instead and logs nothing ("flood": more events than a small trace
  * ring holds between two reads).
@@ -92,7 +92,7 @@ static void *work(void *arg) {
             abort();
         for (long r = 0; r < w->rounds; r++) {
             outer(w->index, (int)r);
-            if (paced && r % 20 == 19)
+            if (paced && r % 5 == 4)
                 usleep(1000);
         }
         w->log = log_buf;
