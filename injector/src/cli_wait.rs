@@ -20,6 +20,11 @@ pub fn install_stop_handlers() {
     }
 }
 
+/// SIGINT, SIGTERM or SIGHUP arrived (or [`stop_now`] was called).
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::Relaxed)
+}
+
 /// Ends the wait as SIGINT would (weft's own reason to stop).
 pub fn stop_now() {
     STOP_REQUESTED.store(true, Ordering::Relaxed);

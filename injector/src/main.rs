@@ -3,6 +3,8 @@
 mod cli_demo;
 mod cli_diagnose;
 mod cli_kernel;
+mod cli_serve;
+mod cli_top;
 mod cli_wait;
 
 use anyhow::{bail, Context, Result};
@@ -229,12 +231,72 @@ enum Command {
         /// most a second).
         #[arg(long)]
         later: bool,
+        /// Serve the live figures at http://ADDR:PORT/metrics in the
+        /// Prometheus text format (OpenMetrics when the scraper asks for
+        /// it), read from the target on each scrape without stopping it;
+        /// stays attached until SIGINT/SIGTERM or --duration. `PORT` or
+        /// `:PORT` alone is loopback (127.0.0.1); port 0 picks a free one
+        /// (printed). See docs/prometheus.md.
+        #[arg(long, value_name = "ADDR:PORT")]
+        serve: Option<String>,
+        /// Allow a --serve address other than loopback: the metrics name
+        /// the target's functions and threads, for anyone who can reach
+        /// the port.
+        #[arg(long)]
+        serve_public: bool,
+        /// With --serve: an exited thread keeps its own series this many
+        /// seconds, then its figures fold into its functions' `tid="exited"`
+        /// series (bounds the labels of a target whose threads come and go).
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value = "60",
+            allow_hyphen_values = true
+        )]
+        fold_after: String,
         #[command(flatten)]
         measure: Measure,
         #[command(flatten)]
         refusals: Refusals,
         #[command(flatten)]
         output: Output,
+    },
+    /// A live full-screen view of a running process's functions and
+    /// threads (or of PROGRAM, started instrumented): calls per second,
+    /// shares of wall and CPU time, inclusive and self time. Keys: q quit,
+    /// s sort, t threads, [ ] thread filter, p pause. Plain tables every
+    /// interval when standard output is not a terminal.
+    Top {
+        /// The process (or give `-- PROGRAM ARGS` to start one).
+        #[arg(short = 'p', long = "pid")]
+        pid: Option<i32>,
+        /// Functions to watch (as for `run`).
+        #[arg(
+            short = 'f',
+            long = "function",
+            value_name = "PATTERN",
+            required = true
+        )]
+        functions: Vec<String>,
+        /// Seconds between two readings.
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value = "1",
+            allow_hyphen_values = true
+        )]
+        interval: String,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+        duration: Option<String>,
+        #[command(flatten)]
+        measure: Measure,
+        #[command(flatten)]
+        refusals: Refusals,
+        /// A program to start and watch, with its arguments (instead of
+        /// -p).
+        #[arg(last = true, value_name = "PROGRAM")]
+        command: Vec<String>,
     },
     /// List the functions of a running process: MODULE ADDRESS SIZE NAME.
     List {
@@ -444,7 +506,7 @@ fn refuse_setuid() -> Result<()> {
 
 fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
     let boost = match cli.command {
-        Command::Attach { .. } => boost,
+        Command::Attach { .. } | Command::Top { .. } => boost,
         _ => {
             drop(boost);
             None
@@ -529,6 +591,9 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             duration,
             interval,
             later,
+            serve,
+            serve_public,
+            fold_after,
             measure,
             refusals,
             output,
@@ -540,6 +605,9 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                     duration,
                     interval,
                     later,
+                    serve,
+                    serve_public,
+                    fold_after,
                 },
                 &measure,
                 &refusals,
@@ -547,6 +615,36 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                 boost,
             )
         }),
+        Command::Top {
+            pid,
+            functions,
+            interval,
+            duration,
+            measure,
+            refusals,
+            command,
+        } => {
+            let interval = seconds("interval", Some(&interval), true)?.unwrap_or_default();
+            let duration = seconds("duration", duration.as_deref(), false)?;
+            let target = match (pid, command.split_first()) {
+                (Some(pid), None) => cli_top::Target::Pid(pid),
+                (None, Some((program, args))) => {
+                    cli_top::Target::Launch(program.clone(), args.to_vec())
+                }
+                (Some(_), Some(_)) => bail!("give either -p PID or -- PROGRAM ARGS, not both"),
+                (None, None) => {
+                    bail!("nothing to watch: give -p PID, or -- PROGRAM ARGS to start a program")
+                }
+            };
+            cli_top::top(
+                target,
+                &functions,
+                &measure,
+                &refusals,
+                cli_top::Pace { interval, duration },
+                boost,
+            )
+        }
         Command::List {
             pid,
             lines,
@@ -829,30 +927,10 @@ fn run_program(
     output: &Output,
     command: &[String],
 ) -> Result<ExitCode> {
-    let patterns = cli_kernel::split(functions)?;
-    let caps = cli_kernel::capabilities(&patterns)?;
     let (program, args) = command.split_first().context("no program given after --")?;
-    let mut process = Process::launch(program, args)?;
-    let found = if patterns.user.is_empty() {
-        Vec::new()
-    } else {
-        process.find_functions(&patterns.user)?
-    };
-    let metrics = measure.metrics_for(found.len());
-    // Its first hold is the stop at its entry: dropped on an error, it
-    // kills the program before main.
-    let mut held = process.hold()?;
-    held.set_trace_calls(measure.metrics.trace);
-    if !found.is_empty() {
-        instrument(&mut held, &patterns.user, &found, metrics, refusals)?;
-    }
-    // The kernel probes go in while the program is still at its entry: no
-    // call is missed. (An error drops `held`, which kills the program.)
-    let kernel = cli_kernel::start(&held, &patterns, caps.as_ref())?;
-    held.release()?;
-    let exit = process.wait_exit()?;
-    let report = cli_kernel::report(&process, kernel.as_ref())?;
-    drop(kernel);
+    let mut attached = Attached::launch(program, args, functions, measure, refusals)?;
+    let exit = attached.process.wait_exit()?;
+    let report = attached.finish(cli_wait::End::TargetExited)?;
     match write_report(&report, output) {
         // The program's status still is weft's.
         Err(e) if e.is::<StdoutClosed>() => {}
@@ -868,6 +946,12 @@ struct Live {
     /// `--later`: patterns matching nothing yet wait for libraries loaded
     /// later.
     later: bool,
+    /// `--serve ADDR:PORT`: where to serve /metrics.
+    serve: Option<String>,
+    /// `--serve-public`: a non-loopback `--serve` address is meant.
+    serve_public: bool,
+    /// `--fold-after SECS`: how long an exited thread keeps its own series.
+    fold_after: String,
 }
 
 /// How long a loading thread may wait for weft to instrument its library
@@ -885,103 +969,237 @@ fn attach(
 ) -> Result<ExitCode> {
     let split = cli_kernel::split(functions)?;
     let caps = cli_kernel::capabilities(&split)?;
-    let patterns = &split.user;
     let duration = seconds("duration", live.duration.as_deref(), false)?;
     let interval = seconds("interval", live.interval.as_deref(), true)?;
+    let server = match &live.serve {
+        Some(addr) => Some(cli_serve::Server::start(addr, live.serve_public)?),
+        None => None,
+    };
+    let fold_after = seconds("fold-after", Some(&live.fold_after), false)?.unwrap_or_default();
     let mut sink = Sink::new(output)?;
     cli_wait::install_stop_handlers();
-    if let (true, Some(caps)) = (patterns.is_empty(), &caps) {
+    if let (true, Some(caps)) = (split.user.is_empty(), &caps) {
+        if server.is_some() {
+            bail!("--serve needs at least one user function (-f NAME) next to kernel patterns");
+        }
         drop(boost);
         cli_kernel::attach_kernel_only(pid, &split, caps, duration, interval, &mut sink)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let timing = Timing::from_env();
-    // Everything that needs no stopped target happens before the pause.
-    let mut process = Process::open(pid)?;
-    // With --later, a pattern that matches nothing yet waits for the
-    // libraries loaded from now on.
-    let (found, pending) = if patterns.is_empty() {
-        (Vec::new(), Vec::new())
-    } else if live.later {
-        let mut matching = Vec::new();
-        let mut pending = Vec::new();
-        for pattern in patterns {
-            match process.find_functions(std::slice::from_ref(pattern)) {
-                Ok(_) => matching.push(pattern.clone()),
-                Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Searched together: a function several patterns match is one,
-        // its other names its aliases.
-        (process.find_functions(&matching)?, pending)
-    } else {
-        (process.find_functions(patterns)?, Vec::new())
-    };
-    let metrics = measure.metrics_for(found.len());
-    let mut watcher = (!pending.is_empty()).then(|| {
-        let mut w = weft::events::Watcher::new(&process);
-        w.defer(pending.clone(), metrics);
-        w
-    });
-    let mut instrumented = 0;
-    let mut threads = 0;
-    if !patterns.is_empty() {
-        process.prepare(&found)?;
-        timing.mark("found functions and swept their modules (target running)");
-        let mut held = process.hold()?;
-        held.set_trace_calls(measure.metrics.trace);
-        timing.mark("seized and stopped every thread");
-        instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
-        if let Some(w) = &mut watcher {
-            if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
-                // A weft that gives up leaves nothing in place.
-                let _ = held.remove_all();
-                return Err(e.into());
-            }
-            let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
-            eprintln!(
-                "weft: waiting for libraries loaded later for {}",
-                names.join(", ")
-            );
-        }
-        timing.mark("loaded the runtime and spliced");
-        threads = held.threads_at_attach();
-        held.release()?;
-        timing.mark("detached");
-        timing.note(&format!(
-            "longest stop of the world: {:.2} ms",
-            process.longest_stop().as_secs_f64() * 1e3
-        ));
-    }
-    // The kernel probes go in with the target running: loading them takes
-    // the verifier milliseconds no thread should wait for.
-    let kernel = match cli_kernel::start(&process, &split, caps.as_ref()) {
-        Ok(k) => k,
-        Err(e) => {
-            if !patterns.is_empty() {
-                // All or nothing: the user functions come out again.
-                let mut held = process.hold()?;
-                held.remove_all()?;
-                held.release()?;
-            }
-            return Err(e);
-        }
-    };
-    if threads == 0 {
-        threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
-    }
+    let mut attached = Attached::attach(pid, &split, caps.as_ref(), measure, refusals, live.later)?;
     eprintln!(
-        "weft: attached pid={pid} threads={threads} functions={}",
-        instrumented + kernel.as_ref().map_or(0, |k| k.probes().len())
+        "weft: attached pid={pid} threads={} functions={}",
+        attached.threads, attached.functions
     );
+    if let Some(server) = &server {
+        eprintln!(
+            "weft: serving metrics at http://{}/metrics",
+            server.local_addr()
+        );
+    }
     // Live: weft only polls now, at normal priority.
     drop(boost);
+    let mut server = server.map(|s| {
+        let exporter =
+            cli_serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
+        (s, exporter)
+    });
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
     let mut failed = None;
     let ended = cli_wait::wait(pid, duration, &mut || {
-        if let Some(w) = &mut watcher {
-            match w.poll(&mut process) {
+        attached.tick();
+        if let Some((server, exporter)) = &mut server {
+            server.answer(|openmetrics| {
+                let report = attached.live_report()?;
+                exporter.exposition(&report, openmetrics)
+            });
+        }
+        if let (Some(at), Some(every)) = (next_report, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                // Read live: the target is not stopped.
+                failed = attached
+                    .live_report()
+                    .and_then(|report| sink.write(&report, false))
+                    .err();
+                next_report = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    // Nobody reads any more: detach now.
+                    cli_wait::stop_now();
+                }
+            }
+        }
+    });
+    // No scrape is answered from a target being detached.
+    drop(server);
+    let report = attached.finish(ended)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    sink.write(&report, true)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A target with weft's probes in it, live: what `attach`, `top` and
+/// `--serve` share, from the attach to the final report.
+struct Attached {
+    process: Process,
+    kernel: Option<weft::kernel::Session>,
+    /// Loads watched for `--later` patterns.
+    watcher: Option<weft::events::Watcher>,
+    /// User functions are instrumented (else kernel probes only).
+    user: bool,
+    /// Functions instrumented (user and kernel).
+    functions: usize,
+    /// Threads when attached.
+    threads: usize,
+}
+
+impl Attached {
+    /// Attaches to `pid` and puts in the probes `split` asks for: the user
+    /// functions in one stop of the world, then the kernel probes with the
+    /// target running (the verifier's milliseconds are nobody's wait).
+    /// All or nothing: an error leaves nothing in the target.
+    fn attach(
+        pid: i32,
+        split: &cli_kernel::Patterns,
+        caps: Option<&weft::kernel::Capabilities>,
+        measure: &Measure,
+        refusals: &Refusals,
+        later: bool,
+    ) -> Result<Attached> {
+        let timing = Timing::from_env();
+        let patterns = &split.user;
+        // Everything that needs no stopped target happens before the pause.
+        let mut process = Process::open(pid)?;
+        // With --later, a pattern that matches nothing yet waits for the
+        // libraries loaded from now on.
+        let (found, pending) = if patterns.is_empty() {
+            (Vec::new(), Vec::new())
+        } else if later {
+            let mut matching = Vec::new();
+            let mut pending = Vec::new();
+            for pattern in patterns {
+                match process.find_functions(std::slice::from_ref(pattern)) {
+                    Ok(_) => matching.push(pattern.clone()),
+                    Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Searched together: a function several patterns match is one,
+            // its other names its aliases.
+            (process.find_functions(&matching)?, pending)
+        } else {
+            (process.find_functions(patterns)?, Vec::new())
+        };
+        let metrics = measure.metrics_for(found.len());
+        let mut watcher = (!pending.is_empty()).then(|| {
+            let mut w = weft::events::Watcher::new(&process);
+            w.defer(pending.clone(), metrics);
+            w
+        });
+        let mut instrumented = 0;
+        let mut threads = 0;
+        if !patterns.is_empty() {
+            process.prepare(&found)?;
+            timing.mark("found functions and swept their modules (target running)");
+            let mut held = process.hold()?;
+            held.set_trace_calls(measure.metrics.trace);
+            timing.mark("seized and stopped every thread");
+            instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
+            if let Some(w) = &mut watcher {
+                if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
+                    // A weft that gives up leaves nothing in place.
+                    let _ = held.remove_all();
+                    return Err(e.into());
+                }
+                let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
+                eprintln!(
+                    "weft: waiting for libraries loaded later for {}",
+                    names.join(", ")
+                );
+            }
+            timing.mark("loaded the runtime and spliced");
+            threads = held.threads_at_attach();
+            held.release()?;
+            timing.mark("detached");
+            timing.note(&format!(
+                "longest stop of the world: {:.2} ms",
+                process.longest_stop().as_secs_f64() * 1e3
+            ));
+        }
+        let kernel = match cli_kernel::start(&process, split, caps) {
+            Ok(k) => k,
+            Err(e) => {
+                if !patterns.is_empty() {
+                    // All or nothing: the user functions come out again.
+                    let mut held = process.hold()?;
+                    held.remove_all()?;
+                    held.release()?;
+                }
+                return Err(e);
+            }
+        };
+        if threads == 0 {
+            threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+        }
+        let functions = instrumented + kernel.as_ref().map_or(0, |k| k.probes().len());
+        Ok(Attached {
+            process,
+            kernel,
+            watcher,
+            user: !patterns.is_empty(),
+            functions,
+            threads,
+        })
+    }
+
+    /// Starts `program` with the probes `functions` ask for in place
+    /// before its first instruction (no call is missed). An error kills
+    /// the program before main.
+    fn launch(
+        program: &str,
+        args: &[String],
+        functions: &[String],
+        measure: &Measure,
+        refusals: &Refusals,
+    ) -> Result<Attached> {
+        let split = cli_kernel::split(functions)?;
+        let caps = cli_kernel::capabilities(&split)?;
+        let mut process = Process::launch(program, args)?;
+        let found = if split.user.is_empty() {
+            Vec::new()
+        } else {
+            process.find_functions(&split.user)?
+        };
+        let metrics = measure.metrics_for(found.len());
+        // Its first hold is the stop at its entry: dropped on an error, it
+        // kills the program before main.
+        let mut held = process.hold()?;
+        held.set_trace_calls(measure.metrics.trace);
+        let instrumented = if found.is_empty() {
+            0
+        } else {
+            instrument(&mut held, &split.user, &found, metrics, refusals)?
+        };
+        // The kernel probes go in while the program is still at its entry.
+        let kernel = cli_kernel::start(&held, &split, caps.as_ref())?;
+        held.release()?;
+        let functions = instrumented + kernel.as_ref().map_or(0, |k| k.probes().len());
+        Ok(Attached {
+            process,
+            kernel,
+            watcher: None,
+            user: !split.user.is_empty(),
+            functions,
+            threads: 1,
+        })
+    }
+
+    /// Runs about every 10 ms while live: instruments libraries loaded
+    /// for `--later` patterns and keeps exited threads' figures.
+    fn tick(&mut self) {
+        if let Some(w) = &mut self.watcher {
+            match w.poll(&mut self.process) {
                 Ok(events) => {
                     for e in events {
                         if let weft::events::Event::ProbesApplied { path, probes } = e {
@@ -996,47 +1214,41 @@ fn attach(
                 Err(e) => eprintln!("weft: warning: a library loaded later: {e}"),
             }
         }
-        process.harvest();
-        if let (Some(at), Some(every)) = (next_report, interval) {
-            if std::time::Instant::now() >= at && failed.is_none() {
-                // Read live: the target is not stopped.
-                failed = cli_kernel::report(&process, kernel.as_ref())
-                    .and_then(|report| sink.write(&report, false))
-                    .err();
-                next_report = Some(at + every);
-                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
-                    // Nobody reads any more: detach now.
-                    cli_wait::stop_now();
-                }
+        self.process.harvest();
+    }
+
+    /// A report read live, without stopping the target.
+    fn live_report(&self) -> Result<Report> {
+        cli_kernel::report(&self.process, self.kernel.as_ref())
+    }
+
+    /// Takes everything out (unless the target is gone) and detaches;
+    /// returns the final report.
+    fn finish(&mut self, ended: cli_wait::End) -> Result<Report> {
+        let process = &mut self.process;
+        let mut report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
+            process.harvest();
+            process.report()
+        } else if !self.user {
+            process.report()
+        } else {
+            if let Some(w) = &mut self.watcher {
+                w.stop_deferring_at_load(process);
             }
+            let mut held = process.hold()?;
+            held.remove_all()?;
+            held.harvest();
+            let report = held.report();
+            held.release()?;
+            report
+        };
+        if let Some(k) = &self.kernel {
+            process.add_kernel_to(&mut report, k)?;
         }
-    });
-    let mut report = if ended == cli_wait::End::TargetExited || !process.is_alive() {
-        process.harvest();
-        process.report()
-    } else if patterns.is_empty() {
-        process.report()
-    } else {
-        if let Some(w) = &mut watcher {
-            w.stop_deferring_at_load(&process);
-        }
-        let mut held = process.hold()?;
-        held.remove_all()?;
-        held.harvest();
-        let report = held.report();
-        held.release()?;
-        report
-    };
-    if let Some(k) = &kernel {
-        process.add_kernel_to(&mut report, k)?;
+        // Detaches and unloads the kernel probes.
+        drop(self.kernel.take());
+        Ok(report)
     }
-    // Detaches and unloads the kernel probes.
-    drop(kernel);
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    sink.write(&report, true)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {

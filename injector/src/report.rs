@@ -64,7 +64,7 @@ pub struct FunctionReport {
 
 impl FunctionReport {
     /// A function with nothing counted yet.
-    fn empty(name: String, module: String, address: String) -> FunctionReport {
+    pub fn empty(name: String, module: String, address: String) -> FunctionReport {
         FunctionReport {
             name,
             aliases: Vec::new(),
@@ -110,7 +110,8 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn empty() -> Histogram {
+    /// No activation counted.
+    pub fn empty() -> Histogram {
         Histogram {
             counts: vec![0; weft_codegen::HIST_BUCKETS],
         }

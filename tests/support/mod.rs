@@ -1733,3 +1733,16 @@ pub fn free_port() -> u16 {
         std::net::TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port on 127.0.0.1");
     l.local_addr().expect("local_addr").port()
 }
+
+/// `n` as weft's tables print it: 3,074.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

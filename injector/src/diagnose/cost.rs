@@ -5,7 +5,6 @@
 use super::consultant::{live_threads, schedstat};
 use crate::ProbeId;
 use std::collections::HashMap;
-use std::time::Instant;
 
 /// The least target CPU time a cost share is computed over, ns.
 const MIN_CPU_SPAN_NS: u64 = 10_000_000;
@@ -34,7 +33,7 @@ impl Cost {
         let cpu = process_cpu_ns(pid);
         Cost {
             pid,
-            per_call_ns: timed_call_cost_ns(),
+            per_call_ns: crate::Metrics::ALL.call_cost_ns(),
             calls: HashMap::new(),
             rates: HashMap::new(),
             cpu_start: cpu,
@@ -91,21 +90,4 @@ fn process_cpu_ns(pid: i32) -> u64 {
         .into_iter()
         .map(|tid| schedstat(pid, tid).1)
         .sum()
-}
-
-/// What one timed call costs on this machine, ns: its two clock readings
-/// (measured here, the same `rdtsc` the target's code runs) and the rest
-/// of the entry and exit code (a fixed 10 ns, measured by the overhead
-/// bench on both machines this runs on: 5–14 ns above the clock reads).
-fn timed_call_cost_ns() -> f64 {
-    const READS: u32 = 20_000;
-    let start = Instant::now();
-    let mut sum = 0u64;
-    for _ in 0..READS {
-        // SAFETY: rdtsc has no preconditions on x86-64.
-        sum = sum.wrapping_add(unsafe { core::arch::x86_64::_rdtsc() });
-    }
-    std::hint::black_box(sum);
-    let per_read = start.elapsed().as_nanos() as f64 / f64::from(READS);
-    2.0 * per_read + 10.0
 }

@@ -1,0 +1,636 @@
+//! `weft top`: a live full-screen view of a process's instrumented
+//! functions and threads, like `top` or `py-spy top`. Each reading is a
+//! live report (the target is never stopped for it); rates and shares are
+//! the difference between two readings.
+//!
+//! The terminal is restored whatever ends the view: `q`, SIGINT/SIGTERM,
+//! the target's exit, an error, or a panic (the [`Screen`] guard).
+
+use crate::{cli_wait, Attached, Measure, Refusals};
+use anyhow::{Context, Result};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use weft::{RealtimeGuard, Report};
+
+/// What to watch.
+pub enum Target {
+    Pid(i32),
+    /// A program to start instrumented (it runs on, uninstrumented, after
+    /// the view ends; weft waits for it).
+    Launch(String, Vec<String>),
+}
+
+/// How often to read, and for how long.
+pub struct Pace {
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+}
+
+/// Row order of the functions view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sort {
+    Rate,
+    Calls,
+    Wall,
+    Cpu,
+    SelfTime,
+    Name,
+}
+
+impl Sort {
+    const ALL: [Sort; 6] = [
+        Sort::Rate,
+        Sort::Calls,
+        Sort::Wall,
+        Sort::Cpu,
+        Sort::SelfTime,
+        Sort::Name,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Sort::Rate => "calls/s",
+            Sort::Calls => "calls",
+            Sort::Wall => "wall%",
+            Sort::Cpu => "cpu%",
+            Sort::SelfTime => "self",
+            Sort::Name => "name",
+        }
+    }
+
+    fn next(self) -> Sort {
+        let i = Sort::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        Sort::ALL[(i + 1) % Sort::ALL.len()]
+    }
+}
+
+/// One function's row: totals and the rates since the previous reading.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct FunctionRow {
+    name: String,
+    module: String,
+    calls: u64,
+    /// Calls per second since the previous reading.
+    rate: f64,
+    /// Wall time inside per second of elapsed time, % (100 = one thread
+    /// in it all the time; more with several threads).
+    wall_share: Option<f64>,
+    cpu_share: Option<f64>,
+    wall_ns: Option<u64>,
+    self_ns: Option<u64>,
+}
+
+/// One thread's row.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ThreadRow {
+    tid: u32,
+    name: String,
+    exited: bool,
+    calls: u64,
+    rate: f64,
+    /// Its busiest function since the previous reading (most calls).
+    busiest: String,
+}
+
+/// (calls, wall, cpu, self) of one function, in all or in one thread.
+type Figures = (u64, Option<u64>, Option<u64>, Option<u64>);
+
+/// The figures of `report` per function: all threads', or `tid`'s.
+fn figures(report: &Report, tid: Option<u32>) -> BTreeMap<String, (String, Figures)> {
+    let module_of = |name: &str| {
+        report
+            .functions
+            .iter()
+            .find(|f| f.name == name)
+            .map_or(String::new(), |f| f.module.clone())
+    };
+    match tid {
+        None => report
+            .functions
+            .iter()
+            .map(|f| {
+                (
+                    f.name.clone(),
+                    (f.module.clone(), (f.calls, f.wall_ns, f.cpu_ns, f.self_ns)),
+                )
+            })
+            .collect(),
+        Some(tid) => report
+            .threads
+            .iter()
+            .filter(|t| t.tid == tid)
+            .flat_map(|t| t.functions.iter())
+            .map(|(name, c)| {
+                (
+                    name.clone(),
+                    (module_of(name), (c.calls, c.wall_ns, c.cpu_ns, c.self_ns)),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The functions view's rows between two readings `seconds` apart.
+fn function_rows(
+    now: &Report,
+    before: Option<&Report>,
+    seconds: f64,
+    tid: Option<u32>,
+    sort: Sort,
+) -> Vec<FunctionRow> {
+    let was = before.map(|b| figures(b, tid)).unwrap_or_default();
+    let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / seconds.max(1e-9);
+    let mut rows: Vec<FunctionRow> = figures(now, tid)
+        .into_iter()
+        .map(|(name, (module, (calls, wall, cpu, own)))| {
+            let (c0, w0, u0, _) = was.get(&name).map_or((0, None, None, None), |(_, f)| *f);
+            FunctionRow {
+                rate: per_s(calls, c0),
+                wall_share: wall.map(|w| per_s(w, w0.unwrap_or(0)) / 1e7),
+                cpu_share: cpu.map(|c| per_s(c, u0.unwrap_or(0)) / 1e7),
+                name,
+                module,
+                calls,
+                wall_ns: wall,
+                self_ns: own,
+            }
+        })
+        .collect();
+    let key = |r: &FunctionRow| -> f64 {
+        match sort {
+            Sort::Rate => r.rate,
+            Sort::Calls => r.calls as f64,
+            Sort::Wall => r.wall_share.unwrap_or(0.0),
+            Sort::Cpu => r.cpu_share.unwrap_or(0.0),
+            Sort::SelfTime => r.self_ns.unwrap_or(0) as f64,
+            Sort::Name => 0.0,
+        }
+    };
+    if sort == Sort::Name {
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+    } else {
+        rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+    }
+    rows
+}
+
+/// The threads view's rows, busiest first.
+fn thread_rows(now: &Report, before: Option<&Report>, seconds: f64) -> Vec<ThreadRow> {
+    let mut rows: Vec<ThreadRow> = now
+        .threads
+        .iter()
+        .map(|t| {
+            let was = before.and_then(|b| b.threads.iter().find(|o| o.tid == t.tid));
+            let calls_of = |name: &str| {
+                was.and_then(|w| w.functions.get(name))
+                    .map_or(0, |c| c.calls)
+            };
+            let calls: u64 = t.functions.values().map(|c| c.calls).sum();
+            let before: u64 = t.functions.keys().map(|n| calls_of(n)).sum();
+            let busiest = t
+                .functions
+                .iter()
+                .map(|(n, c)| (c.calls.saturating_sub(calls_of(n)), n))
+                .filter(|(d, _)| *d > 0)
+                .max()
+                .map_or(String::new(), |(_, n)| n.clone());
+            ThreadRow {
+                tid: t.tid,
+                name: t.name.clone(),
+                exited: t.exited,
+                calls,
+                rate: calls.saturating_sub(before) as f64 / seconds.max(1e-9),
+                busiest,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.tid.cmp(&b.tid)));
+    rows
+}
+
+/// A duration for people: `12.3 s`, `45.6 ms`, `789 µs`, `12 ns`.
+fn human_ns(ns: u64) -> String {
+    let n = ns as f64;
+    if n >= 1e9 {
+        format!("{:.1} s", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} ms", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.0} µs", n / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+/// The view's state between readings.
+struct View {
+    pid: i32,
+    sort: Sort,
+    paused: bool,
+    threads: bool,
+    /// Index into the report's threads (None: all threads).
+    filter: Option<usize>,
+    now: Option<Report>,
+    before: Option<Report>,
+    seconds: f64,
+    started: Instant,
+    functions: usize,
+    note: String,
+}
+
+impl View {
+    fn filter_tid(&self) -> Option<u32> {
+        let report = self.now.as_ref()?;
+        self.filter
+            .and_then(|i| report.threads.get(i))
+            .map(|t| t.tid)
+    }
+
+    fn take(&mut self, report: Report, seconds: f64) {
+        if self.paused {
+            return;
+        }
+        self.before = self.now.take();
+        self.now = Some(report);
+        self.seconds = seconds;
+    }
+
+    /// Handles one key; false to quit.
+    fn key(&mut self, code: KeyCode, modifiers: KeyModifiers) -> bool {
+        match code {
+            KeyCode::Char('q') | KeyCode::Esc => return false,
+            KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return false,
+            KeyCode::Char('s') => self.sort = self.sort.next(),
+            KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
+            KeyCode::Char('t') => self.threads = !self.threads,
+            KeyCode::Char(']') | KeyCode::Right => {
+                let n = self.now.as_ref().map_or(0, |r| r.threads.len());
+                self.filter = match self.filter {
+                    None if n > 0 => Some(0),
+                    Some(i) if i + 1 < n => Some(i + 1),
+                    _ => None,
+                };
+            }
+            KeyCode::Char('[') | KeyCode::Left => {
+                let n = self.now.as_ref().map_or(0, |r| r.threads.len());
+                self.filter = match self.filter {
+                    None if n > 0 => Some(n - 1),
+                    Some(0) | None => None,
+                    Some(i) => Some(i - 1),
+                };
+            }
+            _ => {}
+        }
+        true
+    }
+
+    fn header(&self) -> String {
+        let threads = self.now.as_ref().map_or(0, |r| r.threads.len());
+        let filter = match self.filter_tid() {
+            Some(tid) => format!("thread {tid}"),
+            None => "all threads".to_string(),
+        };
+        format!(
+            "weft top  pid {}  {} functions  {threads} threads  {:.0} s  sort: {}  {filter}{}",
+            self.pid,
+            self.functions,
+            self.started.elapsed().as_secs_f64(),
+            self.sort.name(),
+            if self.paused { "  [paused]" } else { "" },
+        )
+    }
+
+    fn draw(&self, frame: &mut ratatui::Frame) {
+        let [top, body, help] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Min(3),
+            Constraint::Length(1),
+        ])
+        .areas(frame.area());
+        frame.render_widget(
+            Paragraph::new(Line::from(self.header()))
+                .style(Style::new().add_modifier(Modifier::BOLD)),
+            top,
+        );
+        let bold = Style::new().add_modifier(Modifier::REVERSED);
+        match &self.now {
+            None => frame.render_widget(Paragraph::new("reading…"), body),
+            Some(now) if self.threads => {
+                let rows = thread_rows(now, self.before.as_ref(), self.seconds);
+                let table = Table::new(
+                    rows.iter().map(|r| {
+                        Row::new(vec![
+                            Cell::from(r.tid.to_string()),
+                            Cell::from(r.name.clone()),
+                            Cell::from(if r.exited { "exited" } else { "live" }),
+                            Cell::from(r.calls.to_string()),
+                            Cell::from(format!("{:.0}", r.rate)),
+                            Cell::from(r.busiest.clone()),
+                        ])
+                    }),
+                    [
+                        Constraint::Length(9),
+                        Constraint::Length(16),
+                        Constraint::Length(7),
+                        Constraint::Length(14),
+                        Constraint::Length(12),
+                        Constraint::Min(10),
+                    ],
+                )
+                .header(
+                    Row::new([
+                        "TID",
+                        "THREAD",
+                        "STATE",
+                        "CALLS",
+                        "CALLS/S",
+                        "BUSIEST FUNCTION",
+                    ])
+                    .style(bold),
+                )
+                .block(Block::default().borders(Borders::TOP).title("threads"));
+                frame.render_widget(table, body);
+            }
+            Some(now) => {
+                let rows = function_rows(
+                    now,
+                    self.before.as_ref(),
+                    self.seconds,
+                    self.filter_tid(),
+                    self.sort,
+                );
+                let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let ns = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
+                let table = Table::new(
+                    rows.iter().map(|r| {
+                        Row::new(vec![
+                            Cell::from(r.name.clone()),
+                            Cell::from(r.module.clone()),
+                            Cell::from(r.calls.to_string()),
+                            Cell::from(format!("{:.0}", r.rate)),
+                            Cell::from(pct(r.wall_share)),
+                            Cell::from(pct(r.cpu_share)),
+                            Cell::from(ns(r.wall_ns)),
+                            Cell::from(ns(r.self_ns)),
+                        ])
+                    }),
+                    [
+                        Constraint::Min(16),
+                        Constraint::Length(14),
+                        Constraint::Length(14),
+                        Constraint::Length(12),
+                        Constraint::Length(7),
+                        Constraint::Length(7),
+                        Constraint::Length(10),
+                        Constraint::Length(10),
+                    ],
+                )
+                .header(
+                    Row::new([
+                        "FUNCTION", "MODULE", "CALLS", "CALLS/S", "WALL%", "CPU%", "INCL", "SELF",
+                    ])
+                    .style(bold),
+                )
+                .block(Block::default().borders(Borders::TOP).title("functions"));
+                frame.render_widget(table, body);
+            }
+        }
+        let help_text = if self.note.is_empty() {
+            "q quit  s sort  t threads/functions  [ ] thread filter  p pause".to_string()
+        } else {
+            self.note.clone()
+        };
+        frame.render_widget(Paragraph::new(help_text), help);
+    }
+}
+
+/// The terminal in raw mode on the alternate screen; restored on drop
+/// (an error or a panic unwinding through `top` included).
+struct Screen {
+    terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+}
+
+impl Screen {
+    fn enter() -> Result<Screen> {
+        enable_raw_mode().context("putting the terminal in raw mode")?;
+        let mut out = std::io::stdout();
+        if let Err(e) = execute!(out, EnterAlternateScreen) {
+            let _ = disable_raw_mode();
+            return Err(e).context("switching to the alternate screen");
+        }
+        let terminal = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(out))
+            .context("opening the terminal");
+        match terminal {
+            Ok(mut terminal) => {
+                let _ = terminal.hide_cursor();
+                Ok(Screen { terminal })
+            }
+            Err(e) => {
+                restore();
+                Err(e)
+            }
+        }
+    }
+}
+
+fn restore() {
+    let _ = execute!(
+        std::io::stdout(),
+        LeaveAlternateScreen,
+        ratatui::crossterm::cursor::Show
+    );
+    let _ = disable_raw_mode();
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// `weft top`.
+pub fn top(
+    target: Target,
+    functions: &[String],
+    measure: &Measure,
+    refusals: &Refusals,
+    pace: Pace,
+    boost: Option<RealtimeGuard>,
+) -> Result<ExitCode> {
+    cli_wait::install_stop_handlers();
+    let (mut attached, launched) = match &target {
+        Target::Pid(pid) => {
+            let split = crate::cli_kernel::split(functions)?;
+            if split.user.is_empty() {
+                anyhow::bail!(
+                    "weft top needs at least one user function (-f NAME) next to kernel patterns"
+                );
+            }
+            let caps = crate::cli_kernel::capabilities(&split)?;
+            (
+                Attached::attach(*pid, &split, caps.as_ref(), measure, refusals, false)?,
+                false,
+            )
+        }
+        Target::Launch(program, args) => (
+            Attached::launch(program, args, functions, measure, refusals)
+                .with_context(|| format!("starting {program}"))?,
+            true,
+        ),
+    };
+    drop(boost);
+    let pid = attached.process.pid();
+    eprintln!(
+        "weft: attached pid={pid} threads={} functions={}",
+        attached.threads, attached.functions
+    );
+    let view = View {
+        pid,
+        sort: Sort::Rate,
+        paused: false,
+        threads: false,
+        filter: None,
+        now: None,
+        before: None,
+        seconds: 0.0,
+        started: Instant::now(),
+        functions: attached.functions,
+        note: String::new(),
+    };
+    let outcome = if std::io::stdout().is_terminal() {
+        full_screen(&mut attached, view, &pace)
+    } else {
+        plain(&mut attached, &pace)
+    };
+    let ended = match outcome {
+        Ok(ended) => ended,
+        Err(e) => {
+            // Nothing stays in the target whatever went wrong.
+            let _ = attached.finish(cli_wait::End::Signal);
+            return Err(e);
+        }
+    };
+    let report = attached.finish(ended)?;
+    eprintln!(
+        "weft: detached from {pid} ({} calls counted)",
+        report.functions.iter().map(|f| f.calls).sum::<u64>()
+    );
+    if !launched || ended == cli_wait::End::TargetExited {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The program weft started runs to its end, uninstrumented now.
+    let code = attached.process.wait_exit().map_or(1, |e| e.shell_code());
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The full-screen view until quit, a signal, `--duration` or the
+/// target's exit.
+fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Result<cli_wait::End> {
+    let mut screen = Screen::enter()?;
+    let started = Instant::now();
+    let mut last_read: Option<Instant> = None;
+    loop {
+        if cli_wait::stop_requested() {
+            return Ok(cli_wait::End::Signal);
+        }
+        if pace.duration.is_some_and(|d| started.elapsed() >= d) {
+            return Ok(cli_wait::End::Duration);
+        }
+        attached.tick();
+        if !attached.process.is_alive() {
+            return Ok(cli_wait::End::TargetExited);
+        }
+        let due = last_read.map_or(true, |t| t.elapsed() >= pace.interval);
+        if due {
+            let at = Instant::now();
+            let seconds = last_read.map_or(0.0, |t| at.duration_since(t).as_secs_f64());
+            match attached.live_report() {
+                Ok(report) => {
+                    view.take(report, seconds);
+                    view.note.clear();
+                }
+                Err(e) => view.note = format!("reading the target: {e:#}"),
+            }
+            last_read = Some(at);
+        }
+        screen
+            .terminal
+            .draw(|frame| view.draw(frame))
+            .context("drawing the view")?;
+        if event::poll(Duration::from_millis(50)).context("reading the keyboard")? {
+            if let Event::Key(k) = event::read().context("reading the keyboard")? {
+                if k.kind == KeyEventKind::Press && !view.key(k.code, k.modifiers) {
+                    return Ok(cli_wait::End::Signal);
+                }
+            }
+        }
+    }
+}
+
+/// Standard output is no terminal: a plain table every interval.
+fn plain(attached: &mut Attached, pace: &Pace) -> Result<cli_wait::End> {
+    let pid = attached.process.pid();
+    let mut next = Instant::now() + pace.interval;
+    let mut failed = None;
+    let started = Instant::now();
+    let ended = cli_wait::wait(pid, pace.duration, &mut || {
+        attached.tick();
+        if Instant::now() >= next && failed.is_none() {
+            next += pace.interval;
+            failed = attached
+                .live_report()
+                .and_then(|r| {
+                    let text = format!(
+                        "weft top: pid {pid}, {:.1} s\n{}\n",
+                        started.elapsed().as_secs_f64(),
+                        r.to_table_with(&weft::report::TableOptions::default())
+                    );
+                    crate::to_stdout(text.as_bytes())
+                })
+                .err();
+            if failed.is_some() {
+                cli_wait::stop_now();
+            }
+        }
+    });
+    match failed {
+        Some(e) if !e.is::<crate::StdoutClosed>() => Err(e),
+        _ => Ok(ended),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_keys_cycle_through_all() {
+        let mut s = Sort::Rate;
+        let mut seen = Vec::new();
+        for _ in 0..Sort::ALL.len() {
+            seen.push(s);
+            s = s.next();
+        }
+        assert_eq!(s, Sort::Rate);
+        assert_eq!(seen, Sort::ALL);
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human_ns(12), "12 ns");
+        assert_eq!(human_ns(12_345), "12 µs");
+        assert_eq!(human_ns(45_600_000), "45.6 ms");
+        assert_eq!(human_ns(3_200_000_000), "3.2 s");
+    }
+}

@@ -1,0 +1,273 @@
+//! `weft top`, driven in a real terminal: tmux (its own server, started
+//! and ended here) runs a shell, the test types into it (send-keys) and
+//! reads the screen (capture-pane).
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// A tmux server of this test's own (`-L`), ended on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(ctx: &Ctx, name: &str) -> Tmux {
+        let t = Tmux {
+            socket: format!("weft-test-{}-{name}", std::process::id()),
+        };
+        let out = t.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+            "-x",
+            "160",
+            "-y",
+            "45",
+            "bash --norc --noprofile",
+        ]);
+        ctx.check(out.status.success(), || {
+            format!(
+                "tmux could not start (Debian package `tmux`; .ci/run installs it): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    /// Types `keys` (tmux key names: "Enter", "q", …).
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "main"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    /// Types a line of text and Enter.
+    fn line(&self, text: &str) {
+        self.run(&["send-keys", "-t", "main", "-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "main"]).stdout).to_string()
+    }
+
+    /// Waits until the screen satisfies `pred`; fails with the screen.
+    fn wait_for(&self, ctx: &Ctx, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                ctx.fail(format!("timed out waiting for {what}; the screen:\n{s}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn alternate_screen(&self) -> bool {
+        let out = self.run(&["display-message", "-p", "-t", "main", "#{alternate_on}"]);
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        // Our own server only (-L): the shell in it and whatever still runs.
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// The functions view's rows on `screen`: (name, calls, calls/s), top to
+/// bottom.
+fn function_rows(screen: &str) -> Vec<(String, u64, f64)> {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let name = f.next()?;
+            if !WORKER_FUNCS.contains(&name) {
+                return None;
+            }
+            let _module = f.next()?;
+            let calls = f.next()?.parse().ok()?;
+            let rate = f.next()?.parse().ok()?;
+            Some((name.to_string(), calls, rate))
+        })
+        .collect()
+}
+
+#[test]
+fn top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal() {
+    let ctx = Ctx::new("top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal");
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready"));
+    let tmux = Tmux::start(&ctx, "top");
+    tmux.line(&format!(
+        "{} top -p {} -f work_a,work_b,lib_work -m calls,wall,cpu --interval 0.3; echo WEFT_EXIT=$?",
+        weft_bin(),
+        t.pid
+    ));
+    tmux.wait_for(&ctx, "the functions view", |s| {
+        s.contains("FUNCTION") && s.contains("sort: calls/s")
+    });
+    ctx.check(tmux.alternate_screen(), || {
+        "weft top is not on the alternate screen".into()
+    });
+
+    t.send("go");
+    t.expect_stdout("phase 1 done", |l| l == "phase 1 done");
+    let own = check_worker_phase(&ctx, &t.stdout_text(), 1, 3);
+    let total = |f: &str| own.iter().map(|l| l.count(f)).sum::<u64>();
+    // Every function's calls on screen equal the target's own, summed over
+    // its threads; once the phase is over, a reading later, every rate is
+    // 0 and rows fall back to name order.
+    let screen = tmux.wait_for(&ctx, "the target's counts, idle", |s| {
+        let rows = function_rows(s);
+        rows.len() == 3
+            && rows
+                .iter()
+                .all(|(f, c, rate)| *c == total(f) && *rate == 0.0)
+    });
+    let by_rate: Vec<String> = function_rows(&screen).into_iter().map(|r| r.0).collect();
+    ctx.check(by_rate == ["lib_work", "work_a", "work_b"], || {
+        format!("rows by rate (all 0: by name): {by_rate:?}\n{screen}")
+    });
+
+    // `s`: sorted by calls, most first.
+    tmux.keys(&["s"]);
+    let screen = tmux.wait_for(&ctx, "sort by calls", |s| s.contains("sort: calls "));
+    let by_calls: Vec<String> = function_rows(&screen).into_iter().map(|r| r.0).collect();
+    let mut want: Vec<&str> = WORKER_FUNCS.to_vec();
+    want.sort_by_key(|f| std::cmp::Reverse(total(f)));
+    ctx.check(by_calls == want, || {
+        format!("rows by calls: {by_calls:?}, want {want:?}\n{screen}")
+    });
+
+    // `t`: the threads view, each worker with its own calls.
+    tmux.keys(&["t"]);
+    let screen = tmux.wait_for(&ctx, "the threads view", |s| s.contains("BUSIEST FUNCTION"));
+    for line in &own {
+        let calls = line.work_a + line.work_b + line.lib_work;
+        let row = screen
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(line.tid.to_string().as_str()));
+        ctx.check(
+            row.is_some_and(|r| r.split_whitespace().any(|w| w == calls.to_string())),
+            || format!("thread {} ({calls} calls): {row:?}\n{screen}", line.tid),
+        );
+    }
+
+    // `t` back, then `]` until a worker is shown alone: its own figures.
+    tmux.keys(&["t"]);
+    let mut shown = None;
+    for _ in 0..8 {
+        let before = tmux.screen();
+        tmux.keys(&["]"]);
+        let screen = tmux.wait_for(&ctx, "the next thread filter", |s| {
+            s != before && s.contains("FUNCTION")
+        });
+        let tid: Option<i64> = screen
+            .split("  thread ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|t| t.parse().ok());
+        if let Some(mine) = own.iter().find(|l| Some(l.tid) == tid) {
+            let rows = function_rows(&screen);
+            ctx.check(
+                rows.len() == 3 && rows.iter().all(|(f, c, _)| *c == mine.count(f)),
+                || {
+                    format!(
+                        "thread {}'s rows {rows:?}, its own {mine:?}\n{screen}",
+                        mine.tid
+                    )
+                },
+            );
+            shown = Some(mine.tid);
+            break;
+        }
+    }
+    ctx.check(shown.is_some(), || {
+        format!("`]` never showed a worker alone:\n{}", tmux.screen())
+    });
+
+    // `q`: weft detaches, exits 0, and the terminal is as it was.
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for(&ctx, "weft's exit", |s| s.contains("WEFT_EXIT="));
+    ctx.check(screen.contains("WEFT_EXIT=0"), || screen.clone());
+    ctx.check(screen.contains("weft: detached from"), || screen.clone());
+    ctx.check(!tmux.alternate_screen(), || {
+        "still on the alternate screen".into()
+    });
+    // The marker is computed so that the typed command does not match.
+    tmux.line(
+        "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e echo | tr '\\n' ' '; echo STTY_$((6*7))",
+    );
+    let screen = tmux.wait_for(&ctx, "stty", |s| s.contains("STTY_42"));
+    ctx.check(screen.contains("icanon echo STTY_42"), || {
+        format!("the terminal is not back in canonical mode with echo:\n{screen}")
+    });
+
+    // The target is unharmed and uninstrumented: phase 2 counts right.
+    t.send("go");
+    t.expect_stdout("phase 2 done", |l| l == "phase 2 done");
+    check_worker_phase(&ctx, &t.stdout_text(), 2, 3);
+    t.wait_code(0);
+}
+
+#[test]
+fn top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm() {
+    let ctx = Ctx::new("top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm");
+    let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready"));
+    let mut w = ctx.weft(&[
+        "top",
+        "-p",
+        &t.pid_str(),
+        "-f",
+        "work_a",
+        "-m",
+        "calls",
+        "--interval",
+        "0.2",
+    ]);
+    w.expect_line(Stream::Stderr, "attached", |l| l.contains("attached"));
+    t.send("go");
+    t.expect_stdout("phase 1 done", |l| l == "phase 1 done");
+    let own = check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
+    let total: u64 = own.iter().map(|l| l.work_a).sum();
+    // A table after the phase shows its total.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.stdout_text().contains(&thousands(total)) {
+        ctx.check(Instant::now() < deadline, || {
+            format!(
+                "no table with {total} calls of work_a:\n{}",
+                w.stdout_text()
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ctx.check(w.stdout_text().contains("weft top: pid"), || {
+        w.stdout_text()
+    });
+    w.signal(nix::sys::signal::Signal::SIGTERM);
+    w.wait_code(0);
+    t.send("go");
+    t.expect_stdout("phase 2 done", |l| l == "phase 2 done");
+    check_worker_phase(&ctx, &t.stdout_text(), 2, 2);
+    t.wait_code(0);
+}
