@@ -624,6 +624,12 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             refusals,
             command,
         } => {
+            if measure.metrics.trace {
+                bail!(
+                    "weft top shows counts and times, not a call trace: drop `trace` from -m, \
+                     or record one with `weft attach -m calls,wall,trace --format chrome-trace`"
+                );
+            }
             let interval = seconds("interval", Some(&interval), true)?.unwrap_or_default();
             let duration = seconds("duration", duration.as_deref(), false)?;
             let target = match (pid, command.split_first()) {
