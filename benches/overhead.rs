@@ -162,6 +162,12 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
         }
         Under::Weft(metrics) => {
             let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+            if metrics.contains("trace") {
+                // The largest ring: a tight loop of empty calls fills any
+                // ring between two drains (10 ms); the share dropped is
+                // printed with the cost.
+                c.env(weft::trace::RING_ENV, TRACE_RING.to_string());
+            }
             c.args(["run", "-m", metrics, "-f", "work", "--format", "json", "-o"])
                 .arg(&report)
                 .arg("--")
@@ -273,6 +279,16 @@ fn check_report(path: &Path, metrics: &str, calls: u64, own: &[ThreadClocks]) {
     }
 }
 
+/// Events per thread ring in the `trace` rows (the most a ring holds).
+const TRACE_RING: u32 = 1 << 18;
+
+/// The share of trace events the last `weft run` report says were dropped.
+fn dropped_share(calls: u64) -> f64 {
+    let text = std::fs::read_to_string(bench_dir().join("report.json")).unwrap_or_default();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    r["trace"]["dropped_events"].as_u64().unwrap_or(0) as f64 / (2 * calls).max(1) as f64
+}
+
 fn best_of(rounds: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..rounds).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
@@ -323,16 +339,33 @@ fn section_per_call(quick: bool) {
     let floor = rdtsc_pair_ns();
     println!("two back-to-back rdtsc here: {floor:.1} ns (the floor of any TSC timer)");
     println!(
-        "{:>7} {:>8} {:>8} {:>12} {:>16} {:>10}",
-        "threads", "plain", "calls", "calls,wall", "calls,wall,cpu", "bpftrace"
+        "{:>7} {:>8} {:>8} {:>12} {:>16} {:>12} {:>17} {:>10}",
+        "threads",
+        "plain",
+        "calls",
+        "calls,wall",
+        "calls,wall,cpu",
+        "calls,trace",
+        "calls,wall,trace",
+        "bpftrace"
     );
-    let metric_sets = ["calls", "calls,wall", "calls,wall,cpu"];
+    let metric_sets = [
+        "calls",
+        "calls,wall",
+        "calls,wall,cpu",
+        "calls,trace",
+        "calls,wall,trace",
+    ];
     let mut added: Vec<Vec<f64>> = Vec::new();
+    let mut dropped = Vec::new();
     for threads in [1usize, 2, 4] {
         let plain = best_of(rounds, || per_call(&exe, Under::Plain, threads, calls));
         let mut row = Vec::new();
         for m in metric_sets {
             row.push(best_of(rounds, || per_call(&exe, Under::Weft(m), threads, calls)) - plain);
+            if m.contains("trace") {
+                dropped.push((threads, m, dropped_share(threads as u64 * calls * 3)));
+            }
         }
         let bpf_cell = if bpf {
             // Thousands of times slower: fewer calls keep it short.
@@ -345,8 +378,8 @@ fn section_per_call(quick: bool) {
             "-".into()
         };
         println!(
-            "{threads:>7} {plain:>8.2} {:>+8.2} {:>+12.1} {:>+16.1} {bpf_cell:>10}",
-            row[0], row[1], row[2]
+            "{threads:>7} {plain:>8.2} {:>+8.2} {:>+12.1} {:>+16.1} {:>+12.1} {:>+17.1} {bpf_cell:>10}",
+            row[0], row[1], row[2], row[3], row[4]
         );
         added.push(row);
     }
@@ -358,10 +391,22 @@ fn section_per_call(quick: bool) {
         );
     }
     println!(
-        "above the rdtsc floor at 1 thread: calls,wall +{:.1} ns, calls,wall,cpu +{:.1} ns",
+        "above the rdtsc floor at 1 thread: calls,wall +{:.1} ns, calls,wall,cpu +{:.1} ns, calls,trace +{:.1} ns",
         added[0][1] - floor,
-        added[0][2] - floor
+        added[0][2] - floor,
+        added[0][3] - floor
     );
+    println!(
+        "trace vs wall at 1 thread: calls,trace / calls,wall = {:.2}, calls,wall,trace / calls,wall = {:.2}",
+        added[0][3] / added[0][1].max(0.01),
+        added[0][4] / added[0][1].max(0.01)
+    );
+    for (threads, m, share) in dropped {
+        println!(
+            "{m} at {threads} thread(s): {:.0}% of the trace events dropped (ring of {TRACE_RING} events, drained every 10 ms; a dropped event costs a compare and a counter instead of two stores)",
+            share * 100.0
+        );
+    }
 }
 
 fn section_attach(quick: bool) {

@@ -13,7 +13,13 @@ use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};
 
 const THREADS: u64 = 3;
 const CALLS: u64 = 20_000;
-const METRIC_SETS: [&str; 3] = ["calls", "calls,wall", "calls,wall,cpu"];
+const METRIC_SETS: [&str; 5] = [
+    "calls",
+    "calls,wall",
+    "calls,wall,cpu",
+    "calls,trace",
+    "calls,wall,cpu,trace",
+];
 
 /// Checks the target's per-thread lines and verdict: every call made, no
 /// mismatch.

@@ -207,8 +207,16 @@ fn top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal() {
 
     // `q`: weft detaches, exits 0, and the terminal is as it was.
     tmux.keys(&["q"]);
-    let screen = tmux.wait_for(&ctx, "weft's exit", |s| s.contains("WEFT_EXIT="));
-    ctx.check(screen.contains("WEFT_EXIT=0"), || screen.clone());
+    // The line echo prints, not the command line that names it.
+    let exit_line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("WEFT_EXIT="))
+            .map(str::to_string)
+    };
+    let screen = tmux.wait_for(&ctx, "weft's exit", |s| exit_line(s).is_some());
+    ctx.check(exit_line(&screen).as_deref() == Some("WEFT_EXIT=0"), || {
+        screen.clone()
+    });
     ctx.check(screen.contains("weft: detached from"), || screen.clone());
     ctx.check(!tmux.alternate_screen(), || {
         "still on the alternate screen".into()

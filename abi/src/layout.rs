@@ -166,8 +166,11 @@ pub struct RegionHeader {
     /// How long a loading thread waits for the injector, in milliseconds;
     /// 0: it does not wait (nothing asked).
     pub library_wait_ms: AtomicU32,
-    /// Unused.
-    pub reserved_library: u32,
+    /// Events per thread of the call-trace rings (`-m trace`, see
+    /// [`trace`]); 0 while no weft traced calls. Set with
+    /// [`RegionHeader::trace_ring`] by the first session that traces, and
+    /// kept: the installed exit code writes there.
+    pub trace_capacity: AtomicU32,
     /// `CLOCK_MONOTONIC` milliseconds of the injector's last look at the
     /// process: a load waits only for an injector seen within the last
     /// second plus the wait (one that died or stopped watching costs
@@ -188,8 +191,9 @@ pub struct RegionHeader {
     pub exit_code: AtomicU64,
     /// One past the highest probe-directory entry ever used (bounds scans).
     pub directory_used: AtomicU32,
-    /// Unused.
-    pub reserved_sessions: u32,
+    /// 1 + the first metric word of every row's call-trace ring (see
+    /// [`trace`]); 0: no ring.
+    pub trace_ring: AtomicU32,
     /// The weft sessions that have probes here, alive or not: a probe's
     /// [`ProbeEntry::owners`] bit `i` names `sessions[i]`.
     pub sessions: [SessionSlot; SESSIONS],
@@ -212,6 +216,10 @@ pub const EXITS_INSTALLED: u32 = 1;
 pub const EXITS_WALL: u32 = 2;
 /// [`RegionHeader::exit_flags`]: the installed exit code times CPU time.
 pub const EXITS_CPU: u32 = 4;
+/// [`RegionHeader::exit_flags`]: the installed exit code writes exit events
+/// of traced activations into the thread's trace ring
+/// ([`RegionHeader::trace_ring`]).
+pub const EXITS_TRACE: u32 = 8;
 
 /// One weft session that owns (or owned) probes in the process.
 #[repr(C)]
@@ -247,6 +255,9 @@ pub const METRIC_CPU: u32 = 2;
 /// [`ProbeEntry::metrics`]: a latency histogram (with wall time; its words
 /// are [`metric::TIMED_HIST_LEN`] bytes).
 pub const METRIC_HISTOGRAM: u32 = 4;
+/// [`ProbeEntry::metrics`]: call traces (entry and exit events in the
+/// thread's trace ring).
+pub const METRIC_TRACE: u32 = 8;
 /// [`ProbeEntry::record`] of a probe without a call record.
 pub const NO_RECORD: u32 = u32::MAX;
 
@@ -488,8 +499,83 @@ pub mod metric {
     /// Cell flag: the metric base has the latency histogram after the
     /// timer words ([`HIST`], [`TIMED_HIST_LEN`] bytes in all).
     pub const CELL_HISTOGRAM: u32 = 4;
+    /// Cell flag: the activation is traced: its entry wrote an event in
+    /// the thread's trace ring and whoever closes it writes the exit (see
+    /// [`crate::layout::trace`]).
+    pub const CELL_TRACE: u32 = 8;
     /// Where a cell's flags keep the function's call record index.
     pub const CELL_RECORD_SHIFT: u32 = 8;
+}
+
+/// Per-thread call-trace rings (`-m trace`).
+///
+/// Every row has one ring at the same row byte offset, a block of metric
+/// words handed out once per process ([`RegionHeader::trace_ring`],
+/// [`RegionHeader::trace_capacity`]), so it needs no layout of its own and
+/// costs memory only in the rows of threads that write it. Single producer
+/// (the row's thread: generated entry and exit code, and the runtime when
+/// it closes activations itself), single consumer (the injector):
+///
+/// ```text
+/// +0    head     events written so far (producer; published after the event)
+/// +8    dropped  events not written because the ring was full (producer)
+/// +16   busy     1 while the thread is writing an event (a signal handler
+///                that finds it 1 drops its own event instead)
+/// +64   tail     events read so far (consumer, its own cache line)
+/// +128  events[capacity], EVENT_SIZE bytes each, slot = index % capacity
+/// ```
+///
+/// The producer writes slot `head % capacity` and then `head + 1` only while
+/// `head - tail < capacity`; else it counts a drop and goes on: it never
+/// waits. The consumer reads `head`, the events below it, then stores
+/// `tail`. x86-64 (TSO) keeps both sides' stores in program order, so plain
+/// loads and stores suffice.
+///
+/// An event: the raw wall reading (the timers' ticks,
+/// [`RegionHeader::timer_ns_per_tick_q32`]) at +0; at +8 the function's
+/// metric base (its row byte offset, 8-byte aligned) with the kind in its
+/// low 3 bits; at +12 the low 32 bits of the activation's cell address,
+/// which names its depth (`(cell - cells) / CELL_SIZE`, wrapping) even
+/// when events were dropped.
+pub mod trace {
+    /// Offset in the ring of `head` (u64).
+    pub const HEAD: usize = 0;
+    /// Offset in the ring of `dropped` (u64).
+    pub const DROPPED: usize = 8;
+    /// Offset in the ring of `busy` (u64).
+    pub const BUSY: usize = 16;
+    /// Offset in the ring of `tail` (u64), written by the consumer.
+    pub const TAIL: usize = 64;
+    /// Offset in the ring of event 0.
+    pub const EVENTS: usize = 128;
+    /// Bytes per event.
+    pub const EVENT_SIZE: usize = 16;
+    /// Offset in an event of the raw wall reading (u64).
+    pub const EV_TIME: usize = 0;
+    /// Offset in an event of `metric base | kind` (u32).
+    pub const EV_FUNCTION: usize = 8;
+    /// Offset in an event of the low 32 bits of the cell address (u32).
+    pub const EV_CELL: usize = 12;
+    /// Kind: an activation began (the function was entered).
+    pub const KIND_ENTRY: u32 = 1;
+    /// Kind: an activation returned through the exit hook.
+    pub const KIND_EXIT: u32 = 2;
+    /// Kind: an activation was closed because its frame was discarded
+    /// (longjmp, an exception, thread exit), at that moment.
+    pub const KIND_UNWOUND: u32 = 3;
+    /// The kind bits of [`EV_FUNCTION`].
+    pub const KIND_MASK: u32 = 7;
+    /// Events per ring unless asked otherwise.
+    pub const DEFAULT_CAPACITY: u32 = 16_384;
+    /// Fewest events per ring.
+    pub const MIN_CAPACITY: u32 = 16;
+    /// Most events per ring (4 MiB of a row's 8 MiB of words).
+    pub const MAX_CAPACITY: u32 = 1 << 18;
+
+    /// Bytes of a ring of `capacity` events (a power of two).
+    pub const fn ring_bytes(capacity: u32) -> usize {
+        EVENTS + EVENT_SIZE * capacity as usize
+    }
 }
 
 /// Four name bytes, stored atomically so concurrent readers are sound.

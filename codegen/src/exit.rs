@@ -125,7 +125,7 @@ pub const CELL_FLAGS: i32 = disp(metric::CELL_FLAGS);
 /// `timer` module), [`CELL_PROBE`] (the exit calls the user probe of the
 /// function's call record, whose index is in the flags' bits from
 /// [`CELL_RECORD_SHIFT`] up; see [`ExitProbes`]).
-pub use metric::{CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED};
+pub use metric::{CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED, CELL_TRACE};
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
@@ -222,6 +222,11 @@ pub struct ExitHooks {
     /// Entry snippets built from this layout mark their (timed)
     /// activations for the latency histogram.
     histogram: bool,
+    /// The threads' trace rings: the exit code writes the close of every
+    /// activation marked [`CELL_TRACE`] there.
+    trace: Option<crate::TraceRing>,
+    /// Entry snippets built from this layout trace their activations.
+    trace_calls: bool,
 }
 
 /// An invalid [`ExitHooks`] layout.
@@ -239,6 +244,10 @@ pub enum LayoutError {
     /// The tick-to-nanosecond factor is 0.
     #[error("the timer's ns-per-tick factor is 0")]
     NullUnits,
+    /// The trace ring is misplaced or its capacity is not a power of two in
+    /// range.
+    #[error("the trace ring must be 64-byte aligned, hold a power-of-two number of events (16 to 262,144) and have a wall clock to read")]
+    Trace,
 }
 
 fn check_offset(off: i32) -> Result<(), LayoutError> {
@@ -285,7 +294,47 @@ impl ExitHooks {
             probes: None,
             probe_exit: false,
             histogram: false,
+            trace: None,
+            trace_calls: false,
         })
+    }
+
+    /// The same layout with call traces (see the `trace` module): the exit
+    /// code writes the close of every traced activation into the thread's
+    /// ring; entry snippets trace only when built from
+    /// [`ExitHooks::tracing`]`(true)`.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::Trace`] for a ring generated code cannot use.
+    pub fn with_trace(self, ring: crate::TraceRing) -> Result<Self, LayoutError> {
+        if !ring.is_valid() {
+            return Err(LayoutError::Trace);
+        }
+        Ok(Self {
+            trace: Some(ring),
+            ..self
+        })
+    }
+
+    /// The layout for the entry snippet of a function whose calls are
+    /// traced when `on` (and the layout has a ring,
+    /// [`ExitHooks::with_trace`]).
+    pub fn tracing(self, on: bool) -> Self {
+        Self {
+            trace_calls: on && self.trace.is_some(),
+            ..self
+        }
+    }
+
+    /// The trace ring, if the exit code writes traces.
+    pub fn trace(&self) -> Option<&crate::TraceRing> {
+        self.trace.as_ref()
+    }
+
+    /// Whether entry snippets built from this layout trace their calls.
+    pub fn traces_calls(&self) -> bool {
+        self.trace_calls
     }
 
     /// The same layout with user probes at exits: the exit code calls the
@@ -434,6 +483,9 @@ impl ExitHooks {
         if self.probe_exit {
             flags |= CELL_PROBE | (record << CELL_RECORD_SHIFT);
         }
+        if self.trace_calls {
+            flags |= CELL_TRACE;
+        }
         flags
     }
 }
@@ -568,6 +620,20 @@ fn enter_asm(
     a.mov(d(rdi, CELL_FLAGS), h.flags(record) as i32)?;
     if let Some(spec) = &h.timers {
         crate::timer::emit_start(a, spec, metric, &mut slow)?;
+    }
+    if let (Some(ring), true) = (&h.trace, h.trace_calls) {
+        use crate::trace::{emit_event, EventOf, Time};
+        let time = match &h.timers {
+            // The timer's start reading, from the self-time base it just
+            // stored (`t0 - N`) and `N`: one clock read serves both.
+            Some(spec) => {
+                a.mov(r8, q(rdi, CELL_SELF_BASE))?;
+                a.add(r8, q(rcx, spec.self_ticks_row))?;
+                Time::InT
+            }
+            None => Time::Read,
+        };
+        emit_event(a, ring, EventOf::Entry(metric), (r8, r8d), time, &mut slow)?;
     }
     if let Some(activity) = activity {
         a.inc(q(rcx, activity))?; // after every word of this entry
@@ -726,6 +792,9 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, h: &ExitHooks) -> Result<Cod
     let mut close_from = a.create_label();
     let mut stop = a.create_label();
     let mut exit_probe = a.create_label();
+    let mut trace_exit = a.create_label();
+    let mut trace_unwound = a.create_label();
+    let traces = h.trace.map(|_| (trace_exit, trace_unwound));
     emit_stale_closer(a, h, close_from)?;
     let handler = emit_handler(
         a,
@@ -734,9 +803,17 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, h: &ExitHooks) -> Result<Cod
         close_from,
         stop,
         h.probes.is_some().then_some(exit_probe),
+        traces.map(|t| t.0),
     )?;
     a.set_label(&mut close_from)?;
-    emit_close_from(a, h, stop)?;
+    emit_close_from(a, h, stop, traces.map(|t| t.1))?;
+    if let Some(ring) = &h.trace {
+        use weft_abi::layout::trace::{KIND_EXIT, KIND_UNWOUND};
+        a.set_label(&mut trace_exit)?;
+        crate::trace::emit_close_routine(a, ring, KIND_EXIT)?;
+        a.set_label(&mut trace_unwound)?;
+        crate::trace::emit_close_routine(a, ring, KIND_UNWOUND)?;
+    }
     if let Some(probes) = &h.probes {
         a.set_label(&mut exit_probe)?;
         emit_exit_probe(a, probes)?;
@@ -804,6 +881,7 @@ fn emit_handler(
     close_from: CodeLabel,
     stop: CodeLabel,
     exit_probe: Option<CodeLabel>,
+    trace_exit: Option<CodeLabel>,
 ) -> Result<CodeLabel, IcedError> {
     let row = h.row;
     let size = CELL_SIZE as i32;
@@ -846,6 +924,10 @@ fn emit_handler(
     a.movsxd(r8, d(rdi, CELL_METRIC))?;
     a.add(r8, rcx)?;
     a.inc(q(r8, METRIC_EXITS))?;
+    if trace_exit.is_some() {
+        // The trace's time: the stop's reading when it takes one (r9).
+        a.xor(r9d, r9d)?;
+    }
     if h.timers.is_some() {
         let mut untimed = a.create_label();
         a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_TIMED as i32)?;
@@ -855,6 +937,14 @@ fn emit_handler(
         a.pop(rdi)?;
         a.set_label(&mut untimed)?;
         a.nop()?; // the label needs an instruction
+    }
+    if let Some(trace) = trace_exit {
+        let mut untraced = a.create_label();
+        a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_TRACE as i32)?;
+        a.jz(untraced)?;
+        a.call(trace)?; // clobbers rax, rdx, r9: rdi and rcx stay
+        a.set_label(&mut untraced)?;
+        a.nop()?;
     }
     if let Some(probe) = exit_probe {
         a.test(byte_ptr(rdi + i64::from(CELL_FLAGS)), CELL_PROBE as i32)?;
@@ -995,7 +1085,12 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
 /// close_from: rcx = row, rdi = lowest cell to close; closes every open
 /// activation from the top down to it as unwound. Preserves every register
 /// but the flags.
-fn emit_close_from(a: &mut CodeAssembler, h: &ExitHooks, stop: CodeLabel) -> Result<(), IcedError> {
+fn emit_close_from(
+    a: &mut CodeAssembler,
+    h: &ExitHooks,
+    stop: CodeLabel,
+    trace_unwound: Option<CodeLabel>,
+) -> Result<(), IcedError> {
     let row = h.row;
     let size = CELL_SIZE as i32;
     let mut top = a.create_label();
@@ -1018,6 +1113,17 @@ fn emit_close_from(a: &mut CodeAssembler, h: &ExitHooks, stop: CodeLabel) -> Res
     a.mov(edx, d(rdi, CELL_FLAGS))?;
     a.lea(r8, qword_ptr(rcx + r8))?;
     a.inc(q(r8, METRIC_UNWOUND))?;
+    if let Some(trace) = trace_unwound {
+        let mut untraced = a.create_label();
+        a.test(edx, CELL_TRACE as i32)?;
+        a.jz(untraced)?;
+        a.push(rdx)?;
+        a.xor(r9d, r9d)?; // no reading yet: the routine takes one
+        a.call(trace)?; // clobbers rax, rdx, r9
+        a.pop(rdx)?;
+        a.set_label(&mut untraced)?;
+        a.nop()?;
+    }
     if h.timers.is_some() {
         a.test(edx, CELL_TIMED as i32)?;
         a.jz(top)?;

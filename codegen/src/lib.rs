@@ -26,6 +26,7 @@ mod relocate;
 mod remote_stub;
 mod scan;
 mod timer;
+mod trace;
 mod trampoline;
 
 pub use analyze::{analyze_at, analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
@@ -33,7 +34,7 @@ pub use cfg::{analyze_function, Disassembly};
 pub use exit::{
     exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, ExitProbes,
     LayoutError, CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE,
-    CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED,
+    CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED, CELL_TRACE,
     EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN,
     METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
 };
@@ -54,6 +55,7 @@ pub use timer::{
     METRIC_HIST, METRIC_NESTING, METRIC_SELF_TOTAL, METRIC_SEQ, METRIC_WALL_START,
     METRIC_WALL_TOTAL, TIMER_HIST_METRIC_LEN, TIMER_METRIC_LEN,
 };
+pub use trace::TraceRing;
 pub use trampoline::{
     build_instruction_trampoline, build_redirect, build_trampoline, max_redirect_len,
     max_trampoline_len, register_stub, register_stub_len, BuildError, Redirect, Snippet, ThreadRow,

@@ -243,7 +243,17 @@ fn read_raw(
     spec: &TimerSpec,
     lits: &mut SlowPaths,
 ) -> Result<(), IcedError> {
-    match spec.wall {
+    read_wall(a, spec.wall, lits)
+}
+
+/// The raw wall reading `wall` into `rax` (clobbers `rdx` with `rdtsc`;
+/// the runtime's routine preserves every register but `rax`).
+pub(crate) fn read_wall(
+    a: &mut CodeAssembler,
+    wall: WallRead,
+    lits: &mut SlowPaths,
+) -> Result<(), IcedError> {
+    match wall {
         WallRead::Tsc => {
             a.rdtsc()?;
             a.shl(rdx, 32)?;
@@ -349,6 +359,9 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
     let mut counted = a.create_label();
     let q32 = lits.literal(a, spec.ns_per_tick_q32);
     let n = m(rcx, spec.self_ticks_row);
+    // r9 = the raw reading on return, or 0 when none was taken (a trace
+    // event then reads the clock itself).
+    a.xor(r9d, r9d)?;
     a.cmp(m(r8, METRIC_NESTING), 1)?;
     a.jb(ret)?; // nothing open: never underflow
     a.inc(m(r8, METRIC_SEQ))?;

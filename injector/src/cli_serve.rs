@@ -571,6 +571,8 @@ mod tests {
             overflow_threads: 0,
             runtime: None,
             kernel: None,
+            trace: None,
+            trace_log: None,
         }
     }
 

@@ -151,6 +151,9 @@ pub enum Error {
     /// A library could not be loaded into the target.
     #[error(transparent)]
     Library(#[from] LibraryError),
+    /// A call trace could not be set up or written.
+    #[error(transparent)]
+    CallTrace(#[from] crate::trace::CallTraceError),
 }
 
 fn suggest(names: &[String]) -> String {

@@ -78,28 +78,46 @@ impl Metrics {
     }
 
     /// Parses a comma-separated list of `calls`, `wall`, `cpu` (`calls` is
-    /// implied; an empty list is an error).
+    /// implied; an empty list is an error). `trace` is not a probe's
+    /// metric but a session's: see [`Metrics::parse_with_trace`].
     pub fn parse(text: &str) -> Result<Metrics, String> {
+        match Metrics::parse_with_trace(text)? {
+            (m, false) => Ok(m),
+            (_, true) => Err(
+                "`trace` records calls for a whole session: parse the list with \
+                 Metrics::parse_with_trace and call Held::set_trace_calls"
+                    .into(),
+            ),
+        }
+    }
+
+    /// Parses a comma-separated list of `calls`, `wall`, `cpu` and
+    /// `trace` (`calls` is implied; an empty list is an error): the
+    /// metrics, and whether `trace` was asked (call traces, which
+    /// [`crate::Held::set_trace_calls`] turns on for the session).
+    pub fn parse_with_trace(text: &str) -> Result<(Metrics, bool), String> {
         let mut m = Metrics::CALLS;
+        let mut trace = false;
         let mut any = false;
         for word in text.split(',').map(str::trim) {
             match word {
                 "calls" => {}
                 "wall" => m.wall = true,
                 "cpu" => m.cpu = true,
+                "trace" => trace = true,
                 "" => continue,
                 other => {
                     return Err(format!(
-                    "unknown metric `{other}`: choose from calls, wall, cpu (e.g. -m calls,wall)"
+                    "unknown metric `{other}`: choose from calls, wall, cpu, trace (e.g. -m calls,wall)"
                 ))
                 }
             }
             any = true;
         }
         if !any {
-            return Err("no metric given: choose from calls, wall, cpu".into());
+            return Err("no metric given: choose from calls, wall, cpu, trace".into());
         }
-        Ok(m)
+        Ok((m, trace))
     }
 
     /// The timers these metrics need.
@@ -299,7 +317,12 @@ pub fn never_hook_exit_in(image: &ProcessImage, f: &Function) -> Option<String> 
 /// The process's exit-hook layout with `timers` and the exit code at
 /// `exit_code`, from the runtime's header (record and clock addresses) and
 /// row layout.
-pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<ExitHooks, Error> {
+pub fn hooks(
+    header: &RegionHeader,
+    exit_code: u64,
+    timers: Timers,
+    trace: bool,
+) -> Result<ExitHooks, Error> {
     let internal = |e: weft_codegen::LayoutError| Error::Internal(format!("exit layout: {e}"));
     let row = ActivationRow {
         cells: ROW_CELLS as i32,
@@ -320,8 +343,17 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
             state: header.wall_address,
         }
     };
-    ExitHooks::new(row, records, exit_code)
-        .map_err(internal)?
+    let hooks = ExitHooks::new(row, records, exit_code).map_err(internal)?;
+    let hooks = match trace_ring(header, wall) {
+        Some(ring) if trace => hooks.with_trace(ring).map_err(internal)?,
+        None if trace => {
+            return Err(Error::Internal(
+                "call traces asked before the trace ring was made".into(),
+            ))
+        }
+        _ => hooks,
+    };
+    hooks
         .with_exit_probes(ExitProbes {
             table: header.exit_probes,
             save: crate::trampolines::vector_save(),
@@ -340,6 +372,17 @@ pub fn hooks(header: &RegionHeader, exit_code: u64, timers: Timers) -> Result<Ex
             self_ticks_row: weft_rt::layout::ROW_SELF_TICKS as i32,
         })
         .map_err(internal)
+}
+
+/// The threads' trace ring as the region's header names it, if made.
+fn trace_ring(header: &RegionHeader, wall: WallRead) -> Option<weft_codegen::TraceRing> {
+    use std::sync::atomic::Ordering;
+    let first = header.trace_ring.load(Ordering::Acquire).checked_sub(1)?;
+    Some(weft_codegen::TraceRing {
+        offset: i32::try_from(weft_rt::layout::Geometry::metric_offset(first)).ok()?,
+        capacity: header.trace_capacity.load(Ordering::Acquire),
+        wall,
+    })
 }
 
 /// Where the runtime's exports are and how to reach the target.
@@ -363,11 +406,16 @@ impl Installer<'_> {
     /// makes its handler the one every call record reaches; enables exit
     /// hooks in the runtime on its first call. Returns the layout entry
     /// snippets must be built with.
-    pub fn install(&mut self, header: &RegionHeader, timers: Timers) -> Result<ExitHooks, Error> {
+    pub fn install(
+        &mut self,
+        header: &RegionHeader,
+        timers: Timers,
+        trace: bool,
+    ) -> Result<ExitHooks, Error> {
         let tls_offset = i32::try_from(header.tls_offset)
             .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
         // The code's length does not depend on its address.
-        let len = exit_code_len(tls_offset, &hooks(header, 0x1000, timers)?) as u64;
+        let len = exit_code_len(tls_offset, &hooks(header, 0x1000, timers, trace)?) as u64;
         let (at, _) = self.pool.reserve(
             self.tracer,
             self.tid,
@@ -376,7 +424,7 @@ impl Installer<'_> {
             self.rt_base,
             len,
         )?;
-        let hooks = hooks(header, at, timers)?;
+        let hooks = hooks(header, at, timers, trace)?;
         let code = exit_code(tls_offset, &hooks)
             .map_err(|e| Error::Internal(format!("exit code: {e}")))?;
         self.tracer.memory().write(at, &code.bytes)?;
@@ -416,9 +464,14 @@ mod tests {
             Metrics {
                 wall: true,
                 cpu: false,
-                histogram: false
+                histogram: false,
             }
         );
+        assert_eq!(
+            Metrics::parse_with_trace("calls,trace").unwrap(),
+            (Metrics::CALLS, true)
+        );
+        assert!(Metrics::parse("calls,trace").is_err());
         assert!(Metrics::parse("calls,walltime")
             .unwrap_err()
             .contains("walltime"));

@@ -141,7 +141,11 @@ pub(crate) fn free(region: &Region, i: usize) {
 /// while the process is not held (trampolines built ahead of a stop), even
 /// with another weft holding it.
 pub(crate) fn allocate_words(region: &Region, len: u32) -> Option<u32> {
-    let limit = region.geometry().metric_words;
+    // The trace ring, when there is one, takes the top of every row.
+    let limit = match region.header().trace_ring.load(Ordering::Acquire) {
+        0 => region.geometry().metric_words,
+        ring => (ring - 1).min(region.geometry().metric_words),
+    };
     take(&region.control().words_next, len, limit)
 }
 

@@ -51,6 +51,7 @@ pub mod report;
 mod runtime;
 pub mod sample;
 pub mod stack;
+pub mod trace;
 mod trampolines;
 
 pub use error::{Error, Room};

@@ -40,6 +40,13 @@ enum Format {
     /// JSON Lines: one report per line (with --interval, one per interval
     /// while live, then the final one); each has "final": false or true.
     Jsonl,
+    /// The call trace (needs `-m …,trace`) as Trace Event Format JSON, one
+    /// track per thread: for the Perfetto UI, chrome://tracing, speedscope
+    /// (docs/trace.md). Written once, at the end.
+    ChromeTrace,
+    /// The call trace (needs `-m …,trace`) as an SVG flame graph of wall
+    /// time by call path, merged over the threads (docs/trace.md).
+    Flamegraph,
 }
 
 /// What to measure.
@@ -47,7 +54,9 @@ enum Format {
 struct Measure {
     /// Metrics, comma-separated: `calls` (entry counter only, cheapest),
     /// `wall` and `cpu` (per-thread inclusive time of each function's
-    /// outermost activation; these hook the function's exit).
+    /// outermost activation; these hook the function's exit), `trace`
+    /// (every call's entry and exit with a timestamp, per thread, for
+    /// `--format chrome-trace` or `flamegraph`; docs/trace.md).
     #[arg(
         short = 'm',
         long = "metrics",
@@ -55,7 +64,7 @@ struct Measure {
         default_value = "calls,wall,cpu",
         value_parser = parse_metrics
     )]
-    metrics: weft::Metrics,
+    metrics: MetricList,
     /// Latency histograms of each timed function's outermost calls (log2
     /// buckets of their wall time, per thread; 320 bytes per function and
     /// thread, a few ns per call): `on` (`--histogram`) with `-m wall`,
@@ -96,12 +105,20 @@ impl Measure {
             HistogramMode::On => true,
             HistogramMode::Off => false,
         };
-        self.metrics.with_histogram(keep)
+        self.metrics.metrics.with_histogram(keep)
     }
 }
 
-fn parse_metrics(text: &str) -> Result<weft::Metrics, String> {
-    weft::Metrics::parse(text)
+/// `-m`: the metrics of each probe, and whether calls are traced.
+#[derive(Clone, Copy, Debug)]
+struct MetricList {
+    metrics: weft::Metrics,
+    trace: bool,
+}
+
+fn parse_metrics(text: &str) -> Result<MetricList, String> {
+    let (metrics, trace) = weft::Metrics::parse_with_trace(text)?;
+    Ok(MetricList { metrics, trace })
 }
 
 fn parse_sort(text: &str) -> Result<weft::report::SortKey, String> {
@@ -505,7 +522,8 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             refusals,
             output,
             command,
-        } => run_program(&functions, &measure, &refusals, &output, &command),
+        } => check_trace_format(&measure, &output)
+            .and_then(|()| run_program(&functions, &measure, &refusals, &output, &command)),
         Command::Diagnose {
             pid,
             duration,
@@ -579,22 +597,24 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             measure,
             refusals,
             output,
-        } => attach(
-            pid,
-            &functions,
-            Live {
-                duration,
-                interval,
-                later,
-                serve,
-                serve_public,
-                fold_after,
-            },
-            &measure,
-            &refusals,
-            &output,
-            boost,
-        ),
+        } => check_trace_format(&measure, &output).and_then(|()| {
+            attach(
+                pid,
+                &functions,
+                Live {
+                    duration,
+                    interval,
+                    later,
+                    serve,
+                    serve_public,
+                    fold_after,
+                },
+                &measure,
+                &refusals,
+                &output,
+                boost,
+            )
+        }),
         Command::Top {
             pid,
             functions,
@@ -604,6 +624,12 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             refusals,
             command,
         } => {
+            if measure.metrics.trace {
+                bail!(
+                    "weft top shows counts and times, not a call trace: drop `trace` from -m, \
+                     or record one with `weft attach -m calls,wall,trace --format chrome-trace`"
+                );
+            }
             let interval = seconds("interval", Some(&interval), true)?.unwrap_or_default();
             let duration = seconds("duration", duration.as_deref(), false)?;
             let target = match (pid, command.split_first()) {
@@ -637,6 +663,22 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
         Command::Demo { threads, requests } => cli_demo::demo(threads, requests),
         Command::DemoTarget { threads, requests } => cli_demo::target(threads, requests),
     }
+}
+
+/// `--format chrome-trace` and `flamegraph` write the call trace: refused
+/// before anything starts when it is not recorded.
+fn check_trace_format(measure: &Measure, output: &Output) -> Result<()> {
+    if matches!(output.format, Format::ChromeTrace | Format::Flamegraph) && !measure.metrics.trace {
+        bail!(
+            "--format {} writes the call trace: add trace to the metrics (e.g. -m calls,trace)",
+            if output.format == Format::ChromeTrace {
+                "chrome-trace"
+            } else {
+                "flamegraph"
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Where reports go: standard output or a file created once, one report
@@ -674,10 +716,31 @@ impl Sink {
     /// Writes one report; `last` for the final one (taken at detach or
     /// when the target exited), which `--format jsonl` marks.
     fn write(&mut self, report: &Report, last: bool) -> Result<()> {
+        if let (true, Some(t)) = (last, &report.trace) {
+            if t.dropped_events > 0 {
+                eprintln!(
+                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N",
+                    t.dropped_events,
+                    t.threads.iter().filter(|t| t.dropped_events > 0).count(),
+                    t.ring_events,
+                    weft::trace::RING_ENV
+                );
+            }
+        }
+        let trace = || {
+            report
+                .trace_log
+                .clone()
+                .ok_or(weft::trace::CallTraceError::NotTraced)
+        };
         let text = match self.format {
             Format::Json => report.to_json() + "\n",
             Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table_with(&self.table),
+            // The trace is written once, whole, at the end.
+            Format::ChromeTrace | Format::Flamegraph if !last => return Ok(()),
+            Format::ChromeTrace => trace()?.with(|log| log.to_chrome_trace()) + "\n",
+            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(false))?,
         };
         match &mut self.file {
             Some((path, file)) => file
@@ -944,7 +1007,7 @@ fn attach(
     drop(boost);
     let mut server = server.map(|s| {
         let exporter =
-            cli_serve::Exporter::new(pid, fold_after, measure.metrics, attached.functions);
+            cli_serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
         (s, exporter)
     });
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
@@ -1046,6 +1109,7 @@ impl Attached {
             process.prepare(&found)?;
             timing.mark("found functions and swept their modules (target running)");
             let mut held = process.hold()?;
+            held.set_trace_calls(measure.metrics.trace);
             timing.mark("seized and stopped every thread");
             instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
             if let Some(w) = &mut watcher {
@@ -1117,6 +1181,7 @@ impl Attached {
         // Its first hold is the stop at its entry: dropped on an error, it
         // kills the program before main.
         let mut held = process.hold()?;
+        held.set_trace_calls(measure.metrics.trace);
         let instrumented = if found.is_empty() {
             0
         } else {

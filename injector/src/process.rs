@@ -257,7 +257,10 @@ impl Probe {
     /// probe at exits).
     pub fn hooks_exit(&self) -> bool {
         match &self.kind {
-            ProbeKind::Measure { metrics, .. } => metrics.hooks_exit(),
+            // A traced probe has a call record without timers.
+            ProbeKind::Measure {
+                metrics, record, ..
+            } => metrics.hooks_exit() || record.is_some(),
             ProbeKind::UserProbes {
                 metrics, on_exit, ..
             } => metrics.hooks_exit() || on_exit.is_some(),
@@ -375,8 +378,10 @@ impl ProbeSpec {
         }
     }
 
-    fn hooks_exit(&self) -> bool {
-        self.metrics.hooks_exit() || self.on_exit.is_some()
+    /// Whether its exit is hooked, in a session that traces calls when
+    /// `trace`.
+    fn hooks_exit(&self, trace: bool) -> bool {
+        self.metrics.hooks_exit() || self.on_exit.is_some() || trace
     }
 
     /// The kind of probe it makes, with its words and call record.
@@ -399,10 +404,10 @@ impl ProbeSpec {
 
     /// Metric words: 1 (a counter), 4 (exit counters, no timers) or 10
     /// (timers).
-    fn words(&self) -> u32 {
+    fn words(&self, trace: bool) -> u32 {
         if self.metrics.keeps_histogram() {
             (weft_codegen::TIMER_HIST_METRIC_LEN / 8) as u32
-        } else if self.metrics.hooks_exit() {
+        } else if self.metrics.hooks_exit() || trace {
             (weft_codegen::TIMER_METRIC_LEN / 8) as u32
         } else if self.on_exit.is_some() {
             (weft_codegen::METRIC_LEN / 8) as u32
@@ -475,6 +480,10 @@ pub struct Process {
     branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
     /// The exit code installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
+    /// The call trace drained from the threads' rings (`-m trace`).
+    trace: Option<std::sync::Arc<std::sync::Mutex<crate::trace::TraceLog>>>,
+    /// Functions inserted from now on are traced ([`Process::set_trace_calls`]).
+    pub(crate) trace_calls: bool,
     /// Stops of the world by tracers released before the current one.
     stops_before: u64,
     /// Call records given back by removed probes (new ones come from the
@@ -643,6 +652,8 @@ impl Process {
             branch_indexes: Default::default(),
             harvested: Vec::new(),
             exits: None,
+            trace: None,
+            trace_calls: false,
             spare_probes: Vec::new(),
             ties: Vec::new(),
             unreported: Vec::new(),
@@ -918,7 +929,7 @@ impl Process {
         // counts calls, so that every thread gets its return-slot block at
         // registration and a later session can time it (a quick check of
         // the region's flags once they are).
-        self.ensure_exits(tracer, Metrics::CALLS)?;
+        self.ensure_exits(tracer, Metrics::CALLS, false)?;
         Ok(())
     }
 
@@ -952,8 +963,12 @@ impl Process {
         &mut self,
         tracer: &mut Tracer,
         metrics: Metrics,
+        trace: bool,
     ) -> Result<weft_codegen::ExitHooks, Error> {
-        use weft_rt::layout::{EXITS_CPU, EXITS_INSTALLED, EXITS_WALL};
+        use weft_rt::layout::{EXITS_CPU, EXITS_INSTALLED, EXITS_TRACE, EXITS_WALL};
+        if trace {
+            self.ensure_trace_ring()?;
+        }
         let rt = self.rt()?;
         let control = rt.region.control();
         let flags = control
@@ -966,13 +981,16 @@ impl Process {
             cpu: flags & EXITS_CPU != 0,
             histogram: false,
         });
-        if let Some(have) = installed.filter(|have| have.union(metrics) == *have) {
+        let traces = flags & EXITS_TRACE != 0;
+        let serves = |have: &Metrics| have.union(metrics) == *have && (traces || !trace);
+        if let Some(have) = installed.filter(serves) {
             let code = control.exit_code.load(std::sync::atomic::Ordering::Acquire);
-            let hooks = crate::exits::hooks(rt.region.header(), code, have.timers())?;
+            let hooks = crate::exits::hooks(rt.region.header(), code, have.timers(), traces)?;
             self.exits = Some((have, hooks));
             return Ok(hooks);
         }
         let wanted = installed.unwrap_or(Metrics::CALLS).union(metrics);
+        let wanted_trace = traces || trace;
         let tid = self.call_thread(tracer)?;
         let mmap_fn = self
             .image
@@ -990,7 +1008,7 @@ impl Process {
             rt_base,
             enable_fn,
         }
-        .install(rt.region.header(), wanted.timers())?;
+        .install(rt.region.header(), wanted.timers(), wanted_trace)?;
         let control = rt.region.control();
         control.exit_code.store(
             hooks.exit_code_address(),
@@ -998,12 +1016,91 @@ impl Process {
         );
         let flags = EXITS_INSTALLED
             | if wanted.wall { EXITS_WALL } else { 0 }
-            | if wanted.cpu { EXITS_CPU } else { 0 };
+            | if wanted.cpu { EXITS_CPU } else { 0 }
+            | if wanted_trace { EXITS_TRACE } else { 0 };
         control
             .exit_flags
             .store(flags, std::sync::atomic::Ordering::Release);
         self.exits = Some((wanted, hooks));
         Ok(hooks)
+    }
+
+    /// Makes the threads' trace rings if no weft did yet (the top
+    /// [`weft_rt::layout::trace::ring_bytes`] of every row, one place for
+    /// the process, kept for good: installed exit code writes there), and
+    /// starts this session's log of them.
+    fn ensure_trace_ring(&mut self) -> Result<(), Error> {
+        use std::sync::atomic::Ordering;
+        use weft_rt::layout::trace as ring;
+        let pid = self.pid;
+        let mine = self.owner_bit();
+        let rt = self.rt()?;
+        // One reader per ring: no other live weft may trace too (the
+        // directory's live probes are those of live sessions).
+        let other = crate::ledger::live_entries(&rt.region)
+            .into_iter()
+            .map(|(_, e)| e)
+            .find(|e| e.metrics & weft_rt::layout::METRIC_TRACE != 0 && e.owners & !mine != 0);
+        if let Some(e) = other {
+            let header = rt.region.header();
+            let other = (0..weft_rt::layout::SESSIONS)
+                .find(|&i| e.owners & !mine & (1 << i) != 0)
+                .map_or(0, |i| header.sessions[i].pid.load(Ordering::Acquire));
+            return Err(crate::trace::CallTraceError::OtherWeft(other).into());
+        }
+        let control = rt.region.control();
+        if control.trace_ring.load(Ordering::Acquire) == 0 {
+            let capacity = crate::trace::ring_capacity()?;
+            let words = (ring::ring_bytes(capacity) / 8) as u32;
+            // 64-byte aligned: whole cache lines, the consumer's its own.
+            let first = rt.region.geometry().metric_words.saturating_sub(words) & !7;
+            if first <= crate::ledger::words_used(&rt.region) || first == 0 {
+                return Err(self.out_of_room(Room::MetricWords));
+            }
+            control.trace_capacity.store(capacity, Ordering::Release);
+            control.trace_ring.store(first + 1, Ordering::Release);
+        }
+        if self.trace.is_none() {
+            let header = rt.region.header();
+            let first = header.trace_ring.load(Ordering::Acquire) - 1;
+            let capacity = header.trace_capacity.load(Ordering::Acquire);
+            let log =
+                crate::trace::TraceLog::new(pid, first, capacity, header.timer_ns_per_tick_q32);
+            self.trace = Some(std::sync::Arc::new(std::sync::Mutex::new(log)));
+        }
+        Ok(())
+    }
+
+    /// Copies the threads' new trace events out of their rings (`force`:
+    /// every row, not only those whose activity moved), naming the
+    /// functions this session traces.
+    fn drain_trace(&self, force: bool) {
+        let (Some(trace), Some(rt)) = (&self.trace, &self.runtime) else {
+            return;
+        };
+        let mut log = trace.lock().unwrap_or_else(|p| p.into_inner());
+        for p in &self.probes {
+            if let Some(words) = p.words() {
+                log.name_function(words.first, &points::probe_name(p));
+            }
+        }
+        log.drain_all(&rt.region, force);
+    }
+
+    /// Whether the functions this session instruments from now on have
+    /// their calls traced (`-m …,trace`, see `docs/trace.md`): their exits
+    /// are hooked (even without timers) and every entry and exit goes into
+    /// the thread's trace ring, which [`Process::harvest`] drains.
+    /// [`Held::set_trace_calls`] sets it while held.
+    pub fn set_trace_calls(&mut self, on: bool) {
+        self.trace_calls = on;
+    }
+
+    /// The call trace recorded so far (`-m trace`), drained first; None
+    /// when nothing was traced.
+    pub fn trace(&self) -> Option<crate::trace::Trace> {
+        self.drain_trace(true);
+        self.trace.clone().map(crate::trace::Trace)
     }
 
     /// The first of the words open activations of removed probes are
@@ -1159,8 +1256,14 @@ impl Process {
         required: &dyn Fn(&Function) -> bool,
     ) -> Result<Applied, Error> {
         self.request_size = RequestSize {
-            words: specs.iter().map(|s| u64::from(s.words())).sum(),
-            records: specs.iter().filter(|s| s.hooks_exit()).count() as u64,
+            words: specs
+                .iter()
+                .map(|s| u64::from(s.words(self.trace_calls)))
+                .sum(),
+            records: specs
+                .iter()
+                .filter(|s| s.hooks_exit(self.trace_calls))
+                .count() as u64,
             probes: specs.len() as u64,
         };
         // More than the process can ever have: say so before planning.
@@ -1240,7 +1343,8 @@ impl Process {
         self.ensure_runtime(tracer)?;
         // Call records are taken only here: a request that cannot get them
         // all fails before anything is built.
-        let records = requests.iter().filter(|r| r.hooks_exit()).count();
+        let trace = self.trace_calls;
+        let records = requests.iter().filter(|r| r.hooks_exit(trace)).count();
         let in_use = crate::ledger::records_used(&self.rt()?.region) as usize;
         let free = weft_rt::layout::CALL_RECORDS.saturating_sub(in_use) + self.free_records.len();
         if records > free {
@@ -1249,8 +1353,8 @@ impl Process {
         let wanted = requests
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
-        let hooks = if requests.iter().any(|r| r.hooks_exit()) {
-            Some(self.ensure_exits(tracer, wanted)?)
+        let hooks = if requests.iter().any(|r| r.hooks_exit(trace)) {
+            Some(self.ensure_exits(tracer, wanted, trace)?)
         } else {
             None
         };
@@ -1301,11 +1405,11 @@ impl Process {
                 None => site,
             };
             let f = request.function.clone();
-            let words = request.words();
+            let words = request.words(trace);
             let word = self.allocate_words(words)?;
             checkpoint!(self, Words);
             let offset = weft_rt::layout::Geometry::metric_offset(word) as i32;
-            let record = match (hooks, request.hooks_exit()) {
+            let record = match (hooks, request.hooks_exit(trace)) {
                 (Some(_), true) => Some(self.allocate_record()?),
                 _ => None,
             };
@@ -1334,7 +1438,8 @@ impl Process {
                             .with_histogram(request.metrics.keeps_histogram())
                             .probing_exits(request.metrics.hooks_exit()),
                         None => hooks.with_histogram(request.metrics.keeps_histogram()),
-                    },
+                    }
+                    .tracing(trace),
                 },
                 _ => Snippet::CountCall { offset },
             });
@@ -1559,7 +1664,7 @@ impl Process {
                 }
                 continue;
             }
-            if request.hooks_exit() {
+            if request.hooks_exit(self.trace_calls) {
                 let reason = std::iter::once(&f.name)
                     .chain(&f.aliases)
                     .find_map(|n| crate::exits::never_hook_exit(n))
@@ -2472,13 +2577,18 @@ impl Process {
         // A histogram is not a reason to refuse: the share has one when
         // theirs does (`borrow`).
         let covered = theirs.union(request.metrics.with_histogram(false)) == theirs;
-        if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered {
+        let traced = !self.trace_calls || entry.metrics & weft_rt::layout::METRIC_TRACE != 0;
+        if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered && traced {
             return Ok(index);
         }
         let how = if entry.kind != weft_rt::layout::KIND_MEASURE {
             "with its own probe or replacement: stop that weft first".to_string()
         } else if !measures_only {
             "(it measures it): a user probe cannot share it; stop that weft first".to_string()
+        } else if !traced {
+            "without tracing its calls: its probe cannot be shared by one that traces; stop \
+             that weft first"
+                .to_string()
         } else {
             format!(
                 "measuring only {}: ask for those metrics (-m {}) to share its probe, or stop \
@@ -2588,7 +2698,10 @@ impl Process {
             .collect();
         let entries: Vec<weft_rt::layout::ProbeEntry> = probes
             .iter()
-            .map(|p| directory_entry(p, owners, private.contains(&p.id)))
+            .map(|p| {
+                let traced = self.trace_calls && p.hooks_exit();
+                directory_entry(p, owners, private.contains(&p.id), traced)
+            })
             .collect();
         let Some(indices) = crate::ledger::add_all(&rt.region, &entries) else {
             return Err(self.out_of_room(Room::Probes));
@@ -3480,9 +3593,24 @@ impl Process {
         let pid = self.pid;
         let exited = self.exit.is_some();
         let words = crate::ledger::words_used(&rt.region);
-        let mut rows = rt.region.harvest(slot, words, |tid| {
-            exited || std::fs::metadata(format!("/proc/{pid}/task/{tid}")).is_err()
-        });
+        // Trace rings first, then the rows of threads gone, each drained a
+        // last time right before its ack lets a new thread take it.
+        self.drain_trace(false);
+        let mut trace = self
+            .trace
+            .as_ref()
+            .map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut rows = rt.region.harvest(
+            slot,
+            words,
+            |tid| exited || std::fs::metadata(format!("/proc/{pid}/task/{tid}")).is_err(),
+            |index| {
+                if let Some(log) = trace.as_mut() {
+                    log.drain_row(&rt.region, index, true);
+                }
+            },
+        );
+        drop(trace);
         let n = rows.len();
         for row in &mut rows {
             self.subtract_baseline(row);
@@ -3665,13 +3793,21 @@ impl Process {
         });
         let pid = self.pid;
         let rows = self.snapshot();
-        let mut report = Report::build(
+        // Traced probes hook their exits without timers.
+        let hooked: Vec<u32> = self
+            .probes
+            .iter()
+            .filter(|p| p.hooks_exit() && !p.metrics().hooks_exit())
+            .filter_map(|p| Some(p.own_words()?.first))
+            .collect();
+        let mut report = Report::build_hooked(
             pid,
             self.live_duration().as_nanos() as u64,
             &probes,
             &rows,
             overflow,
             |tid| crate::report::live_thread_name(pid, tid),
+            &hooked,
         );
         let asked = self
             .probes
@@ -3686,6 +3822,11 @@ impl Process {
             rows_used,
             rows_reused,
         });
+        if let Some(trace) = self.trace() {
+            report.metrics.push("trace");
+            report.trace = Some(trace.with(|log| log.summary()));
+            report.trace_log = Some(trace);
+        }
         report
     }
 }
@@ -4026,7 +4167,12 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
 
 /// The directory entry of `probe`, owned by `owners`. Only a probe that
 /// just measures a function's entry may be shared by another session.
-fn directory_entry(probe: &Probe, owners: u32, private: bool) -> weft_rt::layout::ProbeEntry {
+fn directory_entry(
+    probe: &Probe,
+    owners: u32,
+    private: bool,
+    traced: bool,
+) -> weft_rt::layout::ProbeEntry {
     use weft_rt::layout as l;
     let shareable = matches!(probe.kind, ProbeKind::Measure { .. }) && !private;
     let metrics = probe.metrics();
@@ -4049,7 +4195,8 @@ fn directory_entry(probe: &Probe, owners: u32, private: bool) -> weft_rt::layout
                 l::METRIC_HISTOGRAM
             } else {
                 0
-            },
+            }
+            | if traced { l::METRIC_TRACE } else { 0 },
         first_word: words.first,
         words: words.len,
         record: probe.record().unwrap_or(l::NO_RECORD),

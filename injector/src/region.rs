@@ -49,6 +49,9 @@ pub struct Region {
     control: *const RegionHeader,
     /// The memfd, for resetting recycled words ([`Region::zero_words`]).
     file: std::fs::File,
+    /// Writable one-page mappings of the rows' trace-ring consumer words
+    /// ([`Region::trace_tail`]), by file offset of the page.
+    tails: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
 }
 
 // SAFETY: the mapping is read-only for us and lives until Drop; readers only
@@ -102,6 +105,7 @@ impl Region {
             acks_len: 0,
             control: std::ptr::null(),
             file,
+            tails: Default::default(),
         };
         let header = region.header();
         // SAFETY: `magic` and `version` are plain integers inside the mapping.
@@ -247,6 +251,53 @@ impl Region {
     pub fn set_entry(&self, i: usize, entry: &layout::ProbeEntry) {
         // SAFETY: as in `entry`; the mapping is writable.
         unsafe { std::ptr::write_volatile(self.entry_ptr(i), *entry) }
+    }
+
+    /// Row `index`'s state, thread id, generation and recorded name (0s
+    /// and an empty name past the overflow row).
+    pub fn row_identity(&self, index: u32) -> (u32, u32, u32, String) {
+        if index > self.geometry.overflow_row() {
+            return (0, 0, 0, String::new());
+        }
+        // SAFETY: index <= overflow row: a RowHeader inside the mapping.
+        let header = unsafe { &*(self.row(index) as *const RowHeader) };
+        (
+            header.state.load(Ordering::Acquire),
+            header.tid.load(Ordering::Acquire),
+            header.generation.load(Ordering::Acquire),
+            read_name(header),
+        )
+    }
+
+    /// The consumer word (`tail`) of row `index`'s trace ring at row byte
+    /// offset `offset`, through a writable mapping of its page (the one
+    /// word of a row weft writes; see `weft_rt::layout::trace`). None past
+    /// the last thread row, for a misaligned offset, or when the page
+    /// cannot be mapped.
+    pub fn trace_tail(&self, index: u32, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        if index >= self.geometry.max_rows
+            || offset % 8 != 0
+            || offset as u64 + 8 > self.geometry.row_stride()
+        {
+            return None;
+        }
+        let at = self.geometry.row_offset(index) + offset as u64;
+        let page = at & !(layout::PAGE - 1);
+        let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+        let base = match tails.get(&page) {
+            Some(&base) => base,
+            None => {
+                let base = map_shared(&self.file, layout::PAGE as usize, page as usize, true)
+                    .ok()? as usize;
+                tails.insert(page, base);
+                base
+            }
+        };
+        // SAFETY: the page at `page` is mapped writable for as long as
+        // `self` lives (unmapped in Drop); `at - page` < PAGE and `at` is
+        // 8-byte aligned (rows and offsets are), so the AtomicU64 lies
+        // inside it; the target only reads this word.
+        Some(unsafe { &*((base + (at - page) as usize) as *const std::sync::atomic::AtomicU64) })
     }
 
     /// Copies row `index` (its first `words` metric words); None past the
@@ -401,12 +452,14 @@ impl Region {
     /// and `is_gone(tid)` confirms the kernel no longer has the thread, so
     /// nothing can write the row any more) and acks them, which lets the
     /// runtime give the rows to new threads. Returns the copies; the caller
-    /// keeps them for its reports.
+    /// keeps them for its reports. `before_ack(index)` runs right before a
+    /// row is acked: the last moment its words (a trace ring) can be read.
     pub fn harvest(
         &self,
         slot: usize,
         words: u32,
         is_gone: impl Fn(u32) -> bool,
+        mut before_ack: impl FnMut(u32),
     ) -> Vec<RowSnapshot> {
         let mut harvested = Vec::new();
         let used = self
@@ -436,6 +489,8 @@ impl Region {
             if row.state != layout::ROW_EXITED || row.generation != generation {
                 continue;
             }
+            // The last look at the row before a new thread may take it.
+            before_ack(index);
             ack.store(wanted, Ordering::Release);
             harvested.push(row);
         }
@@ -497,7 +552,10 @@ fn map_shared(
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mappings created in `open`.
+        // SAFETY: unmaps exactly the mappings created in `open` and the
+        // one-page mappings `trace_tail` made (each once, by its base);
+        // nothing refers to them once `self` is dropped (references they
+        // gave out borrow `self`).
         unsafe {
             libc::munmap(self.base as *mut libc::c_void, self.len);
             if !self.acks.is_null() {
@@ -505,6 +563,10 @@ impl Drop for Region {
             }
             if !self.control.is_null() {
                 libc::munmap(self.control as *mut libc::c_void, ACKS_OFFSET);
+            }
+            let tails = self.tails.get_mut().unwrap_or_else(|p| p.into_inner());
+            for &base in tails.values() {
+                libc::munmap(base as *mut libc::c_void, layout::PAGE as usize);
             }
         }
     }

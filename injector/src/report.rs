@@ -234,6 +234,14 @@ pub struct Report {
     /// About the kernel probes, when there are any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelStats>,
+    /// About the call trace, with `-m trace`: calls recorded, events
+    /// dropped, per thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::TraceSummary>,
+    /// The call trace itself, for `--format chrome-trace` and
+    /// `--format flamegraph` (not in the JSON report).
+    #[serde(skip)]
+    pub trace_log: Option<crate::trace::Trace>,
 }
 
 /// About a report's kernel probes.
@@ -313,6 +321,29 @@ impl Report {
         overflow_threads: u64,
         live_name: impl Fn(u32) -> Option<String>,
     ) -> Report {
+        Report::build_hooked(
+            pid,
+            duration_ns,
+            probes,
+            rows,
+            overflow_threads,
+            live_name,
+            &[],
+        )
+    }
+
+    /// [`Report::build`], where the probes whose first word is in
+    /// `hooked` have their exits hooked without timers (traced calls):
+    /// their exits are reported too.
+    pub(crate) fn build_hooked(
+        pid: i32,
+        duration_ns: u64,
+        probes: &[ProbeInfo],
+        rows: &[RowSnapshot],
+        overflow_threads: u64,
+        live_name: impl Fn(u32) -> Option<String>,
+        hooked: &[u32],
+    ) -> Report {
         // A function instrumented several times in a session (probes
         // inserted and removed again, maybe under another of its names) is
         // one entry: its probes' figures add up.
@@ -389,7 +420,7 @@ impl Report {
                     ..Counts::default()
                 };
                 functions[i].calls += calls;
-                if probe.metrics.hooks_exit() {
+                if probe.metrics.hooks_exit() || hooked.contains(&probe.calls_word) {
                     c.exits = Some(word(timer_word(weft_codegen::METRIC_EXITS)));
                     c.unwound = Some(word(timer_word(weft_codegen::METRIC_UNWOUND)));
                     c.unhooked = Some(word(timer_word(weft_codegen::METRIC_UNHOOKED)));
@@ -471,6 +502,8 @@ impl Report {
             overflow_threads,
             runtime: None,
             kernel: None,
+            trace: None,
+            trace_log: None,
         }
     }
 
@@ -631,6 +664,15 @@ impl Report {
                 let line = format!("cpu clock: {cpu}");
                 let _ = writeln!(out, "{}", ellipsize(&line, TABLE_WIDTH));
             }
+        }
+        if let Some(t) = &self.trace {
+            let _ = writeln!(
+                out,
+                "trace: {} calls recorded on {} thread(s), {} events dropped (--format chrome-trace or flamegraph writes them)",
+                t.calls,
+                t.threads.len(),
+                t.dropped_events
+            );
         }
         if self.overflow_threads > 0 {
             let _ = writeln!(

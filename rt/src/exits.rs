@@ -573,12 +573,54 @@ fn close_cell(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
     }
     let base = base as usize;
     word(row_ptr, base + metric::UNWOUND).fetch_add(1, Ordering::Relaxed);
+    if flags & metric::CELL_TRACE != 0 {
+        trace_close(header, row_ptr, cell, base as u32);
+    }
     if flags & metric::CELL_TIMED != 0 {
         let clock = state.cpu_clock.load(Ordering::Relaxed) as *mut ThreadCpuClock;
         // SAFETY: the clock pointer, when set, is this thread's own clock.
         let cpu = unsafe { clock.as_mut() };
         close_timer(row_ptr, base, cell, WallClock::in_region(header), cpu);
     }
+}
+
+/// Writes the unwound close of `cell`'s activation (metric base `base`)
+/// into the thread's trace ring, as the generated exit code does (see
+/// `weft_abi::layout::trace`): never waits, a full ring (or a write this
+/// one interrupted, in a signal handler) counts a drop.
+fn trace_close(header: &RegionHeader, row_ptr: *mut u8, cell: u64, base: u32) {
+    use crate::layout::trace as ring;
+    let capacity = header.trace_capacity.load(Ordering::Acquire);
+    let Some(first) = header.trace_ring.load(Ordering::Acquire).checked_sub(1) else {
+        return;
+    };
+    if !capacity.is_power_of_two()
+        || !(ring::MIN_CAPACITY..=ring::MAX_CAPACITY).contains(&capacity)
+        || u64::from(first) * 8 + ring::ring_bytes(capacity) as u64
+            > 8 * u64::from(header.metric_words)
+    {
+        return; // not a ring this runtime's rows hold: never write there
+    }
+    let at = crate::layout::Geometry::metric_offset(first) as usize;
+    let raw = wall_raw(WallClock::in_region(header));
+    let busy = word(row_ptr, at + ring::BUSY);
+    if busy.fetch_add(1, Ordering::Relaxed) != 0 {
+        word(row_ptr, at + ring::DROPPED).fetch_add(1, Ordering::Relaxed);
+        busy.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let head = word(row_ptr, at + ring::HEAD).load(Ordering::Relaxed);
+    let tail = word(row_ptr, at + ring::TAIL).load(Ordering::Acquire);
+    if head.wrapping_sub(tail) >= u64::from(capacity) {
+        word(row_ptr, at + ring::DROPPED).fetch_add(1, Ordering::Relaxed);
+    } else {
+        let slot = at + ring::EVENTS + ring::EVENT_SIZE * (head & u64::from(capacity - 1)) as usize;
+        word(row_ptr, slot + ring::EV_TIME).store(raw, Ordering::Relaxed);
+        let meta = u64::from(base | ring::KIND_UNWOUND) | (cell << 32);
+        word(row_ptr, slot + ring::EV_FUNCTION).store(meta, Ordering::Relaxed);
+        word(row_ptr, at + ring::HEAD).store(head.wrapping_add(1), Ordering::Release);
+    }
+    busy.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A metric base no cell of a live activation has: closing a cell that

@@ -252,15 +252,28 @@ impl Lab {
     /// A lab of `len` bytes; its exit code is built for `timers` and
     /// installed as the runtime's exit handler.
     pub fn with(timers: Option<TimerSpec>, len: usize) -> Lab {
-        Lab::build(timers, None, len)
+        Lab::build(timers, None, None, len)
     }
 
     /// A lab whose exit code also calls exit probes from `probes`' table.
     pub fn with_exit_probes(timers: Option<TimerSpec>, probes: ExitProbes) -> Lab {
-        Lab::build(timers, Some(probes), 16 << 20)
+        Lab::build(timers, Some(probes), None, 16 << 20)
     }
 
-    fn build(timers: Option<TimerSpec>, probes: Option<ExitProbes>, len: usize) -> Lab {
+    /// A lab whose exit code writes the closes of traced activations into
+    /// the rows' trace ring `ring` (functions are traced when hooked with
+    /// `hooks().tracing(true)`).
+    #[allow(dead_code)]
+    pub fn traced(timers: Option<TimerSpec>, ring: TraceRing) -> Lab {
+        Lab::build(timers, None, Some(ring), 16 << 20)
+    }
+
+    fn build(
+        timers: Option<TimerSpec>,
+        probes: Option<ExitProbes>,
+        ring: Option<TraceRing>,
+        len: usize,
+    ) -> Lab {
         let exclusive = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a fresh anonymous mapping; no existing memory is affected.
         let base = unsafe {
@@ -281,6 +294,9 @@ impl Lab {
             }
             if let Some(p) = probes {
                 hooks = hooks.with_exit_probes(p).unwrap();
+            }
+            if let Some(r) = ring {
+                hooks = hooks.with_trace(r).unwrap();
             }
             hooks
         };

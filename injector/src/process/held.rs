@@ -317,6 +317,11 @@ impl<'p> Held<'p> {
         self.process.harvest()
     }
 
+    /// [`Process::set_trace_calls`], while held.
+    pub fn set_trace_calls(&mut self, on: bool) {
+        self.process.set_trace_calls(on)
+    }
+
     /// Gets the runtime ready without inserting anything, a step per
     /// stop, for a tool that promises short stops: the first call loads
     /// the runtime into a process that has none (and does nothing else);
@@ -327,7 +332,9 @@ impl<'p> Held<'p> {
         if self.process.runtime.is_none() {
             return self.process.load_runtime_alone(&mut self.tracer);
         }
-        self.process.ensure_exits(&mut self.tracer, metrics)?;
+        let trace = self.process.trace_calls;
+        self.process
+            .ensure_exits(&mut self.tracer, metrics, trace)?;
         Ok(())
     }
 

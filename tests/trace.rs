@@ -1,0 +1,437 @@
+//! Call traces (`-m trace`, docs/trace.md): every call of a known per-thread
+//! sequence appears once, properly nested, in order, in the Chrome trace
+//! (read by python3's json module, not by weft's code), for `weft run` and
+//! `weft attach`; the flame graph is an SVG that python3's XML parser reads,
+//! with the functions in its frames; a ring far too small for the call
+//! rate drops events, says so, and the target finishes.
+//!
+//! The target (tests/targets/trace_calls.c) logs each call itself as it
+//! happens and prints its log per thread: the reference the trace must
+//! match letter for letter.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use support::*;
+
+const FUNCS: [&str; 4] = ["-f", "outer,middle,recurse,leaf", "-m", "calls,trace"];
+
+/// Reads a Chrome trace with python3's json module, checks its structure
+/// (traceEvents; every event has ph; slices have name, ts, dur, pid, tid;
+/// each tid has a thread_name; slices of one thread nest), and prints, per
+/// tid, the calls as the target logs them: first letter and "(" at the
+/// start, ")" at the end.
+const CHROME_READER: &str = r#"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert isinstance(d, dict) and isinstance(d["traceEvents"], list), "no traceEvents list"
+names, slices, pids = {}, {}, set()
+for e in d["traceEvents"]:
+    ph = e["ph"]
+    if ph == "M":
+        if e["name"] == "thread_name":
+            names[e["tid"]] = e["args"]["name"]
+        continue
+    assert ph == "X", "unexpected ph %r" % ph
+    for k in ("name", "ts", "dur", "pid", "tid"):
+        assert k in e, "slice without %s: %r" % (k, e)
+    assert e["dur"] >= 0 and e["ts"] >= 0, e
+    pids.add(e["pid"])
+    start = round(e["ts"] * 1000)
+    end = start + round(e["dur"] * 1000)
+    slices.setdefault(e["tid"], []).append((start, -end, e["name"]))
+assert len(pids) <= 1, "several pids: %r" % pids
+out = {}
+for tid, sl in slices.items():
+    assert tid in names, "tid %r has no thread_name" % tid
+    sl.sort()
+    seq, stack = [], []
+    for start, negend, name in sl:
+        end = -negend
+        while stack and stack[-1] <= start:
+            stack.pop()
+            seq.append(")")
+        if stack:
+            assert end <= stack[-1], "%s at %d..%d overlaps its parent's end %d" % (name, start, end, stack[-1])
+        seq.append(name[0] + "(")
+        stack.append(end)
+    seq.extend(")" * len(stack))
+    out[str(tid)] = "".join(seq)
+ended = {}
+for e in d["traceEvents"]:
+    if e["ph"] == "X":
+        kinds = ended.setdefault(e["name"], {})
+        kind = e.get("args", {}).get("ended", "returned")
+        kinds[kind] = kinds.get(kind, 0) + 1
+print(json.dumps({"threads": out, "names": {str(k): v for k, v in names.items()},
+                  "ended": ended, "dropped": d.get("otherData", {}).get("dropped_events")}))
+"#;
+
+/// Parses an SVG with python3's xml.etree and prints its <title> texts.
+const SVG_READER: &str = r#"
+import json, sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag.endswith("svg"), root.tag
+print(json.dumps([t.text or "" for t in root.iter() if t.tag.endswith("title")]))
+"#;
+
+fn python(ctx: &Ctx, script: &str, file: &Path) -> serde_json::Value {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| ctx.fail(format!("cannot run python3: {e}")));
+    ctx.check(out.status.success(), || {
+        format!(
+            "python3 rejected {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| ctx.fail(format!("python3's output: {e}")))
+}
+
+/// The target's own log per tid ("T <tid> <log>" lines).
+fn logged(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("T "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(tid, log)| (tid.to_string(), log.to_string()))
+        .collect()
+}
+
+/// Every thread's trace is exactly its log.
+#[track_caller]
+fn check_sequences(
+    ctx: &Ctx,
+    trace: &serde_json::Value,
+    want: &BTreeMap<String, String>,
+    threads: usize,
+    how: &str,
+) {
+    ctx.check(want.len() == threads, || {
+        format!(
+            "{how}: the target printed {} thread logs, expected {threads}",
+            want.len()
+        )
+    });
+    for (tid, log) in want {
+        let got = trace["threads"][tid].as_str().unwrap_or_else(|| {
+            ctx.fail(format!(
+                "{how}: thread {tid} is not in the trace: {}",
+                trace["names"]
+            ))
+        });
+        if got != log {
+            let at = got
+                .bytes()
+                .zip(log.bytes())
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(log.len()));
+            ctx.fail(format!(
+                "{how}: thread {tid}'s trace differs from its own log at letter {at} of {} (trace {} letters): …{}… vs …{}…",
+                log.len(),
+                got.len(),
+                &got[at.saturating_sub(20)..(at + 20).min(got.len())],
+                &log[at.saturating_sub(20)..(at + 20).min(log.len())],
+            ));
+        }
+        let name = trace["names"][tid].as_str().unwrap_or("");
+        ctx.check(name.starts_with("tracer-"), || {
+            format!("{how}: thread {tid} is named {name:?}, expected tracer-N")
+        });
+    }
+    ctx.check(trace["dropped"] == 0, || {
+        format!(
+            "{how}: {} events dropped with the default ring",
+            trace["dropped"]
+        )
+    });
+}
+
+#[test]
+fn run_writes_every_call_once_nested_in_order() {
+    let ctx = Ctx::new("run_writes_every_call_once_nested_in_order");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_run");
+    let file = dir.join("trace.json");
+    let file_s = file.to_str().unwrap();
+    let exe_s = exe.to_str().unwrap();
+    let mut args = vec!["run"];
+    args.extend(FUNCS);
+    args.extend([
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+        "4",
+        "300",
+    ]);
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    check_sequences(&ctx, &trace, &logged(&weft.stdout_text()), 4, "weft run");
+}
+
+#[test]
+fn attach_writes_every_call_once_nested_in_order() {
+    let ctx = Ctx::new("attach_writes_every_call_once_nested_in_order");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_attach");
+    let file = dir.join("trace.json");
+    let file_s = file.to_str().unwrap();
+    let mut target = ctx.target(&exe, &["5", "2000", "wait"]);
+    target.expect_stdout("ready", |l| l == "ready");
+    let args = [
+        "-f",
+        "outer,middle,recurse,leaf",
+        "-m",
+        "calls,wall,trace",
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+    ];
+    let (mut weft, _) = attach(&ctx, target.pid, &args, 4);
+    target.send("go");
+    target.expect_stdout("done", |l| l == "done");
+    detach_with_sigint(&mut weft);
+    target.send("exit");
+    target.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    check_sequences(
+        &ctx,
+        &trace,
+        &logged(&target.stdout_text()),
+        5,
+        "weft attach",
+    );
+}
+
+#[test]
+fn flamegraph_is_an_svg_with_the_functions() {
+    let ctx = Ctx::new("flamegraph_is_an_svg_with_the_functions");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_flamegraph");
+    let file = dir.join("flame.svg");
+    let file_s = file.to_str().unwrap();
+    let exe_s = exe.to_str().unwrap();
+    let mut args = vec!["run"];
+    args.extend(FUNCS);
+    args.extend([
+        "--format",
+        "flamegraph",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+        "3",
+        "200",
+    ]);
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let titles = python(&ctx, SVG_READER, &file);
+    let titles: Vec<&str> = titles
+        .as_array()
+        .unwrap_or_else(|| ctx.fail("no titles"))
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for f in ["outer", "middle", "recurse", "leaf"] {
+        ctx.check(
+            titles.iter().any(|t| t.starts_with(&format!("{f} ("))),
+            || format!("no frame of {f} in the flame graph's titles: {titles:?}"),
+        );
+    }
+}
+
+#[test]
+fn a_full_ring_drops_reports_and_never_blocks() {
+    let ctx = Ctx::new("a_full_ring_drops_reports_and_never_blocks");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_drops");
+    let file = dir.join("report.json");
+    let (file_s, exe_s) = (file.to_str().unwrap(), exe.to_str().unwrap());
+    const CALLS: u64 = 2_000_000;
+    let rounds = format!("-{CALLS}");
+    let mut cmd = Command::new(weft_bin());
+    cmd.env("WEFT_TRACE_RING", "16").args([
+        "run",
+        "-f",
+        "leaf",
+        "-m",
+        "calls,trace",
+        "--format",
+        "json",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+        "2",
+        &rounds,
+    ]);
+    let mut weft = ctx.spawn("weft run (ring of 16)", cmd, false);
+    weft.wait_code(0);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| ctx.fail(format!("{e}")));
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let report = parse_report(&ctx, &text);
+    let trace = &json["trace"];
+    let dropped = trace["dropped_events"].as_u64().unwrap_or(0);
+    ctx.check(trace["ring_events"] == 16 && dropped > 0, || {
+        format!("a ring of 16 events and {CALLS} calls a thread: the report's trace says {trace}")
+    });
+    ctx.check(
+        weft.stderr_text()
+            .contains(&format!("weft: trace: {dropped} events dropped")),
+        || "no `weft: trace: N events dropped` line on stderr".into(),
+    );
+    // The counters lose nothing; the trace holds what was not dropped.
+    let stdout = weft.stdout_text();
+    let finished: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("F "))
+        .map(|l| l.split(' ').nth(1).unwrap_or(""))
+        .collect();
+    ctx.check(finished.len() == 2, || {
+        format!("{} threads finished, expected 2", finished.len())
+    });
+    for tid in finished {
+        let tid: i64 = tid.parse().unwrap();
+        let c = report.counts(tid, "leaf");
+        ctx.check(c.calls == CALLS && c.exits == Some(CALLS), || {
+            format!("thread {tid}: {c:?}, expected {CALLS} calls and exits")
+        });
+        let t = trace["threads"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["tid"] == tid))
+            .unwrap_or_else(|| ctx.fail(format!("thread {tid} not in the trace summary")));
+        let (calls, lost) = (
+            t["calls"].as_u64().unwrap(),
+            t["dropped_events"].as_u64().unwrap(),
+        );
+        // Every entry written is a call; every event not written is a drop.
+        ctx.check(
+            calls > 0 && calls < CALLS && lost <= 2 * CALLS - calls,
+            || {
+                format!(
+                    "thread {tid}: {calls} calls traced, {lost} events dropped, of {CALLS} calls"
+                )
+            },
+        );
+    }
+}
+
+/// longjmp and pthread_exit: the frames they discard end as `unwound`
+/// slices, still nested, and the functions that return are `returned`
+/// (tests/targets/exits.c: 2 workers x 5 rounds of jump_host, which calls
+/// setjmp then jumper directly or through jump_mid, which longjmp back; 2
+/// exiters whose exiter calls pthread_exit under exit_via).
+#[test]
+fn longjmp_and_thread_exit_end_as_unwound() {
+    let ctx = Ctx::new("longjmp_and_thread_exit_end_as_unwound");
+    let dir = scratch_dir("trace_exits");
+    let file = dir.join("trace.json");
+    let (file_s, exe_s) = (file.to_str().unwrap(), exits().to_str().unwrap());
+    let mut weft = ctx.weft(&[
+        "run",
+        "-m",
+        "calls,trace",
+        "-f",
+        "jump_host,jump_mid,jumper,exit_via,exiter,multi_ret",
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+    ]);
+    weft.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    let ended = &trace["ended"];
+    let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
+    for f in ["jumper", "jump_mid", "exiter", "exit_via"] {
+        ctx.check(count(f, "unwound") > 0 && count(f, "returned") == 0, || {
+            format!("{f} never returns: its slices must all be unwound: {ended}")
+        });
+    }
+    for f in ["jump_host", "multi_ret"] {
+        ctx.check(count(f, "returned") > 0 && count(f, "unwound") == 0, || {
+            format!("{f} returns: {ended}")
+        });
+    }
+}
+
+/// C++ exceptions: the frames an exception passes through end as `unwound`
+/// slices when the unwinder leaves them (the runtime's personality
+/// routine), the calls that return as `returned`, half each
+/// (tests/targets/exceptions.cpp: rounds alternate throwing and not).
+#[test]
+fn exceptions_end_traced_frames_as_unwound() {
+    let ctx = Ctx::new("exceptions_end_traced_frames_as_unwound");
+    let dir = scratch_dir("trace_exceptions");
+    let file = dir.join("trace.json");
+    let (file_s, exe_s) = (file.to_str().unwrap(), exceptions().to_str().unwrap());
+    let mut weft = ctx.weft(&[
+        "run",
+        "-m",
+        "calls,trace",
+        "-f",
+        "thrower,middle",
+        "--format",
+        "chrome-trace",
+        "-o",
+        file_s,
+        "--",
+        exe_s,
+        "200",
+    ]);
+    weft.wait_code(0);
+    let trace = python(&ctx, CHROME_READER, &file);
+    let ended = &trace["ended"];
+    let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
+    for f in ["thrower", "middle"] {
+        let (unwound, returned) = (count(f, "unwound"), count(f, "returned"));
+        ctx.check(unwound > 0 && unwound == returned, || {
+            format!("{f}: half its calls throw through it, half return: {ended}")
+        });
+    }
+}
+
+/// The rings have one reader: a second weft that asks to trace calls in a
+/// process another live weft traces is refused, saying which; the first
+/// goes on unharmed.
+#[test]
+fn a_second_tracing_weft_is_refused() {
+    let ctx = Ctx::new("a_second_tracing_weft_is_refused");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let mut target = ctx.target(&exe, &["2", "300", "wait"]);
+    target.expect_stdout("ready", |l| l == "ready");
+    let args = ["-f", "leaf", "-m", "calls,trace", "--format", "json"];
+    let (mut first, _) = attach(&ctx, target.pid, &args, 1);
+    let pid = target.pid.to_string();
+    let mut second = ctx.weft(&["attach", "-p", &pid, "-f", "outer", "-m", "calls,trace"]);
+    let (line, _) = expect_weft_error(&mut second);
+    ctx.check(
+        line.contains(&format!("another weft (pid {})", first.pid))
+            && line.contains("tracing calls"),
+        || format!("the second weft's error: {line}"),
+    );
+    target.send("go");
+    target.expect_stdout("done", |l| l == "done");
+    let report = detach_with_sigint(&mut first);
+    let json: serde_json::Value = serde_json::from_str(&report)
+        .unwrap_or_else(|e| ctx.fail(format!("first weft's report: {e}")));
+    ctx.check(json["trace"]["calls"].as_u64().unwrap_or(0) > 0, || {
+        format!("the first weft's trace: {}", json["trace"])
+    });
+    target.send("exit");
+    target.wait_code(0);
+}
