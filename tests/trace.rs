@@ -3,7 +3,10 @@
 //! (read by python3's json module, not by weft's code), for `weft run` and
 //! `weft attach`; the flame graph is an SVG that python3's XML parser reads,
 //! with the functions in its frames; a ring far too small for the call
-//! rate drops events, says so, and the target finishes.
+//! rate drops events, says so, and the target finishes. Both files are
+//! also loaded into real viewers in headless Chromium (Debian's
+//! chromium-headless-shell; tests/viewers/): speedscope's web app imports
+//! the trace, and Chromium draws the flame graph.
 //!
 //! The target (tests/targets/trace_calls.c) logs each call itself as it
 //! happens and prints its log per thread: the reference the trace must
@@ -11,7 +14,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use support::*;
@@ -434,4 +437,206 @@ fn a_second_tracing_weft_is_refused() {
     });
     target.send("exit");
     target.wait_code(0);
+}
+
+/// `tests/viewers/chromium.py`, which drives headless Chromium.
+fn chromium(ctx: &Ctx, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/viewers/chromium.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| ctx.fail(format!("cannot run {}: {e}", script.display())));
+    ctx.check(out.status.success(), || {
+        format!(
+            "{} {args:?} failed (is Debian's chromium-headless-shell installed? .ci/run installs it): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        ctx.fail(format!(
+            "chromium.py's output: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ))
+    })
+}
+
+/// speedscope's web app (tests/viewers/fetch.sh fetches it from npm).
+fn speedscope(ctx: &Ctx) -> std::path::PathBuf {
+    let target = Path::new(weft_bin())
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| ctx.fail("weft's binary has no target directory"));
+    let index = target.join("viewers/speedscope-1.25.0/dist/release/index.html");
+    if !index.exists() {
+        let fetch = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/viewers/fetch.sh");
+        let out = Command::new("bash")
+            .arg(&fetch)
+            .env("CARGO_TARGET_DIR", target)
+            .output()
+            .unwrap_or_else(|e| ctx.fail(format!("cannot run {}: {e}", fetch.display())));
+        ctx.check(out.status.success() && index.exists(), || {
+            format!(
+                "{} could not fetch speedscope (it needs npm): {}",
+                fetch.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    }
+    index
+}
+
+/// Per function, its total time (calls inside a call of itself counted
+/// once) and self time (less its callees'), in ns, in one thread's slices
+/// of a Chrome trace: what a viewer's table must show.
+fn totals_and_self(trace: &serde_json::Value, tid: i64) -> BTreeMap<String, (f64, f64)> {
+    let mut slices: Vec<(f64, f64, String)> = trace["traceEvents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["ph"] == "X" && e["tid"] == tid)
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap_or(0.0) * 1000.0;
+            let dur = e["dur"].as_f64().unwrap_or(0.0) * 1000.0;
+            (ts, ts + dur, e["name"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    // The open calls: (end, name).
+    let mut stack: Vec<(f64, String)> = Vec::new();
+    for (start, end, name) in slices {
+        while stack.last().is_some_and(|top| top.0 <= start) {
+            stack.pop();
+        }
+        let dur = end - start;
+        let recursive = stack.iter().any(|(_, n)| *n == name);
+        let entry = out.entry(name.clone()).or_default();
+        if !recursive {
+            entry.0 += dur;
+        }
+        entry.1 += dur;
+        if let Some((_, parent)) = stack.last() {
+            out.get_mut(parent).unwrap().1 -= dur;
+        }
+        stack.push((end, name));
+    }
+    out
+}
+
+/// The Chrome trace, imported by a real viewer: speedscope's web app in
+/// headless Chromium makes one profile per thread, named as the thread,
+/// and its table of each function's total and self time equals what the
+/// trace's slices give. The flame graph, rendered by Chromium, has a
+/// frame for every function and its root spans the picture.
+#[test]
+fn speedscope_and_chromium_read_the_trace_and_the_flame_graph() {
+    let ctx = Ctx::new("speedscope_and_chromium_read_the_trace_and_the_flame_graph");
+    let index = speedscope(&ctx);
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_viewers");
+    let (json, svg) = (dir.join("trace.json"), dir.join("flame.svg"));
+    let mut logs = BTreeMap::new();
+    for (format, file) in [("chrome-trace", &json), ("flamegraph", &svg)] {
+        let mut args = vec!["run"];
+        args.extend(FUNCS);
+        args.extend(["--format", format, "-o", file.to_str().unwrap(), "--"]);
+        args.extend([exe.to_str().unwrap(), "3", "100"]);
+        let mut weft = ctx.weft(&args);
+        weft.wait_code(0);
+        if format == "chrome-trace" {
+            logs = logged(&weft.stdout_text());
+        }
+    }
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+
+    let shot = dir.join("speedscope.png");
+    let shown = chromium(
+        &ctx,
+        &[
+            "speedscope".as_ref(),
+            index.as_os_str(),
+            json.as_os_str(),
+            shot.as_os_str(),
+        ],
+    );
+    ctx.check(shown.get("error").is_none(), || {
+        format!("speedscope refused the trace: {shown}")
+    });
+    let profiles = shown["profiles"].as_array().cloned().unwrap_or_default();
+    ctx.check(profiles.len() == 3, || {
+        format!(
+            "speedscope made {} profiles of 3 threads: {shown}",
+            profiles.len()
+        )
+    });
+    let mut seen = Vec::new();
+    for p in &profiles {
+        let title = p["title"].as_str().unwrap_or("");
+        let tid = logs
+            .keys()
+            .find(|tid| title.contains(&format!("(tid {tid})")))
+            .unwrap_or_else(|| {
+                ctx.fail(format!(
+                    "profile {title:?} is none of threads {:?}",
+                    logs.keys().collect::<Vec<_>>()
+                ))
+            });
+        ctx.check(title.contains("tracer-"), || {
+            format!("profile {title:?} is not named as its thread (tracer-N)")
+        });
+        seen.push(tid.clone());
+        let want = totals_and_self(&trace, tid.parse().unwrap());
+        let rows = p["rows"].as_array().cloned().unwrap_or_default();
+        let names: BTreeSet<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+        ctx.check(
+            names == ["leaf", "middle", "outer", "recurse"].into(),
+            || format!("{title}: speedscope's functions {names:?}"),
+        );
+        for r in &rows {
+            let name = r["name"].as_str().unwrap_or("");
+            let (total, own) = want.get(name).copied().unwrap_or_default();
+            // speedscope prints 4 significant digits.
+            let close = |shown: f64, want: f64| (shown - want).abs() <= want * 0.005 + 2.0;
+            let (s_total, s_self) = (
+                r["total_ns"].as_f64().unwrap_or(-1.0),
+                r["self_ns"].as_f64().unwrap_or(-1.0),
+            );
+            ctx.check(close(s_total, total) && close(s_self, own), || {
+                format!(
+                    "{title}: {name}: speedscope shows total {s_total} ns, self {s_self} ns; \
+                     the trace's slices give {total:.0} and {own:.0}"
+                )
+            });
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    ctx.check(seen.len() == 3, || format!("profiles of threads {seen:?}"));
+
+    let shot = dir.join("flame.png");
+    let drawn = chromium(&ctx, &["svg".as_ref(), svg.as_os_str(), shot.as_os_str()]);
+    let width = drawn["width"].as_f64().unwrap_or(0.0);
+    let frames = drawn["frames"].as_array().cloned().unwrap_or_default();
+    let widest = |f: &str| {
+        frames
+            .iter()
+            .filter(|fr| {
+                fr["title"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(&format!("{f} (")))
+            })
+            .map(|fr| fr["width"].as_f64().unwrap_or(0.0))
+            .fold(0.0, f64::max)
+    };
+    ctx.check(width > 0.0 && widest("all") >= 0.9 * width, || {
+        format!("the root frame is {} px of {width}: {drawn}", widest("all"))
+    });
+    for f in ["outer", "middle", "recurse", "leaf"] {
+        ctx.check(widest(f) > 0.0, || {
+            format!("Chromium drew no frame of {f}: {drawn}")
+        });
+    }
 }
