@@ -144,6 +144,8 @@ impl Drop for Target {
 enum Under {
     Plain,
     Weft(&'static str),
+    /// Under weft, a trace ring of this many events.
+    WeftRing(&'static str, u32),
     Bpftrace,
 }
 
@@ -160,13 +162,17 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
             c.args([&t, &n]);
             c
         }
-        Under::Weft(metrics) => {
+        Under::Weft(metrics) | Under::WeftRing(metrics, _) => {
             let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
             if metrics.contains("trace") {
-                // The largest ring: a tight loop of empty calls fills any
-                // ring between two drains (10 ms); the share dropped is
-                // printed with the cost.
-                c.env(weft::trace::RING_ENV, TRACE_RING.to_string());
+                // The largest ring unless told: a tight loop of empty
+                // calls fills any ring between two drains (10 ms); the
+                // share dropped is printed with the cost.
+                let ring = match under {
+                    Under::WeftRing(_, ring) => ring,
+                    _ => TRACE_RING,
+                };
+                c.env(weft::trace::RING_ENV, ring.to_string());
             }
             c.args(["run", "-m", metrics, "-f", "work", "--format", "json", "-o"])
                 .arg(&report)
@@ -198,7 +204,7 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
         .lines()
         .find_map(|l| l.trim().parse::<f64>().ok())
         .expect("the target prints ns per call");
-    if let Under::Weft(metrics) = under {
+    if let Under::Weft(metrics) | Under::WeftRing(metrics, _) = under {
         let own: Vec<ThreadClocks> = text.lines().filter_map(ThreadClocks::parse).collect();
         assert_eq!(own.len(), threads, "the target's per-thread lines: {text}");
         check_report(&report, metrics, threads as u64 * calls * 3, &own);
@@ -407,7 +413,33 @@ fn section_per_call(quick: bool) {
             share * 100.0
         );
     }
+    // docs/trace.md's bound: a full ring never slows a call more than
+    // writing its events does. The smallest ring drops nearly every event.
+    let plain = best_of(rounds, || per_call(&exe, Under::Plain, 1, calls));
+    let full = best_of(rounds, || {
+        per_call(&exe, Under::WeftRing("calls,trace", MIN_RING), 1, calls)
+    }) - plain;
+    let share = dropped_share(calls * 3);
+    let written = added[0][3];
+    println!(
+        "calls,trace at 1 thread with a ring of {MIN_RING} events: {:.0}% dropped, {full:+.1} ns a call \
+         against {written:+.1} with the largest ring (x{:.2}; bound: x1.5 + 10 ns)",
+        share * 100.0,
+        full / written.max(0.01)
+    );
+    assert!(
+        share > 0.5,
+        "a ring of {MIN_RING} events dropped only {:.1}% of a tight loop's events",
+        share * 100.0
+    );
+    assert!(
+        full <= written * 1.5 + 10.0,
+        "a full ring made a call cost {full:.1} ns, more than the bound (writing: {written:.1} ns x1.5 + 10)"
+    );
 }
+
+/// The smallest trace ring weft takes.
+const MIN_RING: u32 = weft_rt::layout::trace::MIN_CAPACITY;
 
 fn section_attach(quick: bool) {
     let threads = 200;
