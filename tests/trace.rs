@@ -254,6 +254,32 @@ fn flamegraph_is_an_svg_with_the_functions() {
             || format!("no frame of {f} in the flame graph's titles: {titles:?}"),
         );
     }
+
+    // --by-thread: one tower per thread, under the thread's name and TID.
+    let file = dir.join("by_thread.svg");
+    let mut args = vec!["run", "--by-thread"];
+    args.extend(FUNCS);
+    args.extend(["--format", "flamegraph", "-o", file.to_str().unwrap()]);
+    args.extend(["--", exe_s, "3", "200"]);
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let tids: Vec<String> = logged(&weft.stdout_text()).into_keys().collect();
+    let titles = python(&ctx, SVG_READER, &file);
+    let titles: Vec<&str> = titles
+        .as_array()
+        .unwrap_or_else(|| ctx.fail("no titles"))
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    ctx.check(tids.len() == 3, || format!("threads logged: {tids:?}"));
+    for tid in &tids {
+        ctx.check(
+            titles
+                .iter()
+                .any(|t| t.starts_with("tracer-") && t.contains(&format!("({tid})"))),
+            || format!("no tower of thread {tid} in the flame graph's titles: {titles:?}"),
+        );
+    }
 }
 
 #[test]

@@ -45,7 +45,8 @@ enum Format {
     /// (docs/trace.md). Written once, at the end.
     ChromeTrace,
     /// The call trace (needs `-m …,trace`) as an SVG flame graph of wall
-    /// time by call path, merged over the threads (docs/trace.md).
+    /// time by call path, merged over the threads (one tower per thread
+    /// with --by-thread; docs/trace.md).
     Flamegraph,
 }
 
@@ -160,6 +161,8 @@ struct Output {
     #[arg(long, value_name = "KEY", value_parser = parse_sort)]
     sort: Option<weft::report::SortKey>,
     /// Table: each thread's own function rows after the functions.
+    /// Flame graph: one tower per thread (named and with its TID) instead
+    /// of the threads merged.
     #[arg(long)]
     by_thread: bool,
     /// Table: show the latency histogram of FUNCTION (repeatable; default:
@@ -740,7 +743,7 @@ impl Sink {
             // The trace is written once, whole, at the end.
             Format::ChromeTrace | Format::Flamegraph if !last => return Ok(()),
             Format::ChromeTrace => trace()?.with(|log| log.to_chrome_trace()) + "\n",
-            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(false))?,
+            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(self.table.by_thread))?,
         };
         match &mut self.file {
             Some((path, file)) => file
