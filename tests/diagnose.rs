@@ -21,10 +21,19 @@ fn target() -> PathBuf {
 /// at most 40 s); returns the running target, the diagnosis and weft's
 /// stderr.
 fn diagnose(ctx: &Ctx, exe: &std::path::Path) -> (Proc, serde_json::Value, String) {
+    diagnose_with(ctx, exe, &[])
+}
+
+/// [`diagnose`] with more of weft's options.
+fn diagnose_with(
+    ctx: &Ctx,
+    exe: &std::path::Path,
+    more: &[&str],
+) -> (Proc, serde_json::Value, String) {
     let mut t = ctx.target(exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
     let pid = t.pid.to_string();
-    let mut w = ctx.weft(&[
+    let mut args = vec![
         "diagnose",
         "-p",
         &pid,
@@ -32,7 +41,9 @@ fn diagnose(ctx: &Ctx, exe: &std::path::Path) -> (Proc, serde_json::Value, Strin
         "40",
         "--format",
         "json",
-    ]);
+    ];
+    args.extend(more);
+    let mut w = ctx.weft(&args);
     w.wait_code(0);
     let d = serde_json::from_str(&w.stdout_text())
         .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
@@ -54,7 +65,9 @@ fn own_shares(text: &str) -> Option<(f64, f64)> {
 fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = Ctx::new("finds_the_cpu_bottleneck_behind_a_function_pointer_table");
-    let (mut t, d, err) = diagnose(&ctx, &target());
+    let timeline = scratch_dir("diagnose_timeline").join("timeline.json");
+    let (mut t, d, err) =
+        diagnose_with(&ctx, &target(), &["--timeline", timeline.to_str().unwrap()]);
     ctx.check(err.contains("the search is exhausted"), || {
         format!("the search did not finish by itself:\n{err}")
     });
@@ -106,6 +119,7 @@ fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
         s["functions_probed"].as_u64() < s["functions_reachable"].as_u64(),
         || format!("summary {s}"),
     );
+    check_timeline(&ctx, &d, &timeline);
     // The target runs on.
     let before = t.stdout_text().lines().count();
     std::thread::sleep(std::time::Duration::from_millis(2500));
@@ -115,6 +129,125 @@ fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
     );
     t.close_stdin();
     t.wait_exit();
+}
+
+/// `--timeline`: every measured test of the diagnosis is one slice, as
+/// the diagnosis says (hypothesis, path, thread, state), on a track of its
+/// thread where slices never overlap; a true test has its `true` slice
+/// inside; and a real
+/// viewer (speedscope, in headless Chromium) imports it, one profile per
+/// track.
+fn check_timeline(ctx: &Ctx, d: &serde_json::Value, file: &std::path::Path) {
+    use std::collections::BTreeMap;
+    let text = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| ctx.fail(format!("no timeline at {}: {e}", file.display())));
+    let trace: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| ctx.fail(format!("the timeline is not JSON: {e}")));
+    let events = trace["traceEvents"].as_array().cloned().unwrap_or_default();
+    let tracks: BTreeMap<u64, String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap_or(0),
+                e["args"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let (tests, trues): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = slices
+        .iter()
+        .copied()
+        .partition(|e| !e["name"].as_str().unwrap_or("").ends_with(": true"));
+    let span = |e: &serde_json::Value| {
+        let ts = e["ts"].as_f64().unwrap_or(-1.0);
+        (ts, ts + e["dur"].as_f64().unwrap_or(-1.0))
+    };
+    let nodes = d["nodes"].as_array().cloned().unwrap_or_default();
+    let measured: Vec<&serde_json::Value> =
+        nodes.iter().filter(|n| !n["began"].is_null()).collect();
+    ctx.check(
+        !measured.is_empty() && tests.len() == measured.len(),
+        || {
+            format!(
+                "{} measured tests in the diagnosis, {} test slices on the timeline",
+                measured.len(),
+                tests.len()
+            )
+        },
+    );
+    let slice_of = |n: &serde_json::Value| {
+        tests
+            .iter()
+            .find(|e: &&&serde_json::Value| {
+                let a = &e["args"];
+                a["path"] == n["path"]
+                    && a["hypothesis"] == n["hypothesis"]
+                    && a["thread"] == n["thread"]
+            })
+            .copied()
+    };
+    for n in &measured {
+        let e = slice_of(n)
+            .unwrap_or_else(|| ctx.fail(format!("no slice for the test {n} on the timeline")));
+        ctx.check(e["args"]["state"] == n["state"], || {
+            format!("test {n}: the timeline says {}", e["args"]["state"])
+        });
+        let track = tracks.get(&e["tid"].as_u64().unwrap_or(0));
+        let thread = n["thread"].to_string();
+        ctx.check(
+            track.is_some_and(|t| t.contains(&format!("({thread})"))),
+            || format!("test {n} is on track {track:?}, not one of thread {thread}"),
+        );
+        let (from, to) = span(e);
+        let began = n["began"].as_f64().unwrap_or(-1.0) * 1e6;
+        ctx.check((from - began).abs() < 1.0 && to >= from, || {
+            format!("test {n}: slice {from}..{to} µs")
+        });
+        let inner = trues.iter().find(|t| {
+            t["tid"] == e["tid"]
+                && {
+                    let (a, b) = span(t);
+                    a >= from && b <= to + 0.001
+                }
+                && t["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with(e["name"].as_str().unwrap_or("?"))
+        });
+        ctx.check(inner.is_some() != n["true_at"].is_null(), || {
+            format!("test {n}: its true slice {inner:?}")
+        });
+    }
+    // Slices of one track never overlap, save a true slice in its test.
+    let mut by_track: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    for e in &tests {
+        by_track
+            .entry(e["tid"].as_u64().unwrap_or(0))
+            .or_default()
+            .push(span(e));
+    }
+    for (tid, mut spans) in by_track {
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in spans.windows(2) {
+            ctx.check(w[0].1 <= w[1].0 + 0.001, || {
+                format!("track {tid}: slices {:?} and {:?} overlap", w[0], w[1])
+            });
+        }
+    }
+    let index = support::viewers::speedscope(ctx);
+    let shown = support::viewers::chromium(
+        ctx,
+        &["speedscope".as_ref(), index.as_os_str(), file.as_os_str()],
+    );
+    let profiles = shown["profiles"].as_array().cloned().unwrap_or_default();
+    ctx.check(profiles.len() == tracks.len(), || {
+        format!(
+            "speedscope made {} profiles of {} tracks: {shown}",
+            profiles.len(),
+            tracks.len()
+        )
+    });
 }
 
 /// The bottleneck of `path` in a diagnosis, if reported.

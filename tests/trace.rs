@@ -17,6 +17,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use support::viewers::{chromium, speedscope};
 use support::*;
 
 const FUNCS: [&str; 4] = ["-f", "outer,middle,recurse,leaf", "-m", "calls,trace"];
@@ -463,54 +464,6 @@ fn a_second_tracing_weft_is_refused() {
     });
     target.send("exit");
     target.wait_code(0);
-}
-
-/// `tests/viewers/chromium.py`, which drives headless Chromium.
-fn chromium(ctx: &Ctx, args: &[&std::ffi::OsStr]) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/viewers/chromium.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| ctx.fail(format!("cannot run {}: {e}", script.display())));
-    ctx.check(out.status.success(), || {
-        format!(
-            "{} {args:?} failed (is Debian's chromium-headless-shell installed? .ci/run installs it): {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        ctx.fail(format!(
-            "chromium.py's output: {e}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        ))
-    })
-}
-
-/// speedscope's web app (tests/viewers/fetch.sh fetches it from npm).
-fn speedscope(ctx: &Ctx) -> std::path::PathBuf {
-    let target = Path::new(weft_bin())
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or_else(|| ctx.fail("weft's binary has no target directory"));
-    let index = target.join("viewers/speedscope-1.25.0/dist/release/index.html");
-    if !index.exists() {
-        let fetch = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/viewers/fetch.sh");
-        let out = Command::new("bash")
-            .arg(&fetch)
-            .env("CARGO_TARGET_DIR", target)
-            .output()
-            .unwrap_or_else(|e| ctx.fail(format!("cannot run {}: {e}", fetch.display())));
-        ctx.check(out.status.success() && index.exists(), || {
-            format!(
-                "{} could not fetch speedscope (it needs npm): {}",
-                fetch.display(),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    }
-    index
 }
 
 /// Per function, its total time (calls inside a call of itself counted

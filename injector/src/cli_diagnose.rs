@@ -30,6 +30,14 @@ pub enum DiagnoseFormat {
     Json,
 }
 
+/// Where the diagnosis goes.
+pub struct Files<'a> {
+    /// The diagnosis (standard output if none).
+    pub output: Option<&'a Path>,
+    /// The search's history as a Trace Event Format timeline, if asked.
+    pub timeline: Option<&'a Path>,
+}
+
 /// Runs the search on `target` until it ends; writes the diagnosis. A
 /// program weft started runs on after the diagnosis; weft waits for it and
 /// exits with its exit code.
@@ -38,8 +46,9 @@ pub fn diagnose(
     duration: Option<Duration>,
     options: Options,
     format: DiagnoseFormat,
-    output: Option<&Path>,
+    files: Files,
 ) -> Result<ExitCode> {
+    let output = files.output;
     let (mut process, launched) = match &target {
         Target::Pid(pid) => (
             Process::open(*pid).with_context(|| format!("opening process {pid}"))?,
@@ -101,6 +110,13 @@ pub fn diagnose(
         DiagnoseFormat::Json => serde_json::to_string_pretty(&diagnosis)? + "\n",
         DiagnoseFormat::Text => to_text(&diagnosis),
     };
+    if let Some(path) = files.timeline {
+        let process = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_else(|_| format!("pid {pid}"));
+        std::fs::write(path, diagnosis.to_chrome_trace(pid, &process) + "\n")
+            .with_context(|| format!("writing the timeline to {}", path.display()))?;
+    }
     match output {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?

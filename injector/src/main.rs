@@ -364,6 +364,13 @@ enum Command {
         /// Write the diagnosis to FILE instead of standard output.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Also write the search's history to FILE as a timeline (Trace
+        /// Event Format JSON, as `--format chrome-trace` writes call
+        /// traces): each test a slice from its first reading to its
+        /// conclusion, per thread, for the Perfetto UI, chrome://tracing
+        /// or speedscope (docs/diagnose.md).
+        #[arg(long, value_name = "FILE")]
+        timeline: Option<PathBuf>,
         /// A program to start and diagnose, with its arguments (instead
         /// of -p).
         #[arg(last = true, value_name = "PROGRAM")]
@@ -540,6 +547,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
             hypotheses,
             format,
             output,
+            timeline,
             command,
         } => {
             let target = match (pid, command.split_first()) {
@@ -586,7 +594,16 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
                     .collect::<Result<_>>()?,
                 ..defaults
             };
-            cli_diagnose::diagnose(target, duration, options, format, output.as_deref())
+            cli_diagnose::diagnose(
+                target,
+                duration,
+                options,
+                format,
+                cli_diagnose::Files {
+                    output: output.as_deref(),
+                    timeline: timeline.as_deref(),
+                },
+            )
         }
         Command::Attach {
             pid,

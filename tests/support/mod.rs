@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 pub mod kernel_calls;
 pub mod qemu;
+pub mod viewers;
 
 /// Deadline for every single wait in the tests.
 pub const TIMEOUT: Duration = Duration::from_secs(60);

@@ -184,6 +184,14 @@ pub struct NodeReport {
     /// from the test's start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub was_true: Option<(f64, f64)>,
+    /// When it was first read, in seconds from the search's start (a
+    /// thread's root: when it was taken as true); none if never measured.
+    pub began: Option<f64>,
+    /// When it concluded true, in seconds from the search's start.
+    pub true_at: Option<f64>,
+    /// When it concluded false, fell, or was taken out, in seconds from
+    /// the search's start; none if it was still testing or true at the end.
+    pub ended: Option<f64>,
 }
 
 /// What the search did, in numbers.
@@ -210,6 +218,8 @@ pub struct Summary {
     pub longest_stop_for: String,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
+    /// How long the search has run, s.
+    pub seconds: f64,
     /// What the instrumentation cost, as a share of the target's CPU time
     /// while the search ran (calls counted × the measured cost of a timed
     /// call).
@@ -231,6 +241,8 @@ pub struct Diagnosis {
     pub summary: Summary,
     /// Every test made.
     pub nodes: Vec<NodeReport>,
+    /// The tested threads' names (as they were at their first test).
+    pub threads: BTreeMap<u32, String>,
 }
 
 /// Start of one test's reading: when its probe's values were first seen.
@@ -303,6 +315,23 @@ pub struct Consultant {
     /// What the threads are blocked in, sampled.
     waits: WaitSampler,
     pid: i32,
+    /// When the search began: the timeline's origin.
+    started: Instant,
+    /// When each node was created, measured, concluded, by [`NodeId`].
+    history: Vec<NodeTimes>,
+    /// The tested threads' names, read when their first test appeared.
+    thread_names: BTreeMap<u32, String>,
+}
+
+/// A test's moments, from the search's start.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeTimes {
+    /// Its first reading: the probe's values were first seen.
+    began: Option<Duration>,
+    /// It concluded true (a thread's root: when it was taken as true).
+    true_at: Option<Duration>,
+    /// It concluded false, fell, or was taken out.
+    ended: Option<Duration>,
 }
 
 /// How often the threads' waits are sampled.
@@ -411,7 +440,11 @@ impl Consultant {
             call_rates: HashMap::new(),
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
             pid: process.pid(),
-        })
+            started: Instant::now(),
+            history: Vec::new(),
+            thread_names: BTreeMap::new(),
+        }
+        .noting_new_nodes())
     }
 
     /// A hypothesis's name in reports (a custom one's own name).
@@ -449,6 +482,7 @@ impl Consultant {
     pub fn step(&mut self, process: &mut Process) -> Result<Vec<Progress>, Error> {
         let mut progress = Vec::new();
         self.adopt_new_threads(process)?;
+        self.note_nodes();
         let probes_before = self.probed_ever.len();
         self.start_tests(process, &mut progress)?;
         if self.probed_ever.len() > probes_before {
@@ -465,7 +499,45 @@ impl Consultant {
         self.learn_targets(process);
         self.arm_callers(process)?;
         self.retire_probes(process)?;
+        self.note_nodes();
         Ok(progress)
+    }
+
+    fn noting_new_nodes(mut self) -> Self {
+        self.note_nodes();
+        self
+    }
+
+    /// The timeline's bookkeeping: nodes new since the last call (a root
+    /// taken as true is true from now), and tests taken out (deferred,
+    /// skipped) after they began.
+    fn note_nodes(&mut self) {
+        let now = self.started.elapsed();
+        let nodes = self.search.nodes();
+        while self.history.len() < nodes.len() {
+            let node = &nodes[self.history.len()];
+            for &tid in &node.focus.threads {
+                if !self.thread_names.contains_key(&tid) {
+                    if let Some(name) = crate::report::live_thread_name(self.pid, tid) {
+                        self.thread_names.insert(tid, name);
+                    }
+                }
+            }
+            let assumed = node.is_true();
+            self.history.push(NodeTimes {
+                began: assumed.then_some(now),
+                true_at: assumed.then_some(now),
+                ended: None,
+            });
+        }
+        for (node, times) in nodes.iter().zip(self.history.iter_mut()) {
+            if times.began.is_some()
+                && times.ended.is_none()
+                && matches!(node.state, State::Deferred(_) | State::Skipped(_))
+            {
+                times.ended = Some(now);
+            }
+        }
     }
 
     /// Threads started since the last step get their roots (one short
@@ -637,6 +709,10 @@ impl Consultant {
             let sampled = waits
                 .get(&tid)
                 .map_or((0, 0, 0), |w| (w.samples, w.sync, w.io));
+            if let Some(t) = self.history.get_mut(id.0) {
+                t.began
+                    .get_or_insert(now.saturating_duration_since(self.started));
+            }
             let base = *self.baselines.entry(id).or_insert(Baseline {
                 at: now,
                 part_ns: part,
@@ -697,6 +773,13 @@ impl Consultant {
             let change = self.search.observe(id, reading, &self.graph);
             let node = self.search.node(id);
             let value = node.value().unwrap_or(0.0);
+            let at = now.saturating_duration_since(self.started);
+            if let (Some(t), Some(c)) = (self.history.get_mut(id.0), &change) {
+                match c {
+                    Change::Refined(..) => t.true_at = Some(at),
+                    Change::Retire(_) | Change::Fell(_) => t.ended = Some(at),
+                }
+            }
             match change {
                 Some(Change::Refined(_, children)) => {
                     progress.push(Progress::Concluded(h, path, tid, true, value));
@@ -1003,11 +1086,13 @@ impl Consultant {
                 .partition(|b| !self.options.report_idle && is_idle_wait(b));
         bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
         idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+        let times = |i: usize| self.history.get(i).copied().unwrap_or_default();
         let nodes = self
             .search
             .nodes()
             .iter()
-            .map(|n| NodeReport {
+            .enumerate()
+            .map(|(i, n)| NodeReport {
                 hypothesis: self.name_of(n.hypothesis),
                 path: n.focus.path.clone(),
                 thread: n.focus.threads.first().copied().unwrap_or(0),
@@ -1032,6 +1117,9 @@ impl Consultant {
                     } => Some((from.as_secs_f64(), to.as_secs_f64())),
                     _ => None,
                 },
+                began: times(i).began.map(|d| d.as_secs_f64()),
+                true_at: times(i).true_at.map(|d| d.as_secs_f64()),
+                ended: times(i).ended.map(|d| d.as_secs_f64()),
             })
             .collect();
         Diagnosis {
@@ -1047,10 +1135,12 @@ impl Consultant {
                 longest_stop_ms: self.stops.longest.as_secs_f64() * 1e3,
                 longest_stop_for: self.stops.longest_for.to_string(),
                 exhausted: self.search.exhausted(),
+                seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),
                 cost_per_call_ns: self.cost.per_call_ns,
             },
             nodes,
+            threads: self.thread_names.clone(),
         }
     }
 }

@@ -11,6 +11,7 @@ mod decision;
 mod graph;
 mod roots;
 mod search;
+mod timeline;
 mod waits;
 
 pub use consultant::{

@@ -82,7 +82,7 @@ impl Node {
         }
     }
 
-    fn is_true(&self) -> bool {
+    pub(super) fn is_true(&self) -> bool {
         matches!(self.verdict(), Verdict::True { .. })
     }
 }
