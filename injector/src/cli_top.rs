@@ -489,7 +489,9 @@ pub fn top(
             true,
         ),
     };
-    drop(boost);
+    // Kept while live: the view is redrawn on time however busy the
+    // target keeps the CPUs (weft sleeps between readings; see `attach`).
+    let _boost = boost;
     let pid = attached.process.pid();
     eprintln!(
         "weft: attached pid={pid} threads={} functions={}",

@@ -427,8 +427,8 @@ extern "C" fn boost_early() {
 static BOOST_EARLY: extern "C" fn() = boost_early;
 
 fn main() -> ExitCode {
-    // Kept by `attach` until the probes are live, dropped at once by the
-    // other commands.
+    // Kept by `attach` and `top` for the whole session (they sleep between
+    // readings), dropped at once by the other commands.
     let early = EARLY_BOOST.lock().ok().and_then(|mut slot| slot.take());
     let boost = early.or_else(RealtimeGuard::raise);
     if std::env::var_os("WEFT_TIMING").is_some() {
@@ -1023,8 +1023,12 @@ fn attach(
             server.local_addr()
         );
     }
-    // Live: weft only polls now, at normal priority.
-    drop(boost);
+    // Live, weft keeps its real-time priority to the end (the final
+    // report and the detach included). It sleeps between readings, so this
+    // costs the target only the readings themselves; at normal priority,
+    // behind a target whose threads keep every CPU busy, each report waited
+    // seconds for a turn and held counts already stale (issue #17).
+    let _boost = boost;
     let mut server = server.map(|s| {
         let exporter =
             cli_serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
