@@ -487,6 +487,86 @@ fn section_attach(quick: bool) {
         stop.as_secs_f64() * 1e3,
         wholes[wholes.len() / 2].as_secs_f64() * 1e3
     );
+
+    // The user's view: from starting the `weft` binary to its `attached`
+    // line, weft's own start included (issue #17: median <= 30 ms, worst
+    // <= 60 ms). weft stamps its `attached` line with CLOCK_MONOTONIC, so
+    // the harness, itself behind the busy threads, reads it late without
+    // harm; it starts weft at real-time priority when permitted, so that
+    // its own turn does not count against weft.
+    let rounds = if quick { 3 } else { 15 };
+    let realtime = harness_at_realtime_priority();
+    let mut cli: Vec<f64> = Vec::new();
+    for _ in 0..rounds {
+        let target = Target::start(&exe, &[threads.to_string()]);
+        let pid = target.pid().to_string();
+        let started = monotonic_ns();
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .env("WEFT_TIMING", "1")
+            .args([
+                "attach",
+                "-p",
+                &pid,
+                "-f",
+                "work",
+                "-m",
+                "calls",
+                "--duration",
+                "0.01",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("running weft attach");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "weft attach failed: {err}");
+        let at: u64 = err
+            .lines()
+            .find_map(|l| l.strip_prefix("weft: timing: attached at CLOCK_MONOTONIC "))
+            .and_then(|l| l.trim_end_matches(" ns").parse().ok())
+            .expect("weft's `attached at` timing line");
+        cli.push(at.saturating_sub(started) as f64 / 1e6);
+    }
+    cli.sort_by(f64::total_cmp);
+    println!(
+        "`weft attach` from its process start to `attached` ({rounds} rounds{}): median {:.1} ms, \
+         worst {:.1} ms (goal: median <= 30 ms, worst <= 60 ms), all: {}",
+        if realtime {
+            ""
+        } else {
+            ", the harness at normal priority"
+        },
+        cli[cli.len() / 2],
+        cli[cli.len() - 1],
+        cli.iter()
+            .map(|v| format!("{v:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if realtime {
+        let normal = libc::sched_param { sched_priority: 0 };
+        // SAFETY: back to the normal policy for this thread; the param is valid.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, ns (the clock weft's timing lines use).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The harness's thread at `SCHED_FIFO` 1 (root), its children not
+/// (`SCHED_RESET_ON_FORK`); whether it was permitted.
+fn harness_at_realtime_priority() -> bool {
+    let fifo = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets this thread's own policy; the param is valid.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &fifo) == 0 }
 }
 
 /// Opens a generated target and finds its functions `f0`.. (not libc's

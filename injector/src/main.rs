@@ -823,6 +823,17 @@ impl Timing {
     }
 }
 
+/// `CLOCK_MONOTONIC` now, ns.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Milliseconds since this process was created, from its start time in
 /// /proc/self/stat (clock ticks: 10 ms resolution).
 fn since_start_ms() -> f64 {
@@ -1017,6 +1028,13 @@ fn attach(
         "weft: attached pid={pid} threads={} functions={}",
         attached.threads, attached.functions
     );
+    if std::env::var_os("WEFT_TIMING").is_some() {
+        // For a harness timing the attach from before it started weft.
+        eprintln!(
+            "weft: timing: attached at CLOCK_MONOTONIC {} ns",
+            monotonic_ns()
+        );
+    }
     if let Some(server) = &server {
         eprintln!(
             "weft: serving metrics at http://{}/metrics",
