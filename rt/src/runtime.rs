@@ -464,11 +464,7 @@ fn reuse_harvested_row(
         if !watching.contains(&true) || !copied {
             continue;
         }
-        if row
-            .state
-            .compare_exchange(ROW_EXITED, ROW_CLAIMED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !claim(row, generation) {
             continue;
         }
         // Only words some session handed out can hold figures: the others
@@ -494,6 +490,31 @@ fn reuse_harvested_row(
         return Some(row_ptr);
     }
     None
+}
+
+/// Takes `row` (state `CLAIMED`) if it still holds the exited thread of
+/// `generation`, the one whose copy the caller checked.
+///
+/// ABA: between the caller's read of the generation and the
+/// compare-and-swap, another thread may have claimed the row, run in it and
+/// exited; the `EXITED` the swap took is then that thread's, whose figures
+/// no injector has copied yet (a loaded machine preempts the caller there
+/// long enough: one thread of 10,000 short-lived ones went missing). The
+/// swap read that thread's release store, so its generation is visible
+/// now: the row is handed back untouched.
+fn claim(row: &RowHeader, generation: u32) -> bool {
+    if row
+        .state
+        .compare_exchange(ROW_EXITED, ROW_CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    if row.generation.load(Ordering::Acquire) != generation {
+        row.state.store(ROW_EXITED, Ordering::Release);
+        return false;
+    }
+    true
 }
 
 /// Zeroes `len` bytes at `at` in the region, giving whole pages back to the
@@ -722,4 +743,27 @@ fn register_in(base: *mut u8, header: &RegionHeader, geometry: Geometry) -> *mut
     let _ = EXIT_GUARD.try_with(|guard| guard.set(Some(ExitGuard(row_ptr as *const RowHeader))));
     tls_row_set(row_ptr);
     row_ptr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_reclaimed_and_exited_since_its_generation_was_read_is_not_taken() {
+        // SAFETY: RowHeader is made of atomics and plain integers, for
+        // which all-zero bytes are valid.
+        let row: RowHeader = unsafe { core::mem::zeroed() };
+        row.state.store(ROW_EXITED, Ordering::Relaxed);
+        row.generation.store(5, Ordering::Relaxed);
+        // The scanner saw generation 4 (copied); the row's thread is
+        // generation 5's, not copied: handed back as it was.
+        assert!(!claim(&row, 4));
+        assert_eq!(row.state.load(Ordering::Relaxed), ROW_EXITED);
+        assert_eq!(row.generation.load(Ordering::Relaxed), 5);
+        assert!(claim(&row, 5));
+        assert_eq!(row.state.load(Ordering::Relaxed), ROW_CLAIMED);
+        // Claimed: nobody else takes it.
+        assert!(!claim(&row, 5));
+    }
 }
