@@ -130,7 +130,7 @@ pub struct Observed<'a> {
 /// Checks weft's figures for `key` against the target's for `syscall`
 /// (every (thread, function) the target reports): calls and attribution
 /// exact; wall time never above the target's and within 5% of it for long
-/// calls; CPU time never above wall; for long calls that run (not sleep),
+/// calls (long by both clocks); CPU time never above wall; for long calls that run (not sleep),
 /// within the tolerance of the target's own CPU clock for a thread never
 /// preempted (a preempting wakeup makes the kernel charge the rest of a
 /// call to the next thread, see kernel_calls.c: that clock is then no
@@ -175,7 +175,12 @@ pub fn check_against_truth(
         ctx.check(m_cpu <= m_wall, || {
             format!("{what}: CPU {m_cpu} ns above wall {m_wall} ns")
         });
-        if wall / calls >= long_call_ns {
+        // Long by both clocks: a short call whose thread was preempted
+        // between the target's clock read and the system call (four busy
+        // threads on the guest's two CPUs) is long by the target's clock
+        // alone (CI: 0.7 ms a call inside do_sys_openat2, 4.5 ms around
+        // it), and that time is outside the function weft measures.
+        if wall / calls >= long_call_ns && m_wall / calls >= long_call_ns {
             compared += 1;
             let ratio = m_wall as f64 / wall as f64;
             ctx.check((0.95..=1.0).contains(&ratio), || {
