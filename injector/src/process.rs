@@ -3793,11 +3793,13 @@ impl Process {
         });
         let pid = self.pid;
         let rows = self.snapshot();
-        // Traced probes hook their exits without timers.
+        // Traced probes hook their exits without timers. Only in a session
+        // that traces: a counting probe that borrows another session's timed
+        // one also has a call record, and its report has no exits.
         let hooked: Vec<u32> = self
             .probes
             .iter()
-            .filter(|p| p.hooks_exit() && !p.metrics().hooks_exit())
+            .filter(|p| self.trace_calls && p.hooks_exit() && !p.metrics().hooks_exit())
             .filter_map(|p| Some(p.own_words()?.first))
             .collect();
         let mut report = Report::build_hooked(
