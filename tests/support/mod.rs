@@ -86,18 +86,26 @@ fn gcc(args: &[&str], extra: &[&str]) -> Command {
 /// executable.
 #[allow(dead_code)]
 pub fn build_c_target(name: &str, flags: &[&str]) -> PathBuf {
+    // One build at a time, into a file renamed when complete: a test
+    // running in parallel otherwise saw the executable exist while the
+    // linker still wrote it, and its exec failed with ETXTBSY.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = variant_dir(&format!("{name}{}", flags.join("")));
     let exe = dir.join(name);
     if !exe.exists() {
         let source = src(&format!("{name}.c"));
+        let partial = dir.join(format!("{name}.building"));
         let mut args: Vec<&str> = flags.to_vec();
         args.extend([
             "-pthread",
             "-o",
-            exe.to_str().unwrap(),
+            partial.to_str().unwrap(),
             source.to_str().unwrap(),
         ]);
         run_build(gcc(&args, &[]));
+        std::fs::rename(&partial, &exe)
+            .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", partial.display(), exe.display()));
     }
     exe
 }
