@@ -187,7 +187,10 @@ def svg(path, shot):
     b = Browser()
     try:
         b.open("file://" + os.path.abspath(path))
-        b.wait_for("document.readyState === 'complete'", "the SVG's load")
+        # The new tab is about:blank (complete) until the file's document
+        # replaces it: wait for the SVG itself.
+        b.wait_for("document.readyState === 'complete' && document.documentElement !== null"
+                   " && document.documentElement.localName === 'svg'", "the SVG's load")
         result = b.eval(
             "(() => { const svg = document.documentElement;"
             " const frames = [...document.querySelectorAll('g')]"
