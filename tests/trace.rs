@@ -100,6 +100,28 @@ fn python(ctx: &Ctx, script: &str, file: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| ctx.fail(format!("python3's output: {e}")))
 }
 
+/// `weft run WEFT_ARGS --format FORMAT -o FILE -- PROGRAM…`, waited for
+/// (exit 0).
+fn run_to_file(ctx: &Ctx, weft_args: &[&str], format: &str, file: &Path, program: &[&str]) -> Proc {
+    let mut args = vec!["run"];
+    args.extend(weft_args);
+    args.extend(["--format", format, "-o", file.to_str().unwrap(), "--"]);
+    args.extend(program);
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    weft
+}
+
+/// The `<title>` texts of an SVG, as python's XML parser reads them.
+fn svg_titles(ctx: &Ctx, file: &Path) -> Vec<String> {
+    python(ctx, SVG_READER, file)
+        .as_array()
+        .unwrap_or_else(|| ctx.fail("no titles"))
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_string))
+        .collect()
+}
+
 /// The target's own log per tid ("T <tid> <log>" lines).
 fn logged(stdout: &str) -> BTreeMap<String, String> {
     stdout
@@ -165,22 +187,13 @@ fn run_writes_every_call_once_nested_in_order() {
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_run");
     let file = dir.join("trace.json");
-    let file_s = file.to_str().unwrap();
-    let exe_s = exe.to_str().unwrap();
-    let mut args = vec!["run"];
-    args.extend(FUNCS);
-    args.extend([
-        "--format",
+    let weft = run_to_file(
+        &ctx,
+        &FUNCS,
         "chrome-trace",
-        "-o",
-        file_s,
-        "--",
-        exe_s,
-        "4",
-        "300",
-    ]);
-    let mut weft = ctx.weft(&args);
-    weft.wait_code(0);
+        &file,
+        &[exe.to_str().unwrap(), "4", "300"],
+    );
     let trace = python(&ctx, CHROME_READER, &file);
     check_sequences(&ctx, &trace, &logged(&weft.stdout_text()), 4, "weft run");
 }
@@ -226,29 +239,9 @@ fn flamegraph_is_an_svg_with_the_functions() {
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_flamegraph");
     let file = dir.join("flame.svg");
-    let file_s = file.to_str().unwrap();
     let exe_s = exe.to_str().unwrap();
-    let mut args = vec!["run"];
-    args.extend(FUNCS);
-    args.extend([
-        "--format",
-        "flamegraph",
-        "-o",
-        file_s,
-        "--",
-        exe_s,
-        "3",
-        "200",
-    ]);
-    let mut weft = ctx.weft(&args);
-    weft.wait_code(0);
-    let titles = python(&ctx, SVG_READER, &file);
-    let titles: Vec<&str> = titles
-        .as_array()
-        .unwrap_or_else(|| ctx.fail("no titles"))
-        .iter()
-        .filter_map(|t| t.as_str())
-        .collect();
+    run_to_file(&ctx, &FUNCS, "flamegraph", &file, &[exe_s, "3", "200"]);
+    let titles = svg_titles(&ctx, &file);
     for f in ["outer", "middle", "recurse", "leaf"] {
         ctx.check(
             titles.iter().any(|t| t.starts_with(&format!("{f} ("))),
@@ -258,20 +251,11 @@ fn flamegraph_is_an_svg_with_the_functions() {
 
     // --by-thread: one tower per thread, under the thread's name and TID.
     let file = dir.join("by_thread.svg");
-    let mut args = vec!["run", "--by-thread"];
-    args.extend(FUNCS);
-    args.extend(["--format", "flamegraph", "-o", file.to_str().unwrap()]);
-    args.extend(["--", exe_s, "3", "200"]);
-    let mut weft = ctx.weft(&args);
-    weft.wait_code(0);
+    let mut with = vec!["--by-thread"];
+    with.extend(FUNCS);
+    let weft = run_to_file(&ctx, &with, "flamegraph", &file, &[exe_s, "3", "200"]);
     let tids: Vec<String> = logged(&weft.stdout_text()).into_keys().collect();
-    let titles = python(&ctx, SVG_READER, &file);
-    let titles: Vec<&str> = titles
-        .as_array()
-        .unwrap_or_else(|| ctx.fail("no titles"))
-        .iter()
-        .filter_map(|t| t.as_str())
-        .collect();
+    let titles = svg_titles(&ctx, &file);
     ctx.check(tids.len() == 3, || format!("threads logged: {tids:?}"));
     for tid in &tids {
         ctx.check(
@@ -369,21 +353,15 @@ fn longjmp_and_thread_exit_end_as_unwound() {
     let ctx = Ctx::new("longjmp_and_thread_exit_end_as_unwound");
     let dir = scratch_dir("trace_exits");
     let file = dir.join("trace.json");
-    let (file_s, exe_s) = (file.to_str().unwrap(), exits().to_str().unwrap());
-    let mut weft = ctx.weft(&[
-        "run",
-        "-m",
-        "calls,trace",
-        "-f",
-        "jump_host,jump_mid,jumper,exit_via,exiter,multi_ret",
-        "--format",
+    let exe = exits();
+    let funcs = "jump_host,jump_mid,jumper,exit_via,exiter,multi_ret";
+    run_to_file(
+        &ctx,
+        &["-m", "calls,trace", "-f", funcs],
         "chrome-trace",
-        "-o",
-        file_s,
-        "--",
-        exe_s,
-    ]);
-    weft.wait_code(0);
+        &file,
+        &[exe.to_str().unwrap()],
+    );
     let trace = python(&ctx, CHROME_READER, &file);
     let ended = &trace["ended"];
     let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
@@ -408,22 +386,14 @@ fn exceptions_end_traced_frames_as_unwound() {
     let ctx = Ctx::new("exceptions_end_traced_frames_as_unwound");
     let dir = scratch_dir("trace_exceptions");
     let file = dir.join("trace.json");
-    let (file_s, exe_s) = (file.to_str().unwrap(), exceptions().to_str().unwrap());
-    let mut weft = ctx.weft(&[
-        "run",
-        "-m",
-        "calls,trace",
-        "-f",
-        "thrower,middle",
-        "--format",
+    let exe = exceptions();
+    run_to_file(
+        &ctx,
+        &["-m", "calls,trace", "-f", "thrower,middle"],
         "chrome-trace",
-        "-o",
-        file_s,
-        "--",
-        exe_s,
-        "200",
-    ]);
-    weft.wait_code(0);
+        &file,
+        &[exe.to_str().unwrap(), "200"],
+    );
     let trace = python(&ctx, CHROME_READER, &file);
     let ended = &trace["ended"];
     let count = |f: &str, kind: &str| ended[f][kind].as_u64().unwrap_or(0);
@@ -518,12 +488,13 @@ fn speedscope_and_chromium_read_the_trace_and_the_flame_graph() {
     let (json, svg) = (dir.join("trace.json"), dir.join("flame.svg"));
     let mut logs = BTreeMap::new();
     for (format, file) in [("chrome-trace", &json), ("flamegraph", &svg)] {
-        let mut args = vec!["run"];
-        args.extend(FUNCS);
-        args.extend(["--format", format, "-o", file.to_str().unwrap(), "--"]);
-        args.extend([exe.to_str().unwrap(), "3", "100"]);
-        let mut weft = ctx.weft(&args);
-        weft.wait_code(0);
+        let weft = run_to_file(
+            &ctx,
+            &FUNCS,
+            format,
+            file,
+            &[exe.to_str().unwrap(), "3", "100"],
+        );
         if format == "chrome-trace" {
             logs = logged(&weft.stdout_text());
         }
