@@ -683,13 +683,17 @@ fn section_sampling(quick: bool) {
     // at 10 Hz about half the rows have changed between two samples.
     std::thread::sleep(Duration::from_millis(500));
     let samples = if quick { 10 } else { 50 };
+    // As `weft attach`/`top` sample: at real-time priority for the whole
+    // session where permitted, so 1,000 spinning threads do not preempt
+    // the sampler in the middle of a sample (and refill its caches).
+    let realtime = weft::RealtimeGuard::raise();
     let mut sampler = weft::Sampler::new();
     // The first sample reads every row.
     let cpu0 = thread_cpu();
     let rows = sampler.sample(&p).count();
     let cold = thread_cpu() - cpu0;
     let mut spent = 0.0;
-    let (mut read, mut cpu_reads) = (0u64, 0u64);
+    let (mut read, mut cpu_reads, mut holes) = (0u64, 0u64, 0u64);
     for _ in 0..samples {
         std::thread::sleep(Duration::from_millis(100));
         let before: u64 = calls_in(&p);
@@ -707,6 +711,7 @@ fn section_sampling(quick: bool) {
         );
         read += u64::from(sampler.stats().rows_read);
         cpu_reads += u64::from(sampler.stats().cpu_reads);
+        holes += u64::from(sampler.stats().holes_looked_up);
     }
     let sample = spent / samples as f64;
     // A whole report: every row copied, names, maps and totals for people.
@@ -717,13 +722,21 @@ fn section_sampling(quick: bool) {
     }
     let report = (thread_cpu() - cpu0) / reports as f64;
     println!(
-        "## Sampling {rows} threads x {functions} timed functions at 10 Hz (target running, not stopped)"
+        "## Sampling {rows} threads x {functions} timed functions at 10 Hz (target running, not \
+         stopped; sampler at {} priority)",
+        if realtime.is_some() {
+            "real-time"
+        } else {
+            "normal"
+        }
     );
     println!(
-        "sample: {:.3} ms CPU ({:.0} changed rows read, {:.1} CPU times read per sample), \
-         at 10 Hz {:.2}% of a core; first sample (every row): {:.2} ms; full report: {:.1} ms",
+        "sample: {:.3} ms CPU ({:.0} changed rows read, {:.1} of them looked up for written \
+         pages, {:.1} CPU times read per sample), at 10 Hz {:.2}% of a core; first sample \
+         (every row): {:.2} ms; full report: {:.1} ms",
         sample * 1e3,
         read as f64 / samples as f64,
+        holes as f64 / samples as f64,
         cpu_reads as f64 / samples as f64,
         sample * 10.0 * 100.0,
         cold * 1e3,
@@ -765,10 +778,22 @@ fn main() {
     // with no arguments besides filters: keep that quick too.
     let quick =
         std::env::var_os("WEFT_BENCH_QUICK").is_some() || !std::env::args().any(|a| a == "--bench");
+    // Figures differ by machine (rdtsc alone is 9 ns on one, 42 on
+    // another): name it, and compare only within one run.
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown processor".into());
     println!(
-        "# weft overhead{} — {} CPUs",
+        "# weft overhead{} — {} CPUs, {model}, kernel {}",
         if quick { " (quick mode)" } else { "" },
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or_else(|_| "unknown".into(), |r| r.trim().to_string())
     );
     // WEFT_BENCH_ONLY=per_call,attach,functions,sampling: some sections.
     let only = std::env::var("WEFT_BENCH_ONLY").unwrap_or_default();

@@ -68,6 +68,7 @@ pub struct TimerWords {
 /// writer can be descheduled, or killed, between its two `seq` stores).
 ///
 /// Correct as is on x86-64, where loads are not reordered with loads.
+#[inline(always)]
 pub fn read_timer_words(
     mut load: impl FnMut(usize) -> u64,
     max_attempts: u32,

@@ -90,6 +90,16 @@ struct RowState {
     tid: u32,
     activity: u64,
     values: Vec<Value>,
+    /// The values before the row's last read (a floor, module docs); kept
+    /// to reuse its allocation.
+    floor: Vec<Value>,
+    /// The metric words that lay in written pages at the last read, and
+    /// how many words were asked (`Region::written_words`). Pages of a
+    /// row only become holes again when the row is claimed anew (a new
+    /// generation), so while the thread is the same, a range once written
+    /// stays written: once every word asked is written, no more `lseek`s.
+    written: Vec<std::ops::Range<u32>>,
+    written_of: u32,
     /// Timers that were running when the row was last read: (probe index,
     /// their words then, the wall and CPU ns to subtract).
     running: Vec<(usize, TimerWords, (u64, u64))>,
@@ -105,6 +115,9 @@ pub struct SampleStats {
     /// Thread CPU times read from `/proc` (threads with a running CPU
     /// timer).
     pub cpu_reads: u32,
+    /// Changed rows whose written pages were looked up (`lseek`s): new
+    /// threads, and rows with pages the thread had not written yet.
+    pub holes_looked_up: u32,
 }
 
 /// A reusable sampler of a process's probes; see the module docs.
@@ -241,15 +254,23 @@ impl Sampler {
             }
             self.stats.rows_read += 1;
             let words = region.row_words(index, self.words);
-            let written = region.written_words(index, self.words);
             let same_thread = r.known && r.generation == generation && r.tid == tid;
+            let asked = self.words.min(geometry.metric_words);
+            let all_written = same_thread
+                && r.written_of == self.words
+                && r.written.len() == 1
+                && r.written[0] == (0..asked);
+            if !all_written {
+                r.written = region.written_words(index, self.words);
+                r.written_of = self.words;
+                self.stats.holes_looked_up += 1;
+            }
             let baseline = |word: usize| process.baseline(index, generation, word as u32);
             read_row(
                 r,
                 same_thread,
                 &self.probes,
                 words,
-                &written,
                 &baseline,
                 (tid, pid),
                 wall_now,
@@ -274,6 +295,7 @@ const W_SELF_TOTAL: usize = (weft_codegen::METRIC_SELF_TOTAL / 8) as usize;
 /// A consistent copy of a timed probe's words `w`, read in place with the
 /// seqlock reader of the layout's definition, or None after `tries`
 /// attempts (a writer stuck mid-update: descheduled, or killed).
+#[inline(always)]
 fn timer_words(w: &[AtomicU64], tries: u32) -> Option<TimerWords> {
     // Relaxed: the reader orders its loads itself (compiler fences, and
     // x86-64 does not reorder loads with loads).
@@ -287,7 +309,6 @@ fn read_row(
     same_thread: bool,
     probes: &[Sampled],
     words: &[AtomicU64],
-    written: &[std::ops::Range<u32>],
     baseline: &dyn Fn(usize) -> u64,
     (tid, pid): (u32, i32),
     wall_now: u64,
@@ -295,11 +316,11 @@ fn read_row(
     stats: &mut SampleStats,
 ) {
     // The last sample's values of the same thread: a floor (module docs).
-    let floor = if same_thread {
-        std::mem::take(&mut r.values)
-    } else {
-        Vec::new()
-    };
+    std::mem::swap(&mut r.floor, &mut r.values);
+    if !same_thread {
+        r.floor.clear();
+    }
+    let (floor, written) = (std::mem::take(&mut r.floor), std::mem::take(&mut r.written));
     r.values.clear();
     r.values.resize(probes.len(), Value::default());
     r.running.clear();
@@ -400,6 +421,7 @@ fn read_row(
         value.cpu_ns = value.cpu_ns.max(before.cpu_ns);
         value.self_ns = value.self_ns.max(before.self_ns);
     }
+    (r.floor, r.written) = (floor, written);
 }
 
 /// A timed probe's self time less what a borrowed probe had counted
@@ -473,15 +495,12 @@ mod tests {
         }];
         let mut stats = SampleStats::default();
         let none = |_| 0;
+        r.written = std::iter::once(0..words.len() as u32).collect();
         read_row(
             r,
             same_thread,
             &probes,
             words,
-            &[std::ops::Range {
-                start: 0,
-                end: words.len() as u32,
-            }],
             &none,
             (1, 1),
             0,
