@@ -812,8 +812,12 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         let longest_stop = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
         let stop_bound = if steal <= STEAL_QUIET { 25.0 } else { 50.0 };
         eprintln!(
-            "run {run}: {} stops, the longest {longest_stop:.1} ms {} (bound {stop_bound} ms)",
-            s["stops"], s["longest_stop_for"]
+            "run {run}: {} stops, the longest {longest_stop:.1} ms {} ({:.1} ms for the threads \
+             to stop, {:.1} ms to resume them; bound {stop_bound} ms)",
+            s["stops"],
+            s["longest_stop_for"],
+            s["longest_stop_stopping_ms"].as_f64().unwrap_or(-1.0),
+            s["longest_stop_resuming_ms"].as_f64().unwrap_or(-1.0),
         );
         if longest_stop > stop_bound {
             fail(format!(

@@ -62,7 +62,7 @@ pub use process::{
     Applied, CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec,
     Process, Refusal, Refused, Replacement, SharedCode, UserProbe, Words, MAX_CALL_TARGET_SLOTS,
 };
-pub use ptrace::{ProcessExit, RealtimeGuard, Registers, Tid};
+pub use ptrace::{ProcessExit, RealtimeGuard, Registers, StopTime, Tid};
 pub use report::Report;
 pub use runtime::RuntimeOptions;
 pub use sample::Sampler;

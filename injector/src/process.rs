@@ -33,7 +33,7 @@ use crate::error::Room;
 use crate::exits::Metrics;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
-use crate::ptrace::{ProcessExit, RealtimeGuard, RemoteCall, Tid, TraceError, Tracer};
+use crate::ptrace::{ProcessExit, RealtimeGuard, RemoteCall, StopTime, Tid, TraceError, Tracer};
 use crate::region::RowSnapshot;
 use crate::report::{ProbeInfo, Report};
 use crate::runtime::{self, Runtime, RuntimeOptions};
@@ -512,7 +512,7 @@ pub struct Process {
     /// `/proc/PID/mem`, read-only, for planning while not held.
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
-    longest_stop: Duration,
+    longest_stop: StopTime,
     /// Functions already searched for points an earlier weft left
     /// (`remove_leftover_points`: once per function and `Process`).
     leftovers_checked: AddressSet<u64>,
@@ -667,7 +667,7 @@ impl Process {
             point_plans: Default::default(),
             staged: Default::default(),
             memory: None,
-            longest_stop: Duration::ZERO,
+            longest_stop: StopTime::default(),
             load_world: crate::ptrace::World::WhenWaiting,
         }
     }
@@ -3220,7 +3220,7 @@ impl Process {
     fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         self.stops_before += tracer.stop_count();
         let detached = tracer.detach();
-        self.longest_stop = self.longest_stop.max(tracer.longest_stop());
+        self.longest_stop = self.longest_stop.max(tracer.longest_stop_time());
         // Normal priority again, whatever happened.
         self.boost = None;
         // A session with nothing in place gives its slot back: its acks
@@ -3251,7 +3251,7 @@ impl Process {
         if self.boost.is_none() {
             self.boost = RealtimeGuard::raise();
         }
-        self.longest_stop = Duration::ZERO;
+        self.longest_stop = StopTime::default();
         // While the target still runs: what an insertion of the functions
         // `prepare` planned would otherwise build in the pause, and the
         // wall clock a first load of the runtime hands over.
@@ -3677,6 +3677,12 @@ impl Process {
     /// during the last hold, from the first interrupt to the last thread
     /// resumed ([`Held::longest_stop`]: during the current one).
     pub fn longest_stop(&self) -> Duration {
+        self.longest_stop.total
+    }
+
+    /// [`Process::longest_stop`], and where its time went: the threads
+    /// stopping, weft's work, resuming them.
+    pub fn longest_stop_time(&self) -> StopTime {
         self.longest_stop
     }
 

@@ -216,6 +216,11 @@ pub struct Summary {
     pub longest_stop_ms: f64,
     /// What it was for (`inserting probes`, `walking stacks`…).
     pub longest_stop_for: String,
+    /// Of the longest stop: ms until every thread had stopped (the
+    /// kernel scheduling each interrupted thread to its stop).
+    pub longest_stop_stopping_ms: f64,
+    /// Of the longest stop: ms resuming the threads.
+    pub longest_stop_resuming_ms: f64,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// How long the search has run, s.
@@ -1132,8 +1137,10 @@ impl Consultant {
                 functions_reachable: self.module_functions.values().sum(),
                 executable_functions: self.executable_functions,
                 stops: self.stops.count,
-                longest_stop_ms: self.stops.longest.as_secs_f64() * 1e3,
+                longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
                 longest_stop_for: self.stops.longest_for.to_string(),
+                longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
+                longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),
@@ -1149,7 +1156,7 @@ impl Consultant {
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Stops {
     count: usize,
-    longest: Duration,
+    longest: crate::StopTime,
     /// What the longest was for.
     longest_for: &'static str,
 }
@@ -1158,8 +1165,8 @@ impl Stops {
     /// Counts the hold `process` just released, made for `what`.
     pub(super) fn note(&mut self, process: &Process, what: &'static str) {
         self.count += 1;
-        if process.longest_stop() > self.longest {
-            self.longest = process.longest_stop();
+        if process.longest_stop_time() > self.longest {
+            self.longest = process.longest_stop_time();
             self.longest_for = what;
         }
     }

@@ -192,6 +192,26 @@ impl Drop for RealtimeGuard {
     }
 }
 
+/// Where one stop of the world's time went. Ordered by `total` first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StopTime {
+    /// From the first thread interrupted to the last one resumed.
+    pub total: Duration,
+    /// Until every thread had stopped: the kernel's part (each interrupted
+    /// thread must be scheduled to enter its stop; a sleeping one waits
+    /// for a CPU, a vCPU can be descheduled by its host).
+    pub stopping: Duration,
+    /// Resuming them all.
+    pub resuming: Duration,
+}
+
+impl StopTime {
+    /// The part in between: weft's own work on the stopped process.
+    pub fn working(&self) -> Duration {
+        self.total.saturating_sub(self.stopping + self.resuming)
+    }
+}
+
 /// A process held with ptrace.
 #[derive(Debug)]
 pub struct Tracer {
@@ -206,8 +226,10 @@ pub struct Tracer {
     stop_events: u64,
     /// When the current stop of the world began (its first interrupt).
     stopped_since: Option<Instant>,
+    /// How long its threads took to stop, once they all had.
+    stopping: Option<Duration>,
     /// The longest stop of the world so far.
-    longest_stop: Duration,
+    longest_stop: StopTime,
     /// Where remote calls return (see `weft_codegen::remote_stub`), once
     /// installed.
     return_stub: Option<remote::StubInfo>,
@@ -274,7 +296,8 @@ impl Tracer {
             exit: None,
             stop_events: 0,
             stopped_since: None,
-            longest_stop: Duration::ZERO,
+            stopping: None,
+            longest_stop: StopTime::default(),
             return_stub: None,
             poll_cursor: 0,
         };
@@ -308,7 +331,8 @@ impl Tracer {
             exit: None,
             stop_events: 0,
             stopped_since: None,
-            longest_stop: Duration::ZERO,
+            stopping: None,
+            longest_stop: StopTime::default(),
             return_stub: None,
             poll_cursor: 0,
         })
@@ -391,14 +415,33 @@ impl Tracer {
     /// The longest time the world was stopped at once, from the first
     /// interrupt to the last thread resumed (the current stop included).
     pub fn longest_stop(&self) -> Duration {
-        self.longest_stop
-            .max(self.stopped_since.map_or(Duration::ZERO, |s| s.elapsed()))
+        self.longest_stop_time().total
     }
 
-    /// The current stop of the world (if any) is over.
-    fn stop_ended(&mut self) {
+    /// [`Tracer::longest_stop`], and where its time went.
+    pub fn longest_stop_time(&self) -> StopTime {
+        let current = self.stopped_since.map(|since| {
+            let total = since.elapsed();
+            StopTime {
+                total,
+                stopping: self.stopping.unwrap_or(total),
+                resuming: Duration::ZERO,
+            }
+        });
+        self.longest_stop.max(current.unwrap_or_default())
+    }
+
+    /// The current stop of the world (if any) is over; resuming its
+    /// threads took `resuming`.
+    fn stop_ended(&mut self, resuming: Duration) {
         if let Some(since) = self.stopped_since.take() {
-            self.longest_stop = self.longest_stop.max(since.elapsed());
+            let total = since.elapsed();
+            let this = StopTime {
+                total,
+                stopping: self.stopping.take().unwrap_or(total).min(total),
+                resuming: resuming.min(total),
+            };
+            self.longest_stop = self.longest_stop.max(this);
         }
     }
 
@@ -460,6 +503,9 @@ impl Tracer {
                 .map(|(&tid, _)| tid)
                 .collect();
             if running.is_empty() {
+                if let (None, Some(since)) = (self.stopping, self.stopped_since) {
+                    self.stopping = Some(since.elapsed());
+                }
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -503,9 +549,10 @@ impl Tracer {
     /// Resumes every stopped thread, delivering signals that arrived while it
     /// was stopped.
     pub fn resume_all(&mut self) -> Result<(), TraceError> {
+        let began = Instant::now();
         let stopped: Vec<Tid> = self.threads.keys().copied().collect();
         let resumed = stopped.into_iter().try_for_each(|tid| self.resume(tid));
-        self.stop_ended();
+        self.stop_ended(began.elapsed());
         resumed
     }
 
@@ -807,6 +854,7 @@ impl Tracer {
                 Err(e) => return Err(e),
             }
         }
+        let began = Instant::now();
         let mut first_error = None;
         for (&tid, thread) in self.threads.iter_mut() {
             let sig = match thread.state {
@@ -836,7 +884,7 @@ impl Tracer {
             }
         }
         self.threads.clear();
-        self.stop_ended();
+        self.stop_ended(began.elapsed());
         first_error.map_or(Ok(()), Err)
     }
 }

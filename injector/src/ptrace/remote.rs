@@ -824,9 +824,10 @@ impl Tracer {
 
     /// Resumes every thread but `tid`.
     fn resume_others(&mut self, tid: Tid) -> Result<(), TraceError> {
+        let began = std::time::Instant::now();
         let others: Vec<Tid> = self.threads.keys().copied().filter(|&t| t != tid).collect();
         let resumed = others.into_iter().try_for_each(|other| self.resume(other));
-        self.stop_ended();
+        self.stop_ended(began.elapsed());
         resumed
     }
 
