@@ -1,6 +1,7 @@
 //! The diagnose search's code axis on a real process: direct callees,
-//! library functions named through their PLT stubs, indirect call sites
-//! left open until their targets are learnt at run time.
+//! library functions named through their PLT stubs (or, built with
+//! `-fno-plt`, their GOT slots), indirect call sites left open until their
+//! targets are learnt at run time.
 
 mod support;
 
@@ -9,14 +10,30 @@ use support::*;
 use weft::diagnose::{CallGraph, StaticCallGraph};
 use weft::{Pattern, Process};
 
-fn target() -> PathBuf {
-    build_c_target("callgraph_small", &["-O1", "-fno-inline"])
+fn target(flags: &[&str]) -> PathBuf {
+    let mut all = vec!["-O1", "-fno-inline"];
+    all.extend(flags);
+    build_c_target("callgraph_small", &all)
 }
 
 #[test]
 fn callees_from_code_and_indirect_targets_learnt() {
-    let ctx = Ctx::new("callees_from_code_and_indirect_targets_learnt");
-    let exe = target();
+    callees_of("callees_from_code_and_indirect_targets_learnt", target(&[]));
+}
+
+/// `-fno-plt` code calls libraries through their GOT slots (`call [rip +
+/// slot]`): the calls are named as through stubs, and only the function
+/// pointer table stays an indirect site.
+#[test]
+fn calls_through_got_slots_are_named_callees() {
+    callees_of(
+        "calls_through_got_slots_are_named_callees",
+        target(&["-fno-plt"]),
+    );
+}
+
+fn callees_of(name: &str, exe: PathBuf) {
+    let ctx = Ctx::new(name);
     let mut t = ctx.target(&exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
     let mut process = Process::open(t.pid as i32).expect("open the target");

@@ -31,8 +31,18 @@ fn diagnose(ctx: &Ctx, pid: u32, secs: u32) -> (serde_json::Value, String) {
         "json",
     ]);
     w.wait_code(0);
-    let d = serde_json::from_str(&w.stdout_text())
+    let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
         .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
+    let s = &d["summary"];
+    eprintln!(
+        "{} stops, the longest {:.1} ms {} ({:.1} ms for the threads to stop, {:.1} ms to \
+         resume them)",
+        s["stops"],
+        s["longest_stop_ms"].as_f64().unwrap_or(-1.0),
+        s["longest_stop_for"],
+        s["longest_stop_stopping_ms"].as_f64().unwrap_or(-1.0),
+        s["longest_stop_resuming_ms"].as_f64().unwrap_or(-1.0),
+    );
     (d, w.stderr_text())
 }
 
@@ -87,6 +97,53 @@ fn diag_mutex() -> &'static PathBuf {
         );
         exe
     })
+}
+
+/// The code axis alone, without the stacks the search starts from: a
+/// Rust program calls the standard library compiled into it through
+/// relocated read-only pointers (`call [rip + slot]`), so the path from
+/// `step` down to the futex wait is in the static call graph, and the
+/// search refines `worker` into `step` in every thread, whatever its
+/// stack walks happened to catch.
+#[test]
+fn rust_calls_through_relocated_pointers_reach_the_lock() {
+    use weft::diagnose::{CallGraph, Hypothesis, StaticCallGraph};
+    let ctx = Ctx::new("rust_calls_through_relocated_pointers_reach_the_lock");
+    let mut t = ctx.target(diag_mutex(), &[]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let mut process = weft::Process::open(t.pid as i32).expect("open the target");
+    let functions = process
+        .find_functions(&[weft::Pattern::parse("exe:*").unwrap()])
+        .expect("the executable's functions");
+    let mut graph = StaticCallGraph::new();
+    for f in &functions {
+        graph.explore(process.image(), f);
+    }
+    let named = |part: &str| {
+        functions
+            .iter()
+            .find(|f| f.name.contains(part))
+            .map(|f| f.name.clone())
+            .unwrap_or_else(|| ctx.fail(format!("no function named like {part}")))
+    };
+    let (worker, step, update) = (
+        named("diag_mutex6worker"),
+        named("diag_mutex4step"),
+        named("diag_mutex13update_shared"),
+    );
+    for f in [&step, &update] {
+        ctx.check(graph.relevant(Hypothesis::SyncWaiting, f), || {
+            format!(
+                "{f} does not reach a lock wait; update_shared calls {:?}",
+                graph.callees(&update)
+            )
+        });
+    }
+    ctx.check(graph.callees(&worker).contains(&step), || {
+        format!("worker's callees {:?}", graph.callees(&worker))
+    });
+    drop(process);
+    drop(t); // killed by its PID
 }
 
 #[test]

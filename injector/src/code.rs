@@ -17,7 +17,7 @@ pub use weft_codegen::cfg::{
     BasicBlock, CallSite, CallTarget, Disassembly, ExitKind, ExitPoint, Flow, Instruction,
 };
 
-use crate::inspect::{FoundFunction, Module, ProcessImage};
+use crate::inspect::{FoundFunction, Module, ProcessImage, SlotTarget};
 
 /// Why a function's code or lines could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +97,32 @@ pub fn plt_import(image: &ProcessImage, address: u64) -> Option<String> {
     let weft_codegen::cfg::Flow::IndirectJump { slot: Some(slot) } = jump.flow else {
         return None;
     };
-    elf.got_slot_symbol(slot).ok()?
+    match elf.pointer_slot(slot)? {
+        SlotTarget::Symbol(name) => Some(name.clone()),
+        SlotTarget::Address(_) => None,
+    }
+}
+
+/// Where a call through the pointer slot at `slot` (runtime) goes, when
+/// the files say so ([`ElfImage::pointer_slot`]): a function by name, or
+/// a runtime address. None for a pointer the program may change.
+pub fn slot_call_target(image: &ProcessImage, slot: u64) -> Option<SlotCall> {
+    let module = image.module_of(slot)?;
+    let elf = module.image().ok()?;
+    Some(match elf.pointer_slot(slot.wrapping_sub(module.bias()))? {
+        SlotTarget::Symbol(name) => SlotCall::Named(name.clone()),
+        SlotTarget::Address(vaddr) => SlotCall::At(vaddr.wrapping_add(module.bias())),
+    })
+}
+
+/// [`slot_call_target`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotCall {
+    /// The function of this name (another library's, or this module's own
+    /// exported one).
+    Named(String),
+    /// The function at this runtime address.
+    At(u64),
 }
 
 fn module_of<'a>(image: &'a ProcessImage, f: &FoundFunction) -> Result<&'a Module, CodeError> {

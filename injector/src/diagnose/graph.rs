@@ -12,7 +12,7 @@
 
 use super::decision::Hypothesis;
 use super::search::CallGraph;
-use crate::code::{function_code, plt_import};
+use crate::code::{function_code, plt_import, slot_call_target, SlotCall};
 use crate::code::{CallTarget, ExitKind};
 use crate::inspect::ProcessImage;
 use crate::process::Function;
@@ -204,7 +204,16 @@ fn decode(image: &mut ProcessImage, f: &Function, known: &mut BTreeMap<String, F
     for site in &code.calls {
         match site.target {
             CallTarget::Direct(to) => targets.push(to),
-            CallTarget::Indirect { .. } => calls.indirect_sites.push(site.address),
+            // Through a slot the files fill and nobody changes (a GOT
+            // entry, a relocated read-only pointer): as good as direct.
+            CallTarget::Indirect { slot: Some(slot) } => match slot_call_target(image, slot) {
+                Some(SlotCall::Named(name)) => {
+                    calls.direct.insert(name);
+                }
+                Some(SlotCall::At(to)) => targets.push(to),
+                None => calls.indirect_sites.push(site.address),
+            },
+            CallTarget::Indirect { slot: None } => calls.indirect_sites.push(site.address),
         }
     }
     for exit in &code.exits {

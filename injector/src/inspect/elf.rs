@@ -284,6 +284,16 @@ struct DynamicInfo {
     flags_1: u64,
 }
 
+/// What a pointer slot of an ELF file holds once relocated
+/// ([`ElfImage::pointer_slot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotTarget {
+    /// The function of this name, wherever the loader found it.
+    Symbol(String),
+    /// This file vaddr of the same file.
+    Address(u64),
+}
+
 /// An ELF file read into memory.
 ///
 /// Construction parses only the ELF header, program headers, `PT_INTERP` and
@@ -298,6 +308,8 @@ pub struct ElfImage {
     table: OnceLock<FunctionTable>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
     framed_entries: OnceLock<Vec<(u64, FrameAtEntry)>>,
+    /// [`ElfImage::pointer_slot`]'s index.
+    slots: OnceLock<Vec<(u64, SlotTarget)>>,
     origin: Origin,
     debug: OnceLock<DebugInfo>,
     lines: OnceLock<LineTable>,
@@ -434,6 +446,7 @@ impl ElfImage {
             table: OnceLock::new(),
             fdes: OnceLock::new(),
             framed_entries: OnceLock::new(),
+            slots: OnceLock::new(),
             origin: Origin::default(),
             debug: OnceLock::new(),
             lines: OnceLock::new(),
@@ -1091,39 +1104,69 @@ impl ElfImage {
         Ok(limit.saturating_sub(end).min(MAX_PADDING))
     }
 
-    /// The symbol a `R_X86_64_JUMP_SLOT` or `R_X86_64_GLOB_DAT` relocation
-    /// of this file binds at the GOT slot `slot_vaddr` (a file vaddr): the
-    /// function a PLT stub jumping through that slot calls.
-    pub fn got_slot_symbol(&self, slot_vaddr: u64) -> Result<Option<String>> {
+    /// What a call or jump through the pointer at file vaddr `slot_vaddr`
+    /// reaches, when the file alone says so: the symbol an
+    /// `R_X86_64_JUMP_SLOT` or `R_X86_64_GLOB_DAT` relocation binds there
+    /// (a PLT stub's, or `-fno-plt` code's, GOT slot), or the address an
+    /// `R_X86_64_RELATIVE` relocation puts in a slot of the `PT_GNU_RELRO`
+    /// segment (read-only once relocated: Rust's calls into the standard
+    /// library compiled into the same executable go through such slots).
+    /// A pointer in writable data is the program's to change: None.
+    pub fn pointer_slot(&self, slot_vaddr: u64) -> Option<&SlotTarget> {
+        let slots = self.slots.get_or_init(|| self.read_pointer_slots());
+        let at = slots.binary_search_by_key(&slot_vaddr, |(s, _)| *s).ok()?;
+        Some(&slots[at].1)
+    }
+
+    /// [`ElfImage::pointer_slot`]'s index, sorted by slot.
+    fn read_pointer_slots(&self) -> Vec<(u64, SlotTarget)> {
+        use object::read::elf::Rela as _;
         let data = &self.data[..];
-        let (endian, sections) = self.sections()?;
+        let Ok((endian, sections)) = self.sections() else {
+            return Vec::new();
+        };
+        let relro: Vec<(u64, u64)> = self
+            .header
+            .segments
+            .iter()
+            .filter(|s| s.p_type == elf::PT_GNU_RELRO)
+            .map(|s| (s.vaddr, s.vaddr.saturating_add(s.memsz)))
+            .collect();
+        let mut slots = Vec::new();
         for section in sections.iter() {
-            let Some((relas, link)) = section.rela(endian, data).map_err(|e| self.malformed(e))?
-            else {
+            let Ok(Some((relas, link))) = section.rela(endian, data) else {
                 continue;
             };
-            if link.0 == 0 {
-                continue;
-            }
-            let Ok(symtab) = sections.symbol_table_by_index(endian, data, link) else {
-                continue;
-            };
+            let symtab = (link.0 != 0)
+                .then(|| sections.symbol_table_by_index(endian, data, link).ok())
+                .flatten();
             for r in relas {
-                let kind = r.r_type(endian, false);
-                if r.r_offset(endian) != slot_vaddr
-                    || !matches!(kind, elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_GLOB_DAT)
-                {
-                    continue;
-                }
-                let name = symtab
-                    .symbol(SymbolIndex(r.r_sym(endian, false) as usize))
-                    .and_then(|s| symtab.symbol_name(endian, s));
-                if let Ok(name) = name {
-                    return Ok(Some(String::from_utf8_lossy(name).into_owned()));
+                let slot = r.r_offset(endian);
+                match r.r_type(endian, false) {
+                    elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_GLOB_DAT => {
+                        let name = symtab.as_ref().and_then(|t| {
+                            let sym = t.symbol(SymbolIndex(r.r_sym(endian, false) as usize));
+                            sym.and_then(|s| t.symbol_name(endian, s)).ok()
+                        });
+                        if let Some(name) = name.filter(|n| !n.is_empty()) {
+                            let name = String::from_utf8_lossy(name).into_owned();
+                            slots.push((slot, SlotTarget::Symbol(name)));
+                        }
+                    }
+                    elf::R_X86_64_RELATIVE
+                        if relro
+                            .iter()
+                            .any(|&(from, to)| from <= slot && slot + 8 <= to) =>
+                    {
+                        slots.push((slot, SlotTarget::Address(r.r_addend(endian) as u64)));
+                    }
+                    _ => {}
                 }
             }
         }
-        Ok(None)
+        slots.sort_by_key(|(s, _)| *s);
+        slots.dedup_by_key(|(s, _)| *s);
+        slots
     }
 
     /// File vaddrs of the GOT slots in this file that the dynamic loader

@@ -34,7 +34,7 @@ pub use debugfile::{
 };
 pub use elf::{
     Binding, ElfHeaderInfo, ElfImage, ElfType, FrameAtEntry, FrameRule, FunctionSymbol, SavedAt,
-    Segment, SymbolKind, SymbolSource,
+    Segment, SlotTarget, SymbolKind, SymbolSource,
 };
 pub use error::InspectError;
 pub use lines::SourceLine;
