@@ -801,29 +801,54 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
                 "hot: weft {value:.3}, the target's own {hot_truth:.3} while tested"
             ));
         }
-        // The issue asks every stop to stay under 5 ms. Measured here: the
-        // longest per search 1.8-3.5 ms on a quiet machine, now and then
-        // 6-11 ms when stopping the threads itself waits for the kernel to
-        // schedule a sleeping one (a 10 ms tick on these 2 vCPUs). The
-        // bound held is 25 ms: it catches what used to be in a stop (the
-        // runtime's load, 120-250 ms; planning, 11-15 ms); the figures are
-        // printed. A hypervisor stealing the vCPUs stretches stops too (40 ms
-        // seen with a third of the machine stolen): 50 ms then.
+        // The issue asks every stop to stay under 5 ms. Measured here
+        // (weft's crates at opt-level 1, as the tests build them): the
+        // longest per search 1.1-2.8 ms over 50 searches; before, a debug
+        // weft's own work took 2-6 ms. What weft cannot shorten is the
+        // kernel's part: an interrupted thread that sleeps must be
+        // scheduled to enter its stop (one stop of 6.8 ms in a python3
+        // search, 5.9 ms of it until the last thread had stopped), and a
+        // hypervisor can take the vCPU away mid-stop (one of 7.0 ms, 0.1 ms
+        // of it stopping, while the machine's steal was high). So: under
+        // 5 ms, or weft's own CPU time in it under 5 ms and the whole under
+        // 25 ms (what used to be in a stop: the runtime's load, 120-250 ms;
+        // planning, 11-15 ms). With the vCPUs visibly stolen, 50 ms.
         let longest_stop = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
-        let stop_bound = if steal <= STEAL_QUIET { 25.0 } else { 50.0 };
+        let part = |k: &str| s[k].as_f64().unwrap_or(f64::MAX);
+        let (stopping, resuming, weft_cpu) = (
+            part("longest_stop_stopping_ms"),
+            part("longest_stop_resuming_ms"),
+            part("longest_stop_weft_cpu_ms"),
+        );
+        let quiet = steal <= STEAL_QUIET;
         eprintln!(
-            "run {run}: {} stops, the longest {longest_stop:.1} ms {} ({:.1} ms for the threads \
-             to stop, {:.1} ms to resume them; bound {stop_bound} ms)",
+            "run {run}: {} stops, the longest {longest_stop:.1} ms {} ({stopping:.1} ms for the \
+             threads to stop, {resuming:.1} ms to resume them, weft's CPU {weft_cpu:.1} ms){}",
             s["stops"],
             s["longest_stop_for"],
-            s["longest_stop_stopping_ms"].as_f64().unwrap_or(-1.0),
-            s["longest_stop_resuming_ms"].as_f64().unwrap_or(-1.0),
+            if quiet {
+                ""
+            } else {
+                " [the hypervisor stole: bound 50 ms]"
+            },
         );
-        if longest_stop > stop_bound {
+        let within = if quiet {
+            longest_stop <= 5.0 || (weft_cpu <= 5.0 && longest_stop <= 25.0)
+        } else {
+            longest_stop <= 50.0
+        };
+        if !within {
             fail(format!(
-                "a stop of the world of {longest_stop:.1} ms {} (bound {stop_bound} ms)",
+                "a stop of the world of {longest_stop:.1} ms {} ({stopping:.1} ms for the \
+                 threads to stop, weft's CPU {weft_cpu:.1} ms)",
                 s["longest_stop_for"]
             ));
+        }
+        if quiet && longest_stop > 5.0 {
+            eprintln!(
+                "run {run}: over 5 ms, not by weft's work ({weft_cpu:.1} ms of CPU): the kernel's \
+                 scheduling or the hypervisor"
+            );
         }
         if probed * 10 > reachable {
             fail(format!(

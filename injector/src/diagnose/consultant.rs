@@ -221,6 +221,9 @@ pub struct Summary {
     pub longest_stop_stopping_ms: f64,
     /// Of the longest stop: ms resuming the threads.
     pub longest_stop_resuming_ms: f64,
+    /// Of the longest stop: CPU ms weft's own work took (what neither the
+    /// kernel's scheduling nor a hypervisor lengthens).
+    pub longest_stop_weft_cpu_ms: f64,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// How long the search has run, s.
@@ -1141,6 +1144,7 @@ impl Consultant {
                 longest_stop_for: self.stops.longest_for.to_string(),
                 longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
                 longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
+                longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),

@@ -203,6 +203,10 @@ pub struct StopTime {
     pub stopping: Duration,
     /// Resuming them all.
     pub resuming: Duration,
+    /// CPU time weft's tracing thread spent during the stop: its own work,
+    /// which neither the kernel's scheduling nor a hypervisor's stealing
+    /// of the vCPU lengthens.
+    pub weft_cpu: Duration,
 }
 
 impl StopTime {
@@ -210,6 +214,20 @@ impl StopTime {
     pub fn working(&self) -> Duration {
         self.total.saturating_sub(self.stopping + self.resuming)
     }
+}
+
+/// The calling thread's CPU time.
+fn own_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// A process held with ptrace.
@@ -224,8 +242,10 @@ pub struct Tracer {
     memory: ProcessMemory,
     exit: Option<ProcessExit>,
     stop_events: u64,
-    /// When the current stop of the world began (its first interrupt).
+    /// When the current stop of the world began (its first interrupt),
+    /// and the tracing thread's CPU time then.
     stopped_since: Option<Instant>,
+    cpu_since: Duration,
     /// How long its threads took to stop, once they all had.
     stopping: Option<Duration>,
     /// The longest stop of the world so far.
@@ -296,6 +316,7 @@ impl Tracer {
             exit: None,
             stop_events: 0,
             stopped_since: None,
+            cpu_since: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
             return_stub: None,
@@ -331,6 +352,7 @@ impl Tracer {
             exit: None,
             stop_events: 0,
             stopped_since: None,
+            cpu_since: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
             return_stub: None,
@@ -426,6 +448,7 @@ impl Tracer {
                 total,
                 stopping: self.stopping.unwrap_or(total),
                 resuming: Duration::ZERO,
+                weft_cpu: own_cpu_time().saturating_sub(self.cpu_since),
             }
         });
         self.longest_stop.max(current.unwrap_or_default())
@@ -440,6 +463,7 @@ impl Tracer {
                 total,
                 stopping: self.stopping.take().unwrap_or(total).min(total),
                 resuming: resuming.min(total),
+                weft_cpu: own_cpu_time().saturating_sub(self.cpu_since),
             };
             self.longest_stop = self.longest_stop.max(this);
         }
@@ -472,6 +496,7 @@ impl Tracer {
         self.stop_events += 1;
         if self.stopped_since.is_none() {
             self.stopped_since = Some(Instant::now());
+            self.cpu_since = own_cpu_time();
         }
         let running: Vec<Tid> = self
             .threads
