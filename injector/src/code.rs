@@ -104,8 +104,10 @@ pub fn plt_import(image: &ProcessImage, address: u64) -> Option<String> {
 }
 
 /// Where a call through the pointer slot at `slot` (runtime) goes, when
-/// the files say so ([`ElfImage::pointer_slot`]): a function by name, or
-/// a runtime address. None for a pointer the program may change.
+/// the files say so
+/// ([`ElfImage::pointer_slot`](crate::inspect::ElfImage::pointer_slot)):
+/// a function by name, or a runtime address. None for a pointer the
+/// program may change.
 pub fn slot_call_target(image: &ProcessImage, slot: u64) -> Option<SlotCall> {
     let module = image.module_of(slot)?;
     let elf = module.image().ok()?;
