@@ -587,25 +587,6 @@ const STEAL_QUIET: f64 = 0.02;
 /// time off the CPU): such a run is printed, not counted.
 const STEAL_HEAVY: f64 = 0.10;
 
-/// (steal, all) clock ticks of the whole machine so far (`/proc/stat`).
-fn steal_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (ticks.get(7).copied().unwrap_or(0), ticks.iter().sum())
-}
-
-/// The share of the machine's time stolen between two `steal_ticks`.
-fn machine_steal_share(a: (u64, u64), b: (u64, u64)) -> f64 {
-    b.0.saturating_sub(a.0) as f64 / b.1.saturating_sub(a.1).max(1) as f64
-}
-
 /// The acceptance on the generated tree: run `weft diagnose` as
 /// many times as fit in about a minute (at most 10); every run finds
 /// exactly the three planted bottlenecks (the CPU leaf behind the

@@ -174,6 +174,7 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
         long_call_ns: LONG_CALL_NS_TCG,
         cpu_tolerance: 0.10,
         pipe_sleeps: false,
+        steal: 0.0,
     };
     // rewrite_file's openat truncates 8 MiB: long enough to compare times.
     let opens = check_against_truth(&ctx, &run1, "kernel:do_sys_openat2", "openat", true);
@@ -218,6 +219,7 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
         long_call_ns: LONG_CALL_NS_TCG,
         cpu_tolerance: 0.10,
         pipe_sleeps: false,
+        steal: 0.0,
     };
     for name in ["kernel:do_sys_openat2", "kernel:vfs_read"] {
         let got = mechanism(&r2, name);

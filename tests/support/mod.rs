@@ -81,6 +81,26 @@ fn gcc(args: &[&str], extra: &[&str]) -> Command {
     c
 }
 
+/// (steal, all) clock ticks of the whole machine so far (`/proc/stat`).
+/// A hypervisor that takes the vCPUs away shows in the steal column.
+pub fn steal_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (ticks.get(7).copied().unwrap_or(0), ticks.iter().sum())
+}
+
+/// The share of the machine's time stolen between two [`steal_ticks`].
+pub fn machine_steal_share(a: (u64, u64), b: (u64, u64)) -> f64 {
+    b.0.saturating_sub(a.0) as f64 / b.1.saturating_sub(a.1).max(1) as f64
+}
+
 /// Builds `tests/targets/NAME.c` with `gcc FLAGS -pthread` into this test
 /// binary's build directory (once per variant of flags) and returns the
 /// executable.
