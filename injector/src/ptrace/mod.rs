@@ -209,13 +209,6 @@ pub struct StopTime {
     pub weft_cpu: Duration,
 }
 
-impl StopTime {
-    /// The part in between: weft's own work on the stopped process.
-    pub fn working(&self) -> Duration {
-        self.total.saturating_sub(self.stopping + self.resuming)
-    }
-}
-
 /// The calling thread's CPU time.
 fn own_cpu_time() -> Duration {
     let mut ts = libc::timespec {
