@@ -142,12 +142,16 @@ fn timed_call(c: &Call<'_>) -> (u64, u64) {
         // A preempted call's CPU time may run past its wall time by the
         // switch's few tens of µs (the CPU clock's anchor is renewed after
         // the switch): retried, as a call the machine disturbed.
-        let over = preempted && !cpu_within_wall(dc, dw);
+        // So may an interrupt between a timer's paired wall and CPU reads
+        // (7 us seen under load, no preemption): the kernel charges it to
+        // the thread's CPU time and the wall reading was already taken.
+        // Retried too; a timer that is really wrong fails all 20 tries.
+        let over = !cpu_within_wall(dc, dw);
         if close_enough(dw, mw) && close_enough(dc, mc) && !over {
             return (dw, dc);
         }
         assert!(
-            preempted || (c.disturbed)(mw, mc),
+            preempted || over || (c.disturbed)(mw, mc),
             "{}: timed wall {dw} ns, cpu {dc} ns; measured wall {mw} ns, cpu {mc} ns",
             c.what
         );
@@ -733,6 +737,12 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
                 wall_clock.units().ns_per_tick_q32,
             );
             let (wall_after, cpu_after) = (wall_clock.now(), cpu_of(clock));
+            // The reader may be preempted between its wall and CPU reads
+            // (4 ms seen on a loaded machine): the worker's CPU time grows
+            // meanwhile while the wall reading stands still.
+            let window = wall_clock
+                .units()
+                .to_ns(wall_clock.raw().saturating_sub(wall_now));
             reads += 1;
             running_reads += u64::from(v.running);
             // Never more than the worker's whole life so far (a torn read
@@ -744,7 +754,10 @@ fn a_concurrent_reader_sees_consistent_growing_values() {
             let cpu_slack = cpu_used * 3 / 100 + 200 * US;
             assert!(v.wall_ns <= wall_after - w_start + slack, "{v:?} {words:?}");
             assert!(v.cpu_ns <= cpu_used + cpu_slack, "{v:?} {words:?}");
-            assert!(v.cpu_ns <= v.wall_ns + cpu_slack, "{v:?} {words:?}");
+            assert!(
+                v.cpu_ns <= v.wall_ns + window + cpu_slack,
+                "{v:?} {words:?}, reader's window {window} ns"
+            );
             // Never decreasing (a torn read that drops an interval would).
             worst_wall = worst_wall.max(prev.wall_ns.saturating_sub(v.wall_ns));
             worst_cpu = worst_cpu.max(prev.cpu_ns.saturating_sub(v.cpu_ns));
