@@ -844,6 +844,14 @@ pub struct ThreadCpuClock {
 /// How old (in running time) an anchor may get before a read re-anchors.
 pub const MAX_ANCHOR_AGE_NS: u64 = 1_000_000;
 
+/// `max_age_tsc >> ANCHOR_WINDOW_SHIFT` bounds the window an anchor is
+/// taken in (see `ThreadCpuClock::max_anchor_window`).
+const ANCHOR_WINDOW_SHIFT: u32 = 5;
+
+/// The most an anchor-mode reading can lag the kernel's clock: the longest
+/// window (TSC, CPU clock syscall, TSC) an anchor is taken from.
+pub const MAX_ANCHOR_WINDOW_NS: u64 = MAX_ANCHOR_AGE_NS >> ANCHOR_WINDOW_SHIFT;
+
 /// TSC ticks in `ns` at the calibration `mult`/`shift` (ns = ticks * mult >> shift).
 fn ns_to_ticks(ns: u64, mult: u32, shift: u32) -> u64 {
     if mult == 0 || shift > 63 {
@@ -1105,10 +1113,11 @@ impl ThreadCpuClock {
     fn reanchor(&mut self) -> u64 {
         self.syscalls += 1;
         let before = self.page_lock_raw();
+        let tsc_before = rdtsc();
         let cpu = thread_cputime_ns();
         let tsc = rdtsc();
         let after = self.page_lock_raw();
-        if before == after {
+        if before == after && tsc.wrapping_sub(tsc_before) < self.max_anchor_window() {
             // The fast paths (Rust, assembly, generated) must never see a
             // half-written anchor, not even from a signal handler.
             self.anchor_lock = LOCK_INVALID;
@@ -1119,10 +1128,19 @@ impl ThreadCpuClock {
             compiler_fence(Ordering::SeqCst);
             self.anchor_lock = after;
         }
-        // Otherwise the thread was switched out around the syscall and the
-        // TSC may include off-CPU time: keep the stale anchor so the next
-        // read tries again. The value read is right either way.
+        // Otherwise the thread was switched out around the syscall, or the
+        // syscall took long (an interrupt the kernel charges to the thread
+        // came in between): the TSC read is not the moment of the CPU
+        // reading. Keep the stale anchor so the next read tries again. The
+        // value read is right either way.
         cpu
+    }
+
+    /// The longest `rdtsc` → CPU clock syscall → `rdtsc` window an anchor is
+    /// taken from: 1/32 of the anchor's age limit (31 µs): an anchor is off
+    /// by at most that much, and a slow machine (QEMU's TCG) still anchors.
+    fn max_anchor_window(&self) -> u64 {
+        self.max_age_tsc >> ANCHOR_WINDOW_SHIFT
     }
 
     /// The thread's CPU time in ns (Rust reader). Must be called on the
@@ -1420,6 +1438,9 @@ global_asm!(
     "inc qword ptr [r8 + {C_SYSCALLS}]",
     "mov r9, qword ptr [r8 + {C_PAGE}]",
     "mov r10d, dword ptr [r9 + {P_LOCK}]", // syscall preserves r9, r10
+    "rdtsc",
+    "shl rdx, 32",
+    "or rdx, rax", // the TSC before the syscall (which preserves rdx)
     "mov eax, {SYS_CLOCK_GETTIME}",
     "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
     "lea rsi, [r8 + {C_SCRATCH}]",
@@ -1427,9 +1448,19 @@ global_asm!(
     "mov rdi, r8",
     "test rax, rax",
     "jnz 31b",
+    "mov rsi, rdx",
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
+    // A long window (see max_anchor_window): no anchor, as if switched.
+    "mov rcx, rax",
+    "sub rcx, rsi",
+    "mov rsi, qword ptr [r8 + {C_MAX_AGE}]",
+    "shr rsi, {ANCHOR_WINDOW_SHIFT}",
+    "cmp rcx, rsi",
+    "jb 42f",
+    "mov r10d, {LOCK_INVALID}", // a settled page lock is even: no match
+    "42:",
     "mov ecx, dword ptr [r9 + {P_LOCK}]",
     "mov rdx, qword ptr [r8 + {C_SCRATCH}]",
     "imul rdx, rdx, 1000000000",
@@ -1538,6 +1569,7 @@ global_asm!(
     C_TICKS_OFFSET = const CPU_OFF_TICKS_OFFSET,
     C_TO_TICKS = const CPU_OFF_TO_TICKS,
     LOCK_INVALID = const LOCK_INVALID,
+    ANCHOR_WINDOW_SHIFT = const ANCHOR_WINDOW_SHIFT,
     P_LOCK = const PAGE_OFF_LOCK,
     P_CAPS = const PAGE_OFF_CAPABILITIES,
     P_RUNNING = const PAGE_OFF_TIME_RUNNING,

@@ -250,6 +250,50 @@ fn cpu_clock_with_more_threads_than_cores() {
     }
 }
 
+/// An anchor pairs a CPU clock syscall with the TSC read after it; taken
+/// only when the syscall's window was short, it never puts a reading behind
+/// the kernel's clock by more than that window (an interrupt the kernel
+/// charges to the thread inside a long window put readings 106 µs behind
+/// before the window was bounded). Ahead is allowed (stolen time), behind
+/// is what makes a timer's CPU exceed its wall time.
+#[test]
+fn anchor_readings_never_lag_the_kernel_clock() {
+    if ThreadCpuClock::new(wall(), CpuPreference::Anchor).mode() != CPU_ANCHOR {
+        eprintln!("no anchor mode here: premise not testable");
+        return;
+    }
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(|| {
+                let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
+                let units = wall().units();
+                let (mut worst, mut reads) = (0i64, 0u64);
+                let start = monotonic_ns();
+                while monotonic_ns() - start < 400_000_000 {
+                    let kernel = thread_cputime_ns();
+                    let ours = match reads % 3 {
+                        0 => clock.now(),
+                        1 => clock.now_asm(),
+                        _ => units.to_ns(clock.ticks(wall().raw())),
+                    };
+                    worst = worst.max(kernel as i64 - ours as i64);
+                    reads += 1;
+                    spin_wall(2_000);
+                }
+                (worst, reads, clock.syscalls())
+            })
+        })
+        .collect();
+    for thread in threads {
+        let (worst, reads, syscalls) = thread.join().unwrap();
+        eprintln!("{reads} reads, {syscalls} anchors tried: at most {worst} ns behind");
+        assert!(
+            worst <= (MAX_ANCHOR_WINDOW_NS + 5_000) as i64,
+            "a reading {worst} ns behind the kernel's clock (bound {MAX_ANCHOR_WINDOW_NS} ns)"
+        );
+    }
+}
+
 /// The premise of the anchor mode: the page's `lock` changes whenever the
 /// thread was switched out and back in, and not while it runs on.
 #[test]
