@@ -187,7 +187,8 @@ fn to_text(d: &Diagnosis) -> String {
     let m = &d.summary;
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
-         CPU, {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them){}\n",
+         CPU, {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
+         {} given up for a late thread){}\n",
         m.tests,
         m.peak_probes,
         m.functions_probed,
@@ -197,6 +198,7 @@ fn to_text(d: &Diagnosis) -> String {
         m.longest_stop_ms,
         m.longest_stop_stopping_ms,
         m.longest_stop_resuming_ms,
+        m.stops_given_up,
         if m.exhausted {
             ""
         } else {

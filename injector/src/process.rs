@@ -486,6 +486,8 @@ pub struct Process {
     pub(crate) trace_calls: bool,
     /// Stops of the world by tracers released before the current one.
     stops_before: u64,
+    /// Rounds of stops given up for a late thread, over every hold so far.
+    stops_given_up: u64,
     /// Call records given back by removed probes (new ones come from the
     /// target's cursor: `ledger::allocate_record`).
     free_records: Vec<u32>,
@@ -662,6 +664,7 @@ impl Process {
             quiet: Vec::new(),
             free_records: Vec::new(),
             stops_before: 0,
+            stops_given_up: 0,
             stub_address: None,
             plans: Default::default(),
             point_plans: Default::default(),
@@ -3219,6 +3222,7 @@ impl Process {
     /// exits never wait for weft).
     fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         self.stops_before += tracer.stop_count();
+        self.stops_given_up += tracer.stops_given_up();
         let detached = tracer.detach();
         self.longest_stop = self.longest_stop.max(tracer.longest_stop_time());
         // Normal priority again, whatever happened.
@@ -3654,6 +3658,13 @@ impl Process {
     /// hold's too.)
     pub fn stops(&self) -> u64 {
         self.stops_before
+    }
+
+    /// How many times a stop of the world (of the holds ended so far) was
+    /// given up because a thread was late to stop, and tried again: the
+    /// threads that had stopped ran on instead of waiting for it.
+    pub fn stops_given_up(&self) -> u64 {
+        self.stops_given_up
     }
 
     /// How many threads weft found stopped inside the bytes of a patch it

@@ -224,6 +224,9 @@ pub struct Summary {
     /// Of the longest stop: CPU ms weft's own work took (what neither the
     /// kernel's scheduling nor a hypervisor lengthens).
     pub longest_stop_weft_cpu_ms: f64,
+    /// Stops given up and tried again because a thread was late to stop
+    /// (see `Process::stops_given_up`): the others ran on meanwhile.
+    pub stops_given_up: u64,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// How long the search has run, s.
@@ -1145,6 +1148,7 @@ impl Consultant {
                 longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
                 longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
                 longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
+                stops_given_up: self.stops.given_up,
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),
@@ -1163,12 +1167,15 @@ pub(super) struct Stops {
     longest: crate::StopTime,
     /// What the longest was for.
     longest_for: &'static str,
+    /// The process's stops given up, as of the last hold noted.
+    given_up: u64,
 }
 
 impl Stops {
     /// Counts the hold `process` just released, made for `what`.
     pub(super) fn note(&mut self, process: &Process, what: &'static str) {
         self.count += 1;
+        self.given_up = process.stops_given_up();
         if process.longest_stop_time() > self.longest {
             self.longest = process.longest_stop_time();
             self.longest_for = what;

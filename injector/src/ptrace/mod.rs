@@ -33,7 +33,7 @@ pub use remote::{RemoteArg, RemoteCall, RemoteError, World};
 pub use sys::Registers;
 
 use crate::memory::{MemoryError, ProcessMemory};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// A kernel thread id.
@@ -243,6 +243,8 @@ pub struct Tracer {
     stopping: Option<Duration>,
     /// The longest stop of the world so far.
     longest_stop: StopTime,
+    /// Rounds of a stop of the world given up so far (see `stop_all`).
+    stops_given_up: u64,
     /// Where remote calls return (see `weft_codegen::remote_stub`), once
     /// installed.
     return_stub: Option<remote::StubInfo>,
@@ -256,6 +258,17 @@ pub struct Tracer {
 pub(crate) const OPTIONS: i64 =
     (libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD) as i64;
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Rounds a stop of the world may take (see [`Tracer::stop_all`]); the last
+/// waits for every thread, up to [`STOP_TIMEOUT`].
+const STOP_ROUNDS: u32 = 3;
+
+/// How long a round of [`Tracer::stop_all`] waits for `threads` threads to
+/// stop before it is given up: 2 ms, and 10 µs more per thread (200 busy
+/// threads on 2 cores legitimately take 0.5–2.5 ms, each scheduled in turn
+/// to enter its stop; giving up on them would only repeat that).
+fn stop_patience(threads: usize) -> Duration {
+    Duration::from_micros(2_000 + 10 * threads as u64)
+}
 /// Longest sleep between two polls for tracee events.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
@@ -312,6 +325,7 @@ impl Tracer {
             cpu_since: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
+            stops_given_up: 0,
             return_stub: None,
             poll_cursor: 0,
         };
@@ -348,6 +362,7 @@ impl Tracer {
             cpu_since: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
+            stops_given_up: 0,
             return_stub: None,
             poll_cursor: 0,
         })
@@ -485,12 +500,90 @@ impl Tracer {
     }
 
     /// Stops every thread (threads created meanwhile included).
+    ///
+    /// A stop that has not completed within [`stop_patience`] is given up
+    /// (at most [`STOP_ROUNDS`]` - 1` times): the threads that did stop are
+    /// resumed at once, weft waits for the late ones (their interrupts stay
+    /// pending) to stop, keeps those stopped and tries again. A thread is
+    /// late when it must first be scheduled to enter its stop — it was
+    /// sleeping, or waiting for a CPU that other processes (or the
+    /// hypervisor) hold — and waiting for it would pause every other thread
+    /// meanwhile: this bounds the pause of the world by what weft does, not
+    /// by the slowest thread's scheduling. The late threads themselves were
+    /// not running anyway.
     pub fn stop_all(&mut self) -> Result<(), TraceError> {
         self.stop_events += 1;
-        if self.stopped_since.is_none() {
-            self.stopped_since = Some(Instant::now());
-            self.cpu_since = own_cpu_time();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        // Threads already stopped stay as they are whatever happens here;
+        // so do late ones once they have stopped (resumed, they could be
+        // late again).
+        let mut keep: BTreeSet<Tid> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.state != ThreadState::Running)
+            .map(|(&tid, _)| tid)
+            .collect();
+        let mut round = 1;
+        loop {
+            if self.stopped_since.is_none() {
+                self.stopped_since = Some(Instant::now());
+                self.cpu_since = own_cpu_time();
+            }
+            self.interrupt_running()?;
+            let patient = round < STOP_ROUNDS;
+            let until = if patient {
+                deadline.min(Instant::now() + stop_patience(self.threads.len()))
+            } else {
+                deadline
+            };
+            if self.collect_stops(None, until)? {
+                if let (None, Some(since)) = (self.stopping, self.stopped_since) {
+                    self.stopping = Some(since.elapsed());
+                }
+                return Ok(());
+            }
+            let late: BTreeSet<Tid> = self
+                .threads
+                .iter()
+                .filter(|(_, t)| t.state == ThreadState::Running)
+                .map(|(&tid, _)| tid)
+                .collect();
+            if !patient || Instant::now() >= deadline {
+                return Err(TraceError::StopTimeout(late.len(), self.pid, STOP_TIMEOUT));
+            }
+            // Give this round up: resume what it stopped (its pause ends
+            // here and is not a stop of the world), then wait for the late
+            // threads alone.
+            let stopped: Vec<Tid> = self
+                .threads
+                .keys()
+                .filter(|tid| !keep.contains(tid) && !late.contains(tid))
+                .copied()
+                .collect();
+            self.stopped_since = None;
+            self.stopping = None;
+            self.stops_given_up += 1;
+            for tid in stopped {
+                self.resume(tid)?;
+            }
+            if !self.collect_stops(Some(&late), deadline)? {
+                let still = late
+                    .iter()
+                    .filter(|tid| {
+                        self.threads
+                            .get(tid)
+                            .is_some_and(|t| t.state == ThreadState::Running)
+                    })
+                    .count();
+                return Err(TraceError::StopTimeout(still, self.pid, STOP_TIMEOUT));
+            }
+            keep.extend(late);
+            round += 1;
         }
+    }
+
+    /// Sends `PTRACE_INTERRUPT` to every running thread.
+    fn interrupt_running(&mut self) -> Result<(), TraceError> {
         let running: Vec<Tid> = self
             .threads
             .iter()
@@ -509,7 +602,17 @@ impl Tracer {
                 }
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
+        Ok(())
+    }
+
+    /// Collects the stops of the running threads (of `only`, when given),
+    /// keeping each stopped, until none of them runs (true) or `until`
+    /// (false).
+    fn collect_stops(
+        &mut self,
+        only: Option<&BTreeSet<Tid>>,
+        until: Instant,
+    ) -> Result<bool, TraceError> {
         loop {
             if self.exit.is_some() {
                 return Err(self.exited_error());
@@ -517,21 +620,16 @@ impl Tracer {
             let running: Vec<Tid> = self
                 .threads
                 .iter()
-                .filter(|(_, t)| t.state == ThreadState::Running)
+                .filter(|(tid, t)| {
+                    t.state == ThreadState::Running && only.is_none_or(|o| o.contains(tid))
+                })
                 .map(|(&tid, _)| tid)
                 .collect();
             if running.is_empty() {
-                if let (None, Some(since)) = (self.stopping, self.stopped_since) {
-                    self.stopping = Some(since.elapsed());
-                }
-                return Ok(());
+                return Ok(true);
             }
-            if Instant::now() > deadline {
-                return Err(TraceError::StopTimeout(
-                    running.len(),
-                    self.pid,
-                    STOP_TIMEOUT,
-                ));
+            if Instant::now() > until {
+                return Ok(false);
             }
             // Collect each thread's stop by its id. A thread created
             // meanwhile joins the running ones at its parent's clone event
@@ -559,9 +657,15 @@ impl Tracer {
                 // thread still running, then collect them together.
                 let pause = Duration::from_micros(2 * still as u64)
                     .clamp(Duration::from_micros(20), MAX_SLEEP);
-                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
             }
         }
+    }
+
+    /// How many stops of the world were given up and tried again because a
+    /// thread was late to stop (see [`Tracer::stop_all`]).
+    pub fn stops_given_up(&self) -> u64 {
+        self.stops_given_up
     }
 
     /// Resumes every stopped thread, delivering signals that arrived while it
