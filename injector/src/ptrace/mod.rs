@@ -621,7 +621,7 @@ impl Tracer {
                 .threads
                 .iter()
                 .filter(|(tid, t)| {
-                    t.state == ThreadState::Running && only.is_none_or(|o| o.contains(tid))
+                    t.state == ThreadState::Running && only.map_or(true, |o| o.contains(tid))
                 })
                 .map(|(&tid, _)| tid)
                 .collect();
