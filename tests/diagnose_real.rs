@@ -10,7 +10,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use support::*;
@@ -79,24 +79,40 @@ fn target_workers(t: &mut Proc) -> Vec<u64> {
 
 fn diag_mutex() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_diag_mutex("diag_mutex", &[]))
+}
+
+/// The same, its relative relocations packed (`-z pack-relative-relocs`,
+/// DT_RELR: newer distributions link so by default).
+fn diag_mutex_packed_relocs() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = scratch_dir("diag_mutex_build");
-        let exe = dir.join("diag_mutex");
-        let src =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/diag_mutex.rs");
-        let out = std::process::Command::new("rustc")
-            .args(["-O", "--edition", "2021", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-            .expect("run rustc");
-        assert!(
-            out.status.success(),
-            "rustc diag_mutex.rs: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
+        build_diag_mutex(
+            "diag_mutex_relr",
+            &["-C", "link-arg=-Wl,-z,pack-relative-relocs"],
+        )
     })
+}
+
+fn build_diag_mutex(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = scratch_dir(&format!("{name}_build"));
+    let exe = dir.join(name);
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/diag_mutex.rs");
+    let out = std::process::Command::new("rustc")
+        .args(["-O", "--edition", "2021"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(
+        out.status.success(),
+        "rustc {flags:?} diag_mutex.rs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
 }
 
 /// The code axis alone, without the stacks the search starts from: a
@@ -104,12 +120,24 @@ fn diag_mutex() -> &'static PathBuf {
 /// relocated read-only pointers (`call [rip + slot]`), so the path from
 /// `step` down to the futex wait is in the static call graph, and the
 /// search refines `worker` into `step` in every thread, whatever its
-/// stack walks happened to catch.
+/// stack walks happened to catch. Also with the relocations packed
+/// (DT_RELR), where the slots' targets are the words the file holds.
 #[test]
 fn rust_calls_through_relocated_pointers_reach_the_lock() {
+    rust_calls_reach_the_lock(
+        "rust_calls_through_relocated_pointers_reach_the_lock",
+        diag_mutex(),
+    );
+    rust_calls_reach_the_lock(
+        "rust_calls_through_relocated_pointers_reach_the_lock (DT_RELR)",
+        diag_mutex_packed_relocs(),
+    );
+}
+
+fn rust_calls_reach_the_lock(name: &str, exe: &Path) {
     use weft::diagnose::{CallGraph, Hypothesis, StaticCallGraph};
-    let ctx = Ctx::new("rust_calls_through_relocated_pointers_reach_the_lock");
-    let mut t = ctx.target(diag_mutex(), &[]);
+    let ctx = Ctx::new(name);
+    let mut t = ctx.target(exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
     let mut process = weft::Process::open(t.pid as i32).expect("open the target");
     let functions = process

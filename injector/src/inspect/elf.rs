@@ -1164,9 +1164,44 @@ impl ElfImage {
                 }
             }
         }
+        // Packed relative relocations (`-z pack-relative-relocs`, DT_RELR):
+        // the same RELATIVE slots, their addend the value the file holds
+        // there.
+        for section in sections.iter() {
+            if section.sh_type(endian) != elf::SHT_RELR {
+                continue;
+            }
+            let Ok(bytes) = section.data(endian, data) else {
+                continue;
+            };
+            let entries = bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+            for slot in relr_slots(entries) {
+                if !relro
+                    .iter()
+                    .any(|&(from, to)| from <= slot && slot + 8 <= to)
+                {
+                    continue;
+                }
+                if let Some(target) = self.file_word(slot) {
+                    slots.push((slot, SlotTarget::Address(target)));
+                }
+            }
+        }
         slots.sort_by_key(|(s, _)| *s);
         slots.dedup_by_key(|(s, _)| *s);
         slots
+    }
+
+    /// The 8 bytes the file holds at vaddr `vaddr`, if a segment has them
+    /// in the file.
+    fn file_word(&self, vaddr: u64) -> Option<u64> {
+        let segment = self.header.segments.iter().find(|s| {
+            s.is_load() && s.vaddr <= vaddr && vaddr.saturating_add(8) <= s.vaddr + s.filesz
+        })?;
+        let bytes = slice(&self.data, segment.offset + (vaddr - segment.vaddr), 8)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 
     /// File vaddrs of the GOT slots in this file that the dynamic loader
@@ -1313,6 +1348,33 @@ fn collect_functions<'d>(
     }
 }
 
+/// The slots a packed relative relocation section (`SHT_RELR`) names, in
+/// order: an even entry is a slot (and the next one follows it); an odd
+/// entry is a bitmap of the 63 words after the last slot named, bit 1 the
+/// first of them, after which the next bitmap starts 63 words on.
+fn relr_slots(entries: impl Iterator<Item = u64>) -> Vec<u64> {
+    let mut slots = Vec::new();
+    let mut next = 0u64;
+    for entry in entries {
+        if entry & 1 == 0 {
+            slots.push(entry);
+            next = entry.wrapping_add(8);
+        } else {
+            let mut bits = entry >> 1;
+            let mut at = next;
+            while bits != 0 {
+                if bits & 1 != 0 {
+                    slots.push(at);
+                }
+                bits >>= 1;
+                at = at.wrapping_add(8);
+            }
+            next = next.wrapping_add(63 * 8);
+        }
+    }
+    slots
+}
+
 /// Opens the file behind a file-backed mapping of process `pid`.
 ///
 /// Tries, in order: `/proc/PID/root/PATH` (so that files of containerized
@@ -1371,6 +1433,34 @@ pub fn open_mapped_file(pid: i32, mapping: &Mapping) -> Result<(File, PathBuf)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_relative_relocations_decode() {
+        // The example of the RELR proposal (generic-abi): an address, then
+        // a bitmap naming the 1st and 3rd words after it, then one naming
+        // the 63rd word of the next stretch of 63.
+        let slots = relr_slots(
+            [
+                0x10000u64,
+                0b101 << 1 | 1,
+                1 | (1 << 63),
+                0x20000,
+                1 << 1 | 1,
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            slots,
+            [
+                0x10000,
+                0x10008,
+                0x10018,
+                0x10008 + 63 * 8 + 62 * 8,
+                0x20000,
+                0x20008
+            ]
+        );
+    }
 
     #[test]
     fn version_suffixes() {
