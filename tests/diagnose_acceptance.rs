@@ -785,15 +785,15 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         // The issue asks every stop to stay under 5 ms. Measured here
         // (weft's crates at opt-level 1, as the tests build them): the
         // longest per search 1.1-2.8 ms over 50 searches; before, a debug
-        // weft's own work took 2-6 ms. What weft cannot shorten is the
-        // kernel's part: an interrupted thread that sleeps must be
-        // scheduled to enter its stop (one stop of 6.8 ms in a python3
-        // search, 5.9 ms of it until the last thread had stopped), and a
-        // hypervisor can take the vCPU away mid-stop (one of 7.0 ms, 0.1 ms
-        // of it stopping, while the machine's steal was high). So: under
-        // 5 ms, or weft's own CPU time in it under 5 ms and the whole under
-        // 25 ms (what used to be in a stop: the runtime's load, 120-250 ms;
-        // planning, 11-15 ms). With the vCPUs visibly stolen, 50 ms.
+        // weft's own work took 2-6 ms. The kernel's part — an interrupted
+        // thread that sleeps must be scheduled to enter its stop (one stop
+        // of 6.8 ms in a python3 search, 5.9 ms of it until the last thread
+        // had stopped) — is bounded since: a stop not complete within its
+        // patience (2 ms here) is given up and tried again, the stopped
+        // threads running on meanwhile (tests/late_stop.rs). What no one
+        // can bound is a hypervisor taking the vCPU away mid-stop (one of
+        // 7.0 ms, 0.1 ms of it stopping, while the machine's steal was
+        // high): with the vCPUs visibly stolen, 50 ms; else 5 ms.
         let longest_stop = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
         let part = |k: &str| s[k].as_f64().unwrap_or(f64::MAX);
         let (stopping, resuming, weft_cpu) = (
@@ -803,9 +803,11 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         );
         let quiet = steal <= STEAL_QUIET;
         eprintln!(
-            "run {run}: {} stops, the longest {longest_stop:.1} ms {} ({stopping:.1} ms for the \
-             threads to stop, {resuming:.1} ms to resume them, weft's CPU {weft_cpu:.1} ms){}",
+            "run {run}: {} stops ({} given up for a late thread), the longest {longest_stop:.1} ms \
+             {} ({stopping:.1} ms for the threads to stop, {resuming:.1} ms to resume them, \
+             weft's CPU {weft_cpu:.1} ms){}",
             s["stops"],
+            s["stops_given_up"],
             s["longest_stop_for"],
             if quiet {
                 ""
@@ -813,23 +815,13 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
                 " [the hypervisor stole: bound 50 ms]"
             },
         );
-        let within = if quiet {
-            longest_stop <= 5.0 || (weft_cpu <= 5.0 && longest_stop <= 25.0)
-        } else {
-            longest_stop <= 50.0
-        };
-        if !within {
+        let bound = if quiet { 5.0 } else { 50.0 };
+        if longest_stop > bound {
             fail(format!(
                 "a stop of the world of {longest_stop:.1} ms {} ({stopping:.1} ms for the \
-                 threads to stop, weft's CPU {weft_cpu:.1} ms)",
+                 threads to stop, weft's CPU {weft_cpu:.1} ms; bound {bound} ms)",
                 s["longest_stop_for"]
             ));
-        }
-        if quiet && longest_stop > 5.0 {
-            eprintln!(
-                "run {run}: over 5 ms, not by weft's work ({weft_cpu:.1} ms of CPU): the kernel's \
-                 scheduling or the hypervisor"
-            );
         }
         if probed * 10 > reachable {
             fail(format!(
