@@ -502,11 +502,108 @@ fn section_attach(quick: bool) {
     attach_from_process_start(&exe, threads, rounds, realtime, false);
     if realtime {
         attach_from_process_start(&exe, threads, rounds, realtime, true);
+    }
+    if quick {
+        println!("(Frida's column: full mode only)");
+    } else {
+        frida_attach_from_process_start(&exe, threads, 5);
+    }
+    if realtime {
         let normal = libc::sched_param { sched_priority: 0 };
         // SAFETY: back to the normal policy for this thread; the param is valid.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
     }
 }
+
+/// Frida's side of the same measurement: a Python script (Frida's usual
+/// front end) started as a shell would, attaching to the busy target and
+/// hooking `work` with an empty `onEnter`; timed from before its process
+/// is created to the hook being live, and from its `frida.attach` call.
+/// `WEFT_BENCH_PYTHON` names the interpreter that has the `frida` module
+/// (`pip install frida`; a virtual environment's `python3`), `python3`
+/// otherwise; skipped with a note where none has it.
+fn frida_attach_from_process_start(exe: &Path, threads: usize, rounds: usize) {
+    let python = std::env::var("WEFT_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let version = Command::new(&python)
+        .args(["-c", "import frida; print(frida.__version__)"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let Some(version) = version else {
+        println!(
+            "(Frida not installed for {python}: its column is skipped; pip install frida, or set \
+             WEFT_BENCH_PYTHON to a python3 that has it)"
+        );
+        return;
+    };
+    let script = bench_dir().join("frida_attach.py");
+    std::fs::write(&script, FRIDA_ATTACH).expect("write the Frida script");
+    let (mut whole, mut attach) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let target = Target::start(exe, &[threads.to_string()]);
+        let started = monotonic_ns();
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(target.pid().to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run the Frida script");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let stamp = |key: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        match (out.status.success(), stamp("attaching "), stamp("hooked ")) {
+            (true, Some(from), Some(at)) => {
+                whole.push(at.saturating_sub(started) as f64 / 1e6);
+                attach.push(at.saturating_sub(from) as f64 / 1e6);
+            }
+            _ => {
+                println!(
+                    "(Frida {version} failed here: {}; its column is skipped)",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                return;
+            }
+        }
+    }
+    whole.sort_by(f64::total_cmp);
+    attach.sort_by(f64::total_cmp);
+    println!(
+        "Frida {version} (Python), hooking `work`: from its process start to the hook live: median \
+         {:.1} ms, worst {:.1} ms; from frida.attach: median {:.1} ms, worst {:.1} ms ({rounds} rounds)",
+        whole[whole.len() / 2],
+        whole[whole.len() - 1],
+        attach[attach.len() / 2],
+        attach[attach.len() - 1],
+    );
+}
+
+/// Attaches to argv[1], hooks `work` (found by its symbol) with an empty
+/// `onEnter`, prints CLOCK_MONOTONIC stamps (ns) before the attach and once
+/// the hook is live, detaches.
+const FRIDA_ATTACH: &str = r#"import sys, threading, time
+import frida
+pid = int(sys.argv[1])
+print("attaching", time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)
+session = frida.attach(pid)
+live = threading.Event()
+script = session.create_script("""
+const work = DebugSymbol.fromName('work').address;
+Interceptor.attach(work, { onEnter(args) {} });
+send('hooked');
+""")
+script.on("message", lambda message, data: live.set())
+script.load()
+if not live.wait(60):
+    sys.exit("the hook never went live")
+print("hooked", time.clock_gettime_ns(time.CLOCK_MONOTONIC), flush=True)
+script.unload()
+session.detach()
+"#;
 
 /// `weft attach` timed from before its process is created to its
 /// `attached` line, `rounds` times; started as a shell would (normal
