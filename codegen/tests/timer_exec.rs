@@ -21,7 +21,9 @@ use std::time::Duration;
 use iced_x86::code_asm::*;
 use lab::*;
 use weft_codegen::*;
-use weft_rt::clock::{monotonic_ns, thread_cputime_ns, CpuPreference, WallClock, WallPreference};
+use weft_rt::clock::{
+    monotonic_ns, thread_cputime_ns, CpuPreference, WallClock, WallPreference, MAX_ANCHOR_WINDOW_NS,
+};
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;
@@ -313,10 +315,15 @@ fn recursion_times_the_outermost_activation_once() {
 
 /// CPU time of an interval cannot exceed its wall time, except by the rate
 /// difference between the kernel's CPU accounting clock (kvm-clock here)
-/// and the calibrated TSC, and a syscall-backed CPU read's own length: 0.1%
-/// plus 2 µs.
+/// and the calibrated TSC (0.1%), and by what the clocks' readings
+/// themselves leave out: a timer reads the CPU clock after the wall clock,
+/// so an interrupt in between at the stop (which the kernel charges to the
+/// thread) counts as CPU time and not as wall time (7 µs seen under load),
+/// and an anchor-mode reading may lag the kernel's clock by up to the
+/// anchor's window (`MAX_ANCHOR_WINDOW_NS`, 7.8 µs) until the next anchor
+/// (3.009 ms of CPU in a 3 ms spin failed a 2 µs allowance in CI).
 fn cpu_within_wall(cpu: u64, wall: u64) -> bool {
-    cpu <= wall + wall / 1000 + 2_000
+    cpu <= wall + wall / 1000 + MAX_ANCHOR_WINDOW_NS + 10_000
 }
 
 /// `catcher(jb)` saves rsp and a resume address in `jb`, calls `f1(jb)` →
