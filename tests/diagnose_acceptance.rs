@@ -796,16 +796,17 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         // high): with the vCPUs visibly stolen, 50 ms; else 5 ms.
         let longest_stop = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
         let part = |k: &str| s[k].as_f64().unwrap_or(f64::MAX);
-        let (stopping, resuming, weft_cpu) = (
+        let (stopping, resuming, weft_cpu, remote) = (
             part("longest_stop_stopping_ms"),
             part("longest_stop_resuming_ms"),
             part("longest_stop_weft_cpu_ms"),
+            part("longest_stop_remote_calls_ms"),
         );
         let quiet = steal <= STEAL_QUIET;
         eprintln!(
             "run {run}: {} stops ({} given up for a late thread), the longest {longest_stop:.1} ms \
              {} ({stopping:.1} ms for the threads to stop, {resuming:.1} ms to resume them, \
-             weft's CPU {weft_cpu:.1} ms){}",
+             weft's CPU {weft_cpu:.1} ms, remote calls {remote:.1} ms){}",
             s["stops"],
             s["stops_given_up"],
             s["longest_stop_for"],
@@ -819,7 +820,8 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         if longest_stop > bound {
             fail(format!(
                 "a stop of the world of {longest_stop:.1} ms {} ({stopping:.1} ms for the \
-                 threads to stop, weft's CPU {weft_cpu:.1} ms; bound {bound} ms)",
+                 threads to stop, weft's CPU {weft_cpu:.1} ms, remote calls {remote:.1} ms; \
+                 bound {bound} ms)",
                 s["longest_stop_for"]
             ));
         }

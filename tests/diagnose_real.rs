@@ -36,7 +36,7 @@ fn diagnose(ctx: &Ctx, pid: u32, secs: u32) -> (serde_json::Value, String) {
     let s = &d["summary"];
     eprintln!(
         "{} stops ({} given up for a late thread), the longest {:.1} ms {} ({:.1} ms for the \
-         threads to stop, {:.1} ms to resume them, weft's CPU {:.1} ms)",
+         threads to stop, {:.1} ms to resume them, weft's CPU {:.1} ms, remote calls {:.1} ms)",
         s["stops"],
         s["stops_given_up"],
         s["longest_stop_ms"].as_f64().unwrap_or(-1.0),
@@ -44,6 +44,7 @@ fn diagnose(ctx: &Ctx, pid: u32, secs: u32) -> (serde_json::Value, String) {
         s["longest_stop_stopping_ms"].as_f64().unwrap_or(-1.0),
         s["longest_stop_resuming_ms"].as_f64().unwrap_or(-1.0),
         s["longest_stop_weft_cpu_ms"].as_f64().unwrap_or(-1.0),
+        s["longest_stop_remote_calls_ms"].as_f64().unwrap_or(-1.0),
     );
     (d, w.stderr_text())
 }

@@ -224,6 +224,10 @@ pub struct Summary {
     /// Of the longest stop: CPU ms weft's own work took (what neither the
     /// kernel's scheduling nor a hypervisor lengthens).
     pub longest_stop_weft_cpu_ms: f64,
+    /// Of the longest stop: ms in calls weft made in the target with the
+    /// other threads stopped (the calling thread must get a CPU to run
+    /// them).
+    pub longest_stop_remote_calls_ms: f64,
     /// Stops given up and tried again because a thread was late to stop
     /// (see `Process::stops_given_up`): the others ran on meanwhile.
     pub stops_given_up: u64,
@@ -1148,6 +1152,7 @@ impl Consultant {
                 longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
                 longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
                 longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
+                longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
                 stops_given_up: self.stops.given_up,
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),

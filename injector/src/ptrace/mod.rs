@@ -207,6 +207,11 @@ pub struct StopTime {
     /// which neither the kernel's scheduling nor a hypervisor's stealing
     /// of the vCPU lengthens.
     pub weft_cpu: Duration,
+    /// Time in calls weft made in the target (loading the runtime,
+    /// mapping trampoline memory) while the others stayed stopped: the
+    /// calling thread must be scheduled to run them, which on a busy
+    /// machine can take milliseconds.
+    pub remote_calls: Duration,
 }
 
 /// The calling thread's CPU time.
@@ -239,6 +244,8 @@ pub struct Tracer {
     /// and the tracing thread's CPU time then.
     stopped_since: Option<Instant>,
     cpu_since: Duration,
+    /// Time in remote calls made inside the current stop.
+    remote_in_stop: Duration,
     /// How long its threads took to stop, once they all had.
     stopping: Option<Duration>,
     /// The longest stop of the world so far.
@@ -323,6 +330,7 @@ impl Tracer {
             stop_events: 0,
             stopped_since: None,
             cpu_since: Duration::ZERO,
+            remote_in_stop: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
             stops_given_up: 0,
@@ -360,6 +368,7 @@ impl Tracer {
             stop_events: 0,
             stopped_since: None,
             cpu_since: Duration::ZERO,
+            remote_in_stop: Duration::ZERO,
             stopping: None,
             longest_stop: StopTime::default(),
             stops_given_up: 0,
@@ -457,6 +466,7 @@ impl Tracer {
                 stopping: self.stopping.unwrap_or(total),
                 resuming: Duration::ZERO,
                 weft_cpu: own_cpu_time().saturating_sub(self.cpu_since),
+                remote_calls: self.remote_in_stop.min(total),
             }
         });
         self.longest_stop.max(current.unwrap_or_default())
@@ -472,6 +482,7 @@ impl Tracer {
                 stopping: self.stopping.take().unwrap_or(total).min(total),
                 resuming: resuming.min(total),
                 weft_cpu: own_cpu_time().saturating_sub(self.cpu_since),
+                remote_calls: self.remote_in_stop.min(total),
             };
             self.longest_stop = self.longest_stop.max(this);
         }
@@ -528,6 +539,7 @@ impl Tracer {
             if self.stopped_since.is_none() {
                 self.stopped_since = Some(Instant::now());
                 self.cpu_since = own_cpu_time();
+                self.remote_in_stop = Duration::ZERO;
             }
             self.interrupt_running()?;
             let patient = round < STOP_ROUNDS;

@@ -457,6 +457,22 @@ impl Tracer {
         call: &RemoteCall,
         world: World,
     ) -> Result<u64, RemoteError> {
+        // A call made and finished inside one stop of the world is part of
+        // that stop's time (`StopTime::remote_calls`).
+        let (began, stop) = (Instant::now(), self.stopped_since);
+        let result = self.call_in_world(tid, call, world);
+        if stop.is_some() && self.stopped_since == stop {
+            self.remote_in_stop += began.elapsed();
+        }
+        result
+    }
+
+    fn call_in_world(
+        &mut self,
+        tid: Tid,
+        call: &RemoteCall,
+        world: World,
+    ) -> Result<u64, RemoteError> {
         if call.args.len() > 6 {
             return Err(RemoteError::TooManyArgs(call.name.clone()));
         }
