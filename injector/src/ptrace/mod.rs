@@ -512,16 +512,15 @@ impl Tracer {
 
     /// Stops every thread (threads created meanwhile included).
     ///
-    /// A stop that has not completed within [`stop_patience`] is given up
-    /// (at most [`STOP_ROUNDS`]` - 1` times): the threads that did stop are
-    /// resumed at once, weft waits for the late ones (their interrupts stay
-    /// pending) to stop, keeps those stopped and tries again. A thread is
-    /// late when it must first be scheduled to enter its stop — it was
-    /// sleeping, or waiting for a CPU that other processes (or the
-    /// hypervisor) hold — and waiting for it would pause every other thread
-    /// meanwhile: this bounds the pause of the world by what weft does, not
-    /// by the slowest thread's scheduling. The late threads themselves were
-    /// not running anyway.
+    /// A stop that has not completed within [`stop_patience`] because its
+    /// late threads sleep in a wait the interrupt cannot end (a `vfork`
+    /// parent, a read from a slow file system: see [`Tracer::blocked`]) is
+    /// given up (at most [`STOP_ROUNDS`]` - 1` times): the threads that did
+    /// stop are resumed at once, weft waits for the late ones (their
+    /// interrupts stay pending) to stop, keeps those stopped and tries
+    /// again. Waiting for such a thread would pause every other thread as
+    /// long. A late thread that waits for a CPU is waited for: resuming the
+    /// others would only make it wait longer.
     pub fn stop_all(&mut self) -> Result<(), TraceError> {
         self.stop_events += 1;
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -554,14 +553,23 @@ impl Tracer {
                 }
                 return Ok(());
             }
-            let late: BTreeSet<Tid> = self
-                .threads
-                .iter()
-                .filter(|(_, t)| t.state == ThreadState::Running)
-                .map(|(&tid, _)| tid)
-                .collect();
-            if !patient || Instant::now() >= deadline {
+            let late: BTreeSet<Tid> = self.running().collect();
+            if Instant::now() >= deadline {
                 return Err(TraceError::StopTimeout(late.len(), self.pid, STOP_TIMEOUT));
+            }
+            if !patient || !late.iter().all(|&tid| self.blocked(tid)) {
+                // A late thread that waits for a CPU gets one sooner with
+                // the others stopped than with them resumed (200 busy
+                // threads on 2 cores: giving up made each stop ~30 times
+                // longer): wait for everyone.
+                if self.collect_stops(None, deadline)? {
+                    if let (None, Some(since)) = (self.stopping, self.stopped_since) {
+                        self.stopping = Some(since.elapsed());
+                    }
+                    return Ok(());
+                }
+                let still = self.running().count();
+                return Err(TraceError::StopTimeout(still, self.pid, STOP_TIMEOUT));
             }
             // Give this round up: resume what it stopped (its pause ends
             // here and is not a stop of the world), then wait for the late
@@ -579,14 +587,7 @@ impl Tracer {
                 self.resume(tid)?;
             }
             if !self.collect_stops(Some(&late), deadline)? {
-                let still = late
-                    .iter()
-                    .filter(|tid| {
-                        self.threads
-                            .get(tid)
-                            .is_some_and(|t| t.state == ThreadState::Running)
-                    })
-                    .count();
+                let still = self.running().filter(|tid| late.contains(tid)).count();
                 return Err(TraceError::StopTimeout(still, self.pid, STOP_TIMEOUT));
             }
             keep.extend(late);
@@ -594,14 +595,34 @@ impl Tracer {
         }
     }
 
-    /// Sends `PTRACE_INTERRUPT` to every running thread.
-    fn interrupt_running(&mut self) -> Result<(), TraceError> {
-        let running: Vec<Tid> = self
-            .threads
+    /// Whether thread `tid` sleeps in the kernel (state `D` or `S` in
+    /// `/proc/PID/task/TID/stat`) rather than waiting for a CPU or being
+    /// about to stop: an interrupted thread still asleep after the
+    /// patience is in a wait the interrupt cannot end (a `vfork` parent, a
+    /// disk or network file system read), and resuming the others does not
+    /// delay it.
+    fn blocked(&self, tid: Tid) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", self.pid))
+            .unwrap_or_default();
+        // The state follows the parenthesised name, which may hold spaces
+        // and parentheses itself: the last `)`.
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].trim_start().chars().next());
+        matches!(state, Some('D' | 'S'))
+    }
+
+    /// The threads not in a ptrace-stop.
+    fn running(&self) -> impl Iterator<Item = Tid> + '_ {
+        self.threads
             .iter()
             .filter(|(_, t)| t.state == ThreadState::Running)
             .map(|(&tid, _)| tid)
-            .collect();
+    }
+
+    /// Sends `PTRACE_INTERRUPT` to every running thread.
+    fn interrupt_running(&mut self) -> Result<(), TraceError> {
+        let running: Vec<Tid> = self.running().collect();
         for tid in running {
             if let Err(e) = sys::interrupt(tid) {
                 // ESRCH: the thread is exiting; its exit event will come.
@@ -630,12 +651,8 @@ impl Tracer {
                 return Err(self.exited_error());
             }
             let running: Vec<Tid> = self
-                .threads
-                .iter()
-                .filter(|(tid, t)| {
-                    t.state == ThreadState::Running && only.map_or(true, |o| o.contains(tid))
-                })
-                .map(|(&tid, _)| tid)
+                .running()
+                .filter(|tid| only.map_or(true, |o| o.contains(tid)))
                 .collect();
             if running.is_empty() {
                 return Ok(true);
