@@ -547,29 +547,24 @@ impl Tracer {
             } else {
                 deadline
             };
-            if self.collect_stops(None, until)? {
-                if let (None, Some(since)) = (self.stopping, self.stopped_since) {
-                    self.stopping = Some(since.elapsed());
-                }
-                return Ok(());
-            }
+            let mut stopped = self.collect_stops(None, until)?;
             let late: BTreeSet<Tid> = self.running().collect();
-            if Instant::now() >= deadline {
-                return Err(TraceError::StopTimeout(late.len(), self.pid, STOP_TIMEOUT));
-            }
-            if !patient || !late.iter().all(|&tid| self.blocked(tid)) {
+            if !stopped && (!patient || !late.iter().all(|&tid| self.blocked(tid))) {
                 // A late thread that waits for a CPU gets one sooner with
                 // the others stopped than with them resumed (200 busy
                 // threads on 2 cores: giving up made each stop ~30 times
                 // longer): wait for everyone.
-                if self.collect_stops(None, deadline)? {
-                    if let (None, Some(since)) = (self.stopping, self.stopped_since) {
-                        self.stopping = Some(since.elapsed());
-                    }
-                    return Ok(());
+                stopped = self.collect_stops(None, deadline)?;
+                if !stopped {
+                    let still = self.running().count();
+                    return Err(TraceError::StopTimeout(still, self.pid, STOP_TIMEOUT));
                 }
-                let still = self.running().count();
-                return Err(TraceError::StopTimeout(still, self.pid, STOP_TIMEOUT));
+            }
+            if stopped {
+                if let (None, Some(since)) = (self.stopping, self.stopped_since) {
+                    self.stopping = Some(since.elapsed());
+                }
+                return Ok(());
             }
             // Give this round up: resume what it stopped (its pause ends
             // here and is not a stop of the world), then wait for the late
