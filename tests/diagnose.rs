@@ -365,6 +365,26 @@ fn diagnoses_a_program_it_starts() {
     ctx.check(found.is_some_and(|b| b["hypothesis"] == "cpu"), || {
         format!("hot not found in the started program: {}", d["bottlenecks"])
     });
+    // The hold at the program's entry (symbols read, the runtime and its
+    // exit code loaded before any of it ran) is its start delay, not a
+    // stop: the stops are the search's own, each short as for a process
+    // weft attached to (25 ms: the acceptance test's bound for a stop the
+    // kernel or a hypervisor lengthened; holding the entry took 16-28 ms
+    // when it was counted as a stop).
+    let s = &d["summary"];
+    let held = s["start_held_ms"].as_f64().unwrap_or(0.0);
+    let longest = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
+    eprintln!(
+        "held {held:.1} ms at the start; longest stop {longest:.2} ms ({})",
+        s["longest_stop_for"]
+    );
+    ctx.check(held > 0.0, || format!("no start hold reported: {s}"));
+    ctx.check(longest < 25.0 && longest < held, || {
+        format!("the longest stop is the start's hold: {s}")
+    });
+    ctx.check(s["longest_stop_for"] != "loading the runtime", || {
+        format!("the runtime was loaded in a stop of the running program: {s}")
+    });
 }
 
 /// Bounded perturbation: `tick`, called ten million times a second under

@@ -188,7 +188,7 @@ fn to_text(d: &Diagnosis) -> String {
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
          CPU, {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
-         {} given up for a late thread){}\n",
+         {} given up for a late thread){}{}\n",
         m.tests,
         m.peak_probes,
         m.functions_probed,
@@ -199,6 +199,9 @@ fn to_text(d: &Diagnosis) -> String {
         m.longest_stop_stopping_ms,
         m.longest_stop_resuming_ms,
         m.stops_given_up,
+        m.start_held_ms
+            .map(|ms| format!("; held {ms:.1} ms at its start, before it ran"))
+            .unwrap_or_default(),
         if m.exhausted {
             ""
         } else {

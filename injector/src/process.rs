@@ -3660,6 +3660,12 @@ impl Process {
         self.stops_before
     }
 
+    /// Whether the program has run: false for one [`Process::launch`]
+    /// started until its first hold (the stop at its entry) is released.
+    pub fn has_run(&self) -> bool {
+        self.ever_released
+    }
+
     /// How many times a stop of the world (of the holds ended so far) was
     /// given up because a thread was late to stop, and tried again: the
     /// threads that had stopped ran on instead of waiting for it.

@@ -231,6 +231,12 @@ pub struct Summary {
     /// Stops given up and tried again because a thread was late to stop
     /// (see `Process::stops_given_up`): the others ran on meanwhile.
     pub stops_given_up: u64,
+    /// For a program the search started (`weft diagnose -- PROGRAM`): ms
+    /// it was held at its entry before it first ran, while weft read its
+    /// symbols and loaded the runtime. Not one of the stops above: none
+    /// of the program's code had run, so none of its work waited. `null`
+    /// for a process that was already running.
+    pub start_held_ms: Option<f64>,
     /// Whether the search ran out of tests (else it was cut short).
     pub exhausted: bool,
     /// How long the search has run, s.
@@ -414,11 +420,23 @@ impl Consultant {
         let mut stops = Stops::default();
         // The runtime, then the exit code the timers need, each in a stop
         // of its own: the first test's insertion is then as short as any.
-        for metrics in [Metrics::CALLS, TIMERS] {
+        if process.has_run() {
+            for metrics in [Metrics::CALLS, TIMERS] {
+                let mut held = process.hold()?;
+                held.load_runtime(metrics)?;
+                held.release()?;
+                stops.note(process, "loading the runtime");
+            }
+        } else {
+            // A program weft started, still at its entry: none of its
+            // code has run, so nothing waits here; both steps go in this
+            // one hold, which delays the program's start but pauses none
+            // of its work (reported apart from the stops).
             let mut held = process.hold()?;
-            held.load_runtime(metrics)?;
+            held.load_runtime(Metrics::CALLS)?;
+            held.load_runtime(TIMERS)?;
             held.release()?;
-            stops.note(process, "loading the runtime");
+            stops.start_held = Some(process.longest_stop());
         }
         let found = thread_paths(process, &entries, &mut known_threads, SNAPSHOTS, &mut stops)?;
         let mut search = Search::new(options.thresholds, &options.hypotheses, &[]);
@@ -1154,6 +1172,7 @@ impl Consultant {
                 longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
                 longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
                 stops_given_up: self.stops.given_up,
+                start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),
@@ -1174,6 +1193,9 @@ pub(super) struct Stops {
     longest_for: &'static str,
     /// The process's stops given up, as of the last hold noted.
     given_up: u64,
+    /// How long a program weft started was held at its entry, before any
+    /// of it ran (not a stop: nothing of the program waited).
+    start_held: Option<std::time::Duration>,
 }
 
 impl Stops {
