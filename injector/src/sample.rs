@@ -90,9 +90,6 @@ struct RowState {
     tid: u32,
     activity: u64,
     values: Vec<Value>,
-    /// The values before the row's last read (a floor, module docs); kept
-    /// to reuse its allocation.
-    floor: Vec<Value>,
     /// The metric words that lay in written pages at the last read, and
     /// how many words were asked (`Region::written_words`). Pages of a
     /// row only become holes again when the row is claimed anew (a new
@@ -315,15 +312,16 @@ fn read_row(
     q32: u64,
     stats: &mut SampleStats,
 ) {
-    // The last sample's values of the same thread: a floor (module docs).
-    std::mem::swap(&mut r.floor, &mut r.values);
+    // The last sample's values of the same thread stay in place as the
+    // floor of the new ones (module docs): each is raised where it is, so
+    // a sample touches one array of the sampler's, not two (with 1,000
+    // rows of 100 timers, the sampler's own values are 3 MB).
     if !same_thread {
-        r.floor.clear();
+        r.values.clear();
     }
-    let (floor, written) = (std::mem::take(&mut r.floor), std::mem::take(&mut r.written));
-    r.values.clear();
     r.values.resize(probes.len(), Value::default());
     r.running.clear();
+    let written = std::mem::take(&mut r.written);
     let mut cpu_now: Option<u64> = None;
     for (i, p) in probes.iter().enumerate() {
         // (The row is long enough unless the geometry is smaller than the
@@ -340,10 +338,54 @@ fn read_row(
         if !touched {
             continue;
         }
+        let read = ProbeRead {
+            probe: p,
+            words: w,
+            baseline,
+            thread: (tid, pid),
+            wall_now,
+            q32,
+        };
+        let v = read.value(&mut cpu_now, stats, |t, base| {
+            r.running.push((i, t, base));
+        });
+        let slot = &mut r.values[i];
+        *slot = Value {
+            calls: v.calls.max(slot.calls),
+            wall_ns: v.wall_ns.max(slot.wall_ns),
+            cpu_ns: v.cpu_ns.max(slot.cpu_ns),
+            self_ns: v.self_ns.max(slot.self_ns),
+        };
+    }
+    r.written = written;
+}
+
+/// One probe's words in one row, and what reading them needs.
+struct ProbeRead<'a> {
+    probe: &'a Sampled,
+    words: &'a [AtomicU64],
+    baseline: &'a dyn Fn(usize) -> u64,
+    thread: (u32, i32),
+    wall_now: u64,
+    q32: u64,
+}
+
+impl ProbeRead<'_> {
+    /// The probe's value; a timer found running is handed to `running`
+    /// with its words and the borrowed base. `cpu_now`: the thread's CPU
+    /// time, read once a row when a CPU timer runs.
+    #[inline(always)]
+    fn value(
+        &self,
+        cpu_now: &mut Option<u64>,
+        stats: &mut SampleStats,
+        running: impl FnOnce(TimerWords, (u64, u64)),
+    ) -> Value {
+        let (p, w) = (self.probe, self.words);
         // What a borrowed probe had counted before this session.
         let base = |offset: usize| {
             if p.borrowed {
-                baseline(p.word + offset)
+                (self.baseline)(p.word + offset)
             } else {
                 0
             }
@@ -352,18 +394,17 @@ fn read_row(
             .get(W_ENTRIES)
             .map_or(0, |c| c.load(Ordering::Relaxed))
             .saturating_sub(base(W_ENTRIES));
-        let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
-        let base_self = base(W_SELF_TOTAL);
         if !p.metrics.hooks_exit() || w.len() < TIMED_WORDS {
-            r.values[i] = Value {
+            return Value {
                 calls,
                 ..Value::default()
             };
-            continue;
         }
+        let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
+        let base_self = base(W_SELF_TOTAL);
         let Some(mut t) = timer_words(w, 10_000) else {
             // The totals, not counting the open interval.
-            r.values[i] = Value {
+            return Value {
                 calls,
                 wall_ns: w[W_WALL_TOTAL]
                     .load(Ordering::Relaxed)
@@ -377,11 +418,10 @@ fn read_row(
                     base_self,
                 ),
             };
-            continue;
         };
         if t.wall_start == 0 && t.cpu_start == 0 {
             // Not running: the totals are the values.
-            r.values[i] = Value {
+            return Value {
                 self_ns: self_value(p.metrics, t.self_total, base_self),
                 ..timed_value(
                     calls,
@@ -390,22 +430,22 @@ fn read_row(
                     (base_wall, base_cpu),
                 )
             };
-            continue;
         }
         if p.metrics.cpu && t.cpu_start != 0 && cpu_now.is_none() {
             // The thread's CPU time, then the words again (see
             // `timer_value`).
-            cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, tid).ok();
+            let (tid, pid) = self.thread;
+            *cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, tid).ok();
             stats.cpu_reads += 1;
             if let Some(again) = timer_words(w, 10_000) {
                 t = again;
             }
         }
-        let v = timer_value(&t, wall_now, cpu_now, q32);
+        let v = timer_value(&t, self.wall_now, *cpu_now, self.q32);
         if v.running {
-            r.running.push((i, t, (base_wall, base_cpu)));
+            running(t, (base_wall, base_cpu));
         }
-        r.values[i] = Value {
+        Value {
             self_ns: self_value(p.metrics, t.self_total, base_self),
             ..timed_value(
                 calls,
@@ -413,15 +453,8 @@ fn read_row(
                 (v.wall_ns, v.cpu_ns),
                 (base_wall, base_cpu),
             )
-        };
+        }
     }
-    for (value, before) in r.values.iter_mut().zip(&floor) {
-        value.calls = value.calls.max(before.calls);
-        value.wall_ns = value.wall_ns.max(before.wall_ns);
-        value.cpu_ns = value.cpu_ns.max(before.cpu_ns);
-        value.self_ns = value.self_ns.max(before.self_ns);
-    }
-    (r.floor, r.written) = (floor, written);
 }
 
 /// A timed probe's self time less what a borrowed probe had counted
