@@ -404,3 +404,66 @@ fn run_threads_with_the_smallest_stacks() {
         );
     }
 }
+
+/// A wrapper script as users have them (pyenv's shims, a `run.sh`): found
+/// by `env`, it runs a command of its own, then `exec`s the program through
+/// `env`. weft follows it into the program and stops that at its entry:
+/// every call of every thread is counted, as when given the program itself.
+#[test]
+fn run_follows_a_wrapper_script_into_its_program() {
+    let ctx = Ctx::new("run_follows_a_wrapper_script_into_its_program");
+    let exe = workers_c();
+    let script = std::env::temp_dir().join(format!("weft-wrapper-{}.sh", std::process::id()));
+    std::fs::write(
+        &script,
+        format!(
+            "#!/usr/bin/env bash\nsetup=$(echo ready)\nexec env WEFT_WRAPPED=$setup {} \"$@\"\n",
+            exe.display()
+        ),
+    )
+    .expect("write the wrapper script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the wrapper executable");
+    let mut args: Vec<String> = ["run", "--format", "json", "-f", WORKER_PATTERNS, "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(script.display().to_string());
+    args.extend(workers_args(exe).into_iter().skip(1));
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut weft = ctx.weft(&args);
+    weft.wait_code(0);
+    let _ = std::fs::remove_file(&script);
+    let err = weft.stderr_text();
+    ctx.check(
+        err.contains(&format!("runs {}", exe.display())) && err.contains("bash"),
+        || format!("weft did not say it followed the script: {err}"),
+    );
+    let (target, report) = split_at_done(&ctx, &weft.stdout_text());
+    check_run(&ctx, exe, &target, &report);
+}
+
+/// A script that starts its program as a child (no `exec`) cannot be
+/// followed: weft says so and how to fix it, and exits non-zero.
+#[test]
+fn run_refuses_a_script_that_does_not_exec() {
+    let ctx = Ctx::new("run_refuses_a_script_that_does_not_exec");
+    let exe = workers_c();
+    let script = std::env::temp_dir().join(format!("weft-child-{}.sh", std::process::id()));
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\n{} --no-wait --threads 1\n", exe.display()),
+    )
+    .expect("write the script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the script executable");
+    let mut weft = ctx.weft(&["run", "-f", "work_a", "--", script.to_str().unwrap()]);
+    let code = weft.wait_exit().code();
+    let _ = std::fs::remove_file(&script);
+    let err = weft.stderr_text();
+    ctx.check(code != Some(0), || "weft succeeded".into());
+    ctx.check(
+        err.contains("without `exec`ing a program") && err.contains("exec PROGRAM"),
+        || format!("no clear error: {err}"),
+    );
+}

@@ -54,10 +54,12 @@ pub fn diagnose(
             Process::open(*pid).with_context(|| format!("opening process {pid}"))?,
             false,
         ),
-        Target::Launch(program, args) => (
-            Process::launch(program, args).with_context(|| format!("starting {program}"))?,
-            true,
-        ),
+        Target::Launch(program, args) => {
+            let process =
+                Process::launch(program, args).with_context(|| format!("starting {program}"))?;
+            crate::say_launched(program, &process);
+            (process, true)
+        }
     };
     let pid = process.pid();
     let mut consultant =

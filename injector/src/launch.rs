@@ -10,7 +10,7 @@
 use crate::ptrace::{ProcessExit, Tracer};
 use crate::Error;
 use std::ffi::CString;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::time::{Duration, Instant};
 
 const AT_ENTRY: u64 = 9;
@@ -92,7 +92,16 @@ pub(crate) fn kill_traced(pid: i32, tracer: &mut Tracer) {
 /// Forks and execs `program` (searched in `PATH`) with `args`, seized by
 /// ptrace and stopped at its entry point. A statically linked program is
 /// refused before it starts ([`Error::StaticProgram`]).
-pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tracer), Error> {
+///
+/// A script (`#!`) and a program named through an exec wrapper (`env`,
+/// `nice`, `taskset`…) are followed through the interpreters and wrappers
+/// that `exec` the program the user means ([`follow_launchers`]); the
+/// executables passed through are returned, in order (empty when the
+/// program itself was stopped).
+pub fn spawn_stopped_at_entry(
+    program: &str,
+    args: &[String],
+) -> Result<(i32, Tracer, Vec<String>), Error> {
     let invalid = || launch_error(program, std::io::ErrorKind::InvalidInput.into());
     let path = resolve_program(program)?;
     refuse_static(program, &path)?;
@@ -199,13 +208,113 @@ pub fn spawn_stopped_at_entry(program: &str, args: &[String]) -> Result<(i32, Tr
     // SAFETY: closing our descriptor.
     unsafe { libc::close(report[0]) };
 
+    let through = match follow_launchers(program, &c_path, pid) {
+        Ok(through) => through,
+        Err(e) => {
+            // SAFETY: our own child, stopped or exited but not reaped: the
+            // PID cannot have been reused.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap(pid);
+            return Err(e);
+        }
+    };
     let mut tracer = Tracer::adopt(pid)?;
     match run_to_entry(&mut tracer, pid) {
-        Ok(()) => Ok((pid, tracer)),
+        Ok(()) => Ok((pid, tracer, through)),
         Err(e) => {
             // It has not run any of the program's own code yet.
             kill_stopped(pid, tracer);
             Err(e)
+        }
+    }
+}
+
+/// Programs that run another by `exec`ing it in the same process: named
+/// on the command line, the user means the program they run.
+const EXEC_WRAPPERS: &[&str] = &[
+    "env", "nice", "ionice", "nohup", "taskset", "chrt", "stdbuf", "setsid", "numactl",
+];
+
+/// Shells: a script's interpreter, or one a wrapper script `exec`s (pyenv's
+/// shims are bash scripts whose interpreter is found by `env`, and they
+/// `exec` the real interpreter in the end). Named on the command line a
+/// shell is what the user means, and is not followed.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"];
+
+/// When `program` (at `path`) is a script or an exec wrapper, lets the
+/// process `pid` (at its first exec stop) run on through every exec of a
+/// wrapper or shell until it execs something else, and stops it at that
+/// exec; returns the executables it went through. Anything else is the
+/// program itself: nothing to do. A process that ends before it execs the
+/// program (a script that starts it as a child, or fails) is an error: the
+/// program was not run under weft.
+fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<String>, Error> {
+    let name_of = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let script = std::fs::File::open(std::ffi::OsStr::from_bytes(path.as_bytes()))
+        .and_then(|mut f| {
+            let mut magic = [0u8; 2];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|()| &magic == b"#!")
+        })
+        .unwrap_or(false);
+    let named = name_of(std::path::Path::new(std::ffi::OsStr::from_bytes(
+        path.as_bytes(),
+    )));
+    if !script && !EXEC_WRAPPERS.contains(&named.as_str()) {
+        return Ok(Vec::new());
+    }
+    let mut through = Vec::new();
+    loop {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map_err(|e| Error::Internal(format!("reading process {pid}'s executable: {e}")))?;
+        let name = name_of(&exe);
+        if !EXEC_WRAPPERS.contains(&name.as_str()) && !SHELLS.contains(&name.as_str()) {
+            return Ok(through);
+        }
+        through.push(exe.to_string_lossy().into_owned());
+        // On to its next exec, passing on every signal it gets meanwhile
+        // (its children's SIGCHLD, a terminal's).
+        let mut signal = 0;
+        loop {
+            // SAFETY: PTRACE_CONT on our own stopped tracee; `signal` is
+            // passed by value.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, signal as usize) };
+            let mut status = 0;
+            // SAFETY: valid out-pointer; waits for our own child only.
+            let waited = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+            if waited != pid || libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                let ended = if libc::WIFEXITED(status) {
+                    format!("exited with code {}", libc::WEXITSTATUS(status))
+                } else if libc::WIFSIGNALED(status) {
+                    format!("was killed by signal {}", libc::WTERMSIG(status))
+                } else {
+                    "ended".to_string()
+                };
+                return Err(launch_error(
+                    program,
+                    std::io::Error::other(format!(
+                        "it is run by {} (a script or wrapper), which {ended} without `exec`ing \
+                         a program: weft follows a script into the program it `exec`s, not one it \
+                         starts as a child; end the script with `exec PROGRAM ARGS`, or give weft \
+                         the program itself",
+                        through.join(" then ")
+                    )),
+                ));
+            }
+            let event = status >> 16;
+            if event == libc::PTRACE_EVENT_EXEC {
+                break;
+            }
+            // A signal to deliver; an event stop (a thread, a group stop)
+            // resumes as it is.
+            signal = if event == 0 {
+                libc::WSTOPSIG(status)
+            } else {
+                0
+            };
         }
     }
 }

@@ -1214,6 +1214,7 @@ impl Attached {
         let split = cli_kernel::split(functions)?;
         let caps = cli_kernel::capabilities(&split)?;
         let mut process = Process::launch(program, args)?;
+        say_launched(program, &process);
         let found = if split.user.is_empty() {
             Vec::new()
         } else {
@@ -1378,4 +1379,20 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     }
     to_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says which program weft stopped at when `program` is a script or an
+/// exec wrapper it followed (`Process::launched_through`).
+fn say_launched(program: &str, process: &Process) {
+    let through = process.launched_through();
+    if through.is_empty() {
+        return;
+    }
+    let exe = std::fs::read_link(format!("/proc/{}/exe", process.pid()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "its program".into());
+    eprintln!(
+        "weft: {program} runs {exe} (through {}): measuring that",
+        through.join(", ")
+    );
 }

@@ -467,6 +467,8 @@ pub struct Process {
     options: RuntimeOptions,
     /// What the other threads do while the runtime is loaded.
     load_world: crate::ptrace::World,
+    /// See [`Process::launched_through`].
+    launched_through: Vec<String>,
     launched: bool,
     /// Set once the process has run on its own (weft released it).
     ever_released: bool,
@@ -672,6 +674,7 @@ impl Process {
             memory: None,
             longest_stop: StopTime::default(),
             load_world: crate::ptrace::World::WhenWaiting,
+            launched_through: Vec::new(),
         }
     }
 
@@ -683,7 +686,7 @@ impl Process {
     /// without [`Held::release`]), the program is killed and reaped: it
     /// must not run uninstrumented.
     pub fn launch(program: &str, args: &[String]) -> Result<Process, Error> {
-        let (pid, tracer) = crate::launch::spawn_stopped_at_entry(program, args)?;
+        let (pid, tracer, through) = crate::launch::spawn_stopped_at_entry(program, args)?;
         let image = match ProcessImage::open(pid) {
             Ok(image) => image,
             Err(e) => {
@@ -696,13 +699,17 @@ impl Process {
             crate::launch::kill_stopped(pid, tracer);
             return Err(Error::StaticallyLinked(pid));
         }
-        Ok(Process::new(
-            pid,
-            Some(tracer),
-            image,
-            RuntimeOptions::default(),
-            true,
-        ))
+        let mut process = Process::new(pid, Some(tracer), image, RuntimeOptions::default(), true);
+        process.launched_through = through;
+        Ok(process)
+    }
+
+    /// For a program [`Process::launch`] started through a script or an
+    /// exec wrapper (`env`, a shell, `nice`…): the executables it went
+    /// through before the program it stopped at, in order; empty
+    /// otherwise.
+    pub fn launched_through(&self) -> &[String] {
+        &self.launched_through
     }
 
     /// The process id.
