@@ -210,7 +210,12 @@ pub fn doctor() -> String {
         Ok(all) => {
             let ours: Vec<String> = all
                 .into_iter()
-                .filter(|p| p.name.starts_with(weft::kernel::PROGRAM_PREFIX))
+                // Not the capability probes just tried above, which the
+                // kernel may not have freed yet.
+                .filter(|p| {
+                    p.name.starts_with(weft::kernel::PROGRAM_PREFIX)
+                        && p.name != weft::kernel::CAPABILITY_PROBE
+                })
                 .map(|p| p.name)
                 .collect();
             let _ = writeln!(

@@ -126,6 +126,8 @@ const JMP_CALL: u8 = 0x80;
 const JMP_EXIT: u8 = 0x90;
 /// `src` of an `lddw` whose immediate is a map's file descriptor.
 const PSEUDO_MAP_FD: u8 = 1;
+/// `ld_imm64` source: the kernel variable whose vmlinux BTF id is `imm`.
+const PSEUDO_BTF_ID: u8 = 3;
 
 /// A place in the program a jump can go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,6 +228,20 @@ impl Asm {
         self.push(0, R0, R0, 0, 0);
     }
 
+    /// `dst =` the address of kernel variable `btf_id` (a `VAR` of the
+    /// running kernel's BTF; for a per-CPU one, what `bpf_this_cpu_ptr`
+    /// takes). Two slots; the second's `imm` 0 names vmlinux's BTF.
+    pub fn load_kernel_var(&mut self, dst: Reg, btf_id: u32) {
+        self.push(
+            CLASS_LD | MODE_IMM | Size::DW as u8,
+            dst,
+            Reg(PSEUDO_BTF_ID),
+            0,
+            btf_id as i32,
+        );
+        self.push(0, R0, R0, 0, 0);
+    }
+
     /// `dst = imm` for any 64-bit value (two slots).
     pub fn load_imm64(&mut self, dst: Reg, imm: u64) {
         self.push(
@@ -306,6 +322,8 @@ pub mod helper {
     pub const PROBE_READ_USER: i32 = 112;
     /// `long bpf_probe_read_kernel(dst, size, kernel_ptr)`.
     pub const PROBE_READ_KERNEL: i32 = 113;
+    /// `void *bpf_this_cpu_ptr(percpu_var)`: this CPU's instance.
+    pub const THIS_CPU_PTR: i32 = 154;
 }
 
 #[cfg(test)]

@@ -100,6 +100,23 @@ pub struct Attribution {
     pub cell_metric_from_end: i16,
 }
 
+/// Where the time a hypervisor stole from each CPU is: the per-CPU
+/// `struct kvm_steal_time` of a KVM guest (`steal_time`), whose `steal`
+/// counter (ns) the host advances before the vCPU runs again. A kernel
+/// built with `CONFIG_PARAVIRT_TIME_ACCOUNTING` leaves that time out of its
+/// threads' CPU time; the programs then leave it out too: their CPU clock
+/// is `bpf_ktime_get_ns` less this CPU's steal counter, a difference taken
+/// only between two readings on the same CPU (a stint on a CPU, or one
+/// program's run: tracepoint, kprobe and trampoline programs do not
+/// migrate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Steal {
+    /// BTF id of the per-CPU variable.
+    pub var: u32,
+    /// Offset of the `u64` counter in it.
+    pub offset: u32,
+}
+
 /// What starts an activation.
 #[derive(Clone, Copy, Debug)]
 pub enum Trigger {
@@ -125,6 +142,8 @@ pub struct EntryProgram {
     pub attribution: Option<Attribution>,
     /// The shared maps.
     pub maps: Maps,
+    /// Stolen time left out of CPU time (as the `sched_switch` program's).
+    pub steal: Option<Steal>,
 }
 
 /// An exit program.
@@ -136,6 +155,8 @@ pub struct ExitProgram {
     pub slot: Option<u32>,
     /// The shared maps.
     pub maps: Maps,
+    /// Stolen time left out of CPU time (as the `sched_switch` program's).
+    pub steal: Option<Steal>,
 }
 
 /// The `sched_switch` program that keeps the threads' CPU clocks.
@@ -151,6 +172,8 @@ pub struct SwitchProgram {
     pub task_tgid: u32,
     /// The CPU clock map.
     pub clocks: i32,
+    /// Stolen time left out of CPU time.
+    pub steal: Option<Steal>,
 }
 
 // The stack frame (offsets from the frame pointer).
@@ -165,6 +188,8 @@ const OPEN_VALUE: i16 = -136;
 const READ_PAIR: i16 = -152;
 const READ_ONE: i16 = -160;
 const LOST_KEY: i16 = -168;
+/// The CPU clock's "now": `bpf_ktime_get_ns` less this CPU's stolen time.
+const CPU_NOW: i16 = -176;
 
 const BPF_ANY: i32 = 0;
 const BPF_NOEXIST: i32 = 1;
@@ -190,9 +215,32 @@ fn stack_pointer(a: &mut Asm, reg: super::asm::Reg, off: i16) {
     a.alu_imm(Alu::Add, reg, i32::from(off));
 }
 
-/// The running thread's CPU clock at `R9` (now) into `[FP + CPU]`; `R7` is
-/// its id. A thread seen first is on a CPU now (this program runs on it).
-/// Never less than the thread's time on a CPU up to its last switch out.
+/// `[FP + CPU_NOW]` = `R9` (a `bpf_ktime_get_ns` reading) less the time
+/// the hypervisor has stolen from this CPU, or `R9` itself without
+/// `steal` (or if the counter cannot be read). Clobbers `R0`–`R5`.
+fn cpu_now(a: &mut Asm, steal: Option<Steal>) {
+    a.store(Size::DW, FP, CPU_NOW, R9);
+    let Some(steal) = steal else { return };
+    let done = a.label();
+    a.load_kernel_var(R1, steal.var);
+    a.call(helper::THIS_CPU_PTR);
+    a.mov(R3, R0);
+    a.alu_imm(Alu::Add, R3, offset(steal.offset));
+    stack_pointer(a, R1, READ_ONE);
+    a.mov_imm(R2, 8);
+    a.call(helper::PROBE_READ_KERNEL);
+    a.jump_imm(Cond::Ne, R0, 0, done);
+    a.mov(R1, R9);
+    a.load(Size::DW, R2, FP, READ_ONE);
+    a.alu(Alu::Sub, R1, R2);
+    a.store(Size::DW, FP, CPU_NOW, R1);
+    a.bind(done);
+}
+
+/// The running thread's CPU clock at `[FP + CPU_NOW]` ([`cpu_now`]) into
+/// `[FP + CPU]`; `R7` is its id. A thread seen first is on a CPU now (this
+/// program runs on it). Never less than the thread's time on a CPU up to
+/// its last switch out.
 fn cpu_clock(a: &mut Asm, clocks: i32) {
     let have = a.label();
     let store = a.label();
@@ -204,7 +252,8 @@ fn cpu_clock(a: &mut Asm, clocks: i32) {
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jump_imm(Cond::Ne, R0, 0, have);
     a.store_imm(Size::DW, FP, CLOCK_VALUE + clock::ON_CPU, 0);
-    a.store(Size::DW, FP, CLOCK_VALUE + clock::SWITCHED_IN, R9);
+    a.load(Size::DW, R4, FP, CPU_NOW);
+    a.store(Size::DW, FP, CLOCK_VALUE + clock::SWITCHED_IN, R4);
     a.load_map(R1, clocks);
     stack_pointer(a, R2, CLOCK_KEY);
     stack_pointer(a, R3, CLOCK_VALUE);
@@ -216,11 +265,12 @@ fn cpu_clock(a: &mut Asm, clocks: i32) {
     a.load(Size::DW, R1, R0, clock::ON_CPU);
     a.load(Size::DW, R2, R0, clock::SWITCHED_IN);
     a.jump_imm(Cond::Eq, R2, 0, store);
+    a.load(Size::DW, R4, FP, CPU_NOW);
     // A program runs preemptibly: switched out after taking `now` and back
     // since, the thread's stint started after `now`, and `ON_CPU` already
     // holds its time up to the switch.
-    a.jump_reg(Cond::Gt, R2, R9, store);
-    a.mov(R3, R9);
+    a.jump_reg(Cond::Gt, R2, R4, store);
+    a.mov(R3, R4);
     a.alu(Alu::Sub, R3, R2);
     a.alu(Alu::Add, R1, R3);
     a.bind(store);
@@ -363,6 +413,7 @@ pub fn entry_program(p: &EntryProgram) -> Result<Vec<Insn>, AsmError> {
         a.bind(fresh);
         a.call(helper::KTIME_GET_NS);
         a.mov(R9, R0);
+        cpu_now(&mut a, p.steal);
         cpu_clock(&mut a, p.maps.clocks);
         a.store(Size::DW, FP, OPEN_VALUE + open::T0, R9);
         a.load(Size::DW, R1, FP, CPU);
@@ -409,6 +460,7 @@ pub fn exit_program(p: &ExitProgram) -> Result<Vec<Insn>, AsmError> {
     a.alu_imm(Alu::Sub, R1, 1);
     a.store(Size::DW, R6, open::DEPTH, R1);
     a.jump_imm(Cond::Ne, R1, 0, out);
+    cpu_now(&mut a, p.steal);
     cpu_clock(&mut a, p.maps.clocks);
     a.store(Size::W, FP, STATS_KEY, R7);
     a.load(Size::W, R1, R6, open::PROBE);
@@ -448,6 +500,7 @@ pub fn switch_program(p: &SwitchProgram) -> Result<Vec<Insn>, AsmError> {
     a.call(helper::KTIME_GET_NS);
     a.mov(R9, R0);
     only_target(&mut a, p.tgid, next);
+    cpu_now(&mut a, p.steal);
     a.store(Size::W, FP, CLOCK_KEY, R7);
     a.store_imm(Size::W, FP, CLOCK_KEY + 4, 0);
     a.load_map(R1, p.clocks);
@@ -456,7 +509,7 @@ pub fn switch_program(p: &SwitchProgram) -> Result<Vec<Insn>, AsmError> {
     a.jump_imm(Cond::Eq, R0, 0, insert_off);
     a.load(Size::DW, R1, R0, clock::SWITCHED_IN);
     a.jump_imm(Cond::Eq, R1, 0, next);
-    a.mov(R2, R9);
+    a.load(Size::DW, R2, FP, CPU_NOW);
     a.alu(Alu::Sub, R2, R1);
     a.load(Size::DW, R1, R0, clock::ON_CPU);
     a.alu(Alu::Add, R1, R2);
@@ -491,21 +544,36 @@ pub fn switch_program(p: &SwitchProgram) -> Result<Vec<Insn>, AsmError> {
     a.load(Size::W, R1, FP, READ_ONE);
     a.store(Size::W, FP, CLOCK_KEY, R1);
     a.store_imm(Size::W, FP, CLOCK_KEY + 4, 0);
+    // (Again: the thread going off may not have been the target's.)
+    cpu_now(&mut a, p.steal);
     a.load_map(R1, p.clocks);
     stack_pointer(&mut a, R2, CLOCK_KEY);
     a.call(helper::MAP_LOOKUP_ELEM);
+    a.load(Size::DW, R1, FP, CPU_NOW);
     a.jump_imm(Cond::Eq, R0, 0, insert_on);
-    a.store(Size::DW, R0, clock::SWITCHED_IN, R9);
+    a.store(Size::DW, R0, clock::SWITCHED_IN, R1);
     a.goto(out);
     a.bind(insert_on);
     a.store_imm(Size::DW, FP, CLOCK_VALUE + clock::ON_CPU, 0);
-    a.store(Size::DW, FP, CLOCK_VALUE + clock::SWITCHED_IN, R9);
+    a.store(Size::DW, FP, CLOCK_VALUE + clock::SWITCHED_IN, R1);
     a.load_map(R1, p.clocks);
     stack_pointer(&mut a, R2, CLOCK_KEY);
     stack_pointer(&mut a, R3, CLOCK_VALUE);
     a.mov_imm(R4, BPF_NOEXIST);
     a.call(helper::MAP_UPDATE_ELEM);
     a.bind(out);
+    a.mov_imm(R0, 0);
+    a.exit();
+    a.finish()
+}
+
+/// A program that only reads this CPU's stolen time, as the clocks do:
+/// loaded once to learn whether the running kernel accepts that read.
+pub fn steal_probe_program(steal: Steal) -> Result<Vec<Insn>, AsmError> {
+    let mut a = Asm::new();
+    a.call(helper::KTIME_GET_NS);
+    a.mov(R9, R0);
+    cpu_now(&mut a, Some(steal));
     a.mov_imm(R0, 0);
     a.exit();
     a.finish()
@@ -547,6 +615,7 @@ mod tests {
                 timed: true,
                 attribution,
                 maps: maps(),
+                steal: None,
             })
             .unwrap(),
             entry_program(&EntryProgram {
@@ -555,12 +624,14 @@ mod tests {
                 timed: true,
                 attribution: None,
                 maps: maps(),
+                steal: Some(STEAL),
             })
             .unwrap(),
             exit_program(&ExitProgram {
                 tgid: 42,
                 slot: None,
                 maps: maps(),
+                steal: Some(STEAL),
             })
             .unwrap(),
         ];
@@ -581,10 +652,72 @@ mod tests {
             task_pid: 0x900,
             task_tgid: 0x904,
             clocks: 3,
+            steal: None,
         })
         .unwrap();
         // `next` is read from the third argument.
         assert!(switch.iter().any(|i| i.code == 0x79 && i.off == 16));
+    }
+
+    const STEAL: Steal = Steal {
+        var: 9240,
+        offset: 0,
+    };
+
+    /// Where `steal` is given, every clock of a CPU stint reads this CPU's
+    /// steal counter (the variable's address, `bpf_this_cpu_ptr`) and
+    /// subtracts it; without, none does.
+    #[test]
+    fn stolen_time_is_read_only_where_asked() {
+        let kernel_var = |i: &Insn| i.code == 0x18 && i.regs >> 4 == 3 && i.imm == 9240;
+        let this_cpu = |i: &Insn| i.code == 0x85 && i.imm == helper::THIS_CPU_PTR;
+        for steal in [None, Some(STEAL)] {
+            let programs = [
+                switch_program(&SwitchProgram {
+                    tgid: 42,
+                    next_arg: 2,
+                    task_pid: 0x900,
+                    task_tgid: 0x904,
+                    clocks: 3,
+                    steal,
+                })
+                .unwrap(),
+                entry_program(&EntryProgram {
+                    tgid: 42,
+                    trigger: Trigger::Probe(1),
+                    timed: true,
+                    attribution: None,
+                    maps: maps(),
+                    steal,
+                })
+                .unwrap(),
+                exit_program(&ExitProgram {
+                    tgid: 42,
+                    slot: Some(1),
+                    maps: maps(),
+                    steal,
+                })
+                .unwrap(),
+            ];
+            for (i, p) in programs.iter().enumerate() {
+                let reads = p.iter().filter(|i| kernel_var(i)).count();
+                let calls = p.iter().filter(|i| this_cpu(i)).count();
+                // The switch program reads it for the thread going off and
+                // the one coming on; the others once.
+                let want = match (steal, i) {
+                    (None, _) => 0,
+                    (Some(_), 0) => 2,
+                    (Some(_), _) => 1,
+                };
+                assert_eq!((reads, calls), (want, want), "program {i}, {steal:?}");
+                // Never before the target filter: other processes' threads
+                // do not pay for it.
+                if let Some(first) = p.iter().position(kernel_var) {
+                    let filter = p.iter().position(|i| i.code == 0x55 && i.imm == 42);
+                    assert!(filter.is_some_and(|f| f < first));
+                }
+            }
+        }
     }
 
     #[test]
@@ -601,6 +734,7 @@ mod tests {
             (READ_PAIR, 16),
             (READ_ONE, 8),
             (LOST_KEY, 8),
+            (CPU_NOW, 8),
         ];
         for (i, &(a, la)) in slots.iter().enumerate() {
             assert!(a >= -512 && a + la <= 0);

@@ -246,6 +246,15 @@ impl Btf {
         Some(total)
     }
 
+    /// The BTF id of kernel variable `var` and the byte offset of `member`
+    /// in it (a struct's).
+    pub(crate) fn variable_member(&self, var: &str, member: &str) -> Option<(u32, u32)> {
+        let id = self.named(KIND_VAR, var)?;
+        let ty = self.resolve(self.types.get(id as usize)?.size_or_type)?;
+        let (offset, _) = self.member_offset(ty, member)?;
+        Some((id, offset))
+    }
+
     /// The index among a raw tracepoint's arguments of parameter `param` of
     /// tracepoint `name`. The probe function `__bpf_trace_NAME` names its
     /// parameters (the first, the tracepoint's private data, is not an
@@ -316,6 +325,15 @@ mod tests {
         assert!(fsbase > tgid);
         assert_eq!(btf.tracepoint_arg("sched_switch", "next"), Some(2));
         assert_eq!(btf.tracepoint_arg("sched_switch", "prev"), Some(1));
+        // A KVM guest kernel's steal counter: the first member.
+        if let Some((id, offset)) = btf.variable_member("steal_time", "steal") {
+            assert!(id > 0);
+            assert_eq!(offset, 0);
+        }
+        assert!(btf
+            .variable_member("steal_time", "no_such_member")
+            .is_none());
+        assert!(btf.variable_member("no_such_variable", "steal").is_none());
     }
 
     #[test]

@@ -33,7 +33,14 @@ pub struct Capabilities {
     pub fentry: Result<(), String>,
     /// kprobes through the perf `kprobe` PMU.
     pub kprobes: Result<(), String>,
+    /// CPU time without the time a hypervisor stole, as the kernel counts
+    /// its threads' CPU time ([`steal_counter`]).
+    pub steal: Result<(), String>,
 }
+
+/// The name of the programs and maps loaded to try a mechanism (closed at
+/// once; the kernel frees them a moment later).
+pub const CAPABILITY_PROBE: &str = "weft_probe";
 
 /// Kernel functions every kernel since 5.6 has, to try mechanisms on.
 const TRY_ON: &[&str] = &["do_sys_openat2", "vfs_read", "ksys_read"];
@@ -71,7 +78,7 @@ impl Capabilities {
     /// Tries each mechanism on the running kernel.
     pub fn probe() -> Capabilities {
         raise_memlock();
-        let privileged = Map::create(sys::MAP_ARRAY, "weft_probe", 4, 8, 1)
+        let privileged = Map::create(sys::MAP_ARRAY, CAPABILITY_PROBE, 4, 8, 1)
             .map(drop)
             .map_err(|e| out("bpf", &e));
         if let Err(why) = &privileged {
@@ -82,12 +89,13 @@ impl Capabilities {
                 syscalls: Err(why.clone()),
                 sched_switch: Err(why.clone()),
                 fentry: Err(why.clone()),
-                kprobes: Err(why),
+                kprobes: Err(why.clone()),
+                steal: Err(why),
             };
         }
         let empty = weft_codegen::bpf::programs::empty_program();
         let raw_tp = |tp: &str| -> Result<(), String> {
-            let p = Program::load(ProgType::RawTracepoint, "weft_probe", &empty, None)
+            let p = Program::load(ProgType::RawTracepoint, CAPABILITY_PROBE, &empty, None)
                 .map_err(|e| out("raw tracepoint", &e.error))?;
             sys::raw_tracepoint_open(&p, Some(tp))
                 .map(drop)
@@ -105,7 +113,7 @@ impl Capabilities {
                 None => Err("BTF describes none of the usual kernel functions".to_string()),
                 Some(id) => Program::load(
                     ProgType::Tracing,
-                    "weft_probe",
+                    CAPABILITY_PROBE,
                     &empty,
                     Some(TracingTarget {
                         attach_type: sys::ATTACH_FENTRY,
@@ -125,7 +133,7 @@ impl Capabilities {
                 "no kprobe PMU (/sys/bus/event_source/devices/kprobe): the kernel is built without kprobe events"
                     .to_string(),
             ),
-            Ok(_) => Program::load(ProgType::Kprobe, "weft_probe", &empty, None)
+            Ok(_) => Program::load(ProgType::Kprobe, CAPABILITY_PROBE, &empty, None)
                 .map_err(|e| out("kprobe", &e.error))
                 .and_then(|p| {
                     let mut last = String::new();
@@ -138,6 +146,10 @@ impl Capabilities {
                     Err(last)
                 }),
         };
+        let steal = match &sched_switch {
+            Ok(()) => steal_state(),
+            Err(_) => Err("no CPU time (sched_switch)".into()),
+        };
         Capabilities {
             privileged,
             btf,
@@ -145,6 +157,7 @@ impl Capabilities {
             sched_switch,
             fentry,
             kprobes,
+            steal,
         }
     }
 
@@ -181,6 +194,11 @@ impl Capabilities {
                 used_for: "kernel: patterns, kernel:NAME+OFFSET",
                 available: self.kprobes.clone(),
             },
+            Capability {
+                name: "steal accounting",
+                used_for: "CPU time without what the hypervisor stole, as the thread's own clock",
+                available: self.steal.clone(),
+            },
         ]
     }
 
@@ -196,6 +214,83 @@ impl Capabilities {
             .collect();
         format!("kernel probes: {}", parts.join("; "))
     }
+}
+
+/// The per-CPU counter of the time a hypervisor stole (KVM's
+/// `steal_time.steal`), when this kernel leaves that time out of its
+/// threads' CPU time (`CONFIG_PARAVIRT_TIME_ACCOUNTING`): weft's kernel CPU
+/// times then leave it out as well. `Err` says why not.
+///
+/// `WEFT_KERNEL_STEAL=always` reads the counter whatever the config says
+/// (the tests' way to run the read on a kernel that does not need it).
+pub(crate) fn steal_counter(btf: &Btf) -> Result<weft_codegen::bpf::programs::Steal, String> {
+    let always = std::env::var_os("WEFT_KERNEL_STEAL").is_some_and(|v| v == "always");
+    let config = if always {
+        Some(true)
+    } else {
+        kernel_config("CONFIG_PARAVIRT_TIME_ACCOUNTING")
+    };
+    match config {
+        Some(true) => {}
+        Some(false) => {
+            return Err("this kernel counts stolen time as its threads' CPU time \
+                 (CONFIG_PARAVIRT_TIME_ACCOUNTING off), and so does weft"
+                .into())
+        }
+        None => {
+            return Err(
+                "kernel config not found (/proc/config.gz, /boot/config-RELEASE): \
+                 stolen time is counted as CPU time"
+                    .into(),
+            )
+        }
+    }
+    let (var, offset) = btf.variable_member("steal_time", "steal").ok_or_else(|| {
+        "not needed: no KVM steal counter in this kernel (not a KVM guest kernel)".to_string()
+    })?;
+    Ok(weft_codegen::bpf::programs::Steal { var, offset })
+}
+
+fn steal_state() -> Result<(), String> {
+    let btf = Btf::vmlinux().map_err(|e| e.to_string())?;
+    let steal = steal_counter(&btf)?;
+    let program = weft_codegen::bpf::programs::steal_probe_program(steal)
+        .map_err(|e| format!("internal: {e}"))?;
+    let p =
+        Program::load(ProgType::RawTracepoint, CAPABILITY_PROBE, &program, None).map_err(|e| {
+            if e.error.raw_os_error() == Some(libc::ENOENT) {
+                // The verifier finds a kernel variable's address in kallsyms.
+                "this kernel lists no data symbols (CONFIG_KALLSYMS_ALL off), so BPF cannot reach \
+             its steal counter: stolen time is counted as CPU time"
+                    .to_string()
+            } else {
+                format!("the kernel refuses the read: {}", out("steal", &e.error))
+            }
+        })?;
+    drop(p);
+    Ok(())
+}
+
+/// Whether kernel option `name` is `y` in the running kernel's config
+/// (`/proc/config.gz`, else `/boot/config-RELEASE`); `None` when neither is
+/// there.
+fn kernel_config(name: &str) -> Option<bool> {
+    use std::io::Read;
+    let text = std::fs::File::open("/proc/config.gz")
+        .ok()
+        .and_then(|f| {
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(f)
+                .read_to_string(&mut text)
+                .ok()
+                .map(|_| text)
+        })
+        .or_else(|| {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+            std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()
+        })?;
+    let set = format!("{name}=y");
+    Some(text.lines().any(|l| l == set))
 }
 
 fn btf_state() -> Result<(), String> {

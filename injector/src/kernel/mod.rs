@@ -21,7 +21,7 @@ mod sys;
 mod syscalls;
 
 pub use btf::BtfError;
-pub use caps::{Capabilities, Capability};
+pub use caps::{Capabilities, Capability, CAPABILITY_PROBE};
 pub use session::{check, KernelRow, KernelSnapshot, ProbeInfo, Session, MAX_FUNCTIONS};
 pub use sys::{loaded_programs, LoadedProgram};
 

@@ -344,6 +344,12 @@ impl Session {
             move |source| KernelError::Attach { what, source }
         };
         let any_timed = targets.iter().any(|(_, m)| *m != Mechanism::KprobeOffset);
+        // Stolen time out of CPU time where the kernel leaves it out of its
+        // threads' (the capability says whether the read loads here).
+        let steal = match (&caps.steal, btf.as_ref()) {
+            (Ok(()), Some(btf)) => caps::steal_counter(btf).ok(),
+            _ => None,
+        };
         // CPU time: the scheduler's switches of the target's threads.
         let mut cpu = false;
         if let (true, Ok(()), Some(btf)) = (any_timed, &caps.sched_switch, btf.as_ref()) {
@@ -363,6 +369,7 @@ impl Session {
                         task_pid,
                         task_tgid,
                         clocks: maps.clocks,
+                        steal,
                     }),
                     None,
                 )?;
@@ -412,6 +419,7 @@ impl Session {
                     timed: true,
                     attribution,
                     maps,
+                    steal,
                 }),
                 None,
             )?;
@@ -423,6 +431,7 @@ impl Session {
                     tgid,
                     slot: None,
                     maps,
+                    steal,
                 }),
                 None,
             )?;
@@ -455,11 +464,13 @@ impl Session {
                 timed,
                 attribution,
                 maps,
+                steal,
             });
             let exit = progs::exit_program(&ExitProgram {
                 tgid,
                 slot: Some(probe),
                 maps,
+                steal,
             });
             let what = format!("kernel:{shown}");
             match mechanism {
