@@ -413,17 +413,13 @@ fn run_threads_with_the_smallest_stacks() {
 fn run_follows_a_wrapper_script_into_its_program() {
     let ctx = Ctx::new("run_follows_a_wrapper_script_into_its_program");
     let exe = workers_c();
-    let script = std::env::temp_dir().join(format!("weft-wrapper-{}.sh", std::process::id()));
-    std::fs::write(
-        &script,
-        format!(
+    let script = write_script(
+        "run_follows_a_wrapper_script",
+        &format!(
             "#!/usr/bin/env bash\nsetup=$(echo ready)\nexec env WEFT_WRAPPED=$setup {} \"$@\"\n",
             exe.display()
         ),
-    )
-    .expect("write the wrapper script");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("make the wrapper executable");
+    );
     let mut args: Vec<String> = ["run", "--format", "json", "-f", WORKER_PATTERNS, "--"]
         .iter()
         .map(|s| s.to_string())
@@ -433,7 +429,6 @@ fn run_follows_a_wrapper_script_into_its_program() {
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let mut weft = ctx.weft(&args);
     weft.wait_code(0);
-    let _ = std::fs::remove_file(&script);
     let err = weft.stderr_text();
     ctx.check(
         err.contains(&format!("runs {}", exe.display())) && err.contains("bash"),
@@ -449,21 +444,25 @@ fn run_follows_a_wrapper_script_into_its_program() {
 fn run_refuses_a_script_that_does_not_exec() {
     let ctx = Ctx::new("run_refuses_a_script_that_does_not_exec");
     let exe = workers_c();
-    let script = std::env::temp_dir().join(format!("weft-child-{}.sh", std::process::id()));
-    std::fs::write(
-        &script,
-        format!("#!/bin/sh\n{} --no-wait --threads 1\n", exe.display()),
-    )
-    .expect("write the script");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("make the script executable");
+    let script = write_script(
+        "run_refuses_a_script_that_does_not_exec",
+        &format!("#!/bin/sh\n{} --no-wait --threads 1\n", exe.display()),
+    );
     let mut weft = ctx.weft(&["run", "-f", "work_a", "--", script.to_str().unwrap()]);
     let code = weft.wait_exit().code();
-    let _ = std::fs::remove_file(&script);
     let err = weft.stderr_text();
     ctx.check(code != Some(0), || "weft succeeded".into());
     ctx.check(
         err.contains("without `exec`ing a program") && err.contains("exec PROGRAM"),
         || format!("no clear error: {err}"),
     );
+}
+
+/// An executable script `text` in a scratch directory of the test's own.
+fn write_script(test: &str, text: &str) -> std::path::PathBuf {
+    let script = scratch_dir(test).join("script");
+    std::fs::write(&script, text).expect("write the script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the script executable");
+    script
 }

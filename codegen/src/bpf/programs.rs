@@ -215,6 +215,17 @@ fn stack_pointer(a: &mut Asm, reg: super::asm::Reg, off: i16) {
     a.alu_imm(Alu::Add, reg, i32::from(off));
 }
 
+/// `[FP + READ_ONE]` = the kernel's 8 bytes at `R0 + off`, or `goto
+/// fail` when they cannot be read. Clobbers `R0`–`R5`.
+fn read_kernel_word(a: &mut Asm, off: i32, fail: super::asm::Label) {
+    a.mov(R3, R0);
+    a.alu_imm(Alu::Add, R3, off);
+    stack_pointer(a, R1, READ_ONE);
+    a.mov_imm(R2, 8);
+    a.call(helper::PROBE_READ_KERNEL);
+    a.jump_imm(Cond::Ne, R0, 0, fail);
+}
+
 /// `[FP + CPU_NOW]` = `R9` (a `bpf_ktime_get_ns` reading) less the time
 /// the hypervisor has stolen from this CPU, or `R9` itself without
 /// `steal` (or if the counter cannot be read). Clobbers `R0`–`R5`.
@@ -224,12 +235,7 @@ fn cpu_now(a: &mut Asm, steal: Option<Steal>) {
     let done = a.label();
     a.load_kernel_var(R1, steal.var);
     a.call(helper::THIS_CPU_PTR);
-    a.mov(R3, R0);
-    a.alu_imm(Alu::Add, R3, offset(steal.offset));
-    stack_pointer(a, R1, READ_ONE);
-    a.mov_imm(R2, 8);
-    a.call(helper::PROBE_READ_KERNEL);
-    a.jump_imm(Cond::Ne, R0, 0, done);
+    read_kernel_word(a, offset(steal.offset), done);
     a.mov(R1, R9);
     a.load(Size::DW, R2, FP, READ_ONE);
     a.alu(Alu::Sub, R1, R2);
@@ -316,12 +322,7 @@ fn attribution(a: &mut Asm, at: &Attribution) {
     let done = a.label();
     a.store_imm(Size::DW, FP, ATTR, 0);
     a.call(helper::GET_CURRENT_TASK);
-    a.mov(R3, R0);
-    a.alu_imm(Alu::Add, R3, offset(at.task_fsbase));
-    stack_pointer(a, R1, READ_ONE);
-    a.mov_imm(R2, 8);
-    a.call(helper::PROBE_READ_KERNEL);
-    a.jump_imm(Cond::Ne, R0, 0, done);
+    read_kernel_word(a, offset(at.task_fsbase), done);
     // The row pointer, in the thread's static TLS.
     a.load(Size::DW, R3, FP, READ_ONE);
     a.jump_imm(Cond::Eq, R3, 0, done);
