@@ -34,7 +34,9 @@ pub struct Capabilities {
     /// kprobes through the perf `kprobe` PMU.
     pub kprobes: Result<(), String>,
     /// CPU time without the time a hypervisor stole, as the kernel counts
-    /// its threads' CPU time ([`steal_counter`]).
+    /// its threads' CPU time: on a KVM guest kernel that leaves stolen time
+    /// out of its threads' (`CONFIG_PARAVIRT_TIME_ACCOUNTING`) and lets BPF
+    /// read its per-CPU steal counter.
     pub steal: Result<(), String>,
 }
 
