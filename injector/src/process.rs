@@ -684,7 +684,9 @@ impl Process {
     /// [`Held`] of it is released: probes inserted in that hold count every
     /// call from `main` on. Dropped before that (the `Process`, or a `Held`
     /// without [`Held::release`]), the program is killed and reaped: it
-    /// must not run uninstrumented.
+    /// must not run uninstrumented. A script or an exec wrapper (`env`,
+    /// `nice`…) is followed to the program it `exec`s
+    /// ([`Process::launched_through`]).
     pub fn launch(program: &str, args: &[String]) -> Result<Process, Error> {
         let (pid, tracer, through) = crate::launch::spawn_stopped_at_entry(program, args)?;
         let image = match ProcessImage::open(pid) {
