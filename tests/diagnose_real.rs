@@ -35,10 +35,12 @@ fn diagnose(ctx: &Ctx, pid: u32, secs: u32) -> (serde_json::Value, String) {
         .unwrap_or_else(|e| ctx.fail(format!("diagnosis is not JSON: {e}")));
     let s = &d["summary"];
     eprintln!(
-        "{} stops ({} given up for a late thread), the longest {:.1} ms {} ({:.1} ms for the \
-         threads to stop, {:.1} ms to resume them, weft's CPU {:.1} ms, remote calls {:.1} ms)",
+        "{} stops ({} given up for a late thread, {} stack walks for unarmable calls), the \
+         longest {:.1} ms {} ({:.1} ms for the threads to stop, {:.1} ms to resume them, weft's \
+         CPU {:.1} ms, remote calls {:.1} ms)",
         s["stops"],
         s["stops_given_up"],
+        s["stack_walks"],
         s["longest_stop_ms"].as_f64().unwrap_or(-1.0),
         s["longest_stop_for"],
         s["longest_stop_stopping_ms"].as_f64().unwrap_or(-1.0),

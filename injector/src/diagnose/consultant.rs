@@ -15,7 +15,7 @@
 use super::cost::Cost;
 use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
 use super::graph::StaticCallGraph;
-use super::roots::{add_thread_paths, count_module, thread_paths, SNAPSHOTS};
+use super::roots::{add_thread_paths, count_module, stack_edges, thread_paths, SNAPSHOTS};
 use super::search::{Change, NodeId, Search, State};
 use super::waits::{self, WaitSampler};
 use crate::inspect::Pattern;
@@ -231,6 +231,9 @@ pub struct Summary {
     /// Stops given up and tried again because a thread was late to stop
     /// (see `Process::stops_given_up`): the others ran on meanwhile.
     pub stops_given_up: u64,
+    /// Stack walks made to learn where indirect calls go that weft cannot
+    /// arm (under a wait the tests below do not account for).
+    pub stack_walks: usize,
     /// For a program the search started (`weft diagnose -- PROGRAM`): ms
     /// it was held at its entry before it first ran, while weft read its
     /// symbols and loaded the runtime. Not one of the stops above: none
@@ -329,6 +332,12 @@ pub struct Consultant {
     /// When each caller was armed: its targets count as known once it has
     /// been watched for the minimum observation time.
     armed_at: HashMap<String, Instant>,
+    /// Functions with an indirect call site weft cannot arm, and how many
+    /// stack walks were spent learning where it goes
+    /// ([`Consultant::learn_from_stacks`]).
+    unarmable: HashMap<String, usize>,
+    /// A true wait there is still unexplained and walks are left.
+    walks_pending: bool,
     /// Tests of frames seen open on their thread's stack.
     open: HashMap<NodeId, OpenFrame>,
     /// Each test's calls per second of its function, latest reading.
@@ -369,6 +378,12 @@ const FUNCTIONS_PER_STOP: usize = 3;
 
 /// Targets one armed indirect call site records per thread.
 const TARGET_SLOTS: u32 = 8;
+
+/// Stack walks spent at most on one function's unarmable indirect calls
+/// (see [`Consultant::learn_from_stacks`]): a thread waiting there a third
+/// of its time is caught by one of eight walks with odds of 96%, one of
+/// two such threads 99.8%.
+const STACK_WALKS: usize = 8;
 
 /// What every test's probe measures: CPU time for the CPU-bound
 /// hypothesis, wall minus CPU (time off the CPU, waiting) for the others;
@@ -469,6 +484,8 @@ impl Consultant {
             armed: HashMap::new(),
             to_arm: BTreeSet::new(),
             armed_at: HashMap::new(),
+            unarmable: HashMap::new(),
+            walks_pending: false,
             open,
             call_rates: HashMap::new(),
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
@@ -506,7 +523,7 @@ impl Consultant {
             .armed_at
             .values()
             .all(|at| at.elapsed() >= self.options.thresholds.min_observation);
-        self.search.exhausted() && self.to_arm.is_empty() && settled
+        self.search.exhausted() && self.to_arm.is_empty() && settled && !self.walks_pending
     }
 
     /// One round: starts what the budget allows (one stop for the batch),
@@ -530,6 +547,7 @@ impl Consultant {
         self.read_tests(process, &mut progress);
         self.drop_costly(&mut progress);
         self.learn_targets(process);
+        self.learn_from_stacks(process)?;
         self.arm_callers(process)?;
         self.retire_probes(process)?;
         self.note_nodes();
@@ -914,6 +932,11 @@ impl Consultant {
             return Ok(());
         }
         let verdicts = process.check_points(&specs);
+        for (owner, refusal) in owners.iter().zip(&verdicts) {
+            if refusal.is_some() {
+                self.unarmable.entry(owner.clone()).or_insert(0);
+            }
+        }
         let (specs, owners): (Vec<PointSpec>, Vec<String>) = specs
             .into_iter()
             .zip(owners)
@@ -953,16 +976,80 @@ impl Consultant {
                 }
             }
         }
-        let mut refine = BTreeSet::new();
-        for (caller, target) in learnt {
-            let Ok(Some(f)) = process.image().function_at(target) else {
+        let calls: Vec<(String, Function)> = learnt
+            .into_iter()
+            .filter_map(|(caller, target)| {
+                Some((caller, process.image().function_at(target).ok()??))
+            })
+            .collect();
+        self.learn_calls(process, calls);
+    }
+
+    /// Where a true wait is not accounted for by the true tests below it
+    /// (by at least the threshold) in a function with an indirect call
+    /// weft cannot arm (CPython's `cfunction_call` calls a lock's acquire
+    /// through `call *%r8`, followed by an instruction a patch would cover,
+    /// and its interpreter loop has many such calls), the threads' stacks
+    /// show what it calls: one walk a step, up to [`STACK_WALKS`] per
+    /// function, the search not exhausted meanwhile. The walks at the start
+    /// see the same only when a thread happened to wait there then.
+    fn learn_from_stacks(&mut self, process: &mut Process) -> Result<(), Error> {
+        let nodes = self.search.nodes();
+        // What the true children of each node account for.
+        let mut below: HashMap<usize, f64> = HashMap::new();
+        for n in nodes.iter().filter(|n| n.is_true()) {
+            if let Some(p) = n.parent {
+                *below.entry(p.0).or_default() += n.value().unwrap_or(0.0);
+            }
+        }
+        let mut tids = BTreeSet::new();
+        let mut callers = BTreeSet::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let f = n.focus.function();
+            let unexplained = n.value().unwrap_or(0.0) - below.get(&i).copied().unwrap_or(0.0);
+            if n.hypothesis == Hypothesis::CpuBound
+                || !n.is_true()
+                || unexplained < self.options.thresholds.of(n.hypothesis)
+                || !self.unarmable.get(f).is_some_and(|&w| w < STACK_WALKS)
+            {
                 continue;
-            };
+            }
+            tids.extend(n.focus.threads.iter().copied());
+            callers.insert(f.to_string());
+        }
+        self.walks_pending = !callers.is_empty();
+        if callers.is_empty() || tids.is_empty() {
+            return Ok(());
+        }
+        for c in &callers {
+            *self.unarmable.entry(c.clone()).or_insert(0) += 1;
+        }
+        // Every call the walk shows is learnt, not only the unarmable
+        // callers' own: one walk that catches the wait teaches the whole
+        // path down to it (the callee of an unarmable call is often
+        // unarmable too: a dispatcher calling a dispatcher).
+        let calls: Vec<(String, Function)> = stack_edges(process, &tids, &mut self.stops)?
+            .into_iter()
+            .filter(|(caller, callee)| caller.address != callee.address)
+            .map(|(caller, callee)| (caller.name, callee))
+            .collect();
+        self.learn_calls(process, calls);
+        Ok(())
+    }
+
+    /// Teaches the graph calls seen at run time and refines the true
+    /// tests of each caller that had not been seen making them.
+    fn learn_calls(&mut self, process: &mut Process, calls: Vec<(String, Function)>) {
+        let mut refine = BTreeSet::new();
+        for (caller, f) in calls {
             let known = self
                 .graph
                 .calls(&caller)
                 .is_some_and(|c| c.learnt.contains(&f.name) || c.direct.contains(&f.name));
             if !known {
+                // Decoded first: whether it can reach a wait is judged
+                // from its callees.
+                self.graph.explore(process.image(), &f);
                 self.graph.learn(&caller, f);
                 refine.insert(caller);
             }
@@ -1173,6 +1260,7 @@ impl Consultant {
                 longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
                 stops_given_up: self.stops.given_up,
                 start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
+                stack_walks: self.unarmable.values().sum(),
                 exhausted: self.search.exhausted(),
                 seconds: self.started.elapsed().as_secs_f64(),
                 overhead: self.cost.total_share(),

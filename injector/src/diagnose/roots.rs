@@ -189,6 +189,32 @@ pub(super) fn thread_paths(
     Ok(found)
 }
 
+/// The calls (caller, callee) the stacks of threads `tids` show now, in
+/// one walk (one short stop): where an indirect call goes that weft cannot
+/// arm (its patch would cover a jump target, or a return into it).
+pub(super) fn stack_edges(
+    process: &mut Process,
+    tids: &BTreeSet<u32>,
+    stops: &mut Stops,
+) -> Result<Vec<(Function, Function)>, Error> {
+    let held = process.hold()?;
+    let copies: Vec<crate::stack::StackCopy> = held
+        .threads()
+        .into_iter()
+        .filter(|&tid| tids.contains(&(tid as u32)))
+        .filter_map(|tid| held.copy_stack(tid).ok())
+        .collect();
+    held.release()?;
+    stops.note(process, "walking stacks");
+    let mut edges = Vec::new();
+    for copy in &copies {
+        for pair in named_frames(process, copy).windows(2) {
+            edges.push((pair[0].0.clone(), pair[1].0.clone()));
+        }
+    }
+    Ok(edges)
+}
+
 /// Puts the threads' open paths into the search (each taken as true and
 /// refined, see [`Search::add_open_path`]), after teaching the call graph
 /// the calls the stacks showed and decoding every function on a path.
