@@ -210,9 +210,12 @@ pub fn spawn_stopped_at_entry(
 
     let through = match follow_launchers(program, &c_path, pid) {
         Ok(through) => through,
-        Err(e) => {
-            // SAFETY: our own child, stopped or exited but not reaped: the
-            // PID cannot have been reused.
+        // Ended and reaped already: nothing to kill (its PID may be
+        // someone else's by now).
+        Err(Followed::Ended(e)) => return Err(e),
+        Err(Followed::Failed(e)) => {
+            // SAFETY: our own child, not reaped: the PID cannot have been
+            // reused.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid);
             return Err(e);
@@ -248,7 +251,15 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "bu
 /// program itself: nothing to do. A process that ends before it execs the
 /// program (a script that starts it as a child, or fails) is an error: the
 /// program was not run under weft.
-fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<String>, Error> {
+/// Why [`follow_launchers`] did not reach a program.
+enum Followed {
+    /// The process ended (and `waitpid` reaped it).
+    Ended(Error),
+    /// It is still there, stopped or running.
+    Failed(Error),
+}
+
+fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<String>, Followed> {
     let name_of = |p: &std::path::Path| {
         p.file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -268,8 +279,11 @@ fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<Strin
     }
     let mut through = Vec::new();
     loop {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map_err(|e| Error::Internal(format!("reading process {pid}'s executable: {e}")))?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
+            Followed::Failed(Error::Internal(format!(
+                "reading process {pid}'s executable: {e}"
+            )))
+        })?;
         let name = name_of(&exe);
         if !EXEC_WRAPPERS.contains(&name.as_str()) && !SHELLS.contains(&name.as_str()) {
             return Ok(through);
@@ -285,15 +299,21 @@ fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<Strin
             let mut status = 0;
             // SAFETY: valid out-pointer; waits for our own child only.
             let waited = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-            if waited != pid || libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            if waited != pid {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    signal = 0;
+                    continue;
+                }
+                return Err(Followed::Failed(launch_error(program, e)));
+            }
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 let ended = if libc::WIFEXITED(status) {
                     format!("exited with code {}", libc::WEXITSTATUS(status))
-                } else if libc::WIFSIGNALED(status) {
-                    format!("was killed by signal {}", libc::WTERMSIG(status))
                 } else {
-                    "ended".to_string()
+                    format!("was killed by signal {}", libc::WTERMSIG(status))
                 };
-                return Err(launch_error(
+                return Err(Followed::Ended(launch_error(
                     program,
                     std::io::Error::other(format!(
                         "it is run by {} (a script or wrapper), which {ended} without `exec`ing \
@@ -302,7 +322,7 @@ fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<Strin
                          the program itself",
                         through.join(" then ")
                     )),
-                ));
+                )));
             }
             let event = status >> 16;
             if event == libc::PTRACE_EVENT_EXEC {
