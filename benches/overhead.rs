@@ -20,6 +20,7 @@
 //! `WEFT_BENCH_QUICK=1` (or running it as a test) a short one, as CI does.
 
 use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -617,6 +618,10 @@ fn attach_from_process_start(
     inherit: bool,
 ) {
     let mut cli: Vec<f64> = Vec::new();
+    // The scheduler's part, measured in the same rounds: when the new
+    // process ran its first instruction (in the child, after `fork` and
+    // before `exec`), which no code of weft's can move.
+    let mut first: Vec<f64> = Vec::new();
     for _ in 0..rounds {
         let target = Target::start(exe, &[threads.to_string()]);
         let pid = target.pid().to_string();
@@ -639,11 +644,38 @@ fn attach_from_process_start(
             // The child is born real-time, as under a real-time shell.
             set_fifo(false);
         }
+        let mut ends = [0i32; 2];
+        // SAFETY: `ends` is a valid out-array of two descriptors.
+        let piped = unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+        assert!(piped, "pipe2: {}", std::io::Error::last_os_error());
+        let write_end = ends[1];
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only async-signal-safe functions (clock_gettime, write) on
+        // its own stack; the write end closes at exec (O_CLOEXEC).
+        unsafe {
+            cmd.pre_exec(move || {
+                let now = monotonic_ns().to_ne_bytes();
+                libc::write(write_end, now.as_ptr().cast(), now.len());
+                Ok(())
+            });
+        }
         let started = monotonic_ns();
         let child = cmd.spawn().expect("running weft attach");
+        // SAFETY: the parent's copy of the write end, closed once.
+        unsafe { libc::close(write_end) };
         if inherit {
             set_fifo(true);
         }
+        let mut stamp = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into `stamp` from the read end,
+        // which is then closed once.
+        let got = unsafe {
+            let got = libc::read(ends[0], stamp.as_mut_ptr().cast(), stamp.len());
+            libc::close(ends[0]);
+            got
+        };
+        assert_eq!(got, 8, "the child's first-instruction stamp");
+        first.push(u64::from_ne_bytes(stamp).saturating_sub(started) as f64 / 1e6);
         let out = child.wait_with_output().expect("running weft attach");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "weft attach failed: {err}");
@@ -654,6 +686,9 @@ fn attach_from_process_start(
             .expect("weft's `attached at` timing line");
         cli.push(at.saturating_sub(started) as f64 / 1e6);
     }
+    // Paired by round, before either list is sorted.
+    let mut own: Vec<f64> = cli.iter().zip(&first).map(|(c, f)| c - f).collect();
+    own.sort_by(f64::total_cmp);
     cli.sort_by(f64::total_cmp);
     println!(
         "`{}weft attach` from its process start to `attached` ({rounds} rounds{}): median {:.1} ms, \
@@ -663,6 +698,16 @@ fn attach_from_process_start(
         cli[cli.len() / 2],
         cli[cli.len() - 1],
         cli.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(" ")
+    );
+    first.sort_by(f64::total_cmp);
+    println!(
+        "  of which the new process waited for its first instruction (the scheduler's, before \
+         weft's code): median {:.1} ms, worst {:.1} ms; weft's own part, from its first \
+         instruction to `attached`: median {:.1} ms, worst {:.1} ms",
+        first[first.len() / 2],
+        first[first.len() - 1],
+        own[own.len() / 2],
+        own[own.len() - 1]
     );
 }
 
