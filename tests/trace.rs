@@ -45,14 +45,16 @@ for e in d["traceEvents"]:
     pids.add(e["pid"])
     start = round(e["ts"] * 1000)
     end = start + round(e["dur"] * 1000)
-    slices.setdefault(e["tid"], []).append((start, -end, e["name"]))
+    # Ties (the same start and end: a TSC that advances in 10 ns steps, as
+    # on an AMD guest here) keep weft's order, parents first.
+    slices.setdefault(e["tid"], []).append((start, -end, len(slices.get(e["tid"], [])), e["name"]))
 assert len(pids) <= 1, "several pids: %r" % pids
 out = {}
 for tid, sl in slices.items():
     assert tid in names, "tid %r has no thread_name" % tid
     sl.sort()
     seq, stack = [], []
-    for start, negend, name in sl:
+    for start, negend, _, name in sl:
         end = -negend
         while stack and stack[-1] <= start:
             stack.pop()
