@@ -47,7 +47,8 @@ for e in d["traceEvents"]:
     end = start + round(e["dur"] * 1000)
     # Ties (the same start and end: a TSC that advances in 10 ns steps, as
     # on an AMD guest here) keep weft's order, parents first.
-    slices.setdefault(e["tid"], []).append((start, -end, len(slices.get(e["tid"], [])), e["name"]))
+    mine = slices.setdefault(e["tid"], [])
+    mine.append((start, -end, len(mine), e["name"]))
 assert len(pids) <= 1, "several pids: %r" % pids
 out = {}
 for tid, sl in slices.items():
