@@ -23,55 +23,50 @@ use support::*;
 const FUNCS: [&str; 4] = ["-f", "outer,middle,recurse,leaf", "-m", "calls,trace"];
 
 /// Reads a Chrome trace with python3's json module, checks its structure
-/// (traceEvents; every event has ph; slices have name, ts, dur, pid, tid;
-/// each tid has a thread_name; slices of one thread nest), and prints, per
-/// tid, the calls as the target logs them: first letter and "(" at the
-/// start, ")" at the end.
+/// (traceEvents; every event has ph; begin and end events have name, ts,
+/// pid, tid; each tid has a thread_name; a thread's events go forward in
+/// time and every end closes the innermost open call of its name), and
+/// prints, per tid, the calls as the target logs them: first letter and
+/// "(" at the start, ")" at the end.
 const CHROME_READER: &str = r#"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert isinstance(d, dict) and isinstance(d["traceEvents"], list), "no traceEvents list"
-names, slices, pids = {}, {}, set()
+names, pids = {}, set()
+# Per thread: the call sequence, the open calls (name, start), the last ts.
+seqs, stacks, last = {}, {}, {}
+ended = {}
 for e in d["traceEvents"]:
     ph = e["ph"]
     if ph == "M":
         if e["name"] == "thread_name":
             names[e["tid"]] = e["args"]["name"]
         continue
-    assert ph == "X", "unexpected ph %r" % ph
-    for k in ("name", "ts", "dur", "pid", "tid"):
-        assert k in e, "slice without %s: %r" % (k, e)
-    assert e["dur"] >= 0 and e["ts"] >= 0, e
+    assert ph in ("B", "E"), "unexpected ph %r" % ph
+    for k in ("name", "ts", "pid", "tid"):
+        assert k in e, "event without %s: %r" % (k, e)
+    assert e["ts"] >= 0, e
     pids.add(e["pid"])
-    start = round(e["ts"] * 1000)
-    end = start + round(e["dur"] * 1000)
-    # Ties (the same start and end: a TSC that advances in 10 ns steps, as
-    # on an AMD guest here) keep weft's order, parents first.
-    mine = slices.setdefault(e["tid"], [])
-    mine.append((start, -end, len(mine), e["name"]))
-assert len(pids) <= 1, "several pids: %r" % pids
-out = {}
-for tid, sl in slices.items():
-    assert tid in names, "tid %r has no thread_name" % tid
-    sl.sort()
-    seq, stack = [], []
-    for start, negend, _, name in sl:
-        end = -negend
-        while stack and stack[-1] <= start:
-            stack.pop()
-            seq.append(")")
-        if stack:
-            assert end <= stack[-1], "%s at %d..%d overlaps its parent's end %d" % (name, start, end, stack[-1])
+    tid, ts, name = e["tid"], round(e["ts"] * 1000), e["name"]
+    assert ts >= last.get(tid, 0), "%s at %d goes back in time (last %d)" % (name, ts, last[tid])
+    last[tid] = ts
+    seq, stack = seqs.setdefault(tid, []), stacks.setdefault(tid, [])
+    if ph == "B":
         seq.append(name[0] + "(")
-        stack.append(end)
-    seq.extend(")" * len(stack))
-    out[str(tid)] = "".join(seq)
-ended = {}
-for e in d["traceEvents"]:
-    if e["ph"] == "X":
-        kinds = ended.setdefault(e["name"], {})
+        stack.append((name, e.get("args")))
+        kinds = ended.setdefault(name, {})
         kind = e.get("args", {}).get("ended", "returned")
         kinds[kind] = kinds.get(kind, 0) + 1
+    else:
+        assert stack, "%s ends at %d with no call open" % (name, ts)
+        assert stack[-1] == (name, e.get("args")), "%s ends at %d inside %r" % (name, ts, stack[-1])
+        stack.pop()
+        seq.append(")")
+assert len(pids) <= 1, "several pids: %r" % pids
+for tid, stack in stacks.items():
+    assert not stack, "tid %r: calls never ended: %r" % (tid, stack)
+    assert tid in names, "tid %r has no thread_name" % tid
+out = {str(tid): "".join(seq) for tid, seq in seqs.items()}
 print(json.dumps({"threads": out, "names": {str(k): v for k, v in names.items()},
                   "ended": ended, "dropped": d.get("otherData", {}).get("dropped_events")}))
 "#;
@@ -440,39 +435,35 @@ fn a_second_tracing_weft_is_refused() {
 }
 
 /// Per function, its total time (calls inside a call of itself counted
-/// once) and self time (less its callees'), in ns, in one thread's slices
-/// of a Chrome trace: what a viewer's table must show.
+/// once) and self time (less its callees'), in ns, in one thread's begin
+/// and end events of a Chrome trace: what a viewer's table must show.
 fn totals_and_self(trace: &serde_json::Value, tid: i64) -> BTreeMap<String, (f64, f64)> {
-    let mut slices: Vec<(f64, f64, String)> = trace["traceEvents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["ph"] == "X" && e["tid"] == tid)
-        .map(|e| {
-            let ts = e["ts"].as_f64().unwrap_or(0.0) * 1000.0;
-            let dur = e["dur"].as_f64().unwrap_or(0.0) * 1000.0;
-            (ts, ts + dur, e["name"].as_str().unwrap_or("").to_string())
-        })
-        .collect();
-    slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    // The open calls: (end, name).
+    // The open calls: (start, name), in the file's (nesting) order.
     let mut stack: Vec<(f64, String)> = Vec::new();
-    for (start, end, name) in slices {
-        while stack.last().is_some_and(|top| top.0 <= start) {
-            stack.pop();
+    let events = trace["traceEvents"].as_array().into_iter().flatten();
+    for e in events.filter(|e| e["tid"] == tid) {
+        let ts = e["ts"].as_f64().unwrap_or(0.0) * 1000.0;
+        let name = e["name"].as_str().unwrap_or("").to_string();
+        match e["ph"].as_str() {
+            Some("B") => stack.push((ts, name)),
+            Some("E") => {
+                let Some((start, name)) = stack.pop() else {
+                    continue;
+                };
+                let dur = ts - start;
+                let recursive = stack.iter().any(|(_, n)| *n == name);
+                let entry = out.entry(name).or_default();
+                if !recursive {
+                    entry.0 += dur;
+                }
+                entry.1 += dur;
+                if let Some((_, parent)) = stack.last() {
+                    out.entry(parent.clone()).or_default().1 -= dur;
+                }
+            }
+            _ => {}
         }
-        let dur = end - start;
-        let recursive = stack.iter().any(|(_, n)| *n == name);
-        let entry = out.entry(name.clone()).or_default();
-        if !recursive {
-            entry.0 += dur;
-        }
-        entry.1 += dur;
-        if let Some((_, parent)) = stack.last() {
-            out.get_mut(parent).unwrap().1 -= dur;
-        }
-        stack.push((end, name));
     }
     out
 }

@@ -393,11 +393,18 @@ impl TraceLog {
         }
     }
 
-    /// The trace in the Trace Event Format (the JSON object form): one
-    /// `ph: "X"` slice per call, `ts` and `dur` in microseconds from the
-    /// first call, `pid` the target, `tid` the thread; `ph: "M"`
+    /// The trace in the Trace Event Format (the JSON object form): per
+    /// call a `ph: "B"` event at its entry and a `ph: "E"` event at its
+    /// end, `ts` in microseconds from the first call, `pid` the target,
+    /// `tid` the thread, written in each thread's nesting order; `ph: "M"`
     /// metadata events name the process and the threads. Readable by the
     /// Perfetto UI, chrome://tracing and speedscope.
+    ///
+    /// Begin/end pairs rather than `X` slices because the nesting then
+    /// comes from their order, not from timestamps: a TSC that advances
+    /// in coarse steps (10 ns on an AMD guest here) gives a call and its
+    /// only callee the same start and end, and viewers nest such `X`
+    /// slices either way round.
     pub fn to_chrome_trace(&self) -> String {
         use serde_json::json;
         let origin = self.origin();
@@ -417,25 +424,24 @@ impl TraceLog {
                 "name": "thread_name", "ph": "M", "pid": self.pid, "tid": t.tid,
                 "args": {"name": t.name}
             }));
-            let mut calls = t.all_calls();
-            // Parents before children at the same start.
-            calls.sort_by_key(|c| (c.start, c.depth));
-            for c in calls {
-                let start = self.ns(c.start, origin);
-                let end = self.ns(c.end, origin);
-                let mut event = json!({
+            let event = |phase: &str, c: &TracedCall, ns: u64| {
+                let mut e = json!({
                     "name": self.function_name(c.function),
                     "cat": "weft",
-                    "ph": "X",
-                    "ts": us(start),
-                    "dur": us(end - start),
+                    "ph": phase,
+                    "ts": us(ns),
                     "pid": self.pid,
                     "tid": t.tid,
                 });
+                // On both halves: viewers match an end to its begin by
+                // name and arguments.
                 if c.ended != CallEnd::Returned {
-                    event["args"] = json!({ "ended": c.ended });
+                    e["args"] = json!({ "ended": c.ended });
                 }
-                events.push(event);
+                e
+            };
+            for (phase, c, ns) in nested_order(t.all_calls(), |raw| self.ns(raw, origin)) {
+                events.push(event(phase, &c, ns));
             }
         }
         let summary = self.summary();
@@ -504,6 +510,40 @@ impl TraceLog {
             .map_err(|e| CallTraceError::Flamegraph(e.to_string()))?;
         String::from_utf8(out).map_err(|e| CallTraceError::Flamegraph(e.to_string()))
     }
+}
+
+/// One thread's calls as begin (`"B"`) and end (`"E"`) events in nesting
+/// order, each with its time in ns (`ns` converts a raw reading). Calls are
+/// ordered by start, parents first at the same start (their depth); an
+/// end never comes after its parent's end nor after the start of the next
+/// call at its depth or above, so the events nest even where an unwound
+/// call's end (when weft noticed it) is later than what followed it.
+fn nested_order(
+    mut calls: Vec<TracedCall>,
+    ns: impl Fn(u64) -> u64,
+) -> Vec<(&'static str, TracedCall, u64)> {
+    calls.sort_by_key(|c| (c.start, c.depth));
+    let mut out = Vec::with_capacity(2 * calls.len());
+    // The open calls and their end times.
+    let mut stack: Vec<(TracedCall, u64)> = Vec::new();
+    for c in calls {
+        let start = ns(c.start);
+        while let Some(&(top, end)) = stack.last() {
+            if top.depth < c.depth {
+                break;
+            }
+            stack.pop();
+            out.push(("E", top, end.min(start)));
+        }
+        let parent_end = stack.last().map_or(u64::MAX, |&(_, end)| end);
+        let end = ns(c.end).max(start).min(parent_end);
+        out.push(("B", c, start.min(end)));
+        stack.push((c, end));
+    }
+    while let Some((top, end)) = stack.pop() {
+        out.push(("E", top, end));
+    }
+    out
 }
 
 fn process_name(pid: i32) -> String {
@@ -623,5 +663,67 @@ mod tests {
         log.threads.push(t);
         assert_eq!(log.folded(false), ["a 80", "a;b 20"]);
         assert_eq!(log.folded(true), ["t (1);a 80", "t (1);a;b 20"]);
+    }
+
+    /// `(phase, function, ns)` of [`nested_order`] on `calls`.
+    fn order(calls: &[(u32, u64, u64, u32)]) -> Vec<(&'static str, u32, u64)> {
+        let calls = calls
+            .iter()
+            .map(|&(function, start, end, depth)| TracedCall {
+                function,
+                start,
+                end,
+                depth,
+                ended: CallEnd::Returned,
+            })
+            .collect();
+        nested_order(calls, |raw| raw)
+            .into_iter()
+            .map(|(phase, c, ns)| (phase, c.function, ns))
+            .collect()
+    }
+
+    #[test]
+    fn calls_with_equal_times_nest_by_depth() {
+        // a(0) { b(1) { c(2) } } with b and c on a's timestamps (a coarse
+        // TSC), then a sibling d(0) starting where a ended; listed in the
+        // order they ended.
+        let got = order(&[
+            (3, 10, 20, 2),
+            (2, 10, 20, 1),
+            (1, 10, 20, 0),
+            (4, 20, 25, 0),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("B", 1, 10),
+                ("B", 2, 10),
+                ("B", 3, 10),
+                ("E", 3, 20),
+                ("E", 2, 20),
+                ("E", 1, 20),
+                ("B", 4, 20),
+                ("E", 4, 25),
+            ]
+        );
+    }
+
+    #[test]
+    fn ends_are_clamped_so_events_nest() {
+        // An unwound b(1) noticed at 40, after its sibling c(1) started at
+        // 30 and after its parent a(0) ended at 35.
+        let got = order(&[(2, 10, 40, 1), (3, 30, 32, 1), (1, 5, 35, 0)]);
+        assert_eq!(
+            got,
+            [
+                ("B", 1, 5),
+                ("B", 2, 10),
+                ("E", 2, 30),
+                ("B", 3, 30),
+                ("E", 3, 32),
+                ("E", 1, 35),
+            ]
+        );
     }
 }
