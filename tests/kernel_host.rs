@@ -100,7 +100,7 @@ fn syscalls_per_thread_split_by_user_function() {
     };
     let mut compared = 0;
     for call in ["openat", "read", "close", "write"] {
-        compared += check_against_truth(&ctx, &run, &format!("syscall:{call}"), call, true);
+        compared += check_against_truth(&ctx, &run, &format!("syscall:{call}"), call, true).wall;
     }
     ctx.check(compared >= 4, || {
         format!("only {compared} long calls to compare times on")

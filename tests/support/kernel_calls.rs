@@ -119,8 +119,9 @@ pub struct Observed<'a> {
     /// [`LONG_CALL_NS`] or [`LONG_CALL_NS_TCG`].
     pub long_call_ns: u64,
     /// How far weft's CPU time may be from the thread's own clock for a
-    /// call that never left its CPU: 5%; 10% under TCG, whose emulated
-    /// scheduler clock and `ktime` drift apart by ~5% over milliseconds.
+    /// call that never left its CPU: 5% (the guest boots with
+    /// `tsc=reliable`, see tests/qemu/guest.sh: otherwise its scheduler
+    /// clock and `ktime` come from different emulated clocks).
     pub cpu_tolerance: f64,
     /// A read of the empty pipe sleeps (most of its wall time off CPU):
     /// true where the target runs alone; under TCG the reads often find
@@ -139,6 +140,17 @@ pub struct Observed<'a> {
 /// (within the 5% tolerance with room to spare).
 pub const STEAL_QUIET: f64 = 0.01;
 
+/// How many (thread, function) figures [`check_against_truth`] compared
+/// with the target's own clocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Compared {
+    /// Long calls whose wall times were compared.
+    pub wall: usize,
+    /// Long calls of a thread never preempted (nor stolen from) whose CPU
+    /// times were compared within the tolerance.
+    pub cpu: usize,
+}
+
 /// Checks weft's figures for `key` against the target's for `syscall`
 /// (every (thread, function) the target reports): calls and attribution
 /// exact; wall time never above the target's and within 5% of it (less the
@@ -155,7 +167,7 @@ pub fn check_against_truth(
     key: &str,
     syscall: &str,
     timed: bool,
-) -> usize {
+) -> Compared {
     let Observed {
         report,
         truth,
@@ -167,7 +179,7 @@ pub fn check_against_truth(
     } = run;
     let cpu_range = 1.0 - cpu_tolerance..=1.0 + cpu_tolerance;
     let (report, long_call_ns) = (*report, *long_call_ns);
-    let mut compared = 0;
+    let mut compared = Compared::default();
     for ((tid, function, call), &(calls, wall, cpu)) in truth.iter() {
         if call != syscall {
             continue;
@@ -200,7 +212,7 @@ pub fn check_against_truth(
         // the long-call bound assumes: 1.2 us a call was measured on a
         // slow day, 0.947 of a read of 23 us a call.
         if wall / calls >= long_call_ns && m_wall / calls >= long_call_ns {
-            compared += 1;
+            compared.wall += 1;
             let edges = calls * (long_call_ns / 10);
             let ratio = m_wall as f64 / wall.saturating_sub(edges).max(1) as f64;
             ctx.check(ratio >= 0.95, || {
@@ -220,6 +232,7 @@ pub fn check_against_truth(
         if cpu / calls >= long_call_ns && !sleeps {
             let ratio = m_cpu as f64 / cpu as f64;
             if preempted.get(tid) == Some(&0) && *steal <= STEAL_QUIET {
+                compared.cpu += 1;
                 ctx.check(cpu_range.contains(&ratio), || {
                     format!("{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3})")
                 });
