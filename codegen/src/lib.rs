@@ -65,7 +65,7 @@ pub use trampoline::{
 /// layout in `weft-abi`; here for the injector and the tests).
 pub use weft_abi::timer::{
     histogram_bucket, histogram_floor, q32_mul, read_timer_words, timer_value, TimerValue,
-    TimerWords,
+    TimerWords, READ_ATTEMPTS as TIMER_READ_ATTEMPTS,
 };
 
 /// Length in bytes of the `jmp rel32` written over a function entry.

@@ -3558,8 +3558,12 @@ impl Process {
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
-        let read =
-            |base: usize| read_timer_words(|off| region.load_word(row.index, base + off), 10_000);
+        let read = |base: usize| {
+            read_timer_words(
+                |off| region.load_word(row.index, base + off),
+                weft_codegen::TIMER_READ_ATTEMPTS,
+            )
+        };
         // Clocks before the words: a running timer's value then never
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();

@@ -402,7 +402,7 @@ impl ProbeRead<'_> {
         }
         let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
         let base_self = base(W_SELF_TOTAL);
-        let Some(mut t) = timer_words(w, 10_000) else {
+        let Some(mut t) = timer_words(w, weft_codegen::TIMER_READ_ATTEMPTS) else {
             // The totals, not counting the open interval.
             return Value {
                 calls,
@@ -437,7 +437,7 @@ impl ProbeRead<'_> {
             let (tid, pid) = self.thread;
             *cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(pid as u32, tid).ok();
             stats.cpu_reads += 1;
-            if let Some(again) = timer_words(w, 10_000) {
+            if let Some(again) = timer_words(w, weft_codegen::TIMER_READ_ATTEMPTS) {
                 t = again;
             }
         }
