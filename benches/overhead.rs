@@ -15,6 +15,8 @@
 //! 4. **Sampling**: one live report of many threads x 100 timed functions
 //!    (read without stopping the target), and what 10 reports a second cost
 //!    as a share of one core.
+//! 5. **Live reports**: `weft attach --interval 0.5` on 200 busy threads:
+//!    each report's punctuality and freshness.
 //!
 //! `cargo bench --bench overhead` runs the full mode (a few minutes);
 //! `WEFT_BENCH_QUICK=1` (or running it as a test) a short one, as CI does.
@@ -889,6 +891,150 @@ fn section_sampling(quick: bool) {
     held.release().expect("release");
 }
 
+/// Live reports while 200 threads spin (issue #17): `weft attach -f leaf
+/// -m calls,wall,cpu --interval 0.5 --format jsonl` on
+/// tests/targets/busy_counted.c, whose extra thread publishes how many
+/// calls it has made. Per report: when it arrived after `attached` against
+/// when it was due (goal: every interval, ±50 ms), and the share of the
+/// counter thread's calls made by then that it holds (a fresh reading
+/// holds about all of them; a stale one, as before the fix, a fraction).
+fn section_live(quick: bool) {
+    const SPINNERS: usize = 200;
+    const INTERVAL_MS: u64 = 500;
+    let duration_ms: u64 = if quick { 1500 } else { 4000 };
+    let dir = bench_dir();
+    let exe = dir.join("busy_counted");
+    gcc(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/busy_counted.c"),
+        &exe,
+    );
+    let count_file = dir.join("live_count");
+    let mut child = Command::new(&exe)
+        .arg(SPINNERS.to_string())
+        .arg(&count_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting busy_counted");
+    let mut ready = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut ready).expect("the ready line");
+    let target = Target(child);
+    let counter: u64 = ready
+        .trim()
+        .strip_prefix("ready counter=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("busy_counted's ready line: {ready:?}"));
+    let published = {
+        let file = count_file.clone();
+        move || -> u64 {
+            std::fs::read(&file)
+                .ok()
+                .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+                .unwrap_or(0)
+        }
+    };
+    // The harness reads arrivals at real-time priority (else 200 spinners
+    // make it, not weft, late); weft raises itself.
+    let realtime = harness_at_realtime_priority();
+    let mut weft = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .env("WEFT_TIMING", "1")
+        .args(["attach", "-p", &target.pid().to_string(), "-f", "leaf"])
+        .args([
+            "-m",
+            "calls,wall,cpu",
+            "--interval",
+            "0.5",
+            "--format",
+            "jsonl",
+        ])
+        .args(["--duration", &format!("{}", duration_ms as f64 / 1000.0)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running weft attach");
+    // `attached`: weft's own clock stamp, and the count when it was seen.
+    let stderr = weft.stderr.take().unwrap();
+    let attached = std::thread::spawn({
+        let published = published.clone();
+        move || {
+            set_fifo(true);
+            let mut at = None;
+            let mut text = String::new();
+            for line in
+                std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok)
+            {
+                if at.is_none() {
+                    at = line
+                        .strip_prefix("weft: timing: attached at CLOCK_MONOTONIC ")
+                        .and_then(|l| l.trim_end_matches(" ns").parse::<u64>().ok())
+                        .map(|ns| (ns, published()));
+                }
+                text.push_str(&line);
+                text.push('\n');
+            }
+            (at, text)
+        }
+    });
+    // Each report line, when it arrived and the count then.
+    let mut lines: Vec<(String, u64, u64)> = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(weft.stdout.take().unwrap())) {
+        let line = line.expect("weft's report lines");
+        lines.push((line, monotonic_ns(), published()));
+    }
+    let ended = monotonic_ns();
+    let status = weft.wait().expect("waiting for weft");
+    let (at, err) = attached.join().expect("the stderr reader");
+    assert!(status.success(), "weft attach failed: {err}");
+    let (attached_ns, base) = at.unwrap_or_else(|| panic!("no `attached at` timing line: {err}"));
+    drop(target);
+    let mut live = 0;
+    let (mut late, mut shares) = (Vec::new(), Vec::new());
+    let mut saw_final = false;
+    for (line, arrived, made) in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON report line");
+        let held = v["threads"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["tid"] == counter))
+            .and_then(|t| t["functions"]["leaf"]["calls"].as_u64())
+            .unwrap_or(0);
+        if v["final"] == true {
+            // Read after the probes came out: calls made since are not in it.
+            saw_final = true;
+            continue;
+        }
+        shares.push(held as f64 / made.saturating_sub(base).max(1) as f64);
+        live += 1;
+        let due = attached_ns + live * INTERVAL_MS * 1_000_000;
+        late.push((*arrived as f64 - due as f64) / 1e6);
+    }
+    assert!(saw_final, "no final report: {err}");
+    let worst = late.iter().fold(0.0f64, |w, l| w.max(l.abs()));
+    let list = |v: &[f64], f: &dyn Fn(f64) -> String| {
+        v.iter().map(|x| f(*x)).collect::<Vec<_>>().join(" ")
+    };
+    println!(
+        "## Live reports under {SPINNERS} busy threads (weft attach -m calls,wall,cpu --interval 0.5 \
+         --duration {}; harness at {} priority)",
+        duration_ms as f64 / 1000.0,
+        if realtime { "real-time" } else { "normal" }
+    );
+    println!(
+        "{live} live reports (one due every 500 ms for {duration_ms} ms: {} or {}); arrival minus \
+         due time, ms: {}; worst {worst:.1} ms (goal: within 50 ms); weft ended {:.0} ms after \
+         `attached`",
+        duration_ms / INTERVAL_MS - 1,
+        duration_ms / INTERVAL_MS,
+        list(&late, &|l| format!("{l:+.1}")),
+        (ended.saturating_sub(attached_ns)) as f64 / 1e6
+    );
+    println!(
+        "freshness: the counter thread's calls each live report holds / the calls it had made \
+         when the report arrived (1.00: read just before): {}",
+        list(&shares, &|s| format!("{s:.2}"))
+    );
+}
+
 /// Calls counted so far in every live row (a full snapshot).
 fn calls_in(p: &Process) -> u64 {
     p.snapshot()
@@ -937,7 +1083,7 @@ fn main() {
         std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map_or_else(|_| "unknown".into(), |r| r.trim().to_string())
     );
-    // WEFT_BENCH_ONLY=per_call,attach,functions,sampling: some sections.
+    // WEFT_BENCH_ONLY=per_call,attach,functions,sampling,live: some sections.
     let only = std::env::var("WEFT_BENCH_ONLY").unwrap_or_default();
     let run = |name: &str| only.is_empty() || only.split(',').any(|s| s == name);
     if run("per_call") {
@@ -951,6 +1097,9 @@ fn main() {
     }
     if run("sampling") {
         section_sampling(quick);
+    }
+    if run("live") {
+        section_live(quick);
     }
     let _ = std::io::stdout().flush();
 }
