@@ -91,7 +91,7 @@ pub fn diagnose(
             break;
         }
         let wait = left.map_or(options.interval, |l| l.min(options.interval));
-        match cli_wait::wait(pid, Some(wait), &mut || {}) {
+        match cli_wait::wait(pid, Some(wait), &mut || None) {
             cli_wait::End::Duration => {}
             cli_wait::End::Signal => {
                 why = "stopped by a signal (partial result)";

@@ -122,6 +122,7 @@ pub fn attach_kernel_only(
                 }
             }
         }
+        next.filter(|_| failed.is_none())
     });
     if let Some(e) = failed {
         return Err(e);

@@ -605,6 +605,7 @@ fn plain(attached: &mut Attached, pace: &Pace) -> Result<cli_wait::End> {
                 cli_wait::stop_now();
             }
         }
+        Some(next)
     });
     match failed {
         Some(e) if !e.is::<crate::StdoutClosed>() => Err(e),

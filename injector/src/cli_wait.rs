@@ -39,8 +39,14 @@ pub enum End {
 }
 
 /// Waits as described in the module docs.
-/// `tick` runs about every 10 ms meanwhile.
-pub fn wait(pid: i32, duration: Option<Duration>, tick: &mut dyn FnMut()) -> End {
+/// `tick` runs about every 10 ms meanwhile, and returns when it next has
+/// work due (a live report), if sooner: the wait wakes then, not at the
+/// next 10 ms step (which made reports up to 10 ms late).
+pub fn wait(
+    pid: i32,
+    duration: Option<Duration>,
+    tick: &mut dyn FnMut() -> Option<Instant>,
+) -> End {
     let deadline = duration.map(|d| Instant::now() + d);
     // SAFETY: pidfd_open has no memory arguments.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
@@ -49,8 +55,11 @@ pub fn wait(pid: i32, duration: Option<Duration>, tick: &mut dyn FnMut()) -> End
             close(pidfd);
             return End::Signal;
         }
-        tick();
+        let due = tick();
         let mut timeout = Duration::from_millis(10);
+        if let Some(due) = due {
+            timeout = timeout.min(due.saturating_duration_since(Instant::now()));
+        }
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -66,7 +75,7 @@ pub fn wait(pid: i32, duration: Option<Duration>, tick: &mut dyn FnMut()) -> End
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut fds, 1, timeout.as_millis().max(1) as i32) };
+            let n = unsafe { libc::poll(&mut fds, 1, whole_ms(timeout)) };
             if n > 0 {
                 close(pidfd);
                 return End::TargetExited;
@@ -78,6 +87,15 @@ pub fn wait(pid: i32, duration: Option<Duration>, tick: &mut dyn FnMut()) -> End
             }
         }
     }
+}
+
+/// `timeout` in whole milliseconds for `poll`, rounded up (rounded down, a
+/// wait for a due time 0.6 ms away would wake early and spin once more).
+fn whole_ms(timeout: Duration) -> i32 {
+    timeout
+        .as_micros()
+        .div_ceil(1000)
+        .clamp(1, i32::MAX as u128) as i32
 }
 
 fn close(fd: i32) {

@@ -1076,6 +1076,7 @@ fn attach(
                 }
             }
         }
+        next_report.filter(|_| failed.is_none())
     });
     // No scrape is answered from a target being detached.
     drop(server);
