@@ -491,7 +491,7 @@ pub fn top(
     };
     // Kept while live: the view is redrawn on time however busy the
     // target keeps the CPUs (weft sleeps between readings; see `attach`).
-    let _boost = boost;
+    crate::keep_until_exit(boost);
     let pid = attached.process.pid();
     eprintln!(
         "weft: attached pid={pid} threads={} functions={}",

@@ -400,6 +400,15 @@ enum Command {
     },
 }
 
+/// Keeps a live session's real-time priority until the process exits.
+/// Dropped at the end of the session, the guard gave back normal priority
+/// before weft's teardown (dropping the session, unmapping the region,
+/// exiting), which then waited 0.2-0.35 s behind a busy target's threads
+/// (200 here) after the final report was written.
+pub(crate) fn keep_until_exit(boost: Option<RealtimeGuard>) {
+    std::mem::forget(boost);
+}
+
 /// Real-time priority raised by [`boost_early`], for `main` to take.
 static EARLY_BOOST: std::sync::Mutex<Option<RealtimeGuard>> = std::sync::Mutex::new(None);
 
@@ -1046,7 +1055,7 @@ fn attach(
     // costs the target only the readings themselves; at normal priority,
     // behind a target whose threads keep every CPU busy, each report waited
     // seconds for a turn and held counts already stale (issue #17).
-    let _boost = boost;
+    keep_until_exit(boost);
     let mut server = server.map(|s| {
         let exporter =
             cli_serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
@@ -1080,11 +1089,14 @@ fn attach(
     });
     // No scrape is answered from a target being detached.
     drop(server);
+    let timing = Timing::from_env();
+    timing.note(&format!("waiting ended at CLOCK_MONOTONIC {} ns", monotonic_ns()));
     let report = attached.finish(ended)?;
     if let Some(e) = failed {
         return Err(e);
     }
     sink.write(&report, true)?;
+    timing.note(&format!("final report written at CLOCK_MONOTONIC {} ns", monotonic_ns()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1285,11 +1297,16 @@ impl Attached {
             if let Some(w) = &mut self.watcher {
                 w.stop_deferring_at_load(process);
             }
+            let timing = Timing::from_env();
             let mut held = process.hold()?;
+            timing.mark("at the end: seized and stopped every thread");
             held.remove_all()?;
+            timing.mark("removed the probes");
             held.harvest();
             let report = held.report();
+            timing.mark("read the final report");
             held.release()?;
+            timing.mark("detached");
             report
         };
         if let Some(k) = &self.kernel {
