@@ -837,7 +837,7 @@ fn section_sampling(quick: bool) {
     let rows = sampler.sample(&p).count();
     let cold = thread_cpu() - cpu0;
     let mut spent = 0.0;
-    let (mut read, mut cpu_reads, mut holes) = (0u64, 0u64, 0u64);
+    let (mut read, mut cpu_reads, mut holes, mut stuck) = (0u64, 0u64, 0u64, 0u64);
     for _ in 0..samples {
         std::thread::sleep(Duration::from_millis(100));
         let before: u64 = calls_in(&p);
@@ -856,6 +856,7 @@ fn section_sampling(quick: bool) {
         read += u64::from(sampler.stats().rows_read);
         cpu_reads += u64::from(sampler.stats().cpu_reads);
         holes += u64::from(sampler.stats().holes_looked_up);
+        stuck += u64::from(sampler.stats().timers_mid_update);
     }
     let sample = spent / samples as f64;
     // A whole report: every row copied, names, maps and totals for people.
@@ -876,12 +877,13 @@ fn section_sampling(quick: bool) {
     );
     println!(
         "sample: {:.3} ms CPU ({:.0} changed rows read, {:.1} of them looked up for written \
-         pages, {:.1} CPU times read per sample), at 10 Hz {:.2}% of a core; first sample \
-         (every row): {:.2} ms; full report: {:.1} ms",
+         pages, {:.1} CPU times read, {:.1} timers found mid-update per sample), at 10 Hz \
+         {:.2}% of a core; first sample (every row): {:.2} ms; full report: {:.1} ms",
         sample * 1e3,
         read as f64 / samples as f64,
         holes as f64 / samples as f64,
         cpu_reads as f64 / samples as f64,
+        stuck as f64 / samples as f64,
         sample * 10.0 * 100.0,
         cold * 1e3,
         report * 1e3

@@ -1090,13 +1090,19 @@ fn attach(
     // No scrape is answered from a target being detached.
     drop(server);
     let timing = Timing::from_env();
-    timing.note(&format!("waiting ended at CLOCK_MONOTONIC {} ns", monotonic_ns()));
+    timing.note(&format!(
+        "waiting ended at CLOCK_MONOTONIC {} ns",
+        monotonic_ns()
+    ));
     let report = attached.finish(ended)?;
     if let Some(e) = failed {
         return Err(e);
     }
     sink.write(&report, true)?;
-    timing.note(&format!("final report written at CLOCK_MONOTONIC {} ns", monotonic_ns()));
+    timing.note(&format!(
+        "final report written at CLOCK_MONOTONIC {} ns",
+        monotonic_ns()
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -115,6 +115,11 @@ pub struct SampleStats {
     /// Changed rows whose written pages were looked up (`lseek`s): new
     /// threads, and rows with pages the thread had not written yet.
     pub holes_looked_up: u32,
+    /// Timers found mid-update by a thread switched out between its two
+    /// seqlock stores (given up on after
+    /// [`TIMER_READ_ATTEMPTS`](weft_codegen::TIMER_READ_ATTEMPTS) tries:
+    /// their closed totals stand for this sample).
+    pub timers_mid_update: u32,
 }
 
 /// A reusable sampler of a process's probes; see the module docs.
@@ -403,6 +408,7 @@ impl ProbeRead<'_> {
         let (base_wall, base_cpu) = (base(W_WALL_TOTAL), base(W_CPU_TOTAL));
         let base_self = base(W_SELF_TOTAL);
         let Some(mut t) = timer_words(w, weft_codegen::TIMER_READ_ATTEMPTS) else {
+            stats.timers_mid_update += 1;
             // The totals, not counting the open interval.
             return Value {
                 calls,
