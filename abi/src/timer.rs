@@ -61,12 +61,13 @@ pub struct TimerWords {
 
 /// Tries a reader gives a timer's seqlock before taking the writer for
 /// descheduled ([`read_timer_words`]'s `max_attempts`). A writer that runs
-/// finishes its start or stop in tens of nanoseconds, so a `seq` still odd
-/// after this many tries (a few microseconds with `pause` between them)
-/// belongs to a thread switched out mid-update, which may not run again for
-/// a scheduler slice or more. Under hundreds of busy threads many are, and
-/// 10,000 tries each (as before) made one live report take ~50 ms.
-pub const READ_ATTEMPTS: u32 = 100;
+/// finishes its start or stop in tens of nanoseconds, and an interrupt
+/// delays it by microseconds, so a `seq` still odd after this many tries
+/// (tens of microseconds with `pause` between them) belongs to a thread
+/// switched out mid-update, which may not run again for a scheduler slice
+/// or more. Under hundreds of busy threads many are, and 10,000 tries each
+/// (as before) made one live report take ~50 ms.
+pub const READ_ATTEMPTS: u32 = 1_000;
 
 /// Takes a consistent copy of a function's timer words, seqlock-style:
 /// `seq`, the fields, `seq` again, retrying while `seq` is odd (a start or

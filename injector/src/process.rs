@@ -3558,9 +3558,10 @@ impl Process {
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
+        let index = row.index;
         let read = |base: usize| {
             read_timer_words(
-                |off| region.load_word(row.index, base + off),
+                |off| region.load_word(index, base + off),
                 weft_codegen::TIMER_READ_ATTEMPTS,
             )
         };
@@ -3574,8 +3575,23 @@ impl Process {
             };
             let first = word as usize;
             let base = weft_rt::layout::Geometry::metric_offset(word) as usize;
+            let at = |off: i32| first + (off / 8) as usize;
+            let (wall_at, self_at) = (
+                at(weft_codegen::METRIC_WALL_TOTAL),
+                at(weft_codegen::METRIC_SELF_TOTAL),
+            );
+            // A writer stuck mid-update (switched out between its seqlock
+            // stores): the copy's closed totals stand, self time capped
+            // by wall time (a stop adds to self time first).
+            let stuck = |row: &mut RowSnapshot| {
+                if let (Some(&wall), Some(own)) = (row.words.get(wall_at), row.words.get(self_at)) {
+                    let capped = (*own).min(wall);
+                    row.words[self_at] = capped;
+                }
+            };
             let Some(mut words) = read(base) else {
-                continue; // a writer stuck mid-update: keep the copy's totals
+                stuck(row);
+                continue;
             };
             // The thread's CPU time only for a running CPU timer (one
             // /proc read per thread and report at most), then the words
@@ -3584,16 +3600,22 @@ impl Process {
                 cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
                 match read(base) {
                     Some(again) => words = again,
-                    None => continue,
+                    None => {
+                        stuck(row);
+                        continue;
+                    }
                 }
             }
             let value = timer_value(&words, wall_now, cpu_now, q32);
-            let at = |off: i32| first + (off / 8) as usize;
-            if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_WALL_TOTAL)) {
-                *w = value.wall_ns;
-            }
-            if let Some(w) = row.words.get_mut(at(weft_codegen::METRIC_CPU_TOTAL)) {
-                *w = value.cpu_ns;
+            // All three from the one consistent reading.
+            for (index, ns) in [
+                (wall_at, value.wall_ns),
+                (at(weft_codegen::METRIC_CPU_TOTAL), value.cpu_ns),
+                (self_at, words.self_total),
+            ] {
+                if let Some(w) = row.words.get_mut(index) {
+                    *w = ns;
+                }
             }
         }
     }

@@ -409,18 +409,18 @@ impl ProbeRead<'_> {
         let base_self = base(W_SELF_TOTAL);
         let Some(mut t) = timer_words(w, weft_codegen::TIMER_READ_ATTEMPTS) else {
             stats.timers_mid_update += 1;
-            // The totals, not counting the open interval.
+            // The closed totals, not counting the open interval; self
+            // time capped by wall time (a stop adds to self time first).
+            let wall = w[W_WALL_TOTAL].load(Ordering::Relaxed);
             return Value {
                 calls,
-                wall_ns: w[W_WALL_TOTAL]
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(base_wall),
+                wall_ns: wall.saturating_sub(base_wall),
                 cpu_ns: w[W_CPU_TOTAL]
                     .load(Ordering::Relaxed)
                     .saturating_sub(base_cpu),
                 self_ns: self_value(
                     p.metrics,
-                    w[W_SELF_TOTAL].load(Ordering::Relaxed),
+                    w[W_SELF_TOTAL].load(Ordering::Relaxed).min(wall),
                     base_self,
                 ),
             };
@@ -570,5 +570,49 @@ mod tests {
         assert_eq!(v.self_ns, 500);
         let v = read(&mut r, false, &stopped_words(1, 10, 10));
         assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (1, 10, 10));
+    }
+
+    /// A timer whose writer was switched out between its seqlock stores:
+    /// the sampler gives up on it, counts it, and reports its closed
+    /// totals with self time no larger than wall time (the stop had added
+    /// to self time, not yet to wall time).
+    #[test]
+    fn a_timer_stuck_mid_update_gives_consistent_totals() {
+        let words = stopped_words(5, 1_000, 900);
+        words[(weft_codegen::METRIC_SEQ / 8) as usize].store(7, Ordering::Relaxed);
+        words[W_SELF_TOTAL].store(1_200, Ordering::Relaxed);
+        let probes = [Sampled {
+            id: ProbeId(0),
+            word: 0,
+            metrics: Metrics::ALL,
+            borrowed: false,
+        }];
+        let mut r = RowState {
+            written: std::iter::once(0..words.len() as u32).collect(),
+            ..RowState::default()
+        };
+        let mut stats = SampleStats::default();
+        let none = |_| 0;
+        read_row(
+            &mut r,
+            false,
+            &probes,
+            &words,
+            &none,
+            (1, 1),
+            0,
+            1 << 32,
+            &mut stats,
+        );
+        assert_eq!(stats.timers_mid_update, 1);
+        assert_eq!(
+            r.values[0],
+            Value {
+                calls: 5,
+                wall_ns: 1_000,
+                cpu_ns: 900,
+                self_ns: 1_000,
+            }
+        );
     }
 }

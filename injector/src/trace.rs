@@ -424,11 +424,11 @@ impl TraceLog {
                 "name": "thread_name", "ph": "M", "pid": self.pid, "tid": t.tid,
                 "args": {"name": t.name}
             }));
-            let event = |phase: &str, c: &TracedCall, ns: u64| {
+            let event = |phase: Phase, c: &TracedCall, ns: u64| {
                 let mut e = json!({
                     "name": self.function_name(c.function),
                     "cat": "weft",
-                    "ph": phase,
+                    "ph": phase.code(),
                     "ts": us(ns),
                     "pid": self.pid,
                     "tid": t.tid,
@@ -463,32 +463,27 @@ impl TraceLog {
     /// when `per_thread`), the input of a flame graph.
     pub fn folded(&self, per_thread: bool) -> Vec<String> {
         let mut totals: std::collections::BTreeMap<String, u64> = Default::default();
+        let origin = self.origin();
         for t in &self.threads {
-            let mut calls = t.all_calls();
-            calls.sort_by_key(|c| (c.start, c.depth));
-            // The open path: (name, depth, index into `own`).
-            let mut path: Vec<(String, u32, usize)> = Vec::new();
-            let mut own: Vec<(String, u64)> = Vec::new();
             let root = per_thread.then(|| format!("{} ({})", t.name, t.tid));
-            for c in &calls {
-                // Sorted by start, parents first: the path above this
-                // call's depth has ended.
-                while path.last().is_some_and(|(_, depth, _)| *depth >= c.depth) {
-                    path.pop();
+            // The open calls: (call path, start, time in their callees).
+            let mut open: Vec<(String, u64, u64)> = Vec::new();
+            for (phase, c, ns) in nested_order(t.all_calls(), |raw| self.ns(raw, origin)) {
+                if phase == Phase::Begin {
+                    let name = self.function_name(c.function).replace(';', ":");
+                    let path = match (open.last(), &root) {
+                        (Some((parent, _, _)), _) => format!("{parent};{name}"),
+                        (None, Some(root)) => format!("{root};{name}"),
+                        (None, None) => name,
+                    };
+                    open.push((path, ns, 0));
+                } else if let Some((path, start, callees)) = open.pop() {
+                    let dur = ns.saturating_sub(start);
+                    *totals.entry(path).or_default() += dur.saturating_sub(callees);
+                    if let Some(parent) = open.last_mut() {
+                        parent.2 += dur;
+                    }
                 }
-                let dur = self.ns(c.end, c.start);
-                if let Some(&(_, _, parent)) = path.last() {
-                    own[parent].1 = own[parent].1.saturating_sub(dur);
-                }
-                let name = self.function_name(c.function).replace(';', ":");
-                let mut stack: Vec<&str> = root.iter().map(String::as_str).collect();
-                stack.extend(path.iter().map(|(n, _, _)| n.as_str()));
-                stack.push(&name);
-                own.push((stack.join(";"), dur));
-                path.push((name.clone(), c.depth, own.len() - 1));
-            }
-            for (stack, ns) in own {
-                *totals.entry(stack).or_default() += ns;
             }
         }
         totals
@@ -512,7 +507,24 @@ impl TraceLog {
     }
 }
 
-/// One thread's calls as begin (`"B"`) and end (`"E"`) events in nesting
+/// Which end of a call an event of [`nested_order`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Begin,
+    End,
+}
+
+impl Phase {
+    /// The Trace Event Format's `ph`.
+    fn code(self) -> &'static str {
+        match self {
+            Phase::Begin => "B",
+            Phase::End => "E",
+        }
+    }
+}
+
+/// One thread's calls as begin and end events in nesting
 /// order, each with its time in ns (`ns` converts a raw reading). Calls are
 /// ordered by start, parents first at the same start (their depth); an
 /// end never comes after its parent's end nor after the start of the next
@@ -521,7 +533,7 @@ impl TraceLog {
 fn nested_order(
     mut calls: Vec<TracedCall>,
     ns: impl Fn(u64) -> u64,
-) -> Vec<(&'static str, TracedCall, u64)> {
+) -> Vec<(Phase, TracedCall, u64)> {
     calls.sort_by_key(|c| (c.start, c.depth));
     let mut out = Vec::with_capacity(2 * calls.len());
     // The open calls and their end times.
@@ -533,15 +545,15 @@ fn nested_order(
                 break;
             }
             stack.pop();
-            out.push(("E", top, end.min(start)));
+            out.push((Phase::End, top, end.min(start)));
         }
         let parent_end = stack.last().map_or(u64::MAX, |&(_, end)| end);
         let end = ns(c.end).max(start).min(parent_end);
-        out.push(("B", c, start.min(end)));
+        out.push((Phase::Begin, c, start.min(end)));
         stack.push((c, end));
     }
     while let Some((top, end)) = stack.pop() {
-        out.push(("E", top, end));
+        out.push((Phase::End, top, end));
     }
     out
 }
@@ -679,7 +691,7 @@ mod tests {
             .collect();
         nested_order(calls, |raw| raw)
             .into_iter()
-            .map(|(phase, c, ns)| (phase, c.function, ns))
+            .map(|(phase, c, ns)| (phase.code(), c.function, ns))
             .collect()
     }
 
