@@ -117,6 +117,13 @@ struct Target(Child);
 
 impl Target {
     fn start(exe: &Path, args: &[String]) -> Target {
+        let (target, line) = Target::spawn(exe, args);
+        assert_eq!(line.trim(), "ready", "{} did not start", exe.display());
+        target
+    }
+
+    /// Starts `exe` and returns it with the first line it printed.
+    fn spawn(exe: &Path, args: &[String]) -> (Target, String) {
         let mut child = Command::new(exe)
             .args(args)
             .stdout(Stdio::piped())
@@ -126,8 +133,7 @@ impl Target {
         let mut line = String::new();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         std::io::BufRead::read_line(&mut out, &mut line).expect("reading the ready line");
-        assert_eq!(line.trim(), "ready", "{} did not start", exe.display());
-        Target(child)
+        (Target(child), line)
     }
 
     fn pid(&self) -> i32 {
@@ -911,17 +917,10 @@ fn section_live(quick: bool) {
         &exe,
     );
     let count_file = dir.join("live_count");
-    let mut child = Command::new(&exe)
-        .arg(SPINNERS.to_string())
-        .arg(&count_file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting busy_counted");
-    let mut ready = String::new();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut out, &mut ready).expect("the ready line");
-    let target = Target(child);
+    let (target, ready) = Target::spawn(
+        &exe,
+        &[SPINNERS.to_string(), count_file.display().to_string()],
+    );
     let counter: u64 = ready
         .trim()
         .strip_prefix("ready counter=")
