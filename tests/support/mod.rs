@@ -513,7 +513,7 @@ pub fn cycles() -> &'static Path {
     P.get_or_init(|| build_simple_c("cycles", "cycles.c", &[]))
 }
 
-/// Many threads spinning through `leaf`, a 3-instruction function.
+/// Many threads spinning through `leaf`, a 4-instruction function.
 #[allow(dead_code)]
 pub fn hotleaf() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
