@@ -865,6 +865,20 @@ fn section_sampling(quick: bool) {
         stuck += u64::from(sampler.stats().timers_mid_update);
     }
     let sample = spent / samples as f64;
+    // The floor under a sample, in the same run: the lines it must load
+    // (row headers, the changed rows' words), loaded and nothing done.
+    let mut floor = weft::internals::LineFloor::default();
+    floor.touch(&p);
+    let (mut floor_spent, mut floor_rows, mut floor_lines) = (0.0, 0u64, 0u64);
+    for _ in 0..samples {
+        std::thread::sleep(Duration::from_millis(100));
+        let cpu0 = thread_cpu();
+        let (rows, lines) = floor.touch(&p);
+        floor_spent += thread_cpu() - cpu0;
+        floor_rows += u64::from(rows);
+        floor_lines += lines;
+    }
+    let floor = floor_spent / samples as f64;
     // A whole report: every row copied, names, maps and totals for people.
     let reports = if quick { 3 } else { 10 };
     let cpu0 = thread_cpu();
@@ -893,6 +907,14 @@ fn section_sampling(quick: bool) {
         sample * 10.0 * 100.0,
         cold * 1e3,
         report * 1e3
+    );
+    println!(
+        "memory floor (the lines a sample loads, loaded alone, same cadence): {:.3} ms a pass \
+         ({:.0} changed rows, {:.0} lines); per changed row, sample / floor = {:.2}",
+        floor * 1e3,
+        floor_rows as f64 / samples as f64,
+        floor_lines as f64 / samples as f64,
+        (sample / read.max(1) as f64) / (floor / floor_rows.max(1) as f64)
     );
     let mut held = p.hold().expect("hold");
     held.remove_all().expect("remove");

@@ -72,7 +72,7 @@ pub use weft_codegen::Predicate;
 
 /// Internals that weft's own integration tests exercise directly: the
 /// parsers `tests/malformed_input.rs` feeds malformed input, the branch
-/// index (`tests/cold_parts.rs`), and fault injection in debug builds
+/// index (`tests/cold_parts.rs`), the sampling bench's memory floor, and fault injection in debug builds
 /// (`tests/failed_changes.rs`). Not part of the API.
 #[doc(hidden)]
 pub mod internals {
@@ -83,6 +83,7 @@ pub mod internals {
     pub use crate::inspect::procfs::{parse_stat_state, ProcState};
     #[cfg(debug_assertions)]
     pub use crate::process::Fault;
+    pub use crate::sample::LineFloor;
 }
 
 /// Bytes with the alignment an ELF parser needs for zero-copy reads.

@@ -100,6 +100,8 @@ struct RowState {
     /// Timers that were running when the row was last read: (probe index,
     /// their words then, the wall and CPU ns to subtract).
     running: Vec<(usize, TimerWords, (u64, u64))>,
+    /// `running` as of the read before the last (kept for its capacity).
+    ran_before: Vec<(usize, TimerWords, (u64, u64))>,
 }
 
 /// Counts of the last [`Sampler::sample`], for callers that watch its cost.
@@ -194,25 +196,8 @@ impl Sampler {
             return;
         }
         self.seen_probes = process.probes().len();
-        self.probes = process
-            .probes()
-            .iter()
-            .filter_map(|p| {
-                let words = p.words().filter(|w| !w.recycled && w.len > 0)?;
-                Some(Sampled {
-                    id: p.id,
-                    word: words.first as usize,
-                    metrics: p.metrics(),
-                    borrowed: p.borrowed,
-                })
-            })
-            .collect();
-        self.words = self
-            .probes
-            .iter()
-            .map(|p| (p.word + TIMED_WORDS) as u32)
-            .max()
-            .unwrap_or(0);
+        self.probes = sampled_probes(process);
+        self.words = words_needed(&self.probes);
         // Every row is read afresh with the new probe list.
         self.rows.iter_mut().for_each(|r| r.known = false);
     }
@@ -285,6 +270,93 @@ impl Sampler {
     }
 }
 
+/// The probes a sampler reads: every probe of the process whose words are
+/// still its own (active or removed).
+fn sampled_probes(process: &Process) -> Vec<Sampled> {
+    process
+        .probes()
+        .iter()
+        .filter_map(|p| {
+            let words = p.words().filter(|w| !w.recycled && w.len > 0)?;
+            Some(Sampled {
+                id: p.id,
+                word: words.first as usize,
+                metrics: p.metrics(),
+                borrowed: p.borrowed,
+            })
+        })
+        .collect()
+}
+
+/// Metric words a row read of `probes` needs (past the last one's).
+fn words_needed(probes: &[Sampled]) -> u32 {
+    probes
+        .iter()
+        .map(|p| (p.word + TIMED_WORDS) as u32)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The memory floor of sampling, for the benchmark harness: each call
+/// loads what a [`Sampler::sample`] must bring into the cache and nothing
+/// more — every row's activity word, and one word of every cache line of
+/// the probes' words of each row whose activity moved since the call
+/// before — with none of the work of turning words into values. A
+/// sample's cost over this floor, measured in the same run, is the
+/// sampler's own work; the floor itself is what the lines cost on the
+/// machine (written by the target's threads on other cores).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct LineFloor {
+    /// Per row: the activity seen last, the written ranges of its words.
+    rows: Vec<(u64, Vec<std::ops::Range<u32>>)>,
+}
+
+impl LineFloor {
+    /// One pass; returns (rows whose activity moved, lines loaded).
+    pub fn touch(&mut self, process: &Process) -> (u32, u64) {
+        let Some(region) = process.region() else {
+            return (0, 0);
+        };
+        let words = words_needed(&sampled_probes(process));
+        let geometry = region.geometry();
+        let used = region.header().rows_used.load(Ordering::Acquire);
+        let live = used.min(geometry.max_rows);
+        if self.rows.len() < live as usize {
+            self.rows
+                .resize_with(live as usize, || (u64::MAX, Vec::new()));
+        }
+        let (mut moved, mut lines, mut sum) = (0u32, 0u64, 0u64);
+        for index in 0..live {
+            let activity = region.row_header(index).activity.load(Ordering::Acquire);
+            let (seen, written) = &mut self.rows[index as usize];
+            if *seen == activity {
+                continue;
+            }
+            if *seen == u64::MAX {
+                // Looked up once, as the sampler does for a thread.
+                *written = region.written_words(index, words);
+            }
+            *seen = activity;
+            moved += 1;
+            let row = region.row_words(index, words);
+            for range in written.iter() {
+                // A word at each 64-byte line start (row words start
+                // 64-byte aligned), and the range's first word.
+                let first = range.start as usize;
+                let mut at = first;
+                while at < range.end as usize {
+                    sum = sum.wrapping_add(row[at].load(Ordering::Relaxed));
+                    lines += 1;
+                    at = (at / 8 + 1) * 8;
+                }
+            }
+        }
+        std::hint::black_box(sum);
+        (moved, lines)
+    }
+}
+
 /// Words per timed probe.
 const TIMED_WORDS: usize = (weft_codegen::TIMER_METRIC_LEN / 8) as usize;
 
@@ -317,15 +389,21 @@ fn read_row(
     q32: u64,
     stats: &mut SampleStats,
 ) {
-    // The last sample's values of the same thread stay in place as the
-    // floor of the new ones (module docs): each is raised where it is, so
-    // a sample touches one array of the sampler's, not two (with 1,000
-    // rows of 100 timers, the sampler's own values are 3 MB).
+    // Only a timer counted up to the last sample while it ran can read
+    // less now (module docs): its last value stays in place as the floor
+    // of the new one. Every other value read consistently is at least the
+    // last (totals only grow) and is written without loading the last one
+    // (with 1,000 rows of 100 timers, the sampler's own values are 3 MB;
+    // a profile put a fifth of a sample on loading them).
     if !same_thread {
         r.values.clear();
+        r.running.clear();
     }
     r.values.resize(probes.len(), Value::default());
+    std::mem::swap(&mut r.running, &mut r.ran_before);
     r.running.clear();
+    // Probe indices, ascending.
+    let mut ran_before = r.ran_before.iter().map(|&(i, _, _)| i).peekable();
     let written = std::mem::take(&mut r.written);
     let mut cpu_now: Option<u64> = None;
     for (i, p) in probes.iter().enumerate() {
@@ -354,13 +432,18 @@ fn read_row(
         let v = read.value(&mut cpu_now, stats, |t, base| {
             r.running.push((i, t, base));
         });
+        while ran_before.next_if(|&j| j < i).is_some() {}
         let slot = &mut r.values[i];
-        *slot = Value {
-            calls: v.calls.max(slot.calls),
-            wall_ns: v.wall_ns.max(slot.wall_ns),
-            cpu_ns: v.cpu_ns.max(slot.cpu_ns),
-            self_ns: v.self_ns.max(slot.self_ns),
-        };
+        if ran_before.next_if_eq(&i).is_some() {
+            *slot = Value {
+                calls: v.calls.max(slot.calls),
+                wall_ns: v.wall_ns.max(slot.wall_ns),
+                cpu_ns: v.cpu_ns.max(slot.cpu_ns),
+                self_ns: v.self_ns.max(slot.self_ns),
+            };
+        } else {
+            *slot = v;
+        }
     }
     r.written = written;
 }
@@ -525,7 +608,19 @@ mod tests {
         w
     }
 
+    /// The same words with a wall timer running since raw tick `start`.
+    fn running_words(calls: u64, wall: u64, cpu: u64, start: u64) -> Vec<AtomicU64> {
+        let w = stopped_words(calls, wall, cpu);
+        w[(weft_codegen::METRIC_WALL_START / 8) as usize].store(start, Ordering::Relaxed);
+        w
+    }
+
+    /// Reads a one-probe row at wall tick 0 (1 ns a tick).
     fn read(r: &mut RowState, same_thread: bool, words: &[AtomicU64]) -> Value {
+        read_at(r, same_thread, words, 0)
+    }
+
+    fn read_at(r: &mut RowState, same_thread: bool, words: &[AtomicU64], now: u64) -> Value {
         let probes = [Sampled {
             id: ProbeId(0),
             word: 0,
@@ -542,32 +637,41 @@ mod tests {
             words,
             &none,
             (1, 1),
-            0,
+            now,
             1 << 32,
             &mut stats,
         );
         r.values[0]
     }
 
-    /// A stop that recorded less than the last sample counted up to (its
-    /// clock read before its seqlock write was visible) does not make the
-    /// thread's values go back; a row that now serves another thread
+    /// A stop that recorded less than the last sample counted up to while
+    /// the timer ran (its clock read before its seqlock write was visible)
+    /// does not make the thread's values go back; a timer that was not
+    /// running is read as it is; a row that now serves another thread
     /// starts from its own words.
     #[test]
     fn a_threads_values_never_go_back() {
         let mut r = RowState::default();
+        // Running since tick 500, read at tick 1,500: 1,000 ns so far.
         assert_eq!(
-            read(&mut r, false, &stopped_words(5, 1_000, 900)),
+            read_at(&mut r, false, &running_words(5, 0, 900, 500), 1_500),
             Value {
                 calls: 5,
                 wall_ns: 1_000,
                 cpu_ns: 900,
-                self_ns: 500,
+                self_ns: 0,
             }
         );
+        // Its stop recorded 990 ns: the 1,000 counted stands.
         let v = read(&mut r, true, &stopped_words(6, 990, 950));
         assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (6, 1_000, 950));
-        assert_eq!(v.self_ns, 500);
+        assert_eq!(v.self_ns, 495);
+        // Stopped then and now: the totals as they are.
+        let v = read(&mut r, true, &stopped_words(7, 1_400, 960));
+        assert_eq!(
+            (v.calls, v.wall_ns, v.cpu_ns, v.self_ns),
+            (7, 1_400, 960, 700)
+        );
         let v = read(&mut r, false, &stopped_words(1, 10, 10));
         assert_eq!((v.calls, v.wall_ns, v.cpu_ns), (1, 10, 10));
     }
