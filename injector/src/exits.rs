@@ -223,6 +223,12 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
             "it looks at its caller's address (which a hooked exit replaces); measure it with -m calls",
         );
     }
+    if name == "__restore_rt" {
+        return Some(
+            "it is the signal trampoline, entered by a signal handler's return on the signal \
+             frame, not called; measure it with -m calls",
+        );
+    }
     if name.starts_with("_Unwind_") || name.starts_with("__gxx_personality") {
         return Some(
             "it is part of the unwinder that walks through hooked frames; measure it with -m calls",
@@ -302,17 +308,51 @@ pub fn not_called(
     ))
 }
 
-/// Why no function of the module holding `f` may have its exit hooked,
-/// whatever its name, or None: the module is Go code. Go's runtime walks
-/// goroutine stacks with its own tables (garbage collection, stack growth,
-/// preemption, `runtime.Callers`, panics) and dies with "unexpected return
-/// pc" at a return address outside Go code, which is what a hooked exit
-/// leaves on the stack; goroutines also move between threads, and each
-/// thread keeps its own activations.
+/// Why `f`'s exit must never be hooked, whatever its name, or None:
+///
+/// * Nothing calls it, so the top of the stack at its first instruction
+///   is not a return address, and an exit hook would overwrite whatever
+///   is there: the program's entry point (`e_entry`, `_start`: the kernel
+///   leaves `argc` there, and a hook turned it into an address), code its
+///   unwind information calls the outermost frame, and signal trampolines
+///   (`__restore_rt`, entered by a handler's return onto the signal frame).
+/// * Its module is Go code. Go's runtime walks goroutine stacks with its
+///   own tables (garbage collection, stack growth, preemption,
+///   `runtime.Callers`, panics) and dies with "unexpected return pc" at a
+///   return address outside Go code, which is what a hooked exit leaves on
+///   the stack; goroutines also move between threads, and each thread
+///   keeps its own activations.
 pub fn never_hook_exit_in(image: &ProcessImage, f: &Function) -> Option<String> {
     let module = image.module_of(f.address)?;
-    let go = module.image().is_ok_and(|elf| elf.is_go());
-    go.then(|| {
+    let uncalled = |why: &str| {
+        format!(
+            "`{}` is {why}, not called: there is no return address on top of its stack to \
+             hook; measure it with -m calls",
+            f.name
+        )
+    };
+    if module.header().entry != 0 && module.header().entry == f.vaddr {
+        return Some(uncalled(&format!(
+            "where the kernel starts {} (its ELF entry point)",
+            module.name()
+        )));
+    }
+    let elf = module.image().ok()?;
+    match elf.no_return_address_at_entry(f.vaddr) {
+        Ok(Some(crate::inspect::NoReturnAddress::Outermost)) => {
+            return Some(uncalled(
+                "the outermost frame (its unwind information says so: a process's or a \
+                 thread's first code)",
+            ))
+        }
+        Ok(Some(crate::inspect::NoReturnAddress::SignalTrampoline)) => {
+            return Some(uncalled(
+                "a signal trampoline (entered by a signal handler's return, on the signal frame)",
+            ))
+        }
+        Ok(None) | Err(_) => {}
+    }
+    elf.is_go().then(|| {
         format!(
             "{} is Go code, and Go's runtime aborts (\"unexpected return pc\") when it walks a \
              goroutine's stack (garbage collection, preemption, runtime.Callers) through the \
@@ -493,6 +533,7 @@ mod tests {
         assert!(never_hook_exit("_setjmp@GLIBC_2.2.5").is_some());
         assert!(never_hook_exit("dlopen").is_some());
         assert!(never_hook_exit("_Unwind_RaiseException").is_some());
+        assert!(never_hook_exit("__restore_rt").is_some());
         assert!(never_hook_exit("malloc").is_none());
     }
 

@@ -84,6 +84,8 @@ impl Segment {
 pub struct ElfHeaderInfo {
     /// `e_type`.
     pub elf_type: ElfType,
+    /// `e_entry`: where the kernel starts the program (0 if none).
+    pub entry: u64,
     /// All program headers, in file order.
     pub segments: Vec<Segment>,
 }
@@ -157,7 +159,11 @@ impl ElfHeaderInfo {
             elf::ET_DYN => ElfType::Dynamic,
             t => ElfType::Other(t),
         };
-        Ok(ElfHeaderInfo { elf_type, segments })
+        Ok(ElfHeaderInfo {
+            elf_type,
+            entry: hdr.e_entry(endian),
+            segments,
+        })
     }
 
     /// Whether the file has a `PT_INTERP` segment (asks for a dynamic loader).
@@ -307,7 +313,7 @@ pub struct ElfImage {
     dynamic: DynamicInfo,
     table: OnceLock<FunctionTable>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
-    framed_entries: OnceLock<Vec<(u64, FrameAtEntry)>>,
+    framed_entries: OnceLock<EntryFrames>,
     /// [`ElfImage::pointer_slot`]'s index.
     slots: OnceLock<Vec<(u64, SlotTarget)>>,
     origin: Origin,
@@ -325,6 +331,36 @@ pub struct FrameAtEntry {
     pub register: u16,
     /// Offset from that register.
     pub offset: i64,
+}
+
+/// Why code that an FDE starts at has no return address on top of the
+/// stack at its first instruction, whatever reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoReturnAddress {
+    /// Its unwind information says the return address is undefined: the
+    /// outermost frame, a process's (`_start`) or a thread's first code.
+    Outermost,
+    /// A signal trampoline (its CIE's augmentation `S`, as
+    /// `__restore_rt`'s): entered by a signal handler's return, with the
+    /// signal frame on top of the stack.
+    SignalTrampoline,
+}
+
+/// What the FDEs say of their first instructions, by start address
+/// (sorted): see [`ElfImage::frame_at_entry`] and
+/// [`ElfImage::no_return_address_at_entry`].
+#[derive(Debug, Default)]
+struct EntryFrames {
+    framed: Vec<(u64, FrameAtEntry)>,
+    no_return_address: Vec<(u64, NoReturnAddress)>,
+}
+
+/// The value kept for `vaddr` in a list sorted by address.
+fn find_at<T: Copy>(sorted: &[(u64, T)], vaddr: u64) -> Option<T> {
+    sorted
+        .binary_search_by_key(&vaddr, |&(a, _)| a)
+        .ok()
+        .map(|i| sorted[i].1)
 }
 
 /// One row of call frame information: where the caller's frame is.
@@ -844,32 +880,40 @@ impl ElfImage {
     /// starts there or it starts like a called function. Parsed on first
     /// use and cached; bad entries are skipped.
     pub fn frame_at_entry(&self, vaddr: u64) -> Result<Option<FrameAtEntry>> {
-        let framed = match self.framed_entries.get() {
-            Some(f) => f,
-            None => {
-                let (endian, sections) = self.sections()?;
-                let found = self.parse_framed_entries(&sections, endian);
-                self.framed_entries.get_or_init(|| found)
-            }
-        };
-        Ok(framed
-            .binary_search_by_key(&vaddr, |&(a, _)| a)
-            .ok()
-            .map(|i| framed[i].1))
+        Ok(find_at(&self.entry_frames()?.framed, vaddr))
     }
 
-    fn parse_framed_entries<'d>(
+    /// Whether the FDE starting at `vaddr` says its code has no return
+    /// address on top of the stack at its first instruction (and why).
+    /// `None` when no FDE starts there or it starts like a called function.
+    pub fn no_return_address_at_entry(&self, vaddr: u64) -> Result<Option<NoReturnAddress>> {
+        Ok(find_at(&self.entry_frames()?.no_return_address, vaddr))
+    }
+
+    /// The FDEs' first rows, parsed on first use and cached; bad entries
+    /// are skipped.
+    fn entry_frames(&self) -> Result<&EntryFrames> {
+        if let Some(f) = self.framed_entries.get() {
+            return Ok(f);
+        }
+        let (endian, sections) = self.sections()?;
+        let found = self.parse_entry_frames(&sections, endian);
+        Ok(self.framed_entries.get_or_init(|| found))
+    }
+
+    fn parse_entry_frames<'d>(
         &'d self,
         sections: &SectionTable<'d, Elf64, &'d [u8]>,
         endian: Endianness,
-    ) -> Vec<(u64, FrameAtEntry)> {
+    ) -> EntryFrames {
         use gimli::UnwindSection as _;
         let Some((eh, bases, bytes)) = self.eh_frame(sections, endian) else {
-            return Vec::new();
+            return EntryFrames::default();
         };
         let mut context = Box::new(gimli::UnwindContext::new());
         let mut entries = eh.entries(&bases);
         let mut found = Vec::new();
+        let mut no_return_address = Vec::new();
         // As in `parse_fdes`: each `next` consumes an entry header; the cap
         // bounds work on absurd inputs.
         for _ in 0..(bytes.len() / 8 + 1) {
@@ -881,6 +925,9 @@ impl ElfImage {
             let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
                 continue;
             };
+            if fde.cie().is_signal_trampoline() {
+                no_return_address.push((fde.initial_address(), NoReturnAddress::SignalTrampoline));
+            }
             let Ok(mut rows) = fde.rows(&eh, &bases, &mut context) else {
                 continue;
             };
@@ -888,6 +935,13 @@ impl ElfImage {
             let Ok(Some(row)) = rows.next_row() else {
                 continue;
             };
+            // `.cfi_undefined rip` (gimli does not keep it apart from no
+            // rule at all, which no x86-64 CIE leaves the return address
+            // with: theirs say it is at CFA - 8; reading an odd one as
+            // outermost only refuses a timer).
+            if row.register(gimli::X86_64::RA) == gimli::RegisterRule::Undefined {
+                no_return_address.push((row.start_address(), NoReturnAddress::Outermost));
+            }
             if let gimli::CfaRule::RegisterAndOffset { register, offset } = *row.cfa() {
                 if register != gimli::X86_64::RSP || offset != 8 {
                     found.push((
@@ -902,7 +956,12 @@ impl ElfImage {
         }
         found.sort_by_key(|&(a, _)| a);
         found.dedup_by_key(|&mut (a, _)| a);
-        found
+        no_return_address.sort_by_key(|&(a, _)| a);
+        no_return_address.dedup_by_key(|&mut (a, _)| a);
+        EntryFrames {
+            framed: found,
+            no_return_address,
+        }
     }
 
     /// How to find the caller's frame from code at `vaddr`: the CFI row of

@@ -33,8 +33,8 @@ pub use debugfile::{
     debug_dirs, set_debug_dirs, DebugInfo, DebugSource, LinkKind, DEBUG_DIRS_ENV, DEFAULT_DEBUG_DIR,
 };
 pub use elf::{
-    Binding, ElfHeaderInfo, ElfImage, ElfType, FrameAtEntry, FrameRule, FunctionSymbol, SavedAt,
-    Segment, SlotTarget, SymbolKind, SymbolSource,
+    Binding, ElfHeaderInfo, ElfImage, ElfType, FrameAtEntry, FrameRule, FunctionSymbol,
+    NoReturnAddress, SavedAt, Segment, SlotTarget, SymbolKind, SymbolSource,
 };
 pub use error::InspectError;
 pub use lines::SourceLine;
