@@ -48,26 +48,11 @@ fn built() -> &'static Built {
             .status()
             .expect("run gcc");
         assert!(ok.success(), "gcc failed on {}", src.display());
-        let ok = Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&named)
-            .status()
-            .expect("run strip");
-        assert!(ok.success(), "strip failed");
-        let nm = Command::new("nm").arg(&named).output().expect("run nm");
-        let symbols = String::from_utf8_lossy(&nm.stdout).into_owned();
+        let symbols = strip_copy(&named, &stripped);
         let address = |name: &str| {
-            symbols
-                .lines()
-                .find_map(|l| {
-                    let mut f = l.split_whitespace();
-                    let (a, _, n) = (f.next()?, f.next()?, f.next()?);
-                    (n == name).then(|| u64::from_str_radix(a, 16).ok())?
-                })
-                .unwrap_or_else(|| {
-                    panic!("gcc emitted no `{name}` in {}:\n{symbols}", named.display())
-                })
+            symbol_address(&symbols, name).unwrap_or_else(|| {
+                panic!("gcc emitted no `{name}` in {}:\n{symbols}", named.display())
+            })
         };
         Built {
             work: address("work"),

@@ -12,7 +12,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 use support::*;
 
@@ -37,17 +36,9 @@ struct Built {
 impl Built {
     /// `fun_<addr>`: what weft calls function `name` in the stripped binary.
     fn stripped_name(&self, name: &str) -> String {
-        let address = self
-            .symbols
-            .lines()
-            .find_map(|l| {
-                let mut f = l.split_whitespace();
-                let (a, _, n) = (f.next()?, f.next()?, f.next()?);
-                (n == name).then(|| u64::from_str_radix(a, 16).ok())?
-            })
-            .unwrap_or_else(|| {
-                panic!("no `{name}` in {}:\n{}", self.named.display(), self.symbols)
-            });
+        let address = symbol_address(&self.symbols, name).unwrap_or_else(|| {
+            panic!("no `{name}` in {}:\n{}", self.named.display(), self.symbols)
+        });
         format!("fun_{address:x}")
     }
 }
@@ -57,18 +48,11 @@ fn built() -> &'static Built {
     B.get_or_init(|| {
         let named = build_c_target("uncalled", &["-O2"]);
         let stripped = named.with_file_name("uncalled-stripped");
-        let ok = Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&named)
-            .status()
-            .expect("run strip");
-        assert!(ok.success(), "strip failed");
-        let nm = Command::new("nm").arg(&named).output().expect("run nm");
+        let symbols = strip_copy(&named, &stripped);
         Built {
             named,
             stripped,
-            symbols: String::from_utf8_lossy(&nm.stdout).into_owned(),
+            symbols,
         }
     })
 }

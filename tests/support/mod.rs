@@ -1775,3 +1775,27 @@ pub fn thousands(n: u64) -> String {
     }
     out
 }
+
+/// Writes a copy of executable `named` without symbols to `stripped`
+/// (`strip -o`), and returns `named`'s symbol table (`nm`'s lines), to
+/// find with [`symbol_address`] what weft names `fun_<addr>` in the copy.
+pub fn strip_copy(named: &Path, stripped: &Path) -> String {
+    let ok = Command::new("strip")
+        .arg("-o")
+        .arg(stripped)
+        .arg(named)
+        .status()
+        .expect("run strip");
+    assert!(ok.success(), "strip failed on {}", named.display());
+    let nm = Command::new("nm").arg(named).output().expect("run nm");
+    String::from_utf8_lossy(&nm.stdout).into_owned()
+}
+
+/// The address of symbol `name` in `nm`'s lines `symbols`, if listed.
+pub fn symbol_address(symbols: &str, name: &str) -> Option<u64> {
+    symbols.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+        (n == name).then(|| u64::from_str_radix(a, 16).ok())?
+    })
+}
