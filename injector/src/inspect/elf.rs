@@ -313,7 +313,7 @@ pub struct ElfImage {
     dynamic: DynamicInfo,
     table: OnceLock<FunctionTable>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
-    framed_entries: OnceLock<EntryFrames>,
+    entry_frames_cache: OnceLock<EntryFrames>,
     /// [`ElfImage::pointer_slot`]'s index.
     slots: OnceLock<Vec<(u64, SlotTarget)>>,
     origin: Origin,
@@ -481,7 +481,7 @@ impl ElfImage {
             dynamic,
             table: OnceLock::new(),
             fdes: OnceLock::new(),
-            framed_entries: OnceLock::new(),
+            entry_frames_cache: OnceLock::new(),
             slots: OnceLock::new(),
             origin: Origin::default(),
             debug: OnceLock::new(),
@@ -893,12 +893,12 @@ impl ElfImage {
     /// The FDEs' first rows, parsed on first use and cached; bad entries
     /// are skipped.
     fn entry_frames(&self) -> Result<&EntryFrames> {
-        if let Some(f) = self.framed_entries.get() {
+        if let Some(f) = self.entry_frames_cache.get() {
             return Ok(f);
         }
         let (endian, sections) = self.sections()?;
         let found = self.parse_entry_frames(&sections, endian);
-        Ok(self.framed_entries.get_or_init(|| found))
+        Ok(self.entry_frames_cache.get_or_init(|| found))
     }
 
     fn parse_entry_frames<'d>(
