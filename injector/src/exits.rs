@@ -443,7 +443,8 @@ pub struct Installer<'a> {
     pub pool: &'a mut Pool,
     /// libc's `mmap` in the target.
     pub mmap_fn: u64,
-    /// The runtime's load address (the exit code's area is placed near it).
+    /// The runtime's load address (the exit code's area is placed near it
+    /// where there is room, anywhere otherwise).
     pub rt_base: u64,
     /// Address of `weft_rt_enable_exits` in the target.
     pub enable_fn: u64,
@@ -464,7 +465,7 @@ impl Installer<'_> {
             .map_err(|_| Error::Internal("TLS offset beyond ±2 GiB".into()))?;
         // The code's length does not depend on its address.
         let len = exit_code_len(tls_offset, &hooks(header, 0x1000, timers, trace)?) as u64;
-        let (at, _) = self.pool.reserve(
+        let (at, _) = self.pool.reserve_preferably_near(
             self.tracer,
             self.tid,
             self.mmap_fn,

@@ -31,6 +31,7 @@
 
 use crate::error::Room;
 use crate::exits::Metrics;
+use crate::inspect::maps::Mapping;
 use crate::inspect::pattern::Pattern;
 use crate::inspect::{FoundFunction, FunctionKind, ProcessImage};
 use crate::ptrace::{ProcessExit, RealtimeGuard, RemoteCall, StopTime, Tid, TraceError, Tracer};
@@ -1659,6 +1660,8 @@ impl Process {
         };
         // Request index of each plan.
         let mut planned_from = Vec::with_capacity(requests.len());
+        // The target's maps, read when a site has no trampoline area near.
+        let mut maps = None;
         for (k, request) in requests.iter().enumerate() {
             let request: &'a ProbeSpec = request;
             let f = &request.function;
@@ -1715,6 +1718,16 @@ impl Process {
             };
             // One probe per site, even if two names lead to it.
             if !sites.insert(site.patch_address) {
+                continue;
+            }
+            if !self.trampoline_room(&mut maps, site.patch_address) {
+                sites.remove(&site.patch_address);
+                planned.refused.push((
+                    k,
+                    Refusal::NoRoomNearby {
+                        patch_address: site.patch_address,
+                    },
+                ));
                 continue;
             }
             if let Some(other) =
@@ -2169,6 +2182,21 @@ impl Process {
         })
     }
 
+    /// Whether a trampoline for a patch at `at` can be placed: an area is
+    /// mapped within reach, or `maps` (read on first need) has a free
+    /// range there for one.
+    fn trampoline_room(&self, maps: &mut Option<Vec<Mapping>>, at: u64) -> bool {
+        if self.pool.has_area_near(at) {
+            return true;
+        }
+        if maps.is_none() {
+            *maps = Some(crate::inspect::read_maps(self.pid).unwrap_or_default());
+        }
+        let maps = maps.as_deref().unwrap_or_default();
+        // Unreadable maps say nothing: the reservation will tell.
+        maps.is_empty() || self.pool.gap_near(maps, at).is_some()
+    }
+
     /// Reserves `len` bytes of trampoline space within `rel32` reach of
     /// `near` (loading the runtime first: new areas register with it), with
     /// a leftover record's room in front.
@@ -2394,7 +2422,13 @@ impl Process {
         let load = |f: fn(&weft_rt::layout::RegionHeader) -> u64| header.map_or(0, f);
         let (limit, in_use, asked) = match room {
             Room::MetricWords => (
-                u64::from(self.options.metric_words),
+                u64::from(
+                    self.runtime
+                        .as_ref()
+                        .map_or(self.options.metric_words, |rt| {
+                            rt.region.geometry().metric_words
+                        }),
+                ),
                 load(|h| u64::from(h.words_next.load(Ordering::Acquire))),
                 self.request_size.words,
             ),

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use weft_rt::clock::{WallClock, WallPreference};
-use weft_rt::layout::MAX_METRIC_WORDS;
+use weft_rt::layout::{Geometry, MAX_METRIC_WORDS};
 
 /// The memfd name, which shows in `/proc/PID/maps` as `/memfd:weft-rt (deleted)`.
 /// Name of the memfd the runtime library is loaded from.
@@ -71,6 +71,9 @@ pub enum RuntimeError {
     /// The shared region could not be mapped.
     #[error(transparent)]
     Region(#[from] RegionError),
+    /// No region fits the target's address space.
+    #[error(transparent)]
+    Placement(#[from] crate::placement::PlacementError),
     /// Inspecting the target failed.
     #[error(transparent)]
     Inspect(#[from] crate::inspect::InspectError),
@@ -105,16 +108,18 @@ pub struct Runtime {
 /// Geometry asked of the runtime.
 #[derive(Clone, Copy, Debug)]
 pub struct RuntimeOptions {
-    /// Threads with their own row.
+    /// Threads with their own row, at least: a process that has more
+    /// threads gets twice as many rows as it has threads.
     pub max_threads: u32,
-    /// Metric words per row.
+    /// Metric words per row, at most: fewer under the target's
+    /// address-space limit (`ulimit -v`).
     pub metric_words: u32,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
-            max_threads: 4096,
+            max_threads: crate::placement::MIN_ROWS,
             metric_words: MAX_METRIC_WORDS,
         }
     }
@@ -310,14 +315,27 @@ pub fn load(
     let init_offset = symbol_offset(&bytes, "weft_rt_init")?;
     let pid = tracer.pid();
 
-    // A runtime loaded by an earlier session has its clock already.
+    // A runtime loaded by an earlier session has its clock and its region
+    // already.
     let mut wall = None;
+    let mut placement = None;
     let base = match runtime_module_base(image)? {
         Some(base) => {
             same_build(pid, base, &bytes)?;
             base
         }
         None => {
+            // Decided before anything changes in the target: a region that
+            // cannot fit refuses the attach with nothing to undo.
+            let maps = crate::inspect::read_maps(pid)?;
+            placement = Some(crate::placement::place(
+                Geometry {
+                    max_rows: options.max_threads,
+                    metric_words: options.metric_words,
+                },
+                crate::placement::AddressSpace::of(pid, tracer.thread_count()),
+                &maps,
+            )?);
             wall = Some(wall_clock());
             let memfd_create = libc_symbol(image, "memfd_create")
                 .ok_or(RuntimeError::MissingSymbol("memfd_create"))?;
@@ -397,13 +415,14 @@ pub fn load(
             "weft_rt_init",
             base + init_offset,
             vec![
-                RemoteArg::Value(options.max_threads as u64),
-                RemoteArg::Value(options.metric_words as u64),
+                RemoteArg::Value(placement.map_or(1, |p| p.geometry.max_rows) as u64),
+                RemoteArg::Value(placement.map_or(1, |p| p.geometry.metric_words) as u64),
                 RemoteArg::Value(reset_words as u64),
                 match wall {
                     Some(wall) => RemoteArg::Bytes(wall.to_bytes().to_vec()),
                     None => RemoteArg::Value(0),
                 },
+                RemoteArg::Value(placement.map_or(0, |p| p.at)),
             ],
         ),
         init_world,

@@ -239,13 +239,56 @@ impl Pool {
         near: u64,
         len: u64,
     ) -> Result<(u64, u64), PoolError> {
-        if let Some(got) = self.try_reserve(near, len) {
+        self.reserve_within(
+            tracer,
+            call_tid,
+            mmap_fn,
+            register_fn,
+            near,
+            len,
+            MAX_DISTANCE,
+        )
+    }
+
+    /// [`Pool::reserve`] for code that nothing reaches with a `rel32` and
+    /// that reaches nothing with one (the exit code: call records jump to
+    /// it through a pointer, it calls through literals): near `near` where
+    /// there is room, anywhere else otherwise.
+    pub fn reserve_preferably_near(
+        &mut self,
+        tracer: &mut Tracer,
+        call_tid: Tid,
+        mmap_fn: u64,
+        register_fn: u64,
+        near: u64,
+        len: u64,
+    ) -> Result<(u64, u64), PoolError> {
+        match self.reserve(tracer, call_tid, mmap_fn, register_fn, near, len) {
+            Err(PoolError::NoGap { .. }) => {
+                self.reserve_within(tracer, call_tid, mmap_fn, register_fn, near, len, u64::MAX)
+            }
+            got => got,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_within(
+        &mut self,
+        tracer: &mut Tracer,
+        call_tid: Tid,
+        mmap_fn: u64,
+        register_fn: u64,
+        near: u64,
+        len: u64,
+        reach: u64,
+    ) -> Result<(u64, u64), PoolError> {
+        if let Some(got) = self.try_reserve_within(near, len, reach) {
             return Ok(got);
         }
         let size = area_size(len);
         let maps: Vec<Mapping> = read_maps(tracer.pid())?;
         let at = self
-            .free_gap(&maps, near, size)
+            .free_gap(&maps, near, size, reach)
             .ok_or(PoolError::NoGap { near })?;
         let got = map_area(tracer, call_tid, mmap_fn, register_fn, at, size)?;
         if got != at {
@@ -253,19 +296,17 @@ impl Pool {
         }
         self.areas.push(Area::fresh(at, size));
         Ok(self
-            .try_reserve(near, len)
+            .try_reserve_within(near, len, reach)
             .expect("a fresh area has room for what it was mapped for"))
     }
 
     /// [`Pool::reserve`] without mapping: `None` when no released span and
-    /// no mapped area near `near` has room.
-    pub fn try_reserve(&mut self, near: u64, len: u64) -> Option<(u64, u64)> {
+    /// no mapped area within `reach` of `near` has room.
+    fn try_reserve_within(&mut self, near: u64, len: u64, reach: u64) -> Option<(u64, u64)> {
         let len = len.div_ceil(16) * 16 + RECORD_LEN;
         // A released span first: the smallest one that fits and is near.
         let near_enough = |r: &std::ops::Range<u64>| {
-            r.end - r.start >= len
-                && r.start.abs_diff(near) < MAX_DISTANCE
-                && r.end.abs_diff(near) < MAX_DISTANCE
+            r.end - r.start >= len && r.start.abs_diff(near) < reach && r.end.abs_diff(near) < reach
         };
         if let Some((i, _)) = self
             .free
@@ -283,7 +324,7 @@ impl Pool {
                 .expect("released spans lie in areas");
             return Some((span.start + RECORD_LEN, area.stub));
         }
-        let area = self.areas.iter_mut().find(|a| a.fits(near, len))?;
+        let area = self.areas.iter_mut().find(|a| a.fits(near, len, reach))?;
         Some(area.take(len, &mut self.given))
     }
 
@@ -295,9 +336,22 @@ impl Pool {
     /// they are written ([`Pool::map_planned`]). Returns its start.
     pub fn plan_area(&mut self, maps: &[Mapping], near: u64, total: u64) -> Option<u64> {
         let size = area_size(total.saturating_sub(RECORD_LEN));
-        let at = self.free_gap(maps, near, size)?;
+        let at = self.free_gap(maps, near, size, MAX_DISTANCE)?;
         self.planned.push(Area::fresh(at, size));
         Some(at)
+    }
+
+    /// Whether an area (mapped or planned) lies within reach of `near`.
+    pub fn has_area_near(&self, near: u64) -> bool {
+        self.areas
+            .iter()
+            .chain(&self.planned)
+            .any(|a| a.fits(near, 0, MAX_DISTANCE))
+    }
+
+    /// A free range in `maps` for a new area within reach of `near`.
+    pub fn gap_near(&self, maps: &[Mapping], near: u64) -> Option<u64> {
+        self.free_gap(maps, near, AREA_SIZE, MAX_DISTANCE)
     }
 
     /// Whether the area starting at `area` is mapped (not only planned).
@@ -313,7 +367,7 @@ impl Pool {
     pub fn mapped_room(&self, near: u64, total: u64) -> Option<u64> {
         self.areas
             .iter()
-            .find(|a| a.fits(near, total))
+            .find(|a| a.fits(near, total, MAX_DISTANCE))
             .map(|a| a.start)
     }
 
@@ -367,11 +421,11 @@ impl Pool {
         }
     }
 
-    /// A gap of `size` bytes within reach of `near` in `maps` that no
+    /// A gap of `size` bytes within `reach` of `near` in `maps` that no
     /// planned area takes.
-    fn free_gap(&self, maps: &[Mapping], near: u64, size: u64) -> Option<u64> {
+    fn free_gap(&self, maps: &[Mapping], near: u64, size: u64, reach: u64) -> Option<u64> {
         if self.planned.is_empty() {
-            return crate::inspect::maps::free_gap_near(maps, near, size, MAX_DISTANCE - size);
+            return crate::inspect::maps::free_gap_near(maps, near, size, reach - size);
         }
         // The planned areas count as mappings.
         let mut all: Vec<Mapping> = maps.to_vec();
@@ -383,7 +437,7 @@ impl Pool {
             })
         }));
         all.sort_by_key(|m| m.start);
-        crate::inspect::maps::free_gap_near(&all, near, size, MAX_DISTANCE - size)
+        crate::inspect::maps::free_gap_near(&all, near, size, reach - size)
     }
 }
 
@@ -399,10 +453,10 @@ impl Area {
         }
     }
 
-    fn fits(&self, near: u64, len: u64) -> bool {
+    fn fits(&self, near: u64, len: u64, reach: u64) -> bool {
         self.used + len <= self.size
-            && self.start.abs_diff(near) < MAX_DISTANCE
-            && (self.start + self.size).abs_diff(near) < MAX_DISTANCE
+            && self.start.abs_diff(near) < reach
+            && (self.start + self.size).abs_diff(near) < reach
     }
 
     /// Hands out the next `len` bytes (a record and a trampoline).

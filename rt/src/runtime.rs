@@ -117,8 +117,9 @@ fn errno() -> i64 {
 /// Creates the shared region (first call) or starts a new session in it.
 ///
 /// `max_rows` threads get their own row; `metric_words` `u64` words per row.
-/// On later calls the geometry must not grow (a smaller request is served by
-/// the existing region) and the first `reset_words` metric words of every
+/// The geometry shapes a new region only: later calls are served by the
+/// existing one, whatever they ask (the caller reads its geometry from the
+/// header), and the first `reset_words` metric words of every
 /// row are zeroed, so a new session starts from zero while threads keep
 /// their rows. The caller guarantees no trampoline writes those words
 /// meanwhile (the injector only calls this before splicing).
@@ -128,9 +129,13 @@ fn errno() -> i64 {
 /// process ([`WallClock::adopt`]); otherwise that call calibrates one,
 /// sleeping 10 ms.
 ///
+/// `place_at`, when not 0, is where the first call maps the region (a hint:
+/// the kernel takes it when that range is free). The injector picks an
+/// address far from any code, so the region never takes the room near code
+/// that trampolines need.
+///
 /// Returns the memfd (>= 0) or a negated errno: `-EINVAL` for a bad
-/// geometry, `-EEXIST` for one larger than the existing region, `-EBUSY`
-/// for a concurrent call.
+/// geometry, `-EBUSY` for a concurrent call.
 ///
 /// # Safety
 ///
@@ -141,6 +146,7 @@ pub unsafe extern "C" fn weft_rt_init(
     metric_words: u32,
     reset_words: u32,
     wall: *const WallClock,
+    place_at: u64,
 ) -> i64 {
     if INIT_BUSY.swap(1, Ordering::Acquire) != 0 {
         return -i64::from(libc::EBUSY);
@@ -156,19 +162,22 @@ pub unsafe extern "C" fn weft_rt_init(
         },
         reset_words,
         theirs.as_ref(),
+        place_at,
     );
     INIT_BUSY.store(0, Ordering::Release);
     result
 }
 
-fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>) -> i64 {
+fn init_locked(
+    geometry: Geometry,
+    reset_words: u32,
+    theirs: Option<&WallClock>,
+    place_at: u64,
+) -> i64 {
     let existing = REGION.load(Ordering::Acquire);
     if !existing.is_null() {
         // SAFETY: REGION points at a live mapping that starts with a header.
         let header = unsafe { &*(existing as *const RegionHeader) };
-        if geometry.max_rows > header.max_rows || geometry.metric_words > header.metric_words {
-            return -i64::from(libc::EEXIST);
-        }
         let current = Geometry {
             max_rows: header.max_rows,
             metric_words: header.metric_words,
@@ -211,7 +220,7 @@ fn init_locked(geometry: Geometry, reset_words: u32, theirs: Option<&WallClock>)
             return -e;
         }
         let base = libc::mmap(
-            ptr::null_mut(),
+            place_at as *mut libc::c_void,
             size as usize,
             libc::PROT_READ | libc::PROT_WRITE,
             // Rows are sized for the most words any request may need

@@ -1799,3 +1799,29 @@ pub fn symbol_address(symbols: &str, name: &str) -> Option<u64> {
         (n == name).then(|| u64::from_str_radix(a, 16).ok())?
     })
 }
+
+/// A program that has mapped all the memory within 2 GiB of its library
+/// `libcrowded.so` (see tests/targets/crowded.c).
+#[allow(dead_code)]
+pub fn crowded() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = variant_dir("crowded");
+        let lib = dir.join("libcrowded.so");
+        let exe = dir.join("crowded");
+        run_build(gcc(
+            &["-O2", "-g", "-shared", "-fPIC", "-o", lib.to_str().unwrap()],
+            &[src("crowded_lib.c").to_str().unwrap()],
+        ));
+        let rpath = format!("-Wl,-rpath,{}", dir.display());
+        run_build(gcc(
+            &["-O2", "-g", "-o", exe.to_str().unwrap()],
+            &[
+                src("crowded.c").to_str().unwrap(),
+                lib.to_str().unwrap(),
+                &rpath,
+            ],
+        ));
+        exe
+    })
+}

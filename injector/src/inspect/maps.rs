@@ -293,21 +293,7 @@ pub fn free_gap_near(maps: &[Mapping], near: u64, size: u64, max_distance: u64) 
         return None;
     }
     let size = page_up(size)?;
-    // Occupied ranges, widened where a region needs room to grow.
-    let mut used: Vec<(u64, u64)> = maps
-        .iter()
-        .map(|m| {
-            let mut lo = page_down(m.start);
-            let mut hi = page_up(m.end).unwrap_or(u64::MAX);
-            match &m.path {
-                MappingPath::Pseudo(p) if p == "[stack]" => lo = lo.saturating_sub(STACK_RESERVE),
-                MappingPath::Pseudo(p) if p == "[heap]" => hi = hi.saturating_add(HEAP_RESERVE),
-                _ => {}
-            }
-            (lo, hi)
-        })
-        .collect();
-    used.sort_unstable();
+    let used = occupied(maps);
 
     let window_lo = near.saturating_sub(max_distance).max(MIN_ADDR);
     let window_hi = near.saturating_add(max_distance).min(MAX_ADDR);
@@ -348,15 +334,69 @@ pub fn free_gap_near(maps: &[Mapping], near: u64, size: u64, max_distance: u64) 
         }
     };
 
-    let mut cursor = 0u64;
-    for &(lo, hi) in &used {
-        if lo > cursor {
-            consider_hole(cursor, lo);
-        }
-        cursor = cursor.max(hi);
+    for (lo, hi) in holes(&used) {
+        consider_hole(lo, hi);
     }
-    consider_hole(cursor, u64::MAX);
     best
+}
+
+/// The ranges `maps` occupy, page-aligned and sorted, widened where a
+/// mapping needs room to grow (`[stack]` down, `[heap]` up).
+fn occupied(maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let mut used: Vec<(u64, u64)> = maps
+        .iter()
+        .map(|m| {
+            let mut lo = page_down(m.start);
+            let mut hi = page_up(m.end).unwrap_or(u64::MAX);
+            match &m.path {
+                MappingPath::Pseudo(p) if p == "[stack]" => lo = lo.saturating_sub(STACK_RESERVE),
+                MappingPath::Pseudo(p) if p == "[heap]" => hi = hi.saturating_add(HEAP_RESERVE),
+                _ => {}
+            }
+            (lo, hi)
+        })
+        .collect();
+    used.sort_unstable();
+    used
+}
+
+/// The holes between sorted occupied ranges, within the user address
+/// space.
+fn holes(used: &[(u64, u64)]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let mut cursor = MIN_ADDR;
+    used.iter()
+        .map(Some)
+        .chain([None])
+        .filter_map(move |range| {
+            let (lo, hi) = range.copied().unwrap_or((MAX_ADDR, MAX_ADDR));
+            let hole = (lo > cursor).then_some((cursor, lo.min(MAX_ADDR)));
+            cursor = cursor.max(hi);
+            hole.filter(|(a, b)| a < b)
+        })
+}
+
+/// An address for a large data mapping of `size` bytes that keeps clear of
+/// the neighbourhoods code needs: the middle of the largest hole in `maps`,
+/// aligned to 1 GiB where the hole allows. Trampolines must lie within
+/// ±2 GiB of the code they serve, and the kernel places new mappings
+/// top-down next to the last ones (libraries, thread stacks), so a region
+/// of gigabytes mapped there leaves no room near the code around it; in
+/// the middle of the largest hole it is terabytes from any of it. `None`
+/// when no hole holds `size` bytes.
+pub fn far_gap(maps: &[Mapping], size: u64) -> Option<u64> {
+    const ALIGN: u64 = 1 << 30;
+    let size = page_up(size)?;
+    let (lo, hi) = holes(&occupied(maps)).max_by_key(|(lo, hi)| hi - lo)?;
+    if hi - lo < size {
+        return None;
+    }
+    let middle = lo + (hi - lo - size) / 2;
+    let aligned = middle / ALIGN * ALIGN;
+    Some(if aligned >= lo {
+        aligned
+    } else {
+        page_down(middle)
+    })
 }
 
 #[cfg(test)]

@@ -52,6 +52,15 @@ pub enum Refusal {
     /// Its code or module could not be read.
     #[error("{0}")]
     Unreadable(String),
+    /// Every address within reach of its entry is mapped, so no
+    /// trampoline can be placed where its `jmp` reaches.
+    #[error(
+        "no free address range within 1 GiB of {patch_address:#x} for its trampoline (the          process has mapped all the memory around it): unmap or move what surrounds its module"
+    )]
+    NoRoomNearby {
+        /// Where the patch would go.
+        patch_address: u64,
+    },
 }
 
 /// Why a jump from other code into a patch cannot be sent around it by a
@@ -130,6 +139,7 @@ impl Refusal {
             Refusal::OtherWeft(_) => "another weft's probe",
             Refusal::UnresolvedIfunc => "unresolved IFUNC",
             Refusal::Unreadable(_) => "unreadable",
+            Refusal::NoRoomNearby { .. } => "no room for a trampoline nearby",
         }
     }
 }
