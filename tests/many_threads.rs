@@ -388,3 +388,45 @@ fn memcached_with_four_hundred_workers() {
     server.signal(nix::sys::signal::Signal::SIGTERM);
     server.wait_exit();
 }
+
+/// A request refused as a whole (a function named exactly that cannot be
+/// timed) is refused before weft's runtime goes in: the target's memory
+/// holds nothing of weft's afterwards, and it runs on unchanged.
+#[test]
+fn a_refused_attach_leaves_nothing_behind() {
+    let ctx = Ctx::new("a_refused_attach_leaves_nothing_behind");
+    let exe = build_c_target("many_threads", &["-O2", "-g"]);
+    let mut target = ctx.target(&exe, &["8", "100"]);
+    target.expect_stdout("the ready line", |l| l == "ready 8");
+    let pid = target.pid_str();
+    let mut weft = ctx.weft(&["attach", "-p", &pid, "-f", "_start", "-m", "calls,wall"]);
+    let (_, stderr) = expect_weft_error(&mut weft);
+    ctx.check(
+        stderr.contains("nothing was changed") && stderr.contains("_start"),
+        || format!("weft did not refuse timing _start: {stderr}"),
+    );
+    // weft's runtime and region (memfds), and trampoline areas (anonymous
+    // executable memory, which the program itself has none of).
+    let weft_mappings: Vec<String> = maps_text(target.pid)
+        .lines()
+        .filter(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            l.contains("memfd:weft") || (fields.len() == 5 && fields[1].contains('x'))
+        })
+        .map(str::to_string)
+        .collect();
+    ctx.check(weft_mappings.is_empty(), || {
+        format!(
+            "the refused attach left mappings behind:\n{}",
+            weft_mappings.join("\n")
+        )
+    });
+    round(&mut target, 8, 100, 1);
+    target.send("exit");
+    let want = format!("sum={}", expected_sum(8, 100, 1));
+    target.expect_stdout("the program's result", |l| l.starts_with("sum="));
+    ctx.check(target.stdout_text().contains(&want), || {
+        format!("the program's result changed: wanted {want}")
+    });
+    target.wait_code(0);
+}

@@ -132,10 +132,17 @@ pub fn place(
     if let Some(limit) = space.limit {
         // Half of what is left: the program's own growth needs the rest.
         let room = limit.saturating_sub(space.in_use) / 2;
-        let narrowest = Geometry {
+        let mut narrowest = Geometry {
             metric_words: MIN_METRIC_WORDS.min(wanted.metric_words),
             ..geometry
         };
+        if narrowest.region_size() > room {
+            // Fewer spare rows before no room at all: a row for each
+            // thread there is, twice over.
+            narrowest.max_rows = threads.saturating_mul(2).clamp(256, MAX_ROWS).div_ceil(256) * 256;
+            geometry.max_rows = narrowest.max_rows.min(geometry.max_rows);
+            narrowest.max_rows = geometry.max_rows;
+        }
         if narrowest.region_size() > room {
             return Err(PlacementError::AddressSpaceLimit {
                 limit,
@@ -144,7 +151,7 @@ pub fn place(
             });
         }
         // Whole cache lines per row; words beyond the header's share.
-        let per_row = (room - narrowest.rows_offset()) / (u64::from(max_rows) + 2);
+        let per_row = (room - narrowest.rows_offset()) / (u64::from(geometry.max_rows) + 2);
         let words = (per_row.saturating_sub(weft_rt::layout::ROW_HEADER_SIZE as u64) / 8) & !7;
         geometry.metric_words = u32::try_from(words)
             .unwrap_or(u32::MAX)
@@ -226,8 +233,16 @@ mod tests {
         assert!(p.geometry.metric_words >= MIN_METRIC_WORDS);
         assert_eq!(p.geometry.metric_words % 8, 0);
 
-        let tight = AddressSpace {
+        // Too little for 4,096 rows: a row for each thread, twice over.
+        let small = AddressSpace {
             limit: Some(240 << 20),
+            ..space
+        };
+        let p = place(WANTED, small, &thousand_stacks()).unwrap();
+        assert_eq!(p.geometry.max_rows, 256);
+        assert!(p.geometry.region_size() <= 20 << 20, "{p:?}");
+        let tight = AddressSpace {
+            limit: Some(202 << 20),
             ..space
         };
         assert!(matches!(

@@ -1312,6 +1312,15 @@ impl Process {
                 _ => std::borrow::Cow::Borrowed(spec),
             });
         }
+        // A target without weft's runtime has no other session's probes to
+        // share or take out: what must be refused is known before the
+        // runtime goes in, and a refused request leaves nothing behind.
+        if self.runtime.is_none() && !runtime::is_loaded(self.pid) {
+            let must = must_refuse(&requests, self.plan_request(&requests)?.refused, required);
+            if !must.is_empty() {
+                return Err(Error::Refused(must));
+            }
+        }
         // What other sessions have in place, and what killed ones left.
         self.begin_change(tracer)?;
         // Functions planned by `prepare` were checked for leftover probes
@@ -1331,6 +1340,10 @@ impl Process {
             retargets,
             refused,
         } = self.plan_request(&requests)?;
+        let must = must_refuse(&requests, refused.clone(), required);
+        if !must.is_empty() {
+            return Err(Error::Refused(must));
+        }
         let refused: Vec<Refused> = refused
             .into_iter()
             .map(|(k, why)| Refused {
@@ -1338,14 +1351,6 @@ impl Process {
                 reason: why.to_string(),
             })
             .collect();
-        let must: Vec<Refused> = refused
-            .iter()
-            .filter(|r| required(&r.function))
-            .cloned()
-            .collect();
-        if !must.is_empty() {
-            return Err(Error::Refused(must));
-        }
         if plans.is_empty() && shares.is_empty() {
             return Ok(Applied {
                 ids: Vec::new(),
@@ -4396,6 +4401,23 @@ fn splice(
         }
     }
     Ok(())
+}
+
+/// The refusals among `refused` (by request index) that fail the whole
+/// request: those of functions `required` says were named exactly.
+fn must_refuse(
+    requests: &[std::borrow::Cow<ProbeSpec>],
+    refused: Vec<(usize, Refusal)>,
+    required: &dyn Fn(&Function) -> bool,
+) -> Vec<Refused> {
+    refused
+        .into_iter()
+        .filter(|(k, _)| required(&requests[*k].function))
+        .map(|(k, why)| Refused {
+            function: requests[k].function.clone(),
+            reason: why.to_string(),
+        })
+        .collect()
 }
 
 impl Drop for Process {
