@@ -350,7 +350,11 @@ fn diagnoses_a_program_it_starts() {
         file.to_str().unwrap(),
         "--",
         exe.to_str().unwrap(),
-        "12",
+        // The search ends by itself in ~10 s on an idle machine; the
+        // program lives three times that, so a loaded machine's slower
+        // search still reaches `hot` before the program ends (with 12 s, a
+        // loaded CI run's search stopped at `worker > step`).
+        "30",
     ]);
     w.wait_code(0);
     let out = w.stdout_text();
