@@ -3517,9 +3517,10 @@ impl Process {
                 .iter()
                 .any(|h| h.index == r.index && h.generation == r.generation)
         });
+        let mut memory = None;
         for mut row in live {
             if row.state == weft_rt::layout::ROW_LIVE {
-                self.sample_running_timers(&rt.region, &wall, &mut row);
+                self.sample_running_timers(&rt.region, &wall, &mut row, &mut memory);
             }
             self.subtract_baseline(&mut row);
             rows.push(row);
@@ -3549,12 +3550,16 @@ impl Process {
     }
 
     /// Replaces the timer totals of a live row's timed probes with their
-    /// values now (total + time since a running timer's start).
+    /// values now (total + time since a running timer's start; self time
+    /// + the open activations' self time so far, see `open_self`).
+    /// `memory`: the target's memory, opened at the first row that needs
+    /// it.
     fn sample_running_timers(
         &self,
         region: &crate::region::Region,
         wall: &weft_rt::clock::WallClock,
         row: &mut RowSnapshot,
+        memory: &mut Option<crate::memory::ProcessMemory>,
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
@@ -3569,6 +3574,20 @@ impl Process {
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
         let q32 = region.header().timer_ns_per_tick_q32;
+        // The open activations' self ticks, read once the row has a
+        // running timer.
+        let mut open: Option<std::collections::HashMap<i32, u64>> = None;
+        let mut open_self = |base: usize| -> u64 {
+            let open = open.get_or_insert_with(|| {
+                crate::open_self::row_open_self_ticks(region, index, self.pid, memory, wall_now)
+            });
+            let ticks = i32::try_from(base)
+                .ok()
+                .and_then(|b| open.get(&b))
+                .copied()
+                .unwrap_or(0);
+            weft_rt::clock::q32_mul(ticks, q32)
+        };
         for probe in self.probes.iter().filter(|p| p.metrics().hooks_exit()) {
             let Some(word) = probe.calls_word() else {
                 continue;
@@ -3607,11 +3626,21 @@ impl Process {
                 }
             }
             let value = timer_value(&words, wall_now, cpu_now, q32);
+            // A running call's self time so far counts as its wall time
+            // does; self time never exceeds wall time.
+            let own = if words.wall_start != 0 {
+                words
+                    .self_total
+                    .saturating_add(open_self(base))
+                    .min(value.wall_ns)
+            } else {
+                words.self_total
+            };
             // All three from the one consistent reading.
             for (index, ns) in [
                 (wall_at, value.wall_ns),
                 (at(weft_codegen::METRIC_CPU_TOTAL), value.cpu_ns),
-                (self_at, words.self_total),
+                (self_at, own),
             ] {
                 if let Some(w) = row.words.get_mut(index) {
                     *w = ns;
