@@ -3551,7 +3551,7 @@ impl Process {
 
     /// Replaces the timer totals of a live row's timed probes with their
     /// values now (total + time since a running timer's start; self time
-    /// + the open activations' self time so far, see `open_self`).
+    /// with the open activations' self time so far, see `open_self`).
     /// `memory`: the target's memory, opened at the first row that needs
     /// it.
     fn sample_running_timers(
