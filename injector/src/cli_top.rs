@@ -150,9 +150,12 @@ fn figures(report: &Report, tid: Option<u32>) -> BTreeMap<String, (String, Figur
             .map_or(String::new(), |f| f.module.clone())
     };
     match tid {
+        // Kernel probes nothing called (`syscall:*` asks for hundreds) are
+        // left out, as in the report's tables.
         None => report
             .functions
             .iter()
+            .filter(|f| f.mechanism.is_none() || f.calls > 0)
             .map(|f| {
                 (
                     f.name.clone(),
@@ -803,6 +806,23 @@ mod tests {
         assert_eq!(rows[0].wall_share, Some(100.0));
         let rows = function_rows(&now, None, 1.0, None, Sort::Rate);
         assert_eq!((rows[0].wall_share, rows[0].rate), (None, 0.0));
+    }
+
+    #[test]
+    fn kernel_probes_nothing_called_are_left_out() {
+        let mut now = reading(&[(1, false, 10, 10)]);
+        for (name, calls) in [("syscall:read", 3), ("syscall:openat", 0)] {
+            let mut f =
+                weft::report::FunctionReport::empty(name.into(), "syscall".into(), "-".into());
+            f.calls = calls;
+            f.mechanism = Some("raw_syscalls tracepoints");
+            now.functions.push(f);
+        }
+        let names: Vec<String> = function_rows(&now, None, 1.0, None, Sort::Name)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["syscall:read", "work"]);
     }
 
     #[test]
