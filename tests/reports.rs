@@ -430,8 +430,32 @@ fn a_running_call_counts_in_self_time_as_in_wall_time() {
             format!("{name}: self above wall in the totals: {says}")
         });
     }
+    // The final report, weft detaching while both threads are still
+    // blocked (their cells now point at the sink words): the same.
+    let out = detach_with_sigint(&mut weft);
+    let last = out.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(last).unwrap();
+    ctx.check(report["final"] == true, || {
+        format!("no final report: {out}")
+    });
+    for (thread, f) in [("lone", "lone"), ("nest", "inner")] {
+        let c = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == thread)
+            .map(|t| t["functions"][f].clone())
+            .unwrap_or_default();
+        let (wall, own) = (
+            c["wall_ns"].as_u64().unwrap_or(0),
+            c["self_ns"].as_u64().unwrap_or(0),
+        );
+        ctx.check(wall > 500_000_000 && within(own, wall, wall / 1000), || {
+            format!("{f}: the final report's self time {own} is not its wall time {wall}: {last}")
+        });
+    }
+    // The target, uninstrumented now, returns from both calls unharmed.
     t.send("quit");
     t.expect_stdout("done", |l| l == "done");
-    weft.wait_code(0);
     t.wait_code(0);
 }

@@ -29,10 +29,23 @@ use weft_rt::layout::metric::{CELL_FLAGS, CELL_METRIC, CELL_SELF_BASE, CELL_SIZE
 /// Most cells read: a thread has 1,024 (see docs/exits-and-timers.md).
 const MAX_CELLS: u64 = 1024;
 
+/// Activations weft retired (pointed at the sink words when their probes
+/// were removed, `Process::retire_open_activations`): cell address → the
+/// metric base the cell had, so that their self time still goes to their
+/// function while the sink stands in their cell.
+pub(crate) type Retired = HashMap<u64, i32>;
+
 /// Self ticks so far of the open timed activations in `cells` (the bytes
-/// of `[cells, top)`), summed per metric base (row byte offset), at raw
-/// wall reading `now` with the thread's self-ticks word `n`.
-pub(crate) fn open_self_ticks(cells: &[u8], n: u64, now: u64) -> HashMap<i32, u64> {
+/// of `[first, top)`), summed per metric base (row byte offset), at raw
+/// wall reading `now` with the thread's self-ticks word `n`. A cell whose
+/// base is `sink` and whose address `retired` knows counts for the base
+/// it had.
+pub(crate) fn open_self_ticks(
+    cells: &[u8],
+    (first, sink, retired): (u64, i32, &Retired),
+    n: u64,
+    now: u64,
+) -> HashMap<i32, u64> {
     let word = |c: &[u8], at: usize, len: usize| -> u64 {
         let mut b = [0u8; 8];
         b[..len].copy_from_slice(&c[at..at + len]);
@@ -40,12 +53,16 @@ pub(crate) fn open_self_ticks(cells: &[u8], n: u64, now: u64) -> HashMap<i32, u6
     };
     let timed: Vec<(i32, u64)> = cells
         .chunks_exact(CELL_SIZE)
-        .filter(|c| word(c, CELL_FLAGS, 4) as u32 & CELL_TIMED != 0)
-        .map(|c| {
-            (
-                word(c, CELL_METRIC, 4) as u32 as i32,
-                word(c, CELL_SELF_BASE, 8),
-            )
+        .enumerate()
+        .filter(|(_, c)| word(c, CELL_FLAGS, 4) as u32 & CELL_TIMED != 0)
+        .map(|(i, c)| {
+            let metric = word(c, CELL_METRIC, 4) as u32 as i32;
+            let at = first + (i * CELL_SIZE) as u64;
+            let metric = match retired.get(&at) {
+                Some(&was) if metric == sink => was,
+                _ => metric,
+            };
+            (metric, word(c, CELL_SELF_BASE, 8))
         })
         .collect();
     let mut out = HashMap::new();
@@ -67,12 +84,15 @@ pub(crate) fn open_self_ticks(cells: &[u8], n: u64, now: u64) -> HashMap<i32, u6
 /// when None.
 pub(crate) fn row_open_self_ticks(
     region: &crate::region::Region,
-    index: u32,
-    pid: i32,
+    (index, pid, retired): (u32, i32, &Retired),
     memory: &mut Option<crate::memory::ProcessMemory>,
     now: u64,
 ) -> HashMap<i32, u64> {
     use std::sync::atomic::Ordering::Acquire;
+    let sink = match region.control().sink_word.load(Acquire).checked_sub(1) {
+        Some(word) => weft_rt::layout::Geometry::metric_offset(word) as i32,
+        None => -1, // no sink yet: no cell names it
+    };
     let thread = &region.row_header(index).thread;
     // The thread runs on: an activation opened or closed between these
     // loads and the cells' read puts this reading off by its self time
@@ -85,7 +105,7 @@ pub(crate) fn row_open_self_ticks(
     memory
         .as_ref()
         .and_then(|m| read_open_cells(m, cells, top))
-        .map(|c| open_self_ticks(&c, n, now))
+        .map(|c| open_self_ticks(&c, (cells, sink, retired), n, now))
         .unwrap_or_default()
 }
 
@@ -116,7 +136,7 @@ mod tests {
         // Started at 1,000 with N = 100; now 5,000 with N = 300 (a callee
         // ran 200 ticks and closed).
         let cells = cell(64, CELL_TIMED, 1_000 - 100);
-        let open = open_self_ticks(&cells, 300, 5_000);
+        let open = open_self_ticks(&cells, (0, -1, &Retired::new()), 300, 5_000);
         assert_eq!(open[&64], 4_000 - 200);
     }
 
@@ -127,18 +147,33 @@ mod tests {
         let mut cells = cell(64, CELL_TIMED, 1_000);
         cells.extend(cell(96, 0, 12_345));
         cells.extend(cell(128, CELL_TIMED, 2_000 - 100));
-        let open = open_self_ticks(&cells, 100, 9_000);
+        let open = open_self_ticks(&cells, (0, -1, &Retired::new()), 100, 9_000);
         assert_eq!(open[&64], 900);
         assert_eq!(open[&128], 7_000);
         assert!(!open.contains_key(&96));
         // Recursion: both activations of one function add up.
         let mut cells = cell(64, CELL_TIMED, 1_000);
         cells.extend(cell(64, CELL_TIMED, 3_000));
-        assert_eq!(open_self_ticks(&cells, 0, 4_000)[&64], 3_000);
+        assert_eq!(
+            open_self_ticks(&cells, (0, -1, &Retired::new()), 0, 4_000)[&64],
+            3_000
+        );
         // A base past now (read mid-change) counts nothing, and retired
         // (negative) bases nothing.
         let mut cells = cell(-64, CELL_TIMED, 1_000);
         cells.extend(cell(64, CELL_TIMED, 9_000));
-        assert!(open_self_ticks(&cells, 0, 5_000).is_empty());
+        assert!(open_self_ticks(&cells, (0, -1, &Retired::new()), 0, 5_000).is_empty());
+    }
+
+    #[test]
+    fn a_retired_activation_counts_for_its_function() {
+        // Two cells at 0x1000 and 0x1020, the second pointed at the sink
+        // (base 4096) and known to have been base 128's.
+        let mut cells = cell(64, CELL_TIMED, 1_000);
+        cells.extend(cell(4096, CELL_TIMED, 3_000));
+        let retired: Retired = [(0x1020, 128)].into();
+        let open = open_self_ticks(&cells, (0x1000, 4096, &retired), 0, 4_000);
+        assert_eq!((open[&64], open[&128]), (2_000, 1_000));
+        assert!(!open.contains_key(&4096));
     }
 }

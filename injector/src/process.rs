@@ -517,6 +517,10 @@ pub struct Process {
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
+    /// Open activations pointed at the sink words, by cell address: the
+    /// metric base they had (their self time so far stays their
+    /// function's, `open_self`).
+    retired_cells: crate::open_self::Retired,
     /// Functions already searched for points an earlier weft left
     /// (`remove_leftover_points`: once per function and `Process`).
     leftovers_checked: AddressSet<u64>,
@@ -673,6 +677,7 @@ impl Process {
             staged: Default::default(),
             memory: None,
             longest_stop: StopTime::default(),
+            retired_cells: Default::default(),
             load_world: crate::ptrace::World::WhenWaiting,
             launched_through: Vec::new(),
         }
@@ -1181,6 +1186,7 @@ impl Process {
                     fields[..4].copy_from_slice(&sink.to_le_bytes());
                     fields[4..].copy_from_slice(&flags.to_le_bytes());
                     tracer.memory().write(at, &fields)?;
+                    self.retired_cells.insert(cell, metric);
                 }
                 cell += size;
             }
@@ -3579,7 +3585,12 @@ impl Process {
         let mut open: Option<std::collections::HashMap<i32, u64>> = None;
         let mut open_self = |base: usize| -> u64 {
             let open = open.get_or_insert_with(|| {
-                crate::open_self::row_open_self_ticks(region, index, self.pid, memory, wall_now)
+                crate::open_self::row_open_self_ticks(
+                    region,
+                    (index, self.pid, &self.retired_cells),
+                    memory,
+                    wall_now,
+                )
             });
             let ticks = i32::try_from(base)
                 .ok()
@@ -3773,6 +3784,11 @@ impl Process {
     pub fn read_memory(&self, address: u64, len: usize) -> Result<Vec<u8>, Error> {
         let memory = crate::memory::ProcessMemory::open(self.pid)?;
         Ok(memory.read_vec(address, len)?)
+    }
+
+    /// Open activations pointed at the sink words (see `open_self`).
+    pub(crate) fn retired_cells(&self) -> &crate::open_self::Retired {
+        &self.retired_cells
     }
 
     /// The shared region, once the runtime is loaded.

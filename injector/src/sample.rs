@@ -242,7 +242,7 @@ impl Sampler {
                 add_open_self(
                     r,
                     &self.probes,
-                    (region, index, pid),
+                    (region, index, process),
                     &mut self.memory,
                     wall_now,
                     q32,
@@ -277,7 +277,7 @@ impl Sampler {
             add_open_self(
                 r,
                 &self.probes,
-                (region, index, pid),
+                (region, index, process),
                 &mut self.memory,
                 wall_now,
                 q32,
@@ -584,7 +584,7 @@ fn timed_value(calls: u64, metrics: Metrics, (wall, cpu): (u64, u64), base: (u64
 fn add_open_self(
     r: &mut RowState,
     probes: &[Sampled],
-    (region, index, pid): (&crate::region::Region, u32, i32),
+    (region, index, process): (&crate::region::Region, u32, &Process),
     memory: &mut Option<crate::memory::ProcessMemory>,
     wall_now: u64,
     q32: u64,
@@ -598,7 +598,12 @@ fn add_open_self(
             continue;
         }
         let open = open.get_or_insert_with(|| {
-            crate::open_self::row_open_self_ticks(region, index, pid, memory, wall_now)
+            crate::open_self::row_open_self_ticks(
+                region,
+                (index, process.pid(), process.retired_cells()),
+                memory,
+                wall_now,
+            )
         });
         let base = weft_rt::layout::Geometry::metric_offset(p.word as u32);
         let ticks = i32::try_from(base)
