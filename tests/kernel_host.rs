@@ -465,3 +465,123 @@ fn list_names_system_calls_and_how_they_are_probed() {
         });
     }
 }
+
+/// The long table's function rows as header → cell, cut at the headers'
+/// right edges (numbers are right-aligned; FUNCTION and MODULE left).
+fn table_rows(table: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut lines = table.lines().skip_while(|l| !l.starts_with("FUNCTION "));
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let mut edges = Vec::new();
+    let mut at = 0;
+    for name in header.split_whitespace() {
+        let start = at + header[at..].find(name).unwrap();
+        at = start + name.len();
+        edges.push((name.to_string(), start, at));
+    }
+    lines
+        .take_while(|l| !l.is_empty() && !l.starts_with('…') && !l.starts_with("threads"))
+        .map(|l| {
+            let chars: Vec<char> = l.chars().collect();
+            let cut = |a: usize, b: usize| -> String {
+                chars[a.min(chars.len())..b.min(chars.len())]
+                    .iter()
+                    .collect::<String>()
+                    .trim()
+                    .to_string()
+            };
+            edges
+                .iter()
+                .enumerate()
+                .map(|(i, (name, start, end))| {
+                    let cell = match i {
+                        0 | 1 => cut(*start, edges[i + 1].1),
+                        2 => cut(0, *end).rsplit(' ').next().unwrap_or("").to_string(),
+                        _ => cut(edges[i - 1].2, *end),
+                    };
+                    (name.clone(), cell)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A human duration as the table writes it (`12.3 ms`, `450.0 µs`, `7 ns`).
+fn is_duration(cell: &str) -> bool {
+    let mut parts = cell.split(' ');
+    matches!(
+        (
+            parts.next().map(str::parse::<f64>),
+            parts.next(),
+            parts.next()
+        ),
+        (Some(Ok(_)), Some("ns" | "µs" | "ms" | "s"), None)
+    )
+}
+
+/// User functions and every system call (`syscall:*`) in one table: each
+/// figure stays under its header (a kernel probe has no self time: `-`
+/// under SELF and SELF/CALL, its CPU time under CPU, its thread count
+/// under THREADS), and the hundreds of system calls nothing made are left
+/// out of the table (a line counts them) but kept in the JSON report.
+#[test]
+fn mixed_user_and_kernel_tables_keep_their_columns() {
+    let Some((ctx, _alone)) = as_root("mixed_user_and_kernel_tables_keep_their_columns") else {
+        return;
+    };
+    let exe = kernel_calls();
+    let data = data_file("mixed_tables");
+    let mut w = ctx.weft(&[
+        "run",
+        "-f",
+        "open_config,read_cache,rewrite_file,wait_pipe",
+        "-m",
+        "wall,cpu",
+        "-f",
+        "syscall:*",
+        "--top",
+        "0",
+        "--",
+        exe.to_str().unwrap(),
+        "2",
+        "4",
+        data.to_str().unwrap(),
+    ]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let rows = table_rows(&out);
+    let kernel: Vec<_> = rows.iter().filter(|r| r["MODULE"] == "syscall").collect();
+    let user: Vec<_> = rows.iter().filter(|r| r["MODULE"] != "syscall").collect();
+    ctx.check(user.len() == 4 && kernel.len() >= 4, || {
+        format!("4 user rows and the system calls made expected:\n{out}")
+    });
+    for r in &rows {
+        let calls: Option<u64> = r["CALLS"].replace(',', "").parse().ok();
+        let kernel_row = r["MODULE"] == "syscall";
+        ctx.check(
+            calls.is_some_and(|c| c > 0)
+                && is_duration(&r["WALL"])
+                // (A kernel without `sched_switch` gives kernel rows no CPU time.)
+                && (is_duration(&r["CPU"]) || kernel_row && r["CPU"] == "-")
+                && is_duration(&r["WALL/CALL"])
+                && r["THREADS"].parse::<u32>().is_ok_and(|t| t > 0)
+                && if kernel_row {
+                    r["SELF"] == "-" && r["SELF/CALL"] == "-"
+                } else {
+                    is_duration(&r["SELF"]) && is_duration(&r["SELF/CALL"])
+                },
+            || format!("a row whose figures are not under their headers: {r:?}\n{out}"),
+        );
+    }
+    let hidden = out
+        .lines()
+        .find_map(|l| {
+            l.strip_suffix(" kernel probe(s) with no calls not shown (the JSON report lists them)")
+        })
+        .and_then(|l| l.strip_prefix("… "))
+        .and_then(|n| n.parse::<usize>().ok());
+    ctx.check(hidden.is_some_and(|n| n > 100), || {
+        format!("no line counting the uncalled system calls left out:\n{out}")
+    });
+}

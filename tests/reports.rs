@@ -334,3 +334,128 @@ fn a_histogram_is_no_reason_to_refuse_a_share() {
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
 }
+
+/// A call still running counts in self time as it counts in wall time:
+/// a thread blocked in `lone()` (no timed callee) shows self = wall in a
+/// live report; a thread in `outer()` → `inner()` (blocked) shows
+/// `inner`'s self = its wall and `outer`'s self = the time it spent
+/// before calling `inner` (the target's own clock), never more than its
+/// wall. Before, a running activation counted in wall time only (idle
+/// memcached's `epoll_wait`: wall 3.50 s, self 2.95 s).
+#[test]
+fn a_running_call_counts_in_self_time_as_in_wall_time() {
+    let ctx = Ctx::new("a_running_call_counts_in_self_time_as_in_wall_time");
+    let exe = build_c_target("opencalls", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["30"]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let (mut weft, _) = attach(
+        &ctx,
+        t.pid,
+        &[
+            "-f",
+            "lone,outer,inner",
+            "-m",
+            "calls,wall",
+            "--interval",
+            "0.2",
+            "--format",
+            "jsonl",
+        ],
+        3,
+    );
+    t.send("go");
+    let line = t.expect_stdout("both blocked", |l| l.starts_with("{\"outer_spin_ns\""));
+    let spin = serde_json::from_str::<serde_json::Value>(&line).unwrap()["outer_spin_ns"]
+        .as_u64()
+        .unwrap();
+    // A report read a good while after both blocked.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let seen = weft.stdout_text().lines().count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while weft.stdout_text().lines().count() < seen + 2 {
+        ctx.check(std::time::Instant::now() < deadline, || {
+            "no live report after the threads blocked".into()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = weft.stdout_text();
+    let last = text.lines().nth(seen + 1).unwrap().to_string();
+    let report: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let figures = |thread: &str, f: &str| -> (u64, u64) {
+        let c = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == thread)
+            .map(|t| &t["functions"][f])
+            .unwrap_or_else(|| ctx.fail(format!("no thread {thread} in {last}")));
+        (
+            c["wall_ns"].as_u64().unwrap_or(0),
+            c["self_ns"].as_u64().unwrap_or(0),
+        )
+    };
+    let (lone_wall, lone_self) = figures("lone", "lone");
+    let (inner_wall, inner_self) = figures("nest", "inner");
+    let (outer_wall, outer_self) = figures("nest", "outer");
+    let says = format!(
+        "lone wall {lone_wall} self {lone_self}; inner wall {inner_wall} self {inner_self}; \
+         outer wall {outer_wall} self {outer_self}; outer's own time before inner {spin} ns\n{last}"
+    );
+    ctx.check(lone_wall > 500_000_000 && inner_wall > 500_000_000, || {
+        format!("the blocked calls' wall time is not counted up to the report: {says}")
+    });
+    let within = |got: u64, want: u64, slack: u64| got.abs_diff(want) <= slack;
+    ctx.check(within(lone_self, lone_wall, lone_wall / 1000), || {
+        format!("lone's self time is not its wall time: {says}")
+    });
+    ctx.check(within(inner_self, inner_wall, inner_wall / 1000), || {
+        format!("inner's self time is not its wall time: {says}")
+    });
+    ctx.check(
+        outer_self <= outer_wall && outer_wall >= inner_wall + spin,
+        || format!("outer's figures do not nest: {says}"),
+    );
+    // Outer's self time: its spin (and the few µs around it), not inner's.
+    ctx.check(within(outer_self, spin, spin / 20 + 1_000_000), || {
+        format!("outer's self time is not the time it spent before calling inner: {says}")
+    });
+    for (name, f) in [("lone", "lone"), ("outer", "outer"), ("inner", "inner")] {
+        let all = report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == f)
+            .unwrap();
+        ctx.check(all["self_ns"].as_u64() <= all["wall_ns"].as_u64(), || {
+            format!("{name}: self above wall in the totals: {says}")
+        });
+    }
+    // The final report, weft detaching while both threads are still
+    // blocked (their cells now point at the sink words): the same.
+    let out = detach_with_sigint(&mut weft);
+    let last = out.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(last).unwrap();
+    ctx.check(report["final"] == true, || {
+        format!("no final report: {out}")
+    });
+    for (thread, f) in [("lone", "lone"), ("nest", "inner")] {
+        let c = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == thread)
+            .map(|t| t["functions"][f].clone())
+            .unwrap_or_default();
+        let (wall, own) = (
+            c["wall_ns"].as_u64().unwrap_or(0),
+            c["self_ns"].as_u64().unwrap_or(0),
+        );
+        ctx.check(wall > 500_000_000 && within(own, wall, wall / 1000), || {
+            format!("{f}: the final report's self time {own} is not its wall time {wall}: {last}")
+        });
+    }
+    // The target, uninstrumented now, returns from both calls unharmed.
+    t.send("quit");
+    t.expect_stdout("done", |l| l == "done");
+    t.wait_code(0);
+}

@@ -184,3 +184,80 @@ fn json_field(line: &str, key: &str) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     v.get(key)?.as_u64()
 }
+
+/// The sampler counts a running call's self time as reports do (one
+/// definition): with a thread blocked in `lone()` (no timed callee) and
+/// one in `outer()` → `inner()` (blocked), `lone` and `inner` sample self
+/// = wall, `outer` its time before `inner` (the target's own clock), and
+/// each lies between the reports read just before and after the sample.
+#[test]
+fn samples_count_a_running_calls_self_time_as_reports_do() {
+    let _turn = one_tracer();
+    let ctx = Ctx::new("samples_count_a_running_calls_self_time_as_reports_do");
+    let exe = build_c_target("opencalls", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["30"]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let mut p = Process::open(t.pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let names = ["lone", "outer", "inner"];
+    let f = p
+        .find_functions(&names.map(|n| Pattern::parse(n).unwrap()))
+        .unwrap_or_else(|e| ctx.fail(format!("find: {e}")));
+    p.prepare(&f)
+        .unwrap_or_else(|e| ctx.fail(format!("prepare: {e}")));
+    let mut held = p.hold().unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    held.insert(&f, Metrics::ALL)
+        .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
+    held.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    t.send("go");
+    let line = t.expect_stdout("both blocked", |l| l.starts_with("{\"outer_spin_ns\""));
+    let spin = json_field(&line, "outer_spin_ns").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let self_of = |r: &weft::Report, f: &str| -> (u64, u64) {
+        let f = r.functions.iter().find(|x| x.name == f).unwrap();
+        (f.wall_ns.unwrap_or(0), f.self_ns.unwrap_or(0))
+    };
+    let before = p.report();
+    let mut sampler = Sampler::new();
+    let sampled: Vec<(String, u64, u64)> = {
+        // A first sample learns the probes (their order in the values).
+        sampler.sample(&p).count();
+        let order: Vec<String> = sampler
+            .probes()
+            .map(|id| p.probes()[id.0 as usize].function.name.clone())
+            .collect();
+        let mut sums = std::collections::BTreeMap::new();
+        for thread in sampler.sample(&p) {
+            for (name, v) in order.iter().zip(thread.values) {
+                let e = sums.entry(name.clone()).or_insert((0, 0));
+                e.0 += v.wall_ns;
+                e.1 += v.self_ns;
+            }
+        }
+        sums.into_iter().map(|(n, (w, s))| (n, w, s)).collect()
+    };
+    let after = p.report();
+    let says = format!(
+        "sampled (name, wall, self): {sampled:?}; reports before {:?} after {:?}; outer's own \
+         time before inner {spin}",
+        names.map(|n| self_of(&before, n)),
+        names.map(|n| self_of(&after, n))
+    );
+    for (name, wall, own) in &sampled {
+        let (b, a) = (self_of(&before, name), self_of(&after, name));
+        ctx.check(*own <= *wall && b.1 <= *own && *own <= a.1, || {
+            format!("{name}: the sample's self time is not between the reports': {says}")
+        });
+        let want = match name.as_str() {
+            "outer" => spin,
+            _ => *wall,
+        };
+        ctx.check(own.abs_diff(want) <= want / 20 + 1_000_000, || {
+            format!("{name}: self time {own}, expected {want}: {says}")
+        });
+    }
+    ctx.check(sampled.len() == 3, || says.clone());
+    t.send("quit");
+    t.expect_stdout("done", |l| l == "done");
+    t.wait_code(0);
+}

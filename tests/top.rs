@@ -279,3 +279,179 @@ fn top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm() {
     check_worker_phase(&ctx, &t.stdout_text(), 2, 2);
     t.wait_code(0);
 }
+
+/// One line of the shares target (tests/targets/shares.c): sums over its
+/// threads.
+#[derive(serde::Deserialize, Debug, Clone, Copy)]
+struct ShareLine {
+    t_ns: u64,
+    elapsed_ns: u64,
+    wall_ns: u64,
+    cpu_ns: u64,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// (WALL%, CPU%) of `function`'s row on `screen`.
+fn shares_on(screen: &str, function: &str) -> Option<(f64, f64)> {
+    screen.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first() != Some(&function) || f.len() < 6 {
+            return None;
+        }
+        Some((f[4].parse().ok()?, f[5].parse().ok()?))
+    })
+}
+
+/// `WALL%` and `CPU%` are shares of the threads' time: three threads that
+/// each spend a known part of their time in `work()` (spinning 400 µs,
+/// then sleeping 600 µs, measured by the threads' own clocks) show, on
+/// screen, that share within 5 points (and never above 100); before, the
+/// share was of one thread's time (three threads always in a function
+/// showed 300 %). The threads view's header names its own order, `s`
+/// changes it, and `]` shows one thread alone.
+#[test]
+fn top_shares_are_the_threads_own_and_the_threads_view_sorts_and_filters() {
+    let ctx = Ctx::new("top_shares_are_the_threads_own_and_the_threads_view_sorts_and_filters");
+    let exe = build_c_target("shares", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["3", "400", "600", "90"]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let tmux = Tmux::start(&ctx, "shares");
+    let interval = 1.0;
+    tmux.line(&format!(
+        "{} top -p {} -f work -m calls,wall,cpu --interval {interval}; echo WEFT_EXIT=$?",
+        weft_bin(),
+        t.pid
+    ));
+    tmux.wait_for(&ctx, "the shares of work", |s| {
+        shares_on(s, "work").is_some()
+    });
+    let lines = |t: &Proc| -> Vec<ShareLine> {
+        t.stdout_text()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let mut compared = 0;
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(1300));
+        let screen = tmux.screen();
+        let at = monotonic_ns();
+        let Some((wall, cpu)) = shares_on(&screen, "work") else {
+            ctx.fail(format!("no shares of work on screen:\n{screen}"));
+        };
+        // The screen's interval ended within the last interval (+ a
+        // redraw): the target's share over each 1 s window that ends then.
+        std::thread::sleep(Duration::from_millis(150));
+        let own = lines(&t);
+        let span = (interval * 1e9) as u64;
+        let windows: Vec<(f64, f64)> = own
+            .iter()
+            .filter(|e| e.t_ns <= at && e.t_ns + span + 200_000_000 >= at)
+            .filter_map(|e| {
+                let s = own
+                    .iter()
+                    .rev()
+                    .find(|s| s.t_ns + span <= e.t_ns + 50_000_000)?;
+                let elapsed = e.elapsed_ns.checked_sub(s.elapsed_ns)? as f64;
+                Some((
+                    (e.wall_ns - s.wall_ns) as f64 / elapsed * 100.0,
+                    (e.cpu_ns - s.cpu_ns) as f64 / elapsed * 100.0,
+                ))
+            })
+            .collect();
+        ctx.check(!windows.is_empty(), || {
+            format!("no target lines around the screen's reading: {own:?}")
+        });
+        let range = |f: fn(&(f64, f64)) -> f64| {
+            let v: Vec<f64> = windows.iter().map(f).collect();
+            (
+                v.iter().copied().fold(f64::MAX, f64::min),
+                v.iter().copied().fold(f64::MIN, f64::max),
+            )
+        };
+        let (wall_lo, wall_hi) = range(|w| w.0);
+        let (cpu_lo, cpu_hi) = range(|w| w.1);
+        let figures = format!(
+            "screen WALL% {wall} CPU% {cpu}; the threads' own share of time in work over the \
+             possible windows: wall {wall_lo:.1}–{wall_hi:.1} %, cpu {cpu_lo:.1}–{cpu_hi:.1} %\n\
+             {screen}"
+        );
+        eprintln!("{figures}");
+        ctx.check(wall <= 100.0 && cpu <= 100.0, || figures.clone());
+        ctx.check(wall >= wall_lo - 5.0 && wall <= wall_hi + 5.0, || {
+            format!("WALL% is not the threads' share within 5 points: {figures}")
+        });
+        ctx.check(cpu >= cpu_lo - 5.0 && cpu <= cpu_hi + 5.0, || {
+            format!("CPU% is not the threads' share within 5 points: {figures}")
+        });
+        compared += 1;
+    }
+    ctx.check(compared == 4, || {
+        "compared fewer screens than planned".into()
+    });
+
+    // The threads view: its header names its order, `s` changes it.
+    let thread_rows = |s: &str| -> Vec<(u64, u64)> {
+        s.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 5 || !f[1].starts_with("share-") {
+                    return None;
+                }
+                Some((f[0].parse().ok()?, f[3].parse().ok()?))
+            })
+            .collect()
+    };
+    tmux.keys(&["t"]);
+    tmux.wait_for(&ctx, "the threads view by calls/s", |s| {
+        s.contains("BUSIEST FUNCTION") && s.contains("sort: calls/s") && thread_rows(s).len() == 3
+    });
+    tmux.keys(&["s"]);
+    let screen = tmux.wait_for(&ctx, "the threads view by calls", |s| {
+        s.contains("sort: calls ") && thread_rows(s).len() == 3
+    });
+    let calls: Vec<u64> = thread_rows(&screen).iter().map(|r| r.1).collect();
+    ctx.check(calls.windows(2).all(|w| w[0] >= w[1]), || {
+        format!("the threads view says it is by calls, its rows are not:\n{screen}")
+    });
+    tmux.keys(&["s"]);
+    let screen = tmux.wait_for(&ctx, "the threads view by tid", |s| {
+        s.contains("sort: tid ") && thread_rows(s).len() == 3
+    });
+    let tids: Vec<u64> = thread_rows(&screen).iter().map(|r| r.0).collect();
+    ctx.check(tids.windows(2).all(|w| w[0] < w[1]), || {
+        format!("the threads view says it is by tid, its rows are not:\n{screen}")
+    });
+    // `]`: one thread alone, the one the header names.
+    tmux.keys(&["]"]);
+    let screen = tmux.wait_for(&ctx, "one thread in the threads view", |s| {
+        s.contains("  thread ") && thread_rows(s).len() == 1
+    });
+    let named: Option<u64> = screen
+        .split("  thread ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok());
+    ctx.check(named == Some(thread_rows(&screen)[0].0), || {
+        format!("`]` shows another thread than the header names:\n{screen}")
+    });
+
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for(&ctx, "weft's exit", |s| {
+        s.lines().any(|l| l.starts_with("WEFT_EXIT="))
+    });
+    ctx.check(screen.lines().any(|l| l == "WEFT_EXIT=0"), || {
+        screen.clone()
+    });
+    ctx.check(t.is_running(), || "the target died".into());
+}

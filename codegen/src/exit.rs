@@ -664,13 +664,18 @@ fn enter_asm(
 /// return.
 pub(crate) struct SlowPaths {
     paths: Vec<(CodeLabel, CodeLabel, CodeLabel)>,
+    blocks: Vec<(CodeLabel, OutOfLine)>,
     literals: Vec<(CodeLabel, u64)>,
 }
+
+/// Emits an out-of-line block (its own label is set already).
+pub(crate) type OutOfLine = Box<dyn FnOnce(&mut CodeAssembler) -> Result<(), IcedError>>;
 
 impl SlowPaths {
     pub(crate) fn new() -> Self {
         Self {
             paths: Vec::new(),
+            blocks: Vec::new(),
             literals: Vec::new(),
         }
     }
@@ -696,11 +701,23 @@ impl SlowPaths {
         entry
     }
 
+    /// An out-of-line block emitted by `block` (which must end in a jump);
+    /// returns the label to jump to.
+    pub(crate) fn block(&mut self, a: &mut CodeAssembler, block: OutOfLine) -> CodeLabel {
+        let entry = a.create_label();
+        self.blocks.push((entry, block));
+        entry
+    }
+
     pub(crate) fn emit(self, a: &mut CodeAssembler) -> Result<(), IcedError> {
         for (mut entry, back, lit) in self.paths {
             a.set_label(&mut entry)?;
             a.call(qword_ptr(lit))?;
             a.jmp(back)?;
+        }
+        for (mut entry, block) in self.blocks {
+            a.set_label(&mut entry)?;
+            block(a)?;
         }
         for (mut label, value) in self.literals {
             a.set_label(&mut label)?;

@@ -57,8 +57,11 @@
 //!
 //! ```text
 //! start (entry, once the activation is pushed):
-//!     nesting += 1 ; raw = clock ; cell.self_base = raw - N
-//!     if nesting == 1: seq += 1 ; wall_start = raw ; cpu_start = cpu(raw) ; seq += 1
+//!     nesting += 1
+//!     if nesting == 1: seq += 1 ; raw = clock ; cpu_start = cpu(raw)
+//!                      if cpu(raw) took the slow path: raw = clock (again)
+//!                      wall_start = raw ; cell.self_base = raw - N ; seq += 1
+//!     else:            raw = clock ; cell.self_base = raw - N
 //! stop (an activation closes, at that moment):
 //!     if nesting == 0: return
 //!     seq += 1 ; raw = clock
@@ -295,6 +298,14 @@ fn read_cpu(
 /// Emits the timer start inline (entry snippet: `rcx` = row, `rdi` = the
 /// activation's cell; `rax`, `rdx`, `r8` free; the function's words at
 /// `rcx + metric`).
+///
+/// The outermost start reads the CPU clock *before* it fixes the wall
+/// start: when the thread's anchor does not hold (the first timed call
+/// after a context switch, e.g. a handler called right after a blocking
+/// `read`), the runtime's slow path re-anchors with a CPU clock system
+/// call (~1 µs on a KVM guest), and the wall clock is read again after it
+/// so that this cost is not charged to the call. A stop reads the wall
+/// clock first: its slow path falls after the wall stop too.
 pub(crate) fn emit_start(
     a: &mut CodeAssembler,
     spec: &TimerSpec,
@@ -302,33 +313,114 @@ pub(crate) fn emit_start(
     lits: &mut SlowPaths,
 ) -> Result<(), IcedError> {
     let w = |off: i32| qword_ptr(rcx + (i64::from(metric) + i64::from(off)));
+    let mut nested = a.create_label();
     let mut started = a.create_label();
-    let mut no_cpu = a.create_label();
+    let mut have_raw = a.create_label();
+    let self_base = |a: &mut CodeAssembler| -> Result<(), IcedError> {
+        a.sub(rax, m(rcx, spec.self_ticks_row))?;
+        a.mov(m(rdi, crate::exit::CELL_SELF_BASE), rax)
+    };
     a.inc(w(METRIC_NESTING))?;
-    // Every activation, recursive ones too, has its own self time: its
-    // base is taken at each entry (the only clock read a nested entry
-    // makes).
-    read_raw(a, spec, lits)?;
-    a.mov(r8, rax)?;
-    a.sub(rax, m(rcx, spec.self_ticks_row))?;
-    a.mov(m(rdi, crate::exit::CELL_SELF_BASE), rax)?;
     a.cmp(w(METRIC_NESTING), 1)?;
-    a.jne(started)?;
-    a.mov(rax, r8)?;
+    a.jne(nested)?;
     a.inc(w(METRIC_SEQ))?;
+    read_raw(a, spec, lits)?;
+    if spec.timers.cpu {
+        let c = spec.cpu;
+        let mut have_cpu = a.create_label();
+        let slow = start_slow_path(a, spec, have_cpu, lits);
+        a.mov(rdx, m(rcx, c.row_offset))?;
+        a.test(rdx, rdx)?;
+        a.jz(have_raw)?;
+        a.mov(r8, rax)?;
+        a.sub(r8, m(rdx, c.anchor_tsc))?;
+        a.cmp(r8, m(rdx, c.max_age))?;
+        a.jae(slow)?;
+        a.mov(r8, m(rdx, c.page))?;
+        a.mov(r8d, dword_ptr(r8 + i64::from(c.page_lock)))?;
+        a.cmp(r8d, dword_ptr(rdx + i64::from(c.anchor_lock)))?;
+        a.jne(slow)?;
+        a.mov(r8, rax)?;
+        a.add(rax, m(rdx, c.ticks_offset))?;
+        // rax = CPU ticks, r8 = the raw wall reading (from the slow path
+        // too, read after it).
+        a.set_label(&mut have_cpu)?;
+        a.mov(w(METRIC_CPU_START), rax)?;
+        a.mov(rax, r8)?;
+    }
+    a.set_label(&mut have_raw)?;
     if spec.timers.wall {
         a.mov(w(METRIC_WALL_START), rax)?;
     }
-    if spec.timers.cpu {
-        a.mov(rdx, m(rcx, spec.cpu.row_offset))?;
-        a.test(rdx, rdx)?;
-        a.jz(no_cpu)?;
-        read_cpu(a, spec, r8, r8d, lits)?;
-        a.mov(w(METRIC_CPU_START), rax)?;
-    }
-    a.set_label(&mut no_cpu)?;
+    // The self base is the wall start's reading: a call's self time never
+    // starts before its wall time.
+    self_base(a)?;
     a.inc(w(METRIC_SEQ))?;
+    a.jmp(started)?;
+    // Every activation, recursive ones too, has its own self time: its
+    // base is taken at each entry (the only clock read a nested entry
+    // makes).
+    a.set_label(&mut nested)?;
+    read_raw(a, spec, lits)?;
+    self_base(a)?;
     a.set_label(&mut started)
+}
+
+/// The outermost start's slow path (`rdx` = the clock): the runtime's
+/// routine (re-anchoring after a context switch), then the raw wall clock
+/// again, into `r8`; `rax` = the CPU ticks at that fresh reading when the
+/// new anchor holds (the routine's value is from before its own return
+/// and the re-read, which the CPU time would count and the wall time
+/// not), else the routine's. Jumps back to `back`; clobbers `rdx`.
+fn start_slow_path(
+    a: &mut CodeAssembler,
+    spec: &TimerSpec,
+    back: CodeLabel,
+    lits: &mut SlowPaths,
+) -> CodeLabel {
+    let c = spec.cpu;
+    let wall = spec.wall;
+    let routine = lits.literal(a, c.slow_path);
+    let wall_routine = match wall {
+        WallRead::Tsc => None,
+        WallRead::Call { routine, .. } => Some(lits.literal(a, routine)),
+    };
+    lits.block(
+        a,
+        Box::new(move |a: &mut CodeAssembler| {
+            a.call(qword_ptr(routine))?;
+            a.mov(r8, rax)?;
+            match (wall, wall_routine) {
+                (WallRead::Call { state, .. }, Some(wall_routine)) => {
+                    a.mov(rax, state)?;
+                    a.call(qword_ptr(wall_routine))?;
+                }
+                _ => {
+                    a.rdtsc()?;
+                    a.shl(rdx, 32)?;
+                    a.or(rax, rdx)?;
+                }
+            }
+            a.xchg(rax, r8)?;
+            let mut keep = a.create_label();
+            a.push(rax)?;
+            a.mov(rdx, m(rcx, c.row_offset))?;
+            a.mov(rax, r8)?;
+            a.sub(rax, m(rdx, c.anchor_tsc))?;
+            a.cmp(rax, m(rdx, c.max_age))?;
+            a.jae(keep)?;
+            a.mov(rax, m(rdx, c.page))?;
+            a.mov(eax, dword_ptr(rax + i64::from(c.page_lock)))?;
+            a.cmp(eax, dword_ptr(rdx + i64::from(c.anchor_lock)))?;
+            a.jne(keep)?;
+            a.mov(rax, r8)?;
+            a.add(rax, m(rdx, c.ticks_offset))?;
+            a.mov(qword_ptr(rsp), rax)?;
+            a.set_label(&mut keep)?;
+            a.pop(rax)?;
+            a.jmp(back)
+        }),
+    )
 }
 
 /// `rax` = `rax - [r8 + start]` clamped at 0, in ns, added to `[r8 +

@@ -75,6 +75,38 @@ impl Sort {
     }
 }
 
+/// Row order of the threads view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ThreadSort {
+    Rate,
+    Calls,
+    Tid,
+    Name,
+}
+
+impl ThreadSort {
+    const ALL: [ThreadSort; 4] = [
+        ThreadSort::Rate,
+        ThreadSort::Calls,
+        ThreadSort::Tid,
+        ThreadSort::Name,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            ThreadSort::Rate => "calls/s",
+            ThreadSort::Calls => "calls",
+            ThreadSort::Tid => "tid",
+            ThreadSort::Name => "name",
+        }
+    }
+
+    fn next(self) -> ThreadSort {
+        let i = ThreadSort::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        ThreadSort::ALL[(i + 1) % ThreadSort::ALL.len()]
+    }
+}
+
 /// One function's row: totals and the rates since the previous reading.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct FunctionRow {
@@ -83,9 +115,11 @@ struct FunctionRow {
     calls: u64,
     /// Calls per second since the previous reading.
     rate: f64,
-    /// Wall time inside per second of elapsed time, % (100 = one thread
-    /// in it all the time; more with several threads).
+    /// Share of the threads' time spent inside it since the previous
+    /// reading, % (see [`threads_seconds`]): 100 = every thread in it all
+    /// the time.
     wall_share: Option<f64>,
+    /// Share of the threads' time spent running on a CPU inside it, %.
     cpu_share: Option<f64>,
     wall_ns: Option<u64>,
     self_ns: Option<u64>,
@@ -116,9 +150,12 @@ fn figures(report: &Report, tid: Option<u32>) -> BTreeMap<String, (String, Figur
             .map_or(String::new(), |f| f.module.clone())
     };
     match tid {
+        // Kernel probes nothing called (`syscall:*` asks for hundreds) are
+        // left out, as in the report's tables.
         None => report
             .functions
             .iter()
+            .filter(|f| f.mechanism.is_none() || f.calls > 0)
             .map(|f| {
                 (
                     f.name.clone(),
@@ -141,7 +178,32 @@ fn figures(report: &Report, tid: Option<u32>) -> BTreeMap<String, (String, Figur
     }
 }
 
-/// The functions view's rows between two readings `seconds` apart.
+/// The threads' time between two readings `seconds` apart, in seconds:
+/// `seconds` for each thread of the view (`tid`'s alone, or every thread
+/// the reading has, those that called an instrumented function) that was
+/// not already gone at the previous reading. A thread that started or
+/// ended in between counts the whole interval, so a share is never
+/// overstated.
+fn threads_seconds(now: &Report, before: Option<&Report>, seconds: f64, tid: Option<u32>) -> f64 {
+    let gone_before =
+        |t: u32| before.is_some_and(|b| b.threads.iter().any(|o| o.tid == t && o.exited));
+    let threads = now
+        .threads
+        .iter()
+        .filter(|t| tid.map_or(true, |tid| t.tid == tid))
+        .filter(|t| !gone_before(t.tid))
+        .count();
+    threads as f64 * seconds
+}
+
+/// `ns` of the threads' `threads_seconds` in %, at most 100 (the two
+/// readings' instants and the timers' own are microseconds apart).
+fn share(ns: u64, threads_seconds: f64) -> f64 {
+    (ns as f64 / 1e9 / threads_seconds.max(1e-9) * 100.0).min(100.0)
+}
+
+/// The functions view's rows between two readings `seconds` apart (the
+/// shares need both readings).
 fn function_rows(
     now: &Report,
     before: Option<&Report>,
@@ -150,15 +212,25 @@ fn function_rows(
     sort: Sort,
 ) -> Vec<FunctionRow> {
     let was = before.map(|b| figures(b, tid)).unwrap_or_default();
-    let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / seconds.max(1e-9);
+    let per_s = |a: u64, b: u64| {
+        if before.is_none() {
+            return 0.0; // one reading: no rate yet
+        }
+        a.saturating_sub(b) as f64 / seconds.max(1e-9)
+    };
+    let threads_time = threads_seconds(now, before, seconds, tid);
+    let of_threads = |v: Option<u64>, v0: Option<u64>| {
+        v.filter(|_| before.is_some() && threads_time > 0.0)
+            .map(|v| share(v.saturating_sub(v0.unwrap_or(0)), threads_time))
+    };
     let mut rows: Vec<FunctionRow> = figures(now, tid)
         .into_iter()
         .map(|(name, (module, (calls, wall, cpu, own)))| {
             let (c0, w0, u0, _) = was.get(&name).map_or((0, None, None, None), |(_, f)| *f);
             FunctionRow {
                 rate: per_s(calls, c0),
-                wall_share: wall.map(|w| per_s(w, w0.unwrap_or(0)) / 1e7),
-                cpu_share: cpu.map(|c| per_s(c, u0.unwrap_or(0)) / 1e7),
+                wall_share: of_threads(wall, w0),
+                cpu_share: of_threads(cpu, u0),
                 name,
                 module,
                 calls,
@@ -185,11 +257,20 @@ fn function_rows(
     rows
 }
 
-/// The threads view's rows, busiest first.
-fn thread_rows(now: &Report, before: Option<&Report>, seconds: f64) -> Vec<ThreadRow> {
+/// The threads view's rows (`tid`'s alone, or all) in `sort`'s order:
+/// numbers most first, names A to Z; ties by tid.
+fn thread_rows(
+    now: &Report,
+    before: Option<&Report>,
+    seconds: f64,
+    tid: Option<u32>,
+    sort: ThreadSort,
+) -> Vec<ThreadRow> {
+    let had_reading = before.is_some();
     let mut rows: Vec<ThreadRow> = now
         .threads
         .iter()
+        .filter(|t| tid.map_or(true, |tid| t.tid == tid))
         .map(|t| {
             let was = before.and_then(|b| b.threads.iter().find(|o| o.tid == t.tid));
             let calls_of = |name: &str| {
@@ -210,12 +291,24 @@ fn thread_rows(now: &Report, before: Option<&Report>, seconds: f64) -> Vec<Threa
                 name: t.name.clone(),
                 exited: t.exited,
                 calls,
-                rate: calls.saturating_sub(before) as f64 / seconds.max(1e-9),
+                rate: if had_reading {
+                    calls.saturating_sub(before) as f64 / seconds.max(1e-9)
+                } else {
+                    0.0 // one reading: no rate yet
+                },
                 busiest,
             }
         })
         .collect();
-    rows.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.tid.cmp(&b.tid)));
+    rows.sort_by(|a, b| {
+        match sort {
+            ThreadSort::Rate => b.rate.total_cmp(&a.rate),
+            ThreadSort::Calls => b.calls.cmp(&a.calls),
+            ThreadSort::Tid => a.tid.cmp(&b.tid),
+            ThreadSort::Name => a.name.cmp(&b.name),
+        }
+        .then(a.tid.cmp(&b.tid))
+    });
     rows
 }
 
@@ -237,6 +330,7 @@ fn human_ns(ns: u64) -> String {
 struct View {
     pid: i32,
     sort: Sort,
+    thread_sort: ThreadSort,
     paused: bool,
     threads: bool,
     /// Index into the report's threads (None: all threads).
@@ -271,6 +365,7 @@ impl View {
         match code {
             KeyCode::Char('q') | KeyCode::Esc => return false,
             KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => return false,
+            KeyCode::Char('s') if self.threads => self.thread_sort = self.thread_sort.next(),
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
             KeyCode::Char('t') => self.threads = !self.threads,
@@ -306,7 +401,11 @@ impl View {
             self.pid,
             self.functions,
             self.started.elapsed().as_secs_f64(),
-            self.sort.name(),
+            if self.threads {
+                self.thread_sort.name()
+            } else {
+                self.sort.name()
+            },
             if self.paused { "  [paused]" } else { "" },
         )
     }
@@ -327,7 +426,13 @@ impl View {
         match &self.now {
             None => frame.render_widget(Paragraph::new("reading…"), body),
             Some(now) if self.threads => {
-                let rows = thread_rows(now, self.before.as_ref(), self.seconds);
+                let rows = thread_rows(
+                    now,
+                    self.before.as_ref(),
+                    self.seconds,
+                    self.filter_tid(),
+                    self.thread_sort,
+                );
                 let table = Table::new(
                     rows.iter().map(|r| {
                         Row::new(vec![
@@ -500,6 +605,7 @@ pub fn top(
     let view = View {
         pid,
         sort: Sort::Rate,
+        thread_sort: ThreadSort::Rate,
         paused: false,
         threads: false,
         filter: None,
@@ -627,6 +733,137 @@ mod tests {
         }
         assert_eq!(s, Sort::Rate);
         assert_eq!(seen, Sort::ALL);
+    }
+
+    /// A reading: `threads` (tid, exited, wall ns and cpu ns in `work`).
+    fn reading(threads: &[(u32, bool, u64, u64)]) -> Report {
+        let mut f = weft::report::FunctionReport::empty("work".into(), "exe".into(), "0x1".into());
+        f.calls = threads.len() as u64;
+        f.wall_ns = Some(threads.iter().map(|t| t.2).sum());
+        f.cpu_ns = Some(threads.iter().map(|t| t.3).sum());
+        Report {
+            pid: 1,
+            duration_ns: 0,
+            metrics: vec!["calls", "wall", "cpu"],
+            clocks: None,
+            functions: vec![f],
+            threads: threads
+                .iter()
+                .map(|&(tid, exited, wall, cpu)| weft::report::ThreadReport {
+                    tid,
+                    name: format!("t{tid}"),
+                    exited,
+                    functions: [(
+                        "work".to_string(),
+                        weft::report::Counts {
+                            calls: 1,
+                            wall_ns: Some(wall),
+                            cpu_ns: Some(cpu),
+                            ..Default::default()
+                        },
+                    )]
+                    .into(),
+                })
+                .collect(),
+            overflow_threads: 0,
+            runtime: None,
+            kernel: None,
+            trace: None,
+            trace_log: None,
+        }
+    }
+
+    #[test]
+    fn shares_are_of_the_threads_time() {
+        // Three threads in `work` the whole second, one in it half the
+        // second: 3.5 s of 4 threads' 4 s.
+        let before = reading(&[
+            (1, false, 0, 0),
+            (2, false, 0, 0),
+            (3, false, 0, 0),
+            (4, false, 0, 0),
+        ]);
+        let s = 1_000_000_000;
+        let now = reading(&[
+            (1, false, s, s),
+            (2, false, s, s / 2),
+            (3, false, s, s / 4),
+            (4, false, s / 2, 0),
+        ]);
+        let rows = function_rows(&now, Some(&before), 1.0, None, Sort::Rate);
+        assert_eq!(rows[0].wall_share, Some(87.5));
+        assert_eq!(rows[0].cpu_share, Some(43.75));
+        // One thread alone: its own time.
+        let rows = function_rows(&now, Some(&before), 1.0, Some(4), Sort::Rate);
+        assert_eq!(rows[0].wall_share, Some(50.0));
+        // A thread gone at the previous reading has no time left.
+        let before = reading(&[(1, false, 0, 0), (2, true, 0, 0)]);
+        let now = reading(&[(1, false, s, s), (2, true, 0, 0)]);
+        let rows = function_rows(&now, Some(&before), 1.0, None, Sort::Rate);
+        assert_eq!(rows[0].wall_share, Some(100.0));
+        // Never above 100, and nothing from a single reading.
+        let rows = function_rows(&now, Some(&before), 0.999, None, Sort::Rate);
+        assert_eq!(rows[0].wall_share, Some(100.0));
+        let rows = function_rows(&now, None, 1.0, None, Sort::Rate);
+        assert_eq!((rows[0].wall_share, rows[0].rate), (None, 0.0));
+    }
+
+    #[test]
+    fn kernel_probes_nothing_called_are_left_out() {
+        let mut now = reading(&[(1, false, 10, 10)]);
+        for (name, calls) in [("syscall:read", 3), ("syscall:openat", 0)] {
+            let mut f =
+                weft::report::FunctionReport::empty(name.into(), "syscall".into(), "-".into());
+            f.calls = calls;
+            f.mechanism = Some("raw_syscalls tracepoints");
+            now.functions.push(f);
+        }
+        let names: Vec<String> = function_rows(&now, None, 1.0, None, Sort::Name)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["syscall:read", "work"]);
+    }
+
+    #[test]
+    fn the_threads_view_sorts_by_its_key_and_filters() {
+        let mut before = reading(&[(7, false, 0, 0), (3, false, 0, 0), (5, false, 0, 0)]);
+        for (t, name) in before.threads.iter_mut().zip(["beta", "gamma", "alpha"]) {
+            t.name = name.to_string();
+        }
+        let mut now = before.clone();
+        for (t, (was, calls)) in
+            before
+                .threads
+                .iter_mut()
+                .zip(now.threads.iter_mut())
+                .zip([(0, 10), (25, 30), (0, 20)])
+        {
+            t.0.functions.get_mut("work").unwrap().calls = was;
+            t.1.functions.get_mut("work").unwrap().calls = calls;
+        }
+        let tids = |sort| -> Vec<u32> {
+            thread_rows(&now, Some(&before), 1.0, None, sort)
+                .iter()
+                .map(|r| r.tid)
+                .collect()
+        };
+        assert_eq!(tids(ThreadSort::Rate), [5, 7, 3]);
+        assert_eq!(tids(ThreadSort::Calls), [3, 5, 7]);
+        assert_eq!(tids(ThreadSort::Tid), [3, 5, 7]);
+        assert_eq!(tids(ThreadSort::Name), [5, 7, 3]);
+        let one = thread_rows(&now, Some(&before), 1.0, Some(5), ThreadSort::Rate);
+        assert_eq!(one.iter().map(|r| r.tid).collect::<Vec<_>>(), [5]);
+        let mut s = ThreadSort::Rate;
+        for want in [
+            ThreadSort::Calls,
+            ThreadSort::Tid,
+            ThreadSort::Name,
+            ThreadSort::Rate,
+        ] {
+            s = s.next();
+            assert_eq!(s, want);
+        }
     }
 
     #[test]

@@ -44,6 +44,7 @@ mod launch;
 mod ledger;
 mod library;
 mod memory;
+mod open_self;
 mod placement;
 mod process;
 mod ptrace;

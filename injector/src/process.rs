@@ -518,6 +518,10 @@ pub struct Process {
     memory: Option<crate::memory::ProcessMemory>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
+    /// Open activations pointed at the sink words, by cell address: the
+    /// metric base they had (their self time so far stays their
+    /// function's, `open_self`).
+    retired_cells: crate::open_self::Retired,
     /// Functions already searched for points an earlier weft left
     /// (`remove_leftover_points`: once per function and `Process`).
     leftovers_checked: AddressSet<u64>,
@@ -674,6 +678,7 @@ impl Process {
             staged: Default::default(),
             memory: None,
             longest_stop: StopTime::default(),
+            retired_cells: Default::default(),
             load_world: crate::ptrace::World::WhenWaiting,
             launched_through: Vec::new(),
         }
@@ -1182,6 +1187,7 @@ impl Process {
                     fields[..4].copy_from_slice(&sink.to_le_bytes());
                     fields[4..].copy_from_slice(&flags.to_le_bytes());
                     tracer.memory().write(at, &fields)?;
+                    self.retired_cells.insert(cell, metric);
                 }
                 cell += size;
             }
@@ -3556,9 +3562,10 @@ impl Process {
                 .iter()
                 .any(|h| h.index == r.index && h.generation == r.generation)
         });
+        let mut memory = None;
         for mut row in live {
             if row.state == weft_rt::layout::ROW_LIVE {
-                self.sample_running_timers(&rt.region, &wall, &mut row);
+                self.sample_running_timers(&rt.region, &wall, &mut row, &mut memory);
             }
             self.subtract_baseline(&mut row);
             rows.push(row);
@@ -3588,12 +3595,16 @@ impl Process {
     }
 
     /// Replaces the timer totals of a live row's timed probes with their
-    /// values now (total + time since a running timer's start).
+    /// values now (total + time since a running timer's start; self time
+    /// with the open activations' self time so far, see `open_self`).
+    /// `memory`: the target's memory, opened at the first row that needs
+    /// it.
     fn sample_running_timers(
         &self,
         region: &crate::region::Region,
         wall: &weft_rt::clock::WallClock,
         row: &mut RowSnapshot,
+        memory: &mut Option<crate::memory::ProcessMemory>,
     ) {
         use weft_codegen::{read_timer_words, timer_value};
         let mut cpu_now = None;
@@ -3608,6 +3619,25 @@ impl Process {
         // exceeds what its stop will record. One reading serves the row.
         let wall_now = wall.raw();
         let q32 = region.header().timer_ns_per_tick_q32;
+        // The open activations' self ticks, read once the row has a
+        // running timer.
+        let mut open: Option<std::collections::HashMap<i32, u64>> = None;
+        let mut open_self = |base: usize| -> u64 {
+            let open = open.get_or_insert_with(|| {
+                crate::open_self::row_open_self_ticks(
+                    region,
+                    (index, self.pid, &self.retired_cells),
+                    memory,
+                    wall_now,
+                )
+            });
+            let ticks = i32::try_from(base)
+                .ok()
+                .and_then(|b| open.get(&b))
+                .copied()
+                .unwrap_or(0);
+            weft_rt::clock::q32_mul(ticks, q32)
+        };
         for probe in self.probes.iter().filter(|p| p.metrics().hooks_exit()) {
             let Some(word) = probe.calls_word() else {
                 continue;
@@ -3646,11 +3676,21 @@ impl Process {
                 }
             }
             let value = timer_value(&words, wall_now, cpu_now, q32);
+            // A running call's self time so far counts as its wall time
+            // does; self time never exceeds wall time.
+            let own = if words.wall_start != 0 {
+                words
+                    .self_total
+                    .saturating_add(open_self(base))
+                    .min(value.wall_ns)
+            } else {
+                words.self_total
+            };
             // All three from the one consistent reading.
             for (index, ns) in [
                 (wall_at, value.wall_ns),
                 (at(weft_codegen::METRIC_CPU_TOTAL), value.cpu_ns),
-                (self_at, words.self_total),
+                (self_at, own),
             ] {
                 if let Some(w) = row.words.get_mut(index) {
                     *w = ns;
@@ -3783,6 +3823,11 @@ impl Process {
     pub fn read_memory(&self, address: u64, len: usize) -> Result<Vec<u8>, Error> {
         let memory = crate::memory::ProcessMemory::open(self.pid)?;
         Ok(memory.read_vec(address, len)?)
+    }
+
+    /// Open activations pointed at the sink words (see `open_self`).
+    pub(crate) fn retired_cells(&self) -> &crate::open_self::Retired {
+        &self.retired_cells
     }
 
     /// The shared region, once the runtime is loaded.

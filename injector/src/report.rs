@@ -632,19 +632,23 @@ impl Report {
             self.threads.len()
         );
         let wants_long = options.by_thread || options.top.is_some() || options.sort.is_some();
-        let compact = (self.functions.len() <= COMPACT_MAX_FUNCTIONS && !wants_long)
+        let compact = (self.tabled().count() <= COMPACT_MAX_FUNCTIONS && !wants_long)
             .then(|| self.compact_table())
             .filter(|t| t.lines().all(|l| l.chars().count() <= TABLE_WIDTH));
         let shown = match compact {
             Some(table) => {
                 out.push_str(&table);
-                self.sorted(
-                    &self.functions.iter().collect::<Vec<_>>(),
-                    options.sort_key(self),
-                )
+                self.sorted(&self.tabled().collect::<Vec<_>>(), options.sort_key(self))
             }
             None => self.long_table(options, &mut out),
         };
+        let uncalled = self.functions.len() - self.tabled().count();
+        if uncalled > 0 {
+            let _ = writeln!(
+                out,
+                "… {uncalled} kernel probe(s) with no calls not shown (the JSON report lists them)"
+            );
+        }
         self.histograms(options, &shown, &mut out);
         self.kernel_attribution(&mut out);
         if let Some(clocks) = &self.clocks {
@@ -731,13 +735,22 @@ impl Report {
         }
     }
 
+    /// The functions the tables show: all but the kernel probes nothing
+    /// called (`syscall:*` asks for hundreds, a thread makes a few).
+    /// User functions stay, called or not: that one was not is news.
+    fn tabled(&self) -> impl Iterator<Item = &FunctionReport> {
+        self.functions
+            .iter()
+            .filter(|f| f.mechanism.is_none() || f.calls > 0)
+    }
+
     /// One row per thread, columns per function (the form for a few
     /// functions).
     fn compact_table(&self) -> String {
         let mut out = String::new();
         let mut table: Vec<Vec<String>> = Vec::new();
         let mut header = vec!["TID".to_string(), "THREAD".to_string()];
-        for f in &self.functions {
+        for f in self.tabled() {
             header.push(if f.aliases.is_empty() {
                 f.name.clone()
             } else {
@@ -756,7 +769,7 @@ impl Report {
         table.push(header);
         for t in &self.threads {
             let mut row = vec![t.tid.to_string(), thread_label(t)];
-            for f in &self.functions {
+            for f in self.tabled() {
                 let c = t.functions.get(&f.name);
                 row.push(c.map_or("-".to_string(), |c| group_digits(c.calls)));
                 let time = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
@@ -773,7 +786,7 @@ impl Report {
             table.push(row);
         }
         let mut total = vec!["total".to_string(), String::new()];
-        for f in &self.functions {
+        for f in self.tabled() {
             total.push(group_digits(f.calls));
             total.extend(f.wall_ns.map(human_ns));
             total.extend(f.self_ns.map(human_ns));
@@ -813,12 +826,22 @@ impl Report {
     ) -> Vec<&'a FunctionReport> {
         let key = options.sort_key(self);
         let top = options.top.unwrap_or(DEFAULT_TOP);
-        let all = self.sorted(&self.functions.iter().collect::<Vec<_>>(), key);
+        let all = self.sorted(&self.tabled().collect::<Vec<_>>(), key);
         let shown: Vec<&FunctionReport> = limit(&all, top).to_vec();
         let columns = Columns::of(self);
         let rows: Vec<Row> = shown
             .iter()
-            .map(|f| Row::of(f, f.calls, f.wall_ns, f.self_ns, f.cpu_ns, Some(f.threads)))
+            .map(|f| {
+                Row::of(
+                    &columns,
+                    f,
+                    f.calls,
+                    f.wall_ns,
+                    f.self_ns,
+                    f.cpu_ns,
+                    Some(f.threads),
+                )
+            })
             .collect();
         let _ = writeln!(
             out,
@@ -858,7 +881,7 @@ impl Report {
                     .iter()
                     .map(|f| {
                         let c = &t.functions[&f.name];
-                        Row::of(f, c.calls, c.wall_ns, c.self_ns, c.cpu_ns, None)
+                        Row::of(&columns, f, c.calls, c.wall_ns, c.self_ns, c.cpu_ns, None)
                     })
                     .collect();
                 columns.render(&rows, false, out);
@@ -1248,7 +1271,11 @@ struct Row {
 }
 
 impl Row {
+    /// The row of `f` under `columns`: a column the table shows and this
+    /// row has no figure for (a kernel probe's self time, say) reads `-`,
+    /// so every figure stays under its header.
     fn of(
+        columns: &Columns,
         f: &FunctionReport,
         calls: u64,
         wall: Option<u64>,
@@ -1256,23 +1283,33 @@ impl Row {
         cpu: Option<u64>,
         threads: Option<u32>,
     ) -> Row {
-        let time = |v: Option<u64>| v.map(human_ns);
-        let per_call = |v: Option<u64>| {
-            v.map(|t| {
-                if calls == 0 {
-                    "-".to_string()
-                } else {
-                    human_ns(((u128::from(t) + u128::from(calls) / 2) / u128::from(calls)) as u64)
-                }
-            })
+        let dash = || "-".to_string();
+        let time = |v: Option<u64>| v.map_or_else(dash, human_ns);
+        let per_call = |v: Option<u64>| match v {
+            Some(t) if calls > 0 => {
+                human_ns(((u128::from(t) + u128::from(calls) / 2) / u128::from(calls)) as u64)
+            }
+            _ => dash(),
         };
         let mut numbers = vec![group_digits(calls)];
-        numbers.extend(time(wall));
-        numbers.extend(time(own));
-        numbers.extend(time(cpu));
-        numbers.extend(per_call(wall));
-        numbers.extend(per_call(own));
-        numbers.extend(per_call(cpu).filter(|_| wall.is_none()));
+        for (shown, value) in [
+            (columns.wall, wall),
+            (columns.self_time, own),
+            (columns.cpu, cpu),
+        ] {
+            if shown {
+                numbers.push(time(value));
+            }
+        }
+        if columns.wall {
+            numbers.push(per_call(wall));
+        }
+        if columns.self_time {
+            numbers.push(per_call(own));
+        }
+        if columns.cpu && !columns.wall {
+            numbers.push(per_call(cpu));
+        }
         numbers.extend(threads.map(|t| t.to_string()));
         Row {
             name: if f.aliases.is_empty() {
@@ -1683,6 +1720,120 @@ mod tests {
             with.contains("[     8 ns,     16 ns)             51  ####"),
             "{with}"
         );
+    }
+
+    /// The long table's function rows as (name, header → cell), the
+    /// cells cut at the headers' right edges (numbers are right-aligned).
+    fn long_rows(table: &str) -> Vec<(String, BTreeMap<String, String>)> {
+        let mut lines = table.lines().skip_while(|l| !l.starts_with("FUNCTION"));
+        let header = lines.next().expect("a header");
+        let mut edges = Vec::new();
+        let mut at = 0;
+        for name in header.split_whitespace() {
+            let start = at + header[at..].find(name).unwrap();
+            at = start + name.len();
+            edges.push((name.to_string(), start, at));
+        }
+        lines
+            .take_while(|l| !l.is_empty() && !l.starts_with('…') && !l.starts_with("threads"))
+            .map(|l| {
+                let chars: Vec<char> = l.chars().collect();
+                let cut = |a: usize, b: usize| -> String {
+                    chars[a.min(chars.len())..b.min(chars.len())]
+                        .iter()
+                        .collect::<String>()
+                        .trim()
+                        .to_string()
+                };
+                let mut cells = BTreeMap::new();
+                for (i, (name, start, end)) in edges.iter().enumerate() {
+                    let cell = match i {
+                        // Left-aligned: to the next header's start.
+                        0 | 1 => cut(*start, edges[i + 1].1),
+                        // After the module: one word (digits and commas).
+                        2 => cut(0, *end)
+                            .rsplit(' ')
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                        _ => cut(edges[i - 1].2, *end),
+                    };
+                    cells.insert(name.clone(), cell);
+                }
+                (cells["FUNCTION"].clone(), cells)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn mixed_user_and_kernel_rows_keep_their_columns_and_hide_uncalled_probes() {
+        let user = FunctionReport {
+            calls: 4,
+            wall_ns: Some(8_000_000),
+            self_ns: Some(2_000_000),
+            cpu_ns: Some(6_000_000),
+            threads: 1,
+            ..FunctionReport::empty("handler".into(), "exe".into(), "0x1".into())
+        };
+        let kernel = |name: &str, calls, wall, cpu| FunctionReport {
+            calls,
+            wall_ns: Some(wall),
+            cpu_ns: Some(cpu),
+            threads: u32::from(calls > 0),
+            mechanism: Some("raw_syscalls tracepoints"),
+            ..FunctionReport::empty(format!("syscall:{name}"), "syscall".into(), "-".into())
+        };
+        let r = Report {
+            pid: 1,
+            duration_ns: 1,
+            metrics: vec!["calls", "wall", "cpu"],
+            clocks: None,
+            functions: vec![
+                user,
+                kernel("read", 2, 3_000_000, 1_000_000),
+                kernel("openat", 0, 0, 0),
+                kernel("close", 0, 0, 0),
+            ],
+            threads: Vec::new(),
+            overflow_threads: 0,
+            runtime: None,
+            kernel: None,
+            trace: None,
+            trace_log: None,
+        };
+        let table = r.to_table_with(&TableOptions {
+            top: Some(0),
+            ..TableOptions::default()
+        });
+        let rows = long_rows(&table);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(names, ["handler", "syscall:read"], "{table}");
+        let cell = |row: usize, column: &str| rows[row].1[column].as_str();
+        assert_eq!(
+            [
+                "CALLS",
+                "WALL",
+                "SELF",
+                "CPU",
+                "WALL/CALL",
+                "SELF/CALL",
+                "THREADS"
+            ]
+            .map(|c| cell(1, c)),
+            ["2", "3.00 ms", "-", "1.00 ms", "1.50 ms", "-", "1"],
+            "{table}"
+        );
+        assert_eq!(
+            ["CALLS", "WALL", "SELF", "CPU", "WALL/CALL", "SELF/CALL"].map(|c| cell(0, c)),
+            ["4", "8.00 ms", "2.00 ms", "6.00 ms", "2.00 ms", "500.0 µs"],
+            "{table}"
+        );
+        assert!(
+            table.contains("… 2 kernel probe(s) with no calls not shown"),
+            "{table}"
+        );
+        // The JSON report keeps them.
+        assert!(r.to_json().contains("syscall:openat"));
     }
 
     #[test]

@@ -48,10 +48,10 @@ pub struct Value {
     /// Inclusive CPU time, ns (0 without a CPU timer); a running one counted
     /// up to the sample.
     pub cpu_ns: u64,
-    /// Self (exclusive) wall time of the closed activations, ns (0 without
-    /// a wall timer): time in the function less time in the timed
-    /// functions it called. An open activation's self time is unknown
-    /// until it closes.
+    /// Self (exclusive) wall time, ns (0 without a wall timer): time in
+    /// the function less time in the timed functions it called; open
+    /// activations counted up to the sample, as in reports (at most
+    /// `wall_ns`).
     pub self_ns: u64,
 }
 
@@ -134,6 +134,9 @@ pub struct Sampler {
     seen_probes: usize,
     /// Metric words a row read needs (past the last probe's).
     words: u32,
+    /// The target's memory, for the open activations' cells (opened at
+    /// the first row with a running timer).
+    memory: Option<crate::memory::ProcessMemory>,
 }
 
 impl Default for Sampler {
@@ -152,6 +155,7 @@ impl Sampler {
             stats: SampleStats::default(),
             seen_probes: usize::MAX,
             words: 0,
+            memory: None,
         }
     }
 
@@ -235,6 +239,14 @@ impl Sampler {
                 && r.tid == tid;
             if same {
                 refresh_running(r, pid, wall_now, q32, &mut self.stats);
+                add_open_self(
+                    r,
+                    &self.probes,
+                    (region, index, process),
+                    &mut self.memory,
+                    wall_now,
+                    q32,
+                );
                 continue;
             }
             self.stats.rows_read += 1;
@@ -261,6 +273,14 @@ impl Sampler {
                 wall_now,
                 q32,
                 &mut self.stats,
+            );
+            add_open_self(
+                r,
+                &self.probes,
+                (region, index, process),
+                &mut self.memory,
+                wall_now,
+                q32,
             );
             (r.known, r.activity, r.state, r.generation, r.tid) =
                 (true, activity, state, generation, tid);
@@ -553,6 +573,50 @@ fn timed_value(calls: u64, metrics: Metrics, (wall, cpu): (u64, u64), base: (u64
         wall_ns: measured(metrics.wall, wall, base.0),
         cpu_ns: measured(metrics.cpu, cpu, base.1),
         self_ns: 0,
+    }
+}
+
+/// Raises the self time of the row's running wall timers by their open
+/// activations' self time so far (`open_self`), capped at their wall
+/// time: the same definition as reports'. Borrowed probes keep their
+/// closed self time (what another session's activations did is not
+/// theirs to split).
+fn add_open_self(
+    r: &mut RowState,
+    probes: &[Sampled],
+    (region, index, process): (&crate::region::Region, u32, &Process),
+    memory: &mut Option<crate::memory::ProcessMemory>,
+    wall_now: u64,
+    q32: u64,
+) {
+    let mut open = None;
+    for &(i, words, _) in &r.running {
+        let Some(p) = probes.get(i).filter(|p| p.metrics.wall && !p.borrowed) else {
+            continue;
+        };
+        if words.wall_start == 0 {
+            continue;
+        }
+        let open = open.get_or_insert_with(|| {
+            crate::open_self::row_open_self_ticks(
+                region,
+                (index, process.pid(), process.retired_cells()),
+                memory,
+                wall_now,
+            )
+        });
+        let base = weft_rt::layout::Geometry::metric_offset(p.word as u32);
+        let ticks = i32::try_from(base)
+            .ok()
+            .and_then(|b| open.get(&b))
+            .copied()
+            .unwrap_or(0);
+        let value = &mut r.values[i];
+        let own = words
+            .self_total
+            .saturating_add(weft_rt::clock::q32_mul(ticks, q32))
+            .min(value.wall_ns);
+        value.self_ns = value.self_ns.max(own);
     }
 }
 
