@@ -755,6 +755,15 @@ impl Sink {
                     weft::trace::RING_ENV
                 );
             }
+            if t.discarded_events > 0 {
+                eprintln!(
+                    "weft: trace: {} events not kept on {} thread(s): the trace reached its budget of {} MiB; a larger one: {}=SIZE (e.g. 4G)",
+                    t.discarded_events,
+                    t.threads.iter().filter(|t| t.discarded_events > 0).count(),
+                    t.budget_bytes >> 20,
+                    weft::trace::BUDGET_ENV
+                );
+            }
         }
         let trace = || {
             report
@@ -766,16 +775,45 @@ impl Sink {
             Format::Json => report.to_json() + "\n",
             Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table_with(&self.table),
-            // The trace is written once, whole, at the end.
+            // The trace is written once, whole, at the end, streamed: it
+            // can be far larger than weft's memory.
             Format::ChromeTrace | Format::Flamegraph if !last => return Ok(()),
-            Format::ChromeTrace => trace()?.with(|log| log.to_chrome_trace()) + "\n",
-            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(self.table.by_thread))?,
+            Format::ChromeTrace => {
+                let trace = trace()?;
+                return self.stream(|out| trace.with(|log| log.write_chrome_trace(out)));
+            }
+            Format::Flamegraph => {
+                let (trace, by_thread) = (trace()?, self.table.by_thread);
+                return self.stream(|out| trace.with(|log| log.write_flamegraph(by_thread, out)));
+            }
         };
         match &mut self.file {
             Some((path, file)) => file
                 .write_all(text.as_bytes())
                 .with_context(|| format!("writing the report to {}", path.display())),
             None => to_stdout(text.as_bytes()),
+        }
+    }
+}
+
+impl Sink {
+    /// Runs `write` on the output file or standard output.
+    fn stream(
+        &mut self,
+        write: impl FnOnce(&mut dyn Write) -> Result<(), weft::trace::CallTraceError>,
+    ) -> Result<()> {
+        match &mut self.file {
+            Some((path, file)) => {
+                write(file).with_context(|| format!("writing the trace to {}", path.display()))
+            }
+            None => match write(&mut std::io::stdout().lock()) {
+                Err(weft::trace::CallTraceError::Io(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    Err(StdoutClosed.into())
+                }
+                r => Ok(r.context("writing the trace to standard output")?),
+            },
         }
     }
 }
