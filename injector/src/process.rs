@@ -484,7 +484,8 @@ pub struct Process {
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
     /// The call trace drained from the threads' rings (`-m trace`).
     trace: Option<std::sync::Arc<std::sync::Mutex<crate::trace::TraceLog>>>,
-    /// Drains the trace rings every millisecond while this session lives.
+    /// Drains the trace rings every half millisecond while this session
+    /// lives.
     trace_drainer: Option<crate::trace::Drainer>,
     /// Functions inserted from now on are traced ([`Process::set_trace_calls`]).
     pub(crate) trace_calls: bool,

@@ -417,7 +417,7 @@ impl Region {
     /// `out`, in one go; false (nothing copied) when they are not all
     /// inside a row. Only for words no thread writes meanwhile: trace ring
     /// slots below the head read before (`weft_rt::layout::trace`).
-    pub fn copy_words(&self, index: u32, offset: usize, out: &mut [u64]) -> bool {
+    pub(crate) fn copy_words(&self, index: u32, offset: usize, out: &mut [u64]) -> bool {
         if index > self.geometry.scratch_row()
             || offset % 8 != 0
             || offset as u64 + 8 * out.len() as u64 > self.geometry.row_stride()

@@ -11,9 +11,9 @@
 //! whose exit was dropped ends when its thread's next event at the same or
 //! a lower depth shows it had ended ([`CallEnd::Lost`]).
 //!
-//! The rebuilt calls are kept compactly ([`store`]: a few bytes per event,
+//! The rebuilt calls are kept compactly (`store`: a few bytes per event,
 //! in a temporary file past a chunk per thread) and the writers stream
-//! them ([`output`]), so weft's memory does not grow with the trace. Past
+//! them (`output`), so weft's memory does not grow with the trace. Past
 //! the budget ([`BUDGET_ENV`]) the events are counted, not kept, and the
 //! gap is marked on the thread's timeline, as are the events the threads
 //! dropped themselves (a full ring).
@@ -649,7 +649,11 @@ impl TraceLog {
                 thread.staged_at = 0;
             }
             if failed.is_none() {
-                failed = thread.stream.spill(&mut self.spill, false).err();
+                // A thread whose row has a new owner makes no more events:
+                // its records go to the file, and its memory back.
+                let gone = self.by_row.get(&thread.row.0) != Some(&t);
+                let all = gone && thread.staged_at == thread.staged.len();
+                failed = thread.stream.spill(&mut self.spill, all).err();
             }
             self.kept += thread.stream.len() - before;
             self.staged -= n;

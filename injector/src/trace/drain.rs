@@ -15,6 +15,8 @@ const BUSY: Duration = Duration::from_micros(500);
 /// How long without events before the drains slow down (a thread between
 /// two bursts fills a ring in a millisecond).
 const QUIET: Duration = Duration::from_millis(200);
+/// Between two drains while copied events wait to be rebuilt.
+const BREATH: Duration = Duration::from_micros(50);
 /// The longest pause between two drains when no events came.
 const IDLE: Duration = Duration::from_millis(8);
 
@@ -55,7 +57,8 @@ impl Drop for Drainer {
 
 fn drain(log: &Weak<Mutex<TraceLog>>, region: &Region, stop: &AtomicBool) {
     // It sleeps between drains and never spins: at real-time priority it
-    // takes the CPU from the target only for the copying itself.
+    // takes the CPU from the target only for the copying and the
+    // rebuilding themselves.
     let _boost = crate::RealtimeGuard::raise();
     let mut pause = BUSY;
     let mut last_events = std::time::Instant::now();
@@ -68,15 +71,22 @@ fn drain(log: &Weak<Mutex<TraceLog>>, region: &Region, stop: &AtomicBool) {
             (log.drain_all(region, false), u64::from(log.capacity()))
         };
         drop(log);
-        if events >= capacity / 4 || left > 0 {
-            // The threads fill their rings about as fast as they are read,
-            // or events wait to be rebuilt: again at once, and sleep only
-            // once they slow down.
+        if events > 0 {
+            last_events = std::time::Instant::now();
+        }
+        if events >= capacity / 4 {
+            // The threads fill their rings about as fast as they are read:
+            // again at once.
             pause = BUSY;
             continue;
         }
-        if events > 0 {
-            last_events = std::time::Instant::now();
+        if left > 0 {
+            // Events wait to be rebuilt: a short breath between two
+            // slices, so that the target's threads (and anything else)
+            // run even on one CPU.
+            pause = BUSY;
+            std::thread::sleep(BREATH);
+            continue;
         }
         pause = if last_events.elapsed() < QUIET {
             BUSY
