@@ -898,6 +898,11 @@ fn past_the_budget_events_are_counted_and_marked() {
             .contains(&format!("weft: trace: {discarded} events not kept")),
         || format!("stderr: {}", weft.stderr_text()),
     );
+    ctx.check(
+        weft.stderr_text()
+            .contains("the trace reached its budget of 1 MiB (WEFT_TRACE_BUDGET)"),
+        || format!("stderr does not say why: {}", weft.stderr_text()),
+    );
 }
 
 /// A run that calls no traced function: the flame graph is an SVG that

@@ -757,10 +757,10 @@ impl Sink {
             }
             if t.discarded_events > 0 {
                 eprintln!(
-                    "weft: trace: {} events not kept on {} thread(s): the trace reached its budget of {} MiB; a larger one: {}=SIZE (e.g. 4G)",
+                    "weft: trace: {} events not kept on {} thread(s): {}; a larger budget: {}=SIZE (e.g. 4G), with room for it in TMPDIR",
                     t.discarded_events,
                     t.threads.iter().filter(|t| t.discarded_events > 0).count(),
-                    t.budget_bytes >> 20,
+                    t.not_kept.as_deref().unwrap_or("the trace reached its budget"),
                     weft::trace::BUDGET_ENV
                 );
             }

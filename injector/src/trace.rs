@@ -389,6 +389,8 @@ pub struct TraceLog {
     kept: u64,
     /// Events copied out of the rings, not rebuilt yet.
     staged: u64,
+    /// The thread the last rebuild started with.
+    rebuild_from: usize,
     budget: u64,
     /// Why events are no longer kept, once they are not.
     full: Option<String>,
@@ -420,6 +422,7 @@ impl TraceLog {
             spill: Spill::default(),
             kept: 0,
             staged: 0,
+            rebuild_from: 0,
             budget,
             full: None,
         }
@@ -589,7 +592,12 @@ impl TraceLog {
     /// far; returns how many.
     fn rebuild(&mut self, limit: u64) -> u64 {
         let mut done = 0;
-        for t in 0..self.threads.len() {
+        // Round the threads, from one further each time: no thread's
+        // events wait behind another's.
+        let threads = self.threads.len();
+        self.rebuild_from = (self.rebuild_from + 1) % threads.max(1);
+        let first = self.rebuild_from;
+        for t in (0..threads).map(|k| (first + k) % threads) {
             if done >= limit || self.staged == 0 {
                 break;
             }
@@ -694,6 +702,7 @@ impl TraceLog {
             discarded_events: self.discarded(),
             kept_bytes: self.kept,
             budget_bytes: self.budget,
+            not_kept: self.full.clone(),
             threads: self
                 .threads
                 .iter()
@@ -737,6 +746,10 @@ pub struct TraceSummary {
     pub kept_bytes: u64,
     /// The most bytes of trace weft keeps ([`BUDGET_ENV`]).
     pub budget_bytes: u64,
+    /// Why weft stopped keeping events, if it did: the budget, or the
+    /// temporary file could not be written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_kept: Option<String>,
     /// Per thread.
     pub threads: Vec<ThreadTraceSummary>,
 }
