@@ -748,11 +748,16 @@ impl Sink {
         if let (true, Some(t)) = (last, &report.trace) {
             if t.dropped_events > 0 {
                 eprintln!(
-                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N",
+                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N{}",
                     t.dropped_events,
                     t.threads.iter().filter(|t| t.dropped_events > 0).count(),
                     t.ring_events,
-                    weft::trace::RING_ENV
+                    weft::trace::RING_ENV,
+                    if t.drain_realtime {
+                        ""
+                    } else {
+                        "; weft's drain thread ran without real-time priority (as root or with CAP_SYS_NICE it keeps up with more)"
+                    }
                 );
             }
             if t.discarded_events > 0 {

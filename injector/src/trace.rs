@@ -391,6 +391,8 @@ pub struct TraceLog {
     staged: u64,
     /// The thread the last rebuild started with.
     rebuild_from: usize,
+    /// Whether weft's drain thread runs at real-time priority.
+    pub(crate) drain_realtime: bool,
     budget: u64,
     /// Why events are no longer kept, once they are not.
     full: Option<String>,
@@ -423,6 +425,7 @@ impl TraceLog {
             kept: 0,
             staged: 0,
             rebuild_from: 0,
+            drain_realtime: false,
             budget,
             full: None,
         }
@@ -703,6 +706,7 @@ impl TraceLog {
             kept_bytes: self.kept,
             budget_bytes: self.budget,
             not_kept: self.full.clone(),
+            drain_realtime: self.drain_realtime,
             threads: self
                 .threads
                 .iter()
@@ -750,6 +754,9 @@ pub struct TraceSummary {
     /// temporary file could not be written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_kept: Option<String>,
+    /// Whether weft's drain thread ran at real-time priority (root or
+    /// CAP_SYS_NICE): without, it competes with the target's threads.
+    pub drain_realtime: bool,
     /// Per thread.
     pub threads: Vec<ThreadTraceSummary>,
 }

@@ -59,7 +59,18 @@ fn drain(log: &Weak<Mutex<TraceLog>>, region: &Region, stop: &AtomicBool) {
     // It sleeps between drains and never spins: at real-time priority it
     // takes the CPU from the target only for the copying and the
     // rebuilding themselves.
-    let _boost = crate::RealtimeGuard::raise();
+    let boost = crate::RealtimeGuard::raise();
+    // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    // Raised, or already real-time (inherited, or a user's `chrt`).
+    let realtime = boost.is_some()
+        || matches!(
+            policy & !libc::SCHED_RESET_ON_FORK,
+            libc::SCHED_FIFO | libc::SCHED_RR
+        );
+    if let Some(log) = log.upgrade() {
+        log.lock().unwrap_or_else(|p| p.into_inner()).drain_realtime = realtime;
+    }
     let mut pause = BUSY;
     let mut last_events = std::time::Instant::now();
     while !stop.load(Ordering::Acquire) {

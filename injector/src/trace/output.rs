@@ -212,6 +212,8 @@ impl TraceLog {
             "discarded_events": summary.discarded_events,
             "kept_bytes": summary.kept_bytes,
             "budget_bytes": summary.budget_bytes,
+            "not_kept": summary.not_kept,
+            "drain_realtime": summary.drain_realtime,
             "threads": summary.threads,
         });
         writeln!(
