@@ -233,10 +233,10 @@ pub struct ThreadTrace {
     /// Drops not marked yet: the ring index of the first event after them,
     /// and how many.
     pending_gap: Option<(u64, u64)>,
-    /// Events copied out of the ring, not rebuilt yet (time, function and
-    /// kind | cell), and the ring index of the first.
-    /// (Two words an event, from `staged_at`: the words before are
-    /// rebuilt, and go when they are half.)
+    /// Events copied out of the ring, two words each as in the ring (the
+    /// time; the function, kind and cell), not rebuilt yet from word
+    /// `staged_at` on (the words before it are dropped once they are half
+    /// the vector), and the ring index of the event at `staged_at`.
     staged: Vec<u64>,
     staged_at: usize,
     staged_index: u64,
