@@ -17,6 +17,8 @@
 //!    as a share of one core.
 //! 5. **Live reports**: `weft attach --interval 0.5` on 200 busy threads:
 //!    each report's punctuality and freshness.
+//! 6. **Trace rate**: the highest event rate `-m calls,trace` keeps whole
+//!    (every call in the trace, 0 lost), by pacing a target.
 //!
 //! `cargo bench --bench overhead` runs the full mode (a few minutes);
 //! `WEFT_BENCH_QUICK=1` (or running it as a test) a short one, as CI does.
@@ -418,7 +420,7 @@ fn section_per_call(quick: bool) {
     );
     for (threads, m, share) in dropped {
         println!(
-            "{m} at {threads} thread(s): {:.0}% of the trace events dropped (ring of {TRACE_RING} events, drained every 10 ms; a dropped event costs a compare and a counter instead of two stores)",
+            "{m} at {threads} thread(s): {:.0}% of the trace events dropped (ring of {TRACE_RING} events, drained every 0.5 ms; a dropped event costs a compare and a counter instead of two stores)",
             share * 100.0
         );
     }
@@ -449,6 +451,145 @@ fn section_per_call(quick: bool) {
 
 /// The smallest trace ring weft takes.
 const MIN_RING: u32 = weft_rt::layout::trace::MIN_CAPACITY;
+
+/// One `weft run -m calls,trace` of `benches/trace_rate_target.c`: its
+/// threads' events a second (two per call, by the target's own count and
+/// clock) and the events the trace lost (dropped or not kept).
+struct RateTrial {
+    events_per_sec: f64,
+    lost: u64,
+}
+
+fn trace_trial(exe: &Path, threads: usize, calls_per_sec: f64, seconds: f64) -> RateTrial {
+    let report = bench_dir().join("trace_rate.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "run",
+            "-m",
+            "calls,trace",
+            "-f",
+            "outer,inner",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&report)
+        .arg("--")
+        .arg(exe)
+        .args([
+            threads.to_string(),
+            format!("{calls_per_sec:.0}"),
+            seconds.to_string(),
+        ])
+        .output()
+        .expect("running weft");
+    assert!(
+        out.status.success(),
+        "weft run of the trace rate target failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `thread tid=T calls=N wall_ns=W`
+    let text = String::from_utf8_lossy(&out.stdout);
+    let own: Vec<(u64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut v = l
+                .strip_prefix("thread ")?
+                .split(' ')
+                .map(|kv| kv.split_once('=').map(|(_, v)| v));
+            let _tid = v.next()??;
+            Some((v.next()??.parse().ok()?, v.next()??.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(own.len(), threads, "the target's lines: {text}");
+    let made: u64 = own.iter().map(|o| o.0).sum();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("weft's report"))
+            .expect("weft's report is JSON");
+    let counted: u64 = r["functions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["calls"].as_u64())
+        .sum();
+    assert_eq!(
+        counted, made,
+        "weft counted {counted} calls, the target made {made}"
+    );
+    let t = &r["trace"];
+    let lost = t["dropped_events"].as_u64().unwrap_or(u64::MAX)
+        + t["discarded_events"].as_u64().unwrap_or(u64::MAX);
+    if lost == 0 {
+        // Nothing lost: every call the target made is in the trace.
+        assert_eq!(
+            t["calls"].as_u64(),
+            Some(made),
+            "no event lost, yet the trace has not every call: {t}"
+        );
+    }
+    RateTrial {
+        events_per_sec: own
+            .iter()
+            .map(|&(calls, wall)| 2.0 * calls as f64 / (wall / 1e9))
+            .sum(),
+        lost,
+    }
+}
+
+fn section_trace_rate(quick: bool) {
+    let threads = 2;
+    let seconds = if quick { 0.4 } else { 2.0 };
+    let steps = if quick { 4 } else { 8 };
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches/trace_rate_target.c");
+    let exe = bench_dir().join("trace_rate_target");
+    gcc(&src, &exe);
+    println!(
+        "## Trace: the sustained lossless event rate ({threads} threads calling a nested pair of \
+         functions for {seconds} s, paced; default ring and budget, weft's drain thread)"
+    );
+    let tight = trace_trial(&exe, threads, 0.0, seconds);
+    println!(
+        "unpaced: {:.1} M events/s made, {} lost",
+        tight.events_per_sec / 1e6,
+        tight.lost
+    );
+    // Bisect the pace between a rate kept whole and one that was not.
+    let (mut whole, mut over) = if tight.lost == 0 {
+        (tight.events_per_sec, None)
+    } else {
+        (0.0, Some(tight.events_per_sec))
+    };
+    let mut rate = tight.events_per_sec / 2.0;
+    for _ in 0..steps {
+        let Some(high) = over else { break };
+        // Calls a second per thread: 2 events a call.
+        let trial = trace_trial(&exe, threads, rate / 2.0 / threads as f64, seconds);
+        println!(
+            "  paced at {:.1} M events/s: {:.1} M made, {} lost",
+            rate / 1e6,
+            trial.events_per_sec / 1e6,
+            trial.lost
+        );
+        if trial.lost == 0 {
+            whole = whole.max(trial.events_per_sec);
+            rate = (rate + high) / 2.0;
+        } else {
+            over = Some(rate.min(high));
+            rate = (whole + rate) / 2.0;
+        }
+    }
+    println!(
+        "sustained lossless trace rate: {:.1} M events/s ({} calls/s, {threads} threads, every call in the trace, 0 lost){}",
+        whole / 1e6,
+        (whole / 2.0) as u64,
+        if over.is_none() {
+            " = everything the threads made"
+        } else {
+            ""
+        }
+    );
+    assert!(whole > 0.0, "no paced rate was traced without loss");
+}
 
 fn section_attach(quick: bool) {
     let threads = 200;
@@ -1108,7 +1249,8 @@ fn main() {
         std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map_or_else(|_| "unknown".into(), |r| r.trim().to_string())
     );
-    // WEFT_BENCH_ONLY=per_call,attach,functions,sampling,live: some sections.
+    // WEFT_BENCH_ONLY=per_call,attach,functions,sampling,live,trace: some
+    // sections.
     let only = std::env::var("WEFT_BENCH_ONLY").unwrap_or_default();
     let run = |name: &str| only.is_empty() || only.split(',').any(|s| s == name);
     if run("per_call") {
@@ -1125,6 +1267,9 @@ fn main() {
     }
     if run("live") {
         section_live(quick);
+    }
+    if run("trace") {
+        section_trace_rate(quick);
     }
     let _ = std::io::stdout().flush();
 }

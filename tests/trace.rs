@@ -584,3 +584,345 @@ fn speedscope_and_chromium_read_the_trace_and_the_flame_graph() {
         });
     }
 }
+
+/// Peak resident memory in KiB of our child `pid` once it has exited,
+/// left unreaped (`waitid` with `WNOWAIT`, whose rusage is the child's
+/// and that of the children it reaped: an upper bound of its own), or
+/// None if it did not exit within the timeout.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while std::time::Instant::now() < deadline {
+        // SAFETY: zeroed siginfo and rusage are valid out-parameters.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child, into the two structs above;
+        // WNOWAIT leaves it for Proc::wait_code to reap.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_waitid,
+                libc::P_PID,
+                pid,
+                &mut info as *mut libc::siginfo_t,
+                libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+                &mut usage as *mut libc::rusage,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when a child was found.
+        if r == 0 && unsafe { info.si_pid() } == pid as i32 {
+            return Some(usage.ru_maxrss as u64);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    None
+}
+
+/// A Chrome trace read by serde_json event by event (the file is too big
+/// to read whole comfortably): per tid the call sequence as the target
+/// logs it ("x(" at a begin, ")" at an end) with every end closing the
+/// innermost open call of its name and times going forward; the lost
+/// events marked; and `otherData`.
+#[derive(Default)]
+struct Streamed {
+    seqs: BTreeMap<i64, String>,
+    open: BTreeMap<i64, Vec<String>>,
+    last_ns: BTreeMap<i64, i64>,
+    names: BTreeMap<i64, String>,
+    lost_marked: u64,
+    errors: Vec<String>,
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut Streamed {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of trace events")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(e) = seq.next_element::<serde_json::Value>()? {
+            let (ph, tid) = (
+                e["ph"].as_str().unwrap_or(""),
+                e["tid"].as_i64().unwrap_or(-1),
+            );
+            let name = e["name"].as_str().unwrap_or("").to_string();
+            if ph == "M" {
+                if name == "thread_name" {
+                    let n = e["args"]["name"].as_str().unwrap_or("").to_string();
+                    self.names.insert(tid, n);
+                }
+                continue;
+            }
+            let ns = (e["ts"].as_f64().unwrap_or(-1.0) * 1000.0).round() as i64;
+            let last = self.last_ns.entry(tid).or_insert(0);
+            if ns < *last && self.errors.len() < 5 {
+                self.errors
+                    .push(format!("{name} at {ns} ns goes back in time ({last})"));
+            }
+            *last = ns;
+            if e["cat"] == "weft-gap" {
+                if ph == "B" {
+                    self.lost_marked += e["args"]["lost_events"].as_u64().unwrap_or(0);
+                }
+                continue;
+            }
+            let seq = self.seqs.entry(tid).or_default();
+            let open = self.open.entry(tid).or_default();
+            match ph {
+                "B" => {
+                    seq.push(name.chars().next().unwrap_or('?'));
+                    seq.push('(');
+                    open.push(name);
+                }
+                "E" => {
+                    if open.pop().as_ref() != Some(&name) && self.errors.len() < 5 {
+                        self.errors
+                            .push(format!("{name} ends on tid {tid} inside another call"));
+                    }
+                    seq.push(')');
+                }
+                _ if self.errors.len() < 5 => self.errors.push(format!("unexpected ph {ph:?}")),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads `file` with [`Streamed`]; returns it and `otherData`.
+fn read_streamed(ctx: &Ctx, file: &Path) -> (Streamed, serde_json::Value) {
+    struct Events<'a>(&'a mut Streamed);
+    impl<'de> serde::de::DeserializeSeed<'de> for Events<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self.0)
+        }
+    }
+    struct Top<'a>(&'a mut Streamed, &'a mut serde_json::Value);
+    impl<'de> serde::de::Visitor<'de> for Top<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a Chrome trace object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "traceEvents" => map.next_value_seed(Events(&mut *self.0))?,
+                    "otherData" => *self.1 = map.next_value()?,
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let reader = std::io::BufReader::new(
+        std::fs::File::open(file).unwrap_or_else(|e| ctx.fail(format!("{}: {e}", file.display()))),
+    );
+    let mut streamed = Streamed::default();
+    let mut other = serde_json::Value::Null;
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    serde::Deserializer::deserialize_map(&mut de, Top(&mut streamed, &mut other))
+        .unwrap_or_else(|e| ctx.fail(format!("{} is not a Chrome trace: {e}", file.display())));
+    ctx.check(streamed.errors.is_empty(), || {
+        format!("the trace's events: {:?}", streamed.errors)
+    });
+    for (tid, open) in &streamed.open {
+        ctx.check(open.is_empty(), || {
+            format!("tid {tid}: calls never ended: {open:?}")
+        });
+    }
+    (streamed, other)
+}
+
+/// 3 threads x 24,000 rounds of nested calls (at least 180,000 calls a
+/// thread, as fast as they go: ~100 million events a second while a
+/// thread runs), gcc -O2 -g, default ring and budget: every call is in
+/// the Chrome trace, in the target's own order, nothing dropped, and
+/// weft's peak memory stays under 256 MiB; the flame graph of the same
+/// run has every function and nothing dropped either.
+#[test]
+fn a_burst_of_nested_calls_is_traced_whole_in_bounded_memory() {
+    let ctx = Ctx::new("a_burst_of_nested_calls_is_traced_whole_in_bounded_memory");
+    let exe = build_c_target("trace_calls", &["-O2", "-g"]);
+    let dir = scratch_dir("trace_burst");
+    let (json, svg) = (dir.join("trace.json"), dir.join("flame.svg"));
+    const LIMIT_KIB: u64 = 256 * 1024;
+    for (format, file) in [("chrome-trace", &json), ("flamegraph", &svg)] {
+        let mut args = vec!["run"];
+        args.extend(FUNCS);
+        args.extend(["--format", format, "-o", file.to_str().unwrap(), "--"]);
+        args.extend([exe.to_str().unwrap(), "3", "24000"]);
+        let mut weft = ctx.weft(&args);
+        let peak = peak_rss_kib(weft.pid);
+        weft.wait_code(0);
+        let peak = peak.unwrap_or_else(|| ctx.fail("weft did not exit"));
+        eprintln!("{format}: weft's peak memory {} MiB", peak / 1024);
+        ctx.check(peak <= LIMIT_KIB, || {
+            format!("{format}: weft's peak memory {peak} KiB is over {LIMIT_KIB} KiB")
+        });
+        ctx.check(!weft.stderr_text().contains("dropped"), || {
+            format!("{format}: events dropped: {}", weft.stderr_text())
+        });
+        let logs = logged(&weft.stdout_text());
+        ctx.check(logs.len() == 3, || format!("thread logs: {}", logs.len()));
+        if format == "flamegraph" {
+            let titles = svg_titles(&ctx, file);
+            for f in ["outer", "middle", "recurse", "leaf"] {
+                ctx.check(
+                    titles.iter().any(|t| t.starts_with(&format!("{f} ("))),
+                    || format!("no frame of {f} in the flame graph"),
+                );
+            }
+            ctx.check(!titles.iter().any(|t| t.contains("events lost")), || {
+                "the flame graph marks lost events".into()
+            });
+            continue;
+        }
+        let (trace, other) = read_streamed(&ctx, file);
+        ctx.check(
+            other["dropped_events"] == 0 && other["discarded_events"] == 0,
+            || format!("events dropped with the defaults: {other}"),
+        );
+        for (tid, log) in &logs {
+            let calls = log.matches('(').count();
+            ctx.check(calls >= 180_000, || {
+                format!("thread {tid} made {calls} calls")
+            });
+            let got = trace
+                .seqs
+                .get(&tid.parse().unwrap())
+                .cloned()
+                .unwrap_or_default();
+            ctx.check(got.matches('(').count() == calls, || {
+                format!(
+                    "thread {tid}: {} calls in the trace, {calls} made",
+                    got.matches('(').count()
+                )
+            });
+            ctx.check(&got == log, || {
+                format!("thread {tid}'s trace is not its own log")
+            });
+        }
+    }
+}
+
+/// A ring far too small: the drops are counted, said on stderr, and
+/// marked where they happened on the threads' tracks as slices
+/// `weft: N events lost` that add up to the drops; the calls around them
+/// still nest.
+#[test]
+fn drops_are_marked_on_the_timeline() {
+    let ctx = Ctx::new("drops_are_marked_on_the_timeline");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_gaps");
+    let file = dir.join("trace.json");
+    let mut cmd = Command::new(weft_bin());
+    cmd.env("WEFT_TRACE_RING", "16")
+        .arg("run")
+        .args(FUNCS)
+        .args([
+            "--format",
+            "chrome-trace",
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "2",
+            "3000",
+        ]);
+    let mut weft = ctx.spawn("weft run (ring of 16)", cmd, false);
+    weft.wait_code(0);
+    let (trace, other) = read_streamed(&ctx, &file);
+    let dropped = other["dropped_events"].as_u64().unwrap_or(0);
+    ctx.check(dropped > 0, || {
+        format!("a ring of 16 dropped nothing: {other}")
+    });
+    ctx.check(trace.lost_marked == dropped, || {
+        format!(
+            "the slices mark {} lost events, otherData says {dropped}",
+            trace.lost_marked
+        )
+    });
+    ctx.check(
+        weft.stderr_text()
+            .contains(&format!("weft: trace: {dropped} events dropped")),
+        || format!("stderr: {}", weft.stderr_text()),
+    );
+}
+
+/// Past the budget (WEFT_TRACE_BUDGET) events are counted as not kept,
+/// said on stderr, marked at the end of each thread's track, and the
+/// trace stays small and well nested.
+#[test]
+fn past_the_budget_events_are_counted_and_marked() {
+    let ctx = Ctx::new("past_the_budget_events_are_counted_and_marked");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_budget");
+    let file = dir.join("trace.json");
+    let mut cmd = Command::new(weft_bin());
+    cmd.env("WEFT_TRACE_BUDGET", "1M")
+        .arg("run")
+        .args(FUNCS)
+        .args([
+            "--format",
+            "chrome-trace",
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "3",
+            "24000",
+        ]);
+    let mut weft = ctx.spawn("weft run (budget 1M)", cmd, false);
+    weft.wait_code(0);
+    let (trace, other) = read_streamed(&ctx, &file);
+    let (dropped, discarded) = (
+        other["dropped_events"].as_u64().unwrap_or(0),
+        other["discarded_events"].as_u64().unwrap_or(0),
+    );
+    ctx.check(discarded > 0 && other["budget_bytes"] == 1 << 20, || {
+        format!("1 MiB kept nothing out: {other}")
+    });
+    ctx.check(trace.lost_marked == dropped + discarded, || {
+        format!(
+            "the slices mark {} lost events, otherData says {dropped} dropped and {discarded} not kept",
+            trace.lost_marked
+        )
+    });
+    // Kept about the budget: a few bytes a call.
+    let kept = other["kept_bytes"].as_u64().unwrap_or(u64::MAX);
+    ctx.check(kept < 2 << 20, || {
+        format!("{kept} bytes kept for a 1 MiB budget")
+    });
+    ctx.check(
+        weft.stderr_text()
+            .contains(&format!("weft: trace: {discarded} events not kept")),
+        || format!("stderr: {}", weft.stderr_text()),
+    );
+    ctx.check(
+        weft.stderr_text()
+            .contains("the trace reached its budget of 1 MiB (WEFT_TRACE_BUDGET)"),
+        || format!("stderr does not say why: {}", weft.stderr_text()),
+    );
+}
+
+/// A run that calls no traced function: the flame graph is an SVG that
+/// says so (not an error), the Chrome trace an empty timeline.
+#[test]
+fn a_trace_without_calls_is_an_empty_flame_graph() {
+    let ctx = Ctx::new("a_trace_without_calls_is_an_empty_flame_graph");
+    let exe = build_c_target("trace_calls", &["-O2"]);
+    let dir = scratch_dir("trace_empty");
+    let (svg, json) = (dir.join("flame.svg"), dir.join("trace.json"));
+    let exe_s = exe.to_str().unwrap();
+    run_to_file(&ctx, &FUNCS, "flamegraph", &svg, &[exe_s, "2", "0"]);
+    let titles = svg_titles(&ctx, &svg);
+    ctx.check(
+        titles.iter().any(|t| t.contains("no calls were traced")),
+        || format!("the empty flame graph's titles: {titles:?}"),
+    );
+    run_to_file(&ctx, &FUNCS, "chrome-trace", &json, &[exe_s, "2", "0"]);
+    let (trace, other) = read_streamed(&ctx, &json);
+    ctx.check(trace.seqs.is_empty() && other["tool"] == "weft", || {
+        format!("calls in an empty trace: {:?}", trace.seqs)
+    });
+}

@@ -565,8 +565,11 @@ pub mod trace {
     pub const KIND_UNWOUND: u32 = 3;
     /// The kind bits of [`EV_FUNCTION`].
     pub const KIND_MASK: u32 = 7;
-    /// Events per ring unless asked otherwise.
-    pub const DEFAULT_CAPACITY: u32 = 16_384;
+    /// Events per ring unless asked otherwise: the most, 4 MiB of the
+    /// target's memory for a thread that fills it (a tight loop of traced
+    /// calls makes ~100 million events a second while it runs: a ring
+    /// holds 2.6 ms of them between two reads).
+    pub const DEFAULT_CAPACITY: u32 = MAX_CAPACITY;
     /// Fewest events per ring.
     pub const MIN_CAPACITY: u32 = 16;
     /// Most events per ring (4 MiB of a row's 8 MiB of words).

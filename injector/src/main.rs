@@ -748,11 +748,25 @@ impl Sink {
         if let (true, Some(t)) = (last, &report.trace) {
             if t.dropped_events > 0 {
                 eprintln!(
-                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N",
+                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N{}",
                     t.dropped_events,
                     t.threads.iter().filter(|t| t.dropped_events > 0).count(),
                     t.ring_events,
-                    weft::trace::RING_ENV
+                    weft::trace::RING_ENV,
+                    if t.drain_realtime {
+                        ""
+                    } else {
+                        "; weft's drain thread ran without real-time priority (as root or with CAP_SYS_NICE it keeps up with more)"
+                    }
+                );
+            }
+            if t.discarded_events > 0 {
+                eprintln!(
+                    "weft: trace: {} events not kept on {} thread(s): {}; a larger budget: {}=SIZE (e.g. 4G), with room for it in TMPDIR",
+                    t.discarded_events,
+                    t.threads.iter().filter(|t| t.discarded_events > 0).count(),
+                    t.not_kept.as_deref().unwrap_or("the trace reached its budget"),
+                    weft::trace::BUDGET_ENV
                 );
             }
         }
@@ -766,16 +780,45 @@ impl Sink {
             Format::Json => report.to_json() + "\n",
             Format::Jsonl => jsonl_line(report, last)? + "\n",
             Format::Table => report.to_table_with(&self.table),
-            // The trace is written once, whole, at the end.
+            // The trace is written once, whole, at the end, streamed: it
+            // can be far larger than weft's memory.
             Format::ChromeTrace | Format::Flamegraph if !last => return Ok(()),
-            Format::ChromeTrace => trace()?.with(|log| log.to_chrome_trace()) + "\n",
-            Format::Flamegraph => trace()?.with(|log| log.to_flamegraph(self.table.by_thread))?,
+            Format::ChromeTrace => {
+                let trace = trace()?;
+                return self.stream(|out| trace.with(|log| log.write_chrome_trace(out)));
+            }
+            Format::Flamegraph => {
+                let (trace, by_thread) = (trace()?, self.table.by_thread);
+                return self.stream(|out| trace.with(|log| log.write_flamegraph(by_thread, out)));
+            }
         };
         match &mut self.file {
             Some((path, file)) => file
                 .write_all(text.as_bytes())
                 .with_context(|| format!("writing the report to {}", path.display())),
             None => to_stdout(text.as_bytes()),
+        }
+    }
+}
+
+impl Sink {
+    /// Runs `write` on the output file or standard output.
+    fn stream(
+        &mut self,
+        write: impl FnOnce(&mut dyn Write) -> Result<(), weft::trace::CallTraceError>,
+    ) -> Result<()> {
+        match &mut self.file {
+            Some((path, file)) => {
+                write(file).with_context(|| format!("writing the trace to {}", path.display()))
+            }
+            None => match write(&mut std::io::stdout().lock()) {
+                Err(weft::trace::CallTraceError::Io(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    Err(StdoutClosed.into())
+                }
+                r => Ok(r.context("writing the trace to standard output")?),
+            },
         }
     }
 }

@@ -485,6 +485,9 @@ pub struct Process {
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
     /// The call trace drained from the threads' rings (`-m trace`).
     trace: Option<std::sync::Arc<std::sync::Mutex<crate::trace::TraceLog>>>,
+    /// Drains the trace rings every half millisecond while this session
+    /// lives.
+    trace_drainer: Option<crate::trace::Drainer>,
     /// Functions inserted from now on are traced ([`Process::set_trace_calls`]).
     pub(crate) trace_calls: bool,
     /// Stops of the world by tracers released before the current one.
@@ -662,6 +665,7 @@ impl Process {
             harvested: Vec::new(),
             exits: None,
             trace: None,
+            trace_drainer: None,
             trace_calls: false,
             spare_probes: Vec::new(),
             ties: Vec::new(),
@@ -1049,7 +1053,6 @@ impl Process {
     /// starts this session's log of them.
     fn ensure_trace_ring(&mut self) -> Result<(), Error> {
         use std::sync::atomic::Ordering;
-        use weft_rt::layout::trace as ring;
         let pid = self.pid;
         let mine = self.owner_bit();
         let rt = self.rt()?;
@@ -1068,13 +1071,11 @@ impl Process {
         }
         let control = rt.region.control();
         if control.trace_ring.load(Ordering::Acquire) == 0 {
-            let capacity = crate::trace::ring_capacity()?;
-            let words = (ring::ring_bytes(capacity) / 8) as u32;
-            // 64-byte aligned: whole cache lines, the consumer's its own.
-            let first = rt.region.geometry().metric_words.saturating_sub(words) & !7;
-            if first <= crate::ledger::words_used(&rt.region) || first == 0 {
+            let metric_words = rt.region.geometry().metric_words;
+            let used = crate::ledger::words_used(&rt.region);
+            let Some((capacity, first)) = crate::trace::ring_place(metric_words, used)? else {
                 return Err(self.out_of_room(Room::MetricWords));
-            }
+            };
             control.trace_capacity.store(capacity, Ordering::Release);
             control.trace_ring.store(first + 1, Ordering::Release);
         }
@@ -1082,9 +1083,21 @@ impl Process {
             let header = rt.region.header();
             let first = header.trace_ring.load(Ordering::Acquire) - 1;
             let capacity = header.trace_capacity.load(Ordering::Acquire);
-            let log =
-                crate::trace::TraceLog::new(pid, first, capacity, header.timer_ns_per_tick_q32);
-            self.trace = Some(std::sync::Arc::new(std::sync::Mutex::new(log)));
+            let budget = crate::trace::budget()?;
+            let log = crate::trace::TraceLog::new(
+                pid,
+                first,
+                capacity,
+                header.timer_ns_per_tick_q32,
+                budget,
+            );
+            let log = std::sync::Arc::new(std::sync::Mutex::new(log));
+            self.trace_drainer = rt
+                .region
+                .reopen(pid)
+                .ok()
+                .and_then(|region| crate::trace::Drainer::start(&log, region));
+            self.trace = Some(log);
         }
         Ok(())
     }

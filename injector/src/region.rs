@@ -89,6 +89,26 @@ impl Region {
             .write(true)
             .open(format!("/proc/{pid}/fd/{fd}"))
             .map_err(map_err)?;
+        Region::map(pid, fd, file)
+    }
+
+    /// A second view of the same region, mapped anew, that a thread of
+    /// weft's own can own (the call-trace drainer) however long this one
+    /// lives.
+    pub fn reopen(&self, pid: i32) -> Result<Region, RegionError> {
+        use std::os::fd::AsRawFd;
+        let fd = self.file.as_raw_fd();
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|source| RegionError::Map { pid, fd, source })?;
+        Region::map(pid, fd, file)
+    }
+
+    /// Maps the region in `file` (process `pid`'s descriptor `fd`, for
+    /// errors).
+    fn map(pid: i32, fd: i32, file: std::fs::File) -> Result<Region, RegionError> {
+        let map_err = |source| RegionError::Map { pid, fd, source };
         let len = file.metadata().map_err(map_err)?.len() as usize;
         if len < ACKS_OFFSET + layout::PAGE as usize {
             return Err(RegionError::Incompatible { pid, found: 0 });
@@ -391,6 +411,32 @@ impl Region {
         // SAFETY: inside the row (checked above), 8-byte aligned; a volatile
         // load because the target writes it concurrently.
         unsafe { std::ptr::read_volatile(self.row(index).add(offset) as *const u64) }
+    }
+
+    /// Copies row `index`'s words from row byte offset `offset` into
+    /// `out`, in one go; false (nothing copied) when they are not all
+    /// inside a row. Only for words no thread writes meanwhile: trace ring
+    /// slots below the head read before (`weft_rt::layout::trace`).
+    pub(crate) fn copy_words(&self, index: u32, offset: usize, out: &mut [u64]) -> bool {
+        if index > self.geometry.scratch_row()
+            || offset % 8 != 0
+            || offset as u64 + 8 * out.len() as u64 > self.geometry.row_stride()
+        {
+            return false;
+        }
+        // Not above the caller's earlier load of what published the words.
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: the words lie inside the row (checked above), which lies
+        // inside the mapping; 8-byte aligned; nothing writes them while
+        // they are read (the caller's contract), and `out` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.row(index).add(offset) as *const u64,
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        true
     }
 
     /// Row `index`'s first `words` metric words, as atomics (`words` at

@@ -672,10 +672,11 @@ impl Report {
         if let Some(t) = &self.trace {
             let _ = writeln!(
                 out,
-                "trace: {} calls recorded on {} thread(s), {} events dropped (--format chrome-trace or flamegraph writes them)",
+                "trace: {} calls recorded on {} thread(s), {} events dropped, {} not kept (--format chrome-trace or flamegraph writes them)",
                 t.calls,
                 t.threads.len(),
-                t.dropped_events
+                t.dropped_events,
+                t.discarded_events
             );
         }
         if self.overflow_threads > 0 {

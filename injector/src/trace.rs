@@ -10,15 +10,48 @@
 //! dropped around them: a call whose entry was dropped is left out, one
 //! whose exit was dropped ends when its thread's next event at the same or
 //! a lower depth shows it had ended ([`CallEnd::Lost`]).
+//!
+//! The rebuilt calls are kept compactly (`store`: a few bytes per event,
+//! in a temporary file past a chunk per thread) and the writers stream
+//! them (`output`), so weft's memory does not grow with the trace. Past
+//! the budget ([`BUDGET_ENV`]) the events are counted, not kept, and the
+//! gap is marked on the thread's timeline, as are the events the threads
+//! dropped themselves (a full ring).
+
+mod drain;
+mod output;
+mod store;
+
+pub use drain::Drainer;
 
 use crate::region::Region;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use store::{Spill, Stream};
 use weft_rt::layout::{trace as ring, Geometry, ROW_ACTIVITY, ROW_CELLS};
 
 /// Environment variable that sets the events per thread ring (a power of
 /// two from 16 to 262,144) when a process's ring is first made.
 pub const RING_ENV: &str = "WEFT_TRACE_RING";
+
+/// Environment variable that sets the most bytes of trace weft keeps
+/// (`512M`, `4G`, or bytes; default [`DEFAULT_BUDGET`]); past it events
+/// are counted as discarded and the gap is marked.
+pub const BUDGET_ENV: &str = "WEFT_TRACE_BUDGET";
+
+/// Ring events copied out at a time (and the staging a thread keeps).
+const BATCH: usize = 4096;
+
+/// Most events copied out of the rings and not rebuilt yet (16 bytes
+/// each: 64 MiB): what weft absorbs of a burst faster than it rebuilds.
+const STAGE_LIMIT: usize = 1 << 22;
+
+/// Events rebuilt per drain between two copies while more wait.
+pub(crate) const REBUILD_SLICE: u64 = 4096;
+
+/// Bytes of trace weft keeps unless told ([`BUDGET_ENV`]): about a
+/// hundred million calls.
+pub const DEFAULT_BUDGET: u64 = 1 << 30;
 
 /// The events per ring to make: [`RING_ENV`] if set (rounded up to a
 /// power of two, clamped), else the default.
@@ -36,15 +69,77 @@ pub fn ring_capacity() -> Result<u32, CallTraceError> {
     Ok(n.next_power_of_two().min(ring::MAX_CAPACITY))
 }
 
+/// The events per ring and its first metric word in rows of
+/// `metric_words` words of which `used` are taken: [`ring_capacity`], or
+/// for the default the largest that fits, down to 16,384; None when it
+/// does not fit.
+pub(crate) fn ring_place(
+    metric_words: u32,
+    used: u32,
+) -> Result<Option<(u32, u32)>, CallTraceError> {
+    let asked = ring_capacity()?;
+    let explicit = std::env::var_os(RING_ENV).is_some();
+    let mut capacity = asked;
+    loop {
+        let words = (ring::ring_bytes(capacity) / 8) as u32;
+        // 64-byte aligned: whole cache lines, the consumer's its own.
+        let first = metric_words.saturating_sub(words) & !7;
+        if first > used && first != 0 {
+            return Ok(Some((capacity, first)));
+        }
+        if explicit || capacity <= 16_384 {
+            return Ok(None);
+        }
+        capacity /= 2;
+    }
+}
+
+/// The trace budget in bytes: [`BUDGET_ENV`] if set, else
+/// [`DEFAULT_BUDGET`].
+pub fn budget() -> Result<u64, CallTraceError> {
+    match std::env::var(BUDGET_ENV) {
+        Ok(text) => parse_size(&text).ok_or(CallTraceError::Budget(text)),
+        Err(_) => Ok(DEFAULT_BUDGET),
+    }
+}
+
+/// `N`, `NK`, `NM` or `NG` (binary units, case-insensitive, an optional
+/// `iB`/`B`) as bytes; at least 1 MiB.
+fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (digits, shift) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 10),
+        'M' => (&t[..t.len() - 1], 20),
+        'G' => (&t[..t.len() - 1], 30),
+        'T' => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    let bytes = n.checked_mul(1 << shift)?;
+    (bytes >= 1 << 20).then_some(bytes)
+}
+
 /// Failure to set up or write a trace.
 #[derive(Debug, thiserror::Error)]
 pub enum CallTraceError {
     /// [`RING_ENV`] is not a number of events in range.
     #[error("{RING_ENV}={0}: give the events per thread ring, a number from 16 to 262144 (rounded up to a power of two)")]
     RingSize(String),
+    /// [`BUDGET_ENV`] is not a size.
+    #[error(
+        "{BUDGET_ENV}={0}: give the most bytes of trace weft may keep, at least 1M (e.g. 512M, 4G)"
+    )]
+    Budget(String),
     /// The flame graph could not be drawn.
     #[error("cannot draw the flame graph: {0}")]
     Flamegraph(String),
+    /// The kept trace could not be read back or the output written.
+    #[error("cannot write the call trace: {0} (is the disk of the output, or of TMPDIR where weft keeps the trace, full?)")]
+    Io(#[from] std::io::Error),
     /// Another live weft traces calls in the process (one consumer per
     /// ring).
     #[error("another weft (pid {0}) is tracing calls in this process, and the threads' trace rings have one reader: stop that weft first, or leave trace out of -m")]
@@ -63,40 +158,51 @@ pub enum CallEnd {
     /// Its frame was discarded (longjmp, an exception, thread exit): it
     /// ends when weft noticed.
     Unwound,
-    /// Its exit event was dropped (full ring): it ends at the thread's
-    /// next event that shows it had ended.
+    /// Its exit event was lost (a full ring, or past the budget): it ends
+    /// at the thread's next event that shows it had ended, or at its last.
     Lost,
     /// It had not ended when the trace was last drained (it ends there).
     Open,
 }
 
-/// One call of one thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TracedCall {
-    /// The function: its metric base (see [`TraceLog::function_name`]).
-    pub function: u32,
-    /// Raw wall reading at the entry.
-    pub start: u64,
-    /// Raw wall reading at the end.
-    pub end: u64,
-    /// Depth on the thread's activation stack (0: outermost traced or
-    /// timed activation).
-    pub depth: u32,
-    /// How it ended.
-    pub ended: CallEnd,
+impl CallEnd {
+    /// Its code in a stored BEGIN record.
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(code: u8) -> CallEnd {
+        match code {
+            1 => CallEnd::Unwound,
+            2 => CallEnd::Lost,
+            3 => CallEnd::Open,
+            _ => CallEnd::Returned,
+        }
+    }
+
+    /// The Trace Event Format's `args` of its events (none for a return).
+    fn args(self) -> &'static str {
+        match self {
+            CallEnd::Returned => "",
+            CallEnd::Unwound => r#","args":{"ended":"unwound"}"#,
+            CallEnd::Lost => r#","args":{"ended":"lost"}"#,
+            CallEnd::Open => r#","args":{"ended":"open"}"#,
+        }
+    }
 }
 
 /// An entry whose close has not been seen yet.
 #[derive(Clone, Copy, Debug)]
 struct Open {
     function: u32,
-    start: u64,
     depth: u32,
+    /// Its BEGIN record in the thread's stream.
+    at: u64,
 }
 
 /// One thread's trace (one owner of a row: a row reused by a later thread
 /// starts another).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ThreadTrace {
     /// Kernel thread id.
     pub tid: u32,
@@ -109,84 +215,149 @@ pub struct ThreadTrace {
     /// The ring's drop counter when the thread took the row (rings are not
     /// cleared when a row passes to a new thread).
     dropped_base: u64,
+    /// Events weft read but did not keep: the trace had reached its
+    /// budget (or its file could not be written).
+    pub discarded: u64,
     /// Exit events whose entry was dropped (left out).
     pub orphan_exits: u64,
-    /// Calls, in the order they ended.
-    pub calls: Vec<TracedCall>,
+    /// Calls whose exit event was lost.
+    pub lost_exits: u64,
+    /// Calls recorded (begun).
+    pub calls: u64,
     open: Vec<Open>,
+    /// Time of the first and the last event kept.
+    first_time: Option<u64>,
     last_time: u64,
+    /// When weft began discarding the thread's events.
+    discarding_since: Option<u64>,
+    /// Drops not marked yet: the ring index of the first event after them,
+    /// and how many.
+    pending_gap: Option<(u64, u64)>,
+    /// Events copied out of the ring, two words each as in the ring (the
+    /// time; the function, kind and cell), not rebuilt yet from word
+    /// `staged_at` on (the words before it are dropped once they are half
+    /// the vector), and the ring index of the event at `staged_at`.
+    staged: Vec<u64>,
+    staged_at: usize,
+    staged_index: u64,
+    /// The low half of the thread's cell array address (depth 0).
+    cells: u32,
+    stream: Stream,
 }
 
 impl ThreadTrace {
-    fn event(&mut self, time: u64, function: u32, kind: u32, depth: u32) {
+    fn new(tid: u32, name: String, row: (u32, u32), dropped_base: u64) -> ThreadTrace {
+        ThreadTrace {
+            tid,
+            name,
+            row,
+            dropped: 0,
+            dropped_base,
+            discarded: 0,
+            orphan_exits: 0,
+            lost_exits: 0,
+            calls: 0,
+            open: Vec::new(),
+            first_time: None,
+            last_time: 0,
+            discarding_since: None,
+            pending_gap: None,
+            staged: Vec::new(),
+            staged_at: 0,
+            staged_index: 0,
+            cells: 0,
+            stream: Stream::default(),
+        }
+    }
+
+    /// Rebuilds from one ring event: records the call it begins, or ends
+    /// the calls it shows ended.
+    fn event(
+        &mut self,
+        spill: &Spill,
+        time: u64,
+        function: u32,
+        kind: u32,
+        depth: u32,
+    ) -> std::io::Result<()> {
         let time = time.max(self.last_time);
         self.last_time = time;
+        self.first_time.get_or_insert(time);
         match kind {
             ring::KIND_ENTRY => {
                 // Anything open at this depth or deeper has ended: its exit
                 // was dropped.
-                self.close_above(depth, time, true);
+                self.close_above(spill, depth, time, true)?;
+                let at = self.stream.begin(time, function);
+                self.calls += 1;
                 self.open.push(Open {
                     function,
-                    start: time,
                     depth,
+                    at,
                 });
             }
             ring::KIND_EXIT | ring::KIND_UNWOUND => {
-                self.close_above(depth, time, false);
+                self.close_above(spill, depth, time, false)?;
                 match self.open.last() {
                     Some(o) if o.depth == depth && o.function == function => {
                         let o = self.open.pop().expect("just seen");
-                        self.calls.push(TracedCall {
-                            function,
-                            start: o.start,
-                            end: time,
-                            depth,
-                            ended: if kind == ring::KIND_EXIT {
-                                CallEnd::Returned
-                            } else {
-                                CallEnd::Unwound
-                            },
-                        });
+                        if kind == ring::KIND_UNWOUND {
+                            self.stream
+                                .set_ended(spill, o.at, CallEnd::Unwound.code())?;
+                        }
+                        self.stream.end(time);
                     }
                     _ => self.orphan_exits += 1,
                 }
             }
             _ => self.orphan_exits += 1,
         }
+        Ok(())
     }
 
     /// Ends the open calls deeper than `depth` (and at `depth` when
     /// `inclusive`) as lost, at `time`.
-    fn close_above(&mut self, depth: u32, time: u64, inclusive: bool) {
+    fn close_above(
+        &mut self,
+        spill: &Spill,
+        depth: u32,
+        time: u64,
+        inclusive: bool,
+    ) -> std::io::Result<()> {
         while let Some(o) = self.open.last() {
             if o.depth < depth || (o.depth == depth && !inclusive) {
                 break;
             }
             let o = self.open.pop().expect("just seen");
-            self.calls.push(TracedCall {
-                function: o.function,
-                start: o.start,
-                end: time,
-                depth: o.depth,
-                ended: CallEnd::Lost,
-            });
+            self.stream.set_ended(spill, o.at, CallEnd::Lost.code())?;
+            self.stream.end(time);
+            self.lost_exits += 1;
         }
+        Ok(())
     }
 
-    /// The calls with those still open ended at the thread's last event.
-    pub fn all_calls(&self) -> Vec<TracedCall> {
-        let mut calls = self.calls.clone();
-        for o in self.open.iter().rev() {
-            calls.push(TracedCall {
-                function: o.function,
-                start: o.start,
-                end: self.last_time,
-                depth: o.depth,
-                ended: CallEnd::Open,
-            });
+    /// Marks `count` lost events between the last event kept and `time`.
+    fn gap(&mut self, count: u64, time: u64) {
+        let time = time.max(self.last_time);
+        self.stream.gap(count, time);
+        self.last_time = time;
+    }
+
+    /// Counts an event read but not kept.
+    fn discard(&mut self, time: u64) {
+        self.discarding_since.get_or_insert(self.last_time);
+        self.discarded += 1;
+        self.last_time = time.max(self.last_time);
+    }
+
+    /// How a call still open at the end of the trace ended: lost when the
+    /// thread's later events were not kept, else still open.
+    fn open_end(&self) -> CallEnd {
+        if self.discarded > 0 || self.pending_gap.is_some() {
+            CallEnd::Lost
+        } else {
+            CallEnd::Open
         }
-        calls
     }
 }
 
@@ -205,16 +376,39 @@ pub struct TraceLog {
     threads: Vec<ThreadTrace>,
     /// The thread trace of each row's current owner.
     by_row: HashMap<u32, usize>,
-    /// Each row's activity word at its last drain.
+    /// Each row's activity word at its last look, while its ring is
+    /// unwritten.
     activity: HashMap<u32, u64>,
     /// Each row's ring drop counter at its last drain.
     last_dropped: HashMap<u32, u64>,
+    /// The tail each row's ring was last given (rows whose ring was
+    /// written).
+    ring_tail: HashMap<u32, u64>,
+    spill: Spill,
+    /// Bytes of trace kept (in memory and in the file).
+    kept: u64,
+    /// Events copied out of the rings, not rebuilt yet.
+    staged: u64,
+    /// The thread the last rebuild started with.
+    rebuild_from: usize,
+    /// Whether weft's drain thread runs at real-time priority.
+    pub(crate) drain_realtime: bool,
+    budget: u64,
+    /// Why events are no longer kept, once they are not.
+    full: Option<String>,
 }
 
 impl TraceLog {
     /// A log for the rings at metric word `first_word` of `capacity`
-    /// events, whose times are in ticks of `ns_per_tick_q32`.
-    pub fn new(pid: i32, first_word: u32, capacity: u32, ns_per_tick_q32: u64) -> TraceLog {
+    /// events, whose times are in ticks of `ns_per_tick_q32`, keeping at
+    /// most `budget` bytes of trace (see [`budget`]).
+    pub fn new(
+        pid: i32,
+        first_word: u32,
+        capacity: u32,
+        ns_per_tick_q32: u64,
+        budget: u64,
+    ) -> TraceLog {
         TraceLog {
             pid,
             process: process_name(pid),
@@ -226,6 +420,14 @@ impl TraceLog {
             by_row: HashMap::new(),
             activity: HashMap::new(),
             last_dropped: HashMap::new(),
+            ring_tail: HashMap::new(),
+            spill: Spill::default(),
+            kept: 0,
+            staged: 0,
+            rebuild_from: 0,
+            drain_realtime: false,
+            budget,
+            full: None,
         }
     }
 
@@ -255,27 +457,58 @@ impl TraceLog {
         self.capacity
     }
 
-    /// Events dropped by every thread.
+    /// Events dropped by every thread (full rings).
     pub fn dropped(&self) -> u64 {
         self.threads.iter().map(|t| t.dropped).sum()
     }
 
+    /// Events read but not kept, by every thread (past the budget).
+    pub fn discarded(&self) -> u64 {
+        self.threads.iter().map(|t| t.discarded).sum()
+    }
+
+    /// Bytes of trace kept so far.
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept
+    }
+
+    /// The most bytes of trace kept.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Why events stopped being kept (the budget, or the file), if they
+    /// did.
+    pub fn full(&self) -> Option<&str> {
+        self.full.as_deref()
+    }
+
     /// Copies row `index`'s new events out of its ring and hands their
-    /// space back to the thread. Unless `force`, a row whose activity word
-    /// has not moved since its last drain is skipped with one load.
-    pub(crate) fn drain_row(&mut self, region: &Region, index: u32, force: bool) {
-        let activity = region.load_word(index, ROW_ACTIVITY);
-        if !force && self.activity.get(&index) == Some(&activity) {
-            return;
-        }
+    /// space back to the thread; returns how many. Unless `force`, a row
+    /// whose activity word has not moved since its last drain is skipped
+    /// with one load.
+    pub(crate) fn drain_row(&mut self, region: &Region, index: u32, force: bool) -> u64 {
         let at = Geometry::metric_offset(self.first_word) as usize;
-        // The ring's first page may never have been written (a thread that
-        // traced nothing): reading it would allocate it in the target.
-        let written = region.written_words(index, self.first_word + 1);
-        if !written.iter().any(|r| r.contains(&self.first_word)) {
-            return;
+        if let Some(&tail) = self.ring_tail.get(&index) {
+            // One load: nothing new since the last drain (a full ring has
+            // head = tail + capacity).
+            if !force && region.load_word(index, at + ring::HEAD) == tail {
+                return 0;
+            }
+        } else {
+            let activity = region.load_word(index, ROW_ACTIVITY);
+            if !force && self.activity.get(&index) == Some(&activity) {
+                return 0;
+            }
+            self.activity.insert(index, activity);
+            // The ring's first page may never have been written (a thread
+            // that traced nothing): reading it would allocate it in the
+            // target. Once written, it stays.
+            let written = region.written_words(index, self.first_word + 1);
+            if !written.iter().any(|r| r.contains(&self.first_word)) {
+                return 0;
+            }
         }
-        self.activity.insert(index, activity);
         let (_, tid, generation, name) = region.row_identity(index);
         let current = self
             .by_row
@@ -285,24 +518,24 @@ impl TraceLog {
         let t = match current {
             Some(t) => t,
             None => {
+                // The row's previous owner is gone: its records go to the
+                // file, and its memory back.
+                if let Some(&old) = self.by_row.get(&index) {
+                    if let Err(e) = self.threads[old].stream.spill(&mut self.spill, true) {
+                        self.full
+                            .get_or_insert(format!("writing the trace in {}: {e}", spill_dir()));
+                    }
+                }
                 let name = crate::report::live_thread_name(self.pid, tid).unwrap_or(name);
-                self.threads.push(ThreadTrace {
-                    tid,
-                    name,
-                    row: (index, generation),
-                    dropped: 0,
-                    dropped_base: self.last_dropped.get(&index).copied().unwrap_or(0),
-                    orphan_exits: 0,
-                    calls: Vec::new(),
-                    open: Vec::new(),
-                    last_time: 0,
-                });
+                let base = self.last_dropped.get(&index).copied().unwrap_or(0);
+                self.threads
+                    .push(ThreadTrace::new(tid, name, (index, generation), base));
                 self.by_row.insert(index, self.threads.len() - 1);
                 self.threads.len() - 1
             }
         };
         let Some(tail_word) = region.trace_tail(index, at + ring::TAIL) else {
-            return;
+            return 0;
         };
         let head = region.load_word(index, at + ring::HEAD);
         let mut tail = tail_word.load(std::sync::atomic::Ordering::Acquire);
@@ -312,250 +545,188 @@ impl TraceLog {
             // can still hold.
             tail = head.saturating_sub(capacity);
         }
-        let cells = region.load_word(index, ROW_CELLS) as u32;
         let thread = &mut self.threads[t];
-        for i in tail..head {
-            let slot = at + ring::EVENTS + ring::EVENT_SIZE * (i & (capacity - 1)) as usize;
-            let time = region.load_word(index, slot + ring::EV_TIME);
-            let meta = region.load_word(index, slot + ring::EV_FUNCTION);
-            let function = meta as u32;
-            let cell = (meta >> 32) as u32;
-            let depth = cell.wrapping_sub(cells) / weft_rt::layout::metric::CELL_SIZE as u32;
-            thread.event(
-                time,
-                function & !ring::KIND_MASK,
-                function & ring::KIND_MASK,
-                depth,
-            );
+        thread.cells = region.load_word(index, ROW_CELLS) as u32;
+        if thread.staged_at == thread.staged.len() {
+            thread.staged_index = tail;
         }
+        // Past the staging limit the ring is left to fill (and its thread
+        // to drop, marked) until the rebuild catches up.
+        let room = (STAGE_LIMIT as u64).saturating_sub(self.staged);
+        let mut i = tail;
+        while i < head.min(tail + room) {
+            // The events up to the ring's end or the batch's, copied at
+            // once: the thread does not touch slots below `head`.
+            let slot = i & (capacity - 1);
+            let n = (head - i).min(capacity - slot).min(BATCH as u64) as usize;
+            let from = thread.staged.len();
+            thread.staged.resize(from + 2 * n, 0);
+            let offset = at + ring::EVENTS + ring::EVENT_SIZE * slot as usize;
+            if !region.copy_words(index, offset, &mut thread.staged[from..]) {
+                thread.staged.truncate(from);
+                break;
+            }
+            const _: () = assert!(ring::EV_TIME == 0 && ring::EV_FUNCTION == 8);
+            i += n as u64;
+        }
+        // Read before the tail is handed back: while the ring stays full
+        // (head - tail = capacity) the thread can only drop, so every drop
+        // counted here came after event tail + capacity - 1, before the
+        // ones to come.
+        let dropped = region.load_word(index, at + ring::DROPPED);
         // Loads above, then the store: the thread reuses the slots only
         // once it sees the new tail (x86-64 does not reorder a load with a
         // later store).
-        tail_word.store(head, std::sync::atomic::Ordering::Release);
-        let dropped = region.load_word(index, at + ring::DROPPED);
-        thread.dropped = dropped.saturating_sub(thread.dropped_base);
+        tail_word.store(i, std::sync::atomic::Ordering::Release);
+        self.ring_tail.insert(index, i);
+        let total = dropped.saturating_sub(thread.dropped_base);
+        if total > thread.dropped {
+            let new = total - thread.dropped;
+            let gap = thread.pending_gap.get_or_insert((tail + capacity, 0));
+            gap.1 += new;
+            thread.dropped = total;
+        }
         self.last_dropped.insert(index, dropped);
+        self.staged += i - tail;
+        i - tail
     }
 
-    /// Drains every row handed out so far.
-    pub(crate) fn drain_all(&mut self, region: &Region, force: bool) {
+    /// Rebuilds calls from at most `limit` of the events copied out so
+    /// far; returns how many.
+    fn rebuild(&mut self, limit: u64) -> u64 {
+        let mut done = 0;
+        // Round the threads, from one further each time: no thread's
+        // events wait behind another's.
+        let threads = self.threads.len();
+        self.rebuild_from = (self.rebuild_from + 1) % threads.max(1);
+        let first = self.rebuild_from;
+        for t in (0..threads).map(|k| (first + k) % threads) {
+            if done >= limit || self.staged == 0 {
+                break;
+            }
+            if self.threads[t].staged_at == self.threads[t].staged.len() {
+                continue;
+            }
+            let keep = self.full.is_none() && self.kept < self.budget;
+            if !keep && self.full.is_none() {
+                self.full = Some(format!(
+                    "the trace reached its budget of {} MiB ({BUDGET_ENV})",
+                    self.budget >> 20
+                ));
+            }
+            let thread = &mut self.threads[t];
+            let before = thread.stream.len();
+            let n = (((thread.staged.len() - thread.staged_at) / 2) as u64).min(limit - done);
+            let mut failed = None;
+            let staged = std::mem::take(&mut thread.staged);
+            let from = thread.staged_at;
+            thread.staged_at += 2 * n as usize;
+            for e in staged[from..thread.staged_at].chunks_exact(2) {
+                let (time, meta) = (e[0], e[1]);
+                let i = thread.staged_index;
+                thread.staged_index += 1;
+                if !keep || failed.is_some() {
+                    thread.discard(time);
+                    continue;
+                }
+                if let Some((before_event, count)) = thread.pending_gap {
+                    if i >= before_event {
+                        thread.gap(count, time);
+                        thread.pending_gap = None;
+                    }
+                }
+                let function = meta as u32;
+                let cell = (meta >> 32) as u32;
+                let depth =
+                    cell.wrapping_sub(thread.cells) / weft_rt::layout::metric::CELL_SIZE as u32;
+                if let Err(e) = thread.event(
+                    &self.spill,
+                    time,
+                    function & !ring::KIND_MASK,
+                    function & ring::KIND_MASK,
+                    depth,
+                ) {
+                    failed = Some(e);
+                }
+            }
+            thread.staged = staged;
+            if thread.staged_at == thread.staged.len() {
+                thread.staged.clear();
+                thread.staged_at = 0;
+                // A burst's worth of staging is not kept for the next one.
+                thread.staged.shrink_to(2 * BATCH);
+            } else if thread.staged_at > thread.staged.len() / 2 {
+                thread.staged.drain(..thread.staged_at);
+                thread.staged_at = 0;
+            }
+            if failed.is_none() {
+                // A thread whose row has a new owner makes no more events:
+                // its records go to the file, and its memory back.
+                let gone = self.by_row.get(&thread.row.0) != Some(&t);
+                let all = gone && thread.staged_at == thread.staged.len();
+                failed = thread.stream.spill(&mut self.spill, all).err();
+            }
+            self.kept += thread.stream.len() - before;
+            self.staged -= n;
+            done += n;
+            if let Some(e) = failed {
+                self.full
+                    .get_or_insert(format!("writing the trace in {}: {e}", spill_dir()));
+            }
+        }
+        done
+    }
+
+    /// Drains every row handed out so far (`force`: every one, not only
+    /// those with new events) and rebuilds the calls of what was read:
+    /// all of it when `force`, else at most [`REBUILD_SLICE`] events (the
+    /// rest the next time: copying out comes first, so that the rings
+    /// empty quickly). Returns the events drained and those left to
+    /// rebuild.
+    pub(crate) fn drain_all(&mut self, region: &Region, force: bool) -> (u64, u64) {
         let used = region
             .header()
             .rows_used
             .load(std::sync::atomic::Ordering::Acquire)
             .min(region.geometry().max_rows);
-        for index in 0..used {
-            self.drain_row(region, index, force);
-        }
-    }
-
-    /// Nanoseconds of `raw` after `origin`.
-    fn ns(&self, raw: u64, origin: u64) -> u64 {
-        weft_codegen::q32_mul(raw.saturating_sub(origin), self.ns_per_tick_q32)
-    }
-
-    /// The earliest time in the trace.
-    fn origin(&self) -> u64 {
-        self.threads
-            .iter()
-            .flat_map(|t| {
-                t.calls
-                    .iter()
-                    .map(|c| c.start)
-                    .chain(t.open.iter().map(|o| o.start))
-            })
-            .min()
-            .unwrap_or(0)
+        let drained = (0..used)
+            .map(|index| self.drain_row(region, index, force))
+            .sum();
+        self.rebuild(if force { u64::MAX } else { REBUILD_SLICE });
+        (drained, self.staged)
     }
 
     /// What a report says of the trace.
     pub fn summary(&self) -> TraceSummary {
         TraceSummary {
             ring_events: self.capacity,
-            calls: self
-                .threads
-                .iter()
-                .map(|t| (t.calls.len() + t.open.len()) as u64)
-                .sum(),
+            calls: self.threads.iter().map(|t| t.calls).sum(),
             dropped_events: self.dropped(),
+            discarded_events: self.discarded(),
+            kept_bytes: self.kept,
+            budget_bytes: self.budget,
+            not_kept: self.full.clone(),
+            drain_realtime: self.drain_realtime,
             threads: self
                 .threads
                 .iter()
                 .map(|t| ThreadTraceSummary {
                     tid: t.tid,
                     name: t.name.clone(),
-                    calls: (t.calls.len() + t.open.len()) as u64,
+                    calls: t.calls,
                     dropped_events: t.dropped,
-                    lost_exits: t.calls.iter().filter(|c| c.ended == CallEnd::Lost).count() as u64,
+                    discarded_events: t.discarded,
+                    lost_exits: t.lost_exits,
                     orphan_exits: t.orphan_exits,
                 })
                 .collect(),
         }
     }
-
-    /// The trace in the Trace Event Format (the JSON object form): per
-    /// call a `ph: "B"` event at its entry and a `ph: "E"` event at its
-    /// end, `ts` in microseconds from the first call, `pid` the target,
-    /// `tid` the thread, written in each thread's nesting order; `ph: "M"`
-    /// metadata events name the process and the threads. Readable by the
-    /// Perfetto UI, chrome://tracing and speedscope.
-    ///
-    /// Begin/end pairs rather than `X` slices because the nesting then
-    /// comes from their order, not from timestamps: a TSC that advances
-    /// in coarse steps (10 ns on an AMD guest here) gives a call and its
-    /// only callee the same start and end, and viewers nest such `X`
-    /// slices either way round.
-    pub fn to_chrome_trace(&self) -> String {
-        use serde_json::json;
-        let origin = self.origin();
-        let us = |ns: u64| -> serde_json::Value {
-            // Exact decimal microseconds (ns / 1000 with three digits).
-            serde_json::Value::Number(
-                serde_json::Number::from_f64(ns as f64 / 1000.0)
-                    .unwrap_or_else(|| serde_json::Number::from(0)),
-            )
-        };
-        let mut events = vec![json!({
-            "name": "process_name", "ph": "M", "pid": self.pid, "tid": self.pid,
-            "args": {"name": self.process}
-        })];
-        for t in &self.threads {
-            events.push(json!({
-                "name": "thread_name", "ph": "M", "pid": self.pid, "tid": t.tid,
-                "args": {"name": t.name}
-            }));
-            let event = |phase: Phase, c: &TracedCall, ns: u64| {
-                let mut e = json!({
-                    "name": self.function_name(c.function),
-                    "cat": "weft",
-                    "ph": phase.code(),
-                    "ts": us(ns),
-                    "pid": self.pid,
-                    "tid": t.tid,
-                });
-                // On both halves: viewers match an end to its begin by
-                // name and arguments.
-                if c.ended != CallEnd::Returned {
-                    e["args"] = json!({ "ended": c.ended });
-                }
-                e
-            };
-            for (phase, c, ns) in nested_order(t.all_calls(), |raw| self.ns(raw, origin)) {
-                events.push(event(phase, &c, ns));
-            }
-        }
-        let summary = self.summary();
-        let out = json!({
-            "traceEvents": events,
-            "displayTimeUnit": "ns",
-            "otherData": {
-                "tool": "weft",
-                "ring_events": summary.ring_events,
-                "dropped_events": summary.dropped_events,
-                "threads": summary.threads,
-            }
-        });
-        out.to_string()
-    }
-
-    /// Folded stacks (`a;b;c N`): the self wall time in ns of every call
-    /// path, merged over the threads (or under a root frame per thread
-    /// when `per_thread`), the input of a flame graph.
-    pub fn folded(&self, per_thread: bool) -> Vec<String> {
-        let mut totals: std::collections::BTreeMap<String, u64> = Default::default();
-        let origin = self.origin();
-        for t in &self.threads {
-            let root = per_thread.then(|| format!("{} ({})", t.name, t.tid));
-            // The open calls: (call path, start, time in their callees).
-            let mut open: Vec<(String, u64, u64)> = Vec::new();
-            for (phase, c, ns) in nested_order(t.all_calls(), |raw| self.ns(raw, origin)) {
-                if phase == Phase::Begin {
-                    let name = self.function_name(c.function).replace(';', ":");
-                    let path = match (open.last(), &root) {
-                        (Some((parent, _, _)), _) => format!("{parent};{name}"),
-                        (None, Some(root)) => format!("{root};{name}"),
-                        (None, None) => name,
-                    };
-                    open.push((path, ns, 0));
-                } else if let Some((path, start, callees)) = open.pop() {
-                    let dur = ns.saturating_sub(start);
-                    *totals.entry(path).or_default() += dur.saturating_sub(callees);
-                    if let Some(parent) = open.last_mut() {
-                        parent.2 += dur;
-                    }
-                }
-            }
-        }
-        totals
-            .into_iter()
-            .filter(|(_, ns)| *ns > 0)
-            .map(|(stack, ns)| format!("{stack} {ns}"))
-            .collect()
-    }
-
-    /// An SVG flame graph of inclusive wall time by call path (see
-    /// [`TraceLog::folded`]), drawn by `inferno`.
-    pub fn to_flamegraph(&self, per_thread: bool) -> Result<String, CallTraceError> {
-        let lines = self.folded(per_thread);
-        let mut options = inferno::flamegraph::Options::default();
-        options.title = format!("weft: wall time by call path, pid {}", self.pid);
-        options.count_name = "ns".to_string();
-        let mut out = Vec::new();
-        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
-            .map_err(|e| CallTraceError::Flamegraph(e.to_string()))?;
-        String::from_utf8(out).map_err(|e| CallTraceError::Flamegraph(e.to_string()))
-    }
 }
 
-/// Which end of a call an event of [`nested_order`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Begin,
-    End,
-}
-
-impl Phase {
-    /// The Trace Event Format's `ph`.
-    fn code(self) -> &'static str {
-        match self {
-            Phase::Begin => "B",
-            Phase::End => "E",
-        }
-    }
-}
-
-/// One thread's calls as begin and end events in nesting
-/// order, each with its time in ns (`ns` converts a raw reading). Calls are
-/// ordered by start, parents first at the same start (their depth); an
-/// end never comes after its parent's end nor after the start of the next
-/// call at its depth or above, so the events nest even where an unwound
-/// call's end (when weft noticed it) is later than what followed it.
-fn nested_order(
-    mut calls: Vec<TracedCall>,
-    ns: impl Fn(u64) -> u64,
-) -> Vec<(Phase, TracedCall, u64)> {
-    calls.sort_by_key(|c| (c.start, c.depth));
-    let mut out = Vec::with_capacity(2 * calls.len());
-    // The open calls and their end times.
-    let mut stack: Vec<(TracedCall, u64)> = Vec::new();
-    for c in calls {
-        let start = ns(c.start);
-        while let Some(&(top, end)) = stack.last() {
-            if top.depth < c.depth {
-                break;
-            }
-            stack.pop();
-            out.push((Phase::End, top, end.min(start)));
-        }
-        let parent_end = stack.last().map_or(u64::MAX, |&(_, end)| end);
-        let end = ns(c.end).max(start).min(parent_end);
-        out.push((Phase::Begin, c, start.min(end)));
-        stack.push((c, end));
-    }
-    while let Some((top, end)) = stack.pop() {
-        out.push((Phase::End, top, end));
-    }
-    out
+/// Where the trace file is kept, for messages.
+fn spill_dir() -> String {
+    std::env::temp_dir().display().to_string()
 }
 
 fn process_name(pid: i32) -> String {
@@ -573,6 +744,19 @@ pub struct TraceSummary {
     pub calls: u64,
     /// Events the threads could not write because their ring was full.
     pub dropped_events: u64,
+    /// Events weft read but did not keep: past the budget.
+    pub discarded_events: u64,
+    /// Bytes of trace weft kept.
+    pub kept_bytes: u64,
+    /// The most bytes of trace weft keeps ([`BUDGET_ENV`]).
+    pub budget_bytes: u64,
+    /// Why weft stopped keeping events, if it did: the budget, or the
+    /// temporary file could not be written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_kept: Option<String>,
+    /// Whether weft's drain thread ran at real-time priority (root or
+    /// CAP_SYS_NICE): without, it competes with the target's threads.
+    pub drain_realtime: bool,
     /// Per thread.
     pub threads: Vec<ThreadTraceSummary>,
 }
@@ -586,9 +770,11 @@ pub struct ThreadTraceSummary {
     pub name: String,
     /// Calls recorded.
     pub calls: u64,
-    /// Events dropped.
+    /// Events dropped (a full ring).
     pub dropped_events: u64,
-    /// Calls whose exit event was dropped.
+    /// Events not kept (past the budget).
+    pub discarded_events: u64,
+    /// Calls whose exit event was lost.
     pub lost_exits: u64,
     /// Exit events whose entry was dropped.
     pub orphan_exits: u64,
@@ -616,126 +802,4 @@ impl PartialEq for Trace {
 impl Eq for Trace {}
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn thread() -> ThreadTrace {
-        ThreadTrace {
-            tid: 1,
-            name: "t".into(),
-            row: (0, 0),
-            dropped: 0,
-            dropped_base: 0,
-            orphan_exits: 0,
-            calls: Vec::new(),
-            open: Vec::new(),
-            last_time: 0,
-        }
-    }
-
-    #[test]
-    fn nesting_is_rebuilt_from_depths_even_with_lost_events() {
-        let mut t = thread();
-        // a(0) { b(1) {} b(1) { c(2) <exit lost> } <entry of d lost> d-exit(1) }
-        t.event(10, 256, ring::KIND_ENTRY, 0);
-        t.event(11, 264, ring::KIND_ENTRY, 1);
-        t.event(12, 264, ring::KIND_EXIT, 1);
-        t.event(13, 264, ring::KIND_ENTRY, 1);
-        t.event(14, 272, ring::KIND_ENTRY, 2);
-        t.event(15, 264, ring::KIND_EXIT, 1);
-        t.event(16, 280, ring::KIND_EXIT, 1);
-        t.event(17, 256, ring::KIND_UNWOUND, 0);
-        let c: Vec<_> = t
-            .calls
-            .iter()
-            .map(|c| (c.function, c.start, c.end, c.depth, c.ended))
-            .collect();
-        assert_eq!(
-            c,
-            [
-                (264, 11, 12, 1, CallEnd::Returned),
-                (272, 14, 15, 2, CallEnd::Lost),
-                (264, 13, 15, 1, CallEnd::Returned),
-                (256, 10, 17, 0, CallEnd::Unwound),
-            ]
-        );
-        assert_eq!(t.orphan_exits, 1);
-    }
-
-    #[test]
-    fn folded_stacks_are_self_times() {
-        let mut log = TraceLog::new(1, 0, 16, 1 << 32);
-        log.names.insert(256, "a".into());
-        log.names.insert(264, "b".into());
-        let mut t = thread();
-        t.event(0, 256, ring::KIND_ENTRY, 0);
-        t.event(10, 264, ring::KIND_ENTRY, 1);
-        t.event(30, 264, ring::KIND_EXIT, 1);
-        t.event(100, 256, ring::KIND_EXIT, 0);
-        log.threads.push(t);
-        assert_eq!(log.folded(false), ["a 80", "a;b 20"]);
-        assert_eq!(log.folded(true), ["t (1);a 80", "t (1);a;b 20"]);
-    }
-
-    /// `(phase, function, ns)` of [`nested_order`] on `calls`.
-    fn order(calls: &[(u32, u64, u64, u32)]) -> Vec<(&'static str, u32, u64)> {
-        let calls = calls
-            .iter()
-            .map(|&(function, start, end, depth)| TracedCall {
-                function,
-                start,
-                end,
-                depth,
-                ended: CallEnd::Returned,
-            })
-            .collect();
-        nested_order(calls, |raw| raw)
-            .into_iter()
-            .map(|(phase, c, ns)| (phase.code(), c.function, ns))
-            .collect()
-    }
-
-    #[test]
-    fn calls_with_equal_times_nest_by_depth() {
-        // a(0) { b(1) { c(2) } } with b and c on a's timestamps (a coarse
-        // TSC), then a sibling d(0) starting where a ended; listed in the
-        // order they ended.
-        let got = order(&[
-            (3, 10, 20, 2),
-            (2, 10, 20, 1),
-            (1, 10, 20, 0),
-            (4, 20, 25, 0),
-        ]);
-        assert_eq!(
-            got,
-            [
-                ("B", 1, 10),
-                ("B", 2, 10),
-                ("B", 3, 10),
-                ("E", 3, 20),
-                ("E", 2, 20),
-                ("E", 1, 20),
-                ("B", 4, 20),
-                ("E", 4, 25),
-            ]
-        );
-    }
-
-    #[test]
-    fn ends_are_clamped_so_events_nest() {
-        // An unwound b(1) noticed at 40, after its sibling c(1) started at
-        // 30 and after its parent a(0) ended at 35.
-        let got = order(&[(2, 10, 40, 1), (3, 30, 32, 1), (1, 5, 35, 0)]);
-        assert_eq!(
-            got,
-            [
-                ("B", 1, 5),
-                ("B", 2, 10),
-                ("E", 2, 30),
-                ("B", 3, 30),
-                ("E", 3, 32),
-                ("E", 1, 35),
-            ]
-        );
-    }
-}
+mod tests;
