@@ -19,6 +19,7 @@ pub(crate) mod error;
 pub(crate) mod lines;
 pub(crate) mod maps;
 pub(crate) mod module;
+pub mod names;
 pub(crate) mod pattern;
 pub(crate) mod procfs;
 
@@ -389,11 +390,16 @@ impl ProcessImage {
             }
             for &i in touched {
                 let m = &self.modules[i];
-                let global = m.image()?.functions()?.iter().any(|f| {
-                    f.binding != Binding::Local
-                        && p.matches_function(&f.name)
-                        && m.is_executable_address(m.runtime_address(f.vaddr))
-                });
+                let img = m.image()?;
+                let global = img
+                    .functions()?
+                    .iter()
+                    .zip(img.source_names()?)
+                    .any(|(f, s)| {
+                        f.binding != Binding::Local
+                            && p.matches_names(&f.name, s.as_ref())
+                            && m.is_executable_address(m.runtime_address(f.vaddr))
+                    });
                 if global {
                     out[k] = true;
                     break;
@@ -403,7 +409,9 @@ impl ProcessImage {
         Ok(out)
     }
 
-    /// Finds the functions selected by any of `patterns`.
+    /// Finds the functions selected by any of `patterns` (by linkage or
+    /// source name, see [`Pattern::matches_names`]; a glob leaves out
+    /// `.cold` parts, which are pieces of their parents).
     ///
     /// Only modules a pattern can touch are parsed. Functions whose runtime
     /// address is not in an executable mapping of their module are left out.
@@ -429,11 +437,15 @@ impl ProcessImage {
                 .filter(|&k| patterns[k].could_match_module(m))
                 .collect();
             let img = m.image()?;
-            for f in img.functions()? {
+            for (f, source) in img.functions()?.iter().zip(img.source_names()?) {
+                // A `.cold` part is a piece of its parent, timed with it,
+                // not a function a glob selects; naming it selects it.
+                let cold = crate::exits::cold_part_of(&f.name).is_some();
                 let mut hit = false;
                 for &k in &selecting {
-                    if !patterns[k].matches_function(&f.name)
+                    if !patterns[k].matches_names(&f.name, source.as_ref())
                         || (shadowing[k] && f.binding == Binding::Local)
+                        || (cold && !patterns[k].name().is_literal())
                     {
                         continue;
                     }
@@ -486,13 +498,14 @@ impl ProcessImage {
         self.note_modules(&patterns.iter().collect::<Vec<_>>());
         let mut names: Vec<String> = Vec::new();
         for i in touched {
-            names.extend(
-                self.modules[i]
-                    .image()?
-                    .functions()?
-                    .iter()
-                    .map(|f| f.name.clone()),
-            );
+            let img = self.modules[i].image()?;
+            for (f, source) in img.functions()?.iter().zip(img.source_names()?) {
+                names.push(f.name.clone());
+                // Suggestions in the names people write too.
+                if let Some(s) = source {
+                    names.push(s.short.clone());
+                }
+            }
         }
         names.sort_unstable();
         names.dedup();
