@@ -43,7 +43,7 @@ pub(crate) use maps::read_maps;
 pub use maps::{Mapping, MappingPath, MapsParseError, Perms};
 pub use module::Module;
 pub(crate) use pattern::suggest;
-pub use pattern::{Glob, Pattern, PatternError};
+pub use pattern::{split_list, Glob, Pattern, PatternError};
 pub(crate) use procfs::{process_state, ProcState};
 
 /// What kind of function was found, with its runtime details.

@@ -235,6 +235,27 @@ pub struct Pattern {
     with_params: bool,
 }
 
+/// The patterns of a comma-separated list (`-f a,b`): split at each comma
+/// outside parentheses, angle and square brackets, so that
+/// `ns::f(int, int)`, `max_of<int, 2>` and `f[,.]` stay whole.
+pub fn split_list(spec: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, b) in spec.bytes().enumerate() {
+        match b {
+            b'(' | b'<' | b'[' => depth += 1,
+            b')' | b'>' | b']' => depth -= 1,
+            b',' if depth <= 0 => {
+                out.push(&spec[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&spec[start..]);
+    out
+}
+
 /// Finds the first `:` that is not part of a `::`.
 fn module_separator(text: &str) -> Option<usize> {
     let b = text.as_bytes();
@@ -569,6 +590,16 @@ mod tests {
             Err(PatternError::UnclosedClass(_))
         ));
         assert_eq!("a:b".parse::<Pattern>().unwrap().to_string(), "a:b");
+    }
+
+    #[test]
+    fn lists_split_outside_brackets() {
+        assert_eq!(split_list("a,b"), ["a", "b"]);
+        assert_eq!(
+            split_list("ns::f(int, int),g<a, b>,h[,x]"),
+            ["ns::f(int, int)", "g<a, b>", "h[,x]"]
+        );
+        assert_eq!(split_list("a,,b"), ["a", "", "b"]);
     }
 
     #[test]
