@@ -311,7 +311,8 @@ enum Command {
         #[arg(long)]
         lines: bool,
         /// Only functions matching one of these patterns (as for `run`;
-        /// each function is listed once).
+        /// each function is listed once). A pattern that matches nothing
+        /// is named on standard error and makes the status 1.
         #[arg(value_name = "PATTERN")]
         patterns: Vec<String>,
     },

@@ -30,8 +30,9 @@ const CLONE_WORDS: &[&str] = &[
 /// suffix: `("parse_field", Some(".isra.0"))` for `parse_field.isra.0`,
 /// `("_ZN5Cache6lookupEi", Some(".constprop.0"))`, and `(name, None)` for
 /// anything else, a `.cold` part (`work.cold`) or a Go name (`main.main`)
-/// among them. A suffix is only dots, numbers and the words of
-/// [`CLONE_WORDS`] (`.constprop.0.isra.0`), starting with a word.
+/// among them. A suffix is only dots, numbers and clone words (`isra`,
+/// `constprop`, `part`, `llvm`, ...: `.constprop.0.isra.0`), starting with
+/// a word.
 pub fn split_clone(name: &str) -> (&str, Option<&str>) {
     let Some(dot) = name.get(1..).and_then(|s| s.find('.')).map(|i| i + 1) else {
         return (name, None);
