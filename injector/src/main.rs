@@ -1351,9 +1351,8 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
             image
                 .module_of(f.address)
                 .is_some_and(|m| pattern.could_match_module(m))
-                && std::iter::once(&f.name)
-                    .chain(&f.aliases)
-                    .any(|name| pattern.matches_function(name))
+                && (pattern.matches_names(&f.name, image.source_names_of(f).as_ref())
+                    || f.aliases.iter().any(|name| pattern.matches_function(name)))
         });
         if !matched {
             unmatched.push(weft::Error::NoMatch {
@@ -1370,7 +1369,7 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
     let mut text = String::new();
     for f in functions {
-        let name = listed_name(&f.name);
+        let name = listed_name(&f.name, image.source_names_of(&f));
         // An IFUNC is listed at the implementation the process uses (as
         // `attach` instruments it) when a GOT slot already holds it; else
         // the implementation is chosen at the first call and unknown
@@ -1421,12 +1420,10 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
 /// `NAME` as `list` prints it: the demangled or source name, and the
 /// linkage name after it in parentheses when that differs
 /// (`parse_field (parse_field.isra.0)`).
-fn listed_name(name: &str) -> String {
-    let shown = weft::inspect::names::display_name(name);
-    if shown == name {
-        shown
-    } else {
-        format!("{shown} ({name})")
+fn listed_name(name: &str, source: Option<weft::inspect::names::SourceNames>) -> String {
+    match source {
+        Some(s) if s.full != name => format!("{} ({name})", s.full),
+        _ => name.to_owned(),
     }
 }
 

@@ -385,45 +385,38 @@ impl Report {
         // Entries by address: a libc-wide glob has thousands of functions.
         let mut at: std::collections::HashMap<(&str, u64), Vec<usize>> =
             std::collections::HashMap::new();
-        // Entries holding a compiler clone, by module and source name: a
-        // function's clones are one entry.
-        let mut clone_groups: std::collections::HashMap<(&str, String), usize> =
+        // The first entry of each source name, by module, and whether an
+        // entry holds a compiler clone: a function's clones are one entry.
+        let mut by_source: std::collections::HashMap<(&str, String), usize> =
             std::collections::HashMap::new();
+        let mut has_clone: Vec<bool> = Vec::new();
         for p in probes {
             let same = |q: &ProbeInfo| {
                 q.name == p.name || q.aliases.contains(&p.name) || p.aliases.contains(&q.name)
             };
-            let display = crate::inspect::names::display_name(&p.name);
+            let display = display_name_cached(&p.name);
             let is_clone = crate::inspect::names::split_clone(&p.name).1.is_some();
             let candidates = at.entry((p.module.as_str(), p.address)).or_default();
             let found = candidates.iter().copied().find(|&e| same(firsts[e]));
             let group_key = (p.module.as_str(), display.clone());
+            // Joins the entry of the same source name when one of the two
+            // is a clone: two static functions of one name in two files
+            // are no clones of each other.
             let found = found.or_else(|| {
-                // Joins an entry of the same source name when one of the
-                // two is a clone (two static functions of one name in two
-                // files are no clones of each other).
-                clone_groups.get(&group_key).copied().or_else(|| {
-                    if !is_clone {
-                        return None;
-                    }
-                    (0..firsts.len()).find(|&e| {
-                        firsts[e].module == p.module
-                            && shown[e] == display
-                            && firsts[e].name != p.name
-                    })
-                })
+                let &e = by_source.get(&group_key)?;
+                (is_clone || has_clone[e]).then_some(e)
             });
             let e = found.unwrap_or_else(|| {
                 firsts.push(p);
                 aliases.push(Vec::new());
-                shown.push(display.clone());
+                shown.push(display);
                 clones.push(Vec::new());
+                has_clone.push(false);
                 candidates.push(firsts.len() - 1);
                 firsts.len() - 1
             });
-            if is_clone || clone_groups.contains_key(&group_key) {
-                clone_groups.entry(group_key).or_insert(e);
-            }
+            by_source.entry(group_key).or_insert(e);
+            has_clone[e] |= is_clone;
             let linkage_names = [&firsts[e].name, &p.name];
             if firsts[e].address != p.address && linkage_names[0] != linkage_names[1] {
                 for name in linkage_names {
@@ -1130,6 +1123,23 @@ pub fn human_ns(ns: u64) -> String {
     } else {
         format!("{:.2} s", v / 1e9)
     }
+}
+
+/// [`crate::inspect::names::display_name`], remembered: a live report
+/// (`--interval`, `top`, `/metrics`) names the same thousands of
+/// functions each time, and demangling is not free.
+fn display_name_cached(name: &str) -> String {
+    use std::sync::{Mutex, OnceLock};
+    static SHOWN: OnceLock<Mutex<std::collections::HashMap<String, String>>> = OnceLock::new();
+    let memo = SHOWN.get_or_init(Default::default);
+    if let Some(shown) = memo.lock().ok().and_then(|m| m.get(name).cloned()) {
+        return shown;
+    }
+    let shown = crate::inspect::names::display_name(name);
+    if let Ok(mut m) = memo.lock() {
+        m.insert(name.to_owned(), shown.clone());
+    }
+    shown
 }
 
 /// Names as reported: `shown` (each entry's name as people write it), or

@@ -391,15 +391,21 @@ impl ProcessImage {
             for &i in touched {
                 let m = &self.modules[i];
                 let img = m.image()?;
-                let global = img
-                    .functions()?
-                    .iter()
-                    .zip(img.source_names()?)
-                    .any(|(f, s)| {
-                        f.binding != Binding::Local
-                            && p.matches_names(&f.name, s.as_ref())
-                            && m.is_executable_address(m.runtime_address(f.vaddr))
-                    });
+                let mut global = false;
+                for (index, f) in img.functions()?.iter().enumerate() {
+                    if f.binding == Binding::Local
+                        || !m.is_executable_address(m.runtime_address(f.vaddr))
+                    {
+                        continue;
+                    }
+                    if p.name().matches(&f.name)
+                        || (p.may_match_source_of(&f.name)
+                            && p.matches_names(&f.name, img.source_names()?[index].as_ref()))
+                    {
+                        global = true;
+                        break;
+                    }
+                }
                 if global {
                     out[k] = true;
                     break;
@@ -437,13 +443,19 @@ impl ProcessImage {
                 .filter(|&k| patterns[k].could_match_module(m))
                 .collect();
             let img = m.image()?;
-            for (f, source) in img.functions()?.iter().zip(img.source_names()?) {
+            for (index, f) in img.functions()?.iter().enumerate() {
                 // A `.cold` part is a piece of its parent, timed with it,
                 // not a function a glob selects; naming it selects it.
                 let cold = crate::exits::cold_part_of(&f.name).is_some();
                 let mut hit = false;
                 for &k in &selecting {
-                    if !patterns[k].matches_names(&f.name, source.as_ref())
+                    // Demangled only when the linkage name does not match
+                    // (`*` never needs it), then once for the module.
+                    let p = &patterns[k];
+                    let matches = p.name().matches(&f.name)
+                        || (p.may_match_source_of(&f.name)
+                            && p.matches_names(&f.name, img.source_names()?[index].as_ref()));
+                    if !matches
                         || (shadowing[k] && f.binding == Binding::Local)
                         || (cold && !patterns[k].name().is_literal())
                     {
@@ -484,6 +496,26 @@ impl ProcessImage {
             .collect();
         self.note_modules(&noting);
         Ok(out)
+    }
+
+    /// The source names of `f` (demangled, or a clone's source name; see
+    /// [`names::source_names`]), from its module's cache when its symbols
+    /// were read, else worked out; `None` when its linkage name is its
+    /// only name.
+    pub fn source_names_of(&self, f: &FoundFunction) -> Option<names::SourceNames> {
+        let cached = self.module_of(f.address).and_then(|m| {
+            let img = m.loaded_image()?;
+            let funcs = img.functions().ok()?;
+            let first = funcs.partition_point(|g| g.vaddr < f.vaddr);
+            let i = (first..funcs.len())
+                .take_while(|&i| funcs[i].vaddr == f.vaddr)
+                .find(|&i| funcs[i].name == f.name)?;
+            Some(img.source_names().ok()?[i].clone())
+        });
+        match cached {
+            Some(names) => names,
+            None => names::source_names(&f.name),
+        }
     }
 
     /// The names of all functions in the modules `patterns` can touch

@@ -330,7 +330,24 @@ impl Pattern {
     /// checked): by that name, or by its source names (see
     /// [`Pattern::matches_names`]), worked out here.
     pub fn matches_function(&self, name: &str) -> bool {
-        self.name.matches(name) || self.matches_names(name, source_names(name).as_ref())
+        self.name.matches(name)
+            || (self.may_match_source_of(name)
+                && self.matches_names(name, source_names(name).as_ref()))
+    }
+
+    /// Whether the source names of a function with linkage name `linkage`
+    /// could match at all, told without demangling it: a pattern that is
+    /// one plain identifier (`dispatch_command`, `malloc`) matches a clone's
+    /// source name or a demangled name's last component, and both are
+    /// spelt out in the linkage name. Spares demangling a whole C++
+    /// library to look for `malloc`.
+    pub fn may_match_source_of(&self, linkage: &str) -> bool {
+        match self.name.literal() {
+            Some(lit) if lit.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+                linkage.contains(lit)
+            }
+            _ => true,
+        }
     }
 
     /// Whether a function with linkage name `linkage` and source names
@@ -636,6 +653,20 @@ mod tests {
         ] {
             assert!(!m(p, get), "{p}");
         }
+        // The quick test agrees: a plain identifier is spelt out in the
+        // linkage name of everything it matches.
+        for (p, linkage) in [
+            ("get", get),
+            ("parse_field", "parse_field.isra.0"),
+            (
+                "attach",
+                "_ZN4weft7process7Process6attach17h0123456789abcdefE",
+            ),
+        ] {
+            let p = Pattern::parse(p).unwrap();
+            assert!(p.may_match_source_of(linkage) && p.matches_function(linkage));
+        }
+        assert!(!Pattern::parse("malloc").unwrap().may_match_source_of(get));
         // Templates and clones of methods.
         assert!(m(
             "app::largest<int>",
