@@ -406,3 +406,32 @@ fn libc_glob_times_99_percent_of_its_functions() {
     t.signal(nix::sys::signal::Signal::SIGKILL);
     t.wait_exit();
 }
+
+/// Rust functions answer to their demangled paths (the hash left out),
+/// and `list` prints the path with the mangled name beside it.
+#[test]
+fn rust_functions_by_their_paths() {
+    let ctx = Ctx::new("rust_functions_by_their_paths");
+    let mut t = ctx.target(workers_rs(), &["--threads", "2"]);
+    let (pid, _) = wait_ready(&mut t);
+    let pid = pid.to_string();
+    let mut w = ctx.weft(&["list", "-p", &pid, "exe:std::rt::lang_start_internal"]);
+    w.wait_code(0);
+    let text = w.stdout_text();
+    let lines: Vec<&str> = text.lines().collect();
+    ctx.check(
+        lines.len() == 1
+            // Legacy (`_ZN3std2rt19lang_start_internal17h…E`) or v0
+            // (`_RNvNtCs…_3std2rt19lang_start_internal`) mangling.
+            && lines[0].contains(" std::rt::lang_start_internal (_")
+            && lines[0].contains("3std2rt19lang_start_internal"),
+        || format!("expected one line with both names:\n{text}"),
+    );
+    let mut w = ctx.weft(&["list", "-p", &pid, "exe:std::thread::*"]);
+    w.wait_code(0);
+    let text = w.stdout_text();
+    ctx.check(
+        text.lines().count() >= 2 && text.lines().all(|l| l.contains(" std::thread::")),
+        || format!("std::thread::* should list Rust's thread functions:\n{text}"),
+    );
+}
