@@ -64,7 +64,7 @@ fn list_lines(ctx: &Ctx, args: &[&str]) -> Vec<String> {
 
 /// `weft list -p PID P1 P2 P3` prints the union of what each pattern lists
 /// alone, each function once (here `work_a` matches two of the patterns);
-/// a pattern that matches nothing is an error, as for `attach`.
+/// a pattern that matches nothing is named, the others listed (status 1).
 #[test]
 fn list_takes_several_patterns() {
     let ctx = Ctx::new("list_takes_several_patterns");
@@ -92,7 +92,19 @@ fn list_takes_several_patterns() {
             format!("{name} is not listed:\n{}", all.join("\n"))
         });
     }
+    // One pattern matching nothing: the others are listed, it is named,
+    // and the status is 1.
     let mut w = ctx.weft(&["list", "-p", &p, "work_a", "no_such_function_here"]);
+    w.wait_code(1);
+    let (out, err) = (w.stdout_text(), w.stderr_text());
+    ctx.check(out.lines().any(|l| l.ends_with(" work_a")), || {
+        format!("work_a should still be listed:\n{out}")
+    });
+    ctx.check(err.contains("no_such_function_here"), || {
+        format!("stderr should name the pattern that matched nothing: {err:?}")
+    });
+    // All of them matching nothing: an error, as for `attach`.
+    let mut w = ctx.weft(&["list", "-p", &p, "no_such_function_here"]);
     let (_, err) = expect_weft_error(&mut w);
     ctx.check(err.contains("no_such_function_here"), || {
         format!("the error should name the pattern that matched nothing: {err:?}")

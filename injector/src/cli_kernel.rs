@@ -21,7 +21,9 @@ pub fn split(specs: &[String]) -> Result<Patterns> {
         kernel: Vec::new(),
     };
     for spec in specs {
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        // `ns::f(int, int)` is one pattern.
+        let parts = weft::inspect::split_list(spec);
+        for part in parts.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
             match KernelPattern::parse(part) {
                 Some(k) => out.kernel.push(k?),
                 None => out.user.push(

@@ -311,7 +311,8 @@ enum Command {
         #[arg(long)]
         lines: bool,
         /// Only functions matching one of these patterns (as for `run`;
-        /// each function is listed once).
+        /// each function is listed once). A pattern that matches nothing
+        /// is named on standard error and makes the status 1.
         #[arg(value_name = "PATTERN")]
         patterns: Vec<String>,
     },
@@ -1385,7 +1386,7 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
     let mut image = weft::inspect::ProcessImage::open(pid)?;
     // One search for all: a function several patterns match is found once.
     let mut functions = image.find_functions(&patterns)?;
-    // As for `attach`: a pattern that matches nothing is an error.
+    let mut unmatched = Vec::new();
     for pattern in &patterns {
         let matched = functions.iter().any(|f| {
             // Every name the module answers to (soname, `exe`, the name
@@ -1393,23 +1394,25 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
             image
                 .module_of(f.address)
                 .is_some_and(|m| pattern.could_match_module(m))
-                && std::iter::once(&f.name)
-                    .chain(&f.aliases)
-                    .any(|name| pattern.matches_function(name))
+                && (pattern.matches_names(&f.name, image.source_names_of(f).as_ref())
+                    || f.aliases.iter().any(|name| pattern.matches_function(name)))
         });
         if !matched {
-            let suggestions = image.suggest(pattern)?;
-            return Err(weft::Error::NoMatch {
+            unmatched.push(weft::Error::NoMatch {
                 pattern: pattern.to_string(),
-                suggestions,
+                suggestions: image.suggest(pattern)?,
                 still_loading: image.still_loading(),
-            }
-            .into());
+            });
         }
+    }
+    if unmatched.len() == patterns.len() {
+        // Nothing to list: an error, as for `attach`.
+        return Err(unmatched.remove(0).into());
     }
     functions.sort_by(|a, b| (a.module.as_str(), a.address).cmp(&(b.module.as_str(), b.address)));
     let mut text = String::new();
     for f in functions {
+        let name = listed_name(&f.name, image.source_names_of(&f));
         // An IFUNC is listed at the implementation the process uses (as
         // `attach` instruments it) when a GOT slot already holds it; else
         // the implementation is chosen at the first call and unknown
@@ -1417,20 +1420,20 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
         // resolver's.
         match image.resolved_address(&f) {
             Some(address) if address == f.address => {
-                let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, f.size, f.name);
+                let _ = writeln!(text, "{} {:#x} {} {name}", f.module, address, f.size);
             }
             Some(address) => {
                 let size = match image.function_at(address) {
                     Ok(Some(g)) if g.address == address => g.size,
                     _ => 0,
                 };
-                let _ = writeln!(text, "{} {:#x} {} {}", f.module, address, size, f.name);
+                let _ = writeln!(text, "{} {:#x} {size} {name}", f.module, address);
             }
             None => {
                 let _ = writeln!(
                     text,
-                    "{} - - {} (ifunc, resolved at first call)",
-                    f.module, f.name
+                    "{} - - {name} (ifunc, resolved at first call)",
+                    f.module
                 );
             }
         }
@@ -1445,7 +1448,26 @@ fn list(pid: i32, specs: &[String], lines: bool) -> Result<ExitCode> {
         }
     }
     to_stdout(text.as_bytes())?;
-    Ok(ExitCode::SUCCESS)
+    // What the other patterns matched is listed; the ones that matched
+    // nothing are named, and the status says something was missing.
+    for e in &unmatched {
+        eprintln!("weft: {e}");
+    }
+    Ok(if unmatched.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `NAME` as `list` prints it: the demangled or source name, and the
+/// linkage name after it in parentheses when that differs
+/// (`parse_field (parse_field.isra.0)`).
+fn listed_name(name: &str, source: Option<weft::inspect::names::SourceNames>) -> String {
+    match source {
+        Some(s) if s.full != name => format!("{} ({name})", s.full),
+        _ => name.to_owned(),
+    }
 }
 
 /// Says which program weft stopped at when `program` is a script or an

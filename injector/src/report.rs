@@ -10,8 +10,21 @@ use weft_rt::layout;
 /// One instrumented function, as reported.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FunctionReport {
-    /// Function name (qualified `module:name` only when two share a name).
+    /// Function name as people write it: demangled (`Cache::get(int)
+    /// const`), a compiler clone under its source name (`parse_field` for
+    /// `parse_field.isra.0`); qualified `module:name` only when two share
+    /// a name.
     pub name: String,
+    /// The linkage (symbol) name, mangled, with any clone suffix: that of
+    /// the first clone when the entry holds several. None for kernel
+    /// probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mangled: Option<String>,
+    /// The linkage names of the compiler clones counted in this entry
+    /// (`scale`, `scale.constprop.0`), when it holds more than one; their
+    /// figures add up.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clones: Vec<String>,
     /// The other names of the same function (same address) that the
     /// patterns matched; counted once, under `name`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -67,6 +80,8 @@ impl FunctionReport {
     pub fn empty(name: String, module: String, address: String) -> FunctionReport {
         FunctionReport {
             name,
+            mangled: None,
+            clones: Vec::new(),
             aliases: Vec::new(),
             module,
             address,
@@ -82,6 +97,19 @@ impl FunctionReport {
             mechanism: None,
             by_user_function: BTreeMap::new(),
         }
+    }
+
+    /// The name as tables print it: with its aliases (`malloc (= __libc_malloc)`)
+    /// and the clones it sums (`scale [scale, scale.constprop.0]`).
+    pub fn label(&self) -> String {
+        let mut label = self.name.clone();
+        if !self.aliases.is_empty() {
+            let _ = write!(label, " (= {})", self.aliases.join(", "));
+        }
+        if !self.clones.is_empty() {
+            let _ = write!(label, " [{}]", self.clones.join(", "));
+        }
+        label
     }
 
     /// The `*_per_call` fields from the totals, rounded to the nearest ns.
@@ -350,34 +378,70 @@ impl Report {
         let mut entry_of = Vec::with_capacity(probes.len());
         let mut firsts: Vec<&ProbeInfo> = Vec::new();
         let mut aliases: Vec<Vec<String>> = Vec::new();
+        // Names as people write them, per entry, and the linkage names of
+        // the clones an entry sums.
+        let mut shown: Vec<String> = Vec::new();
+        let mut clones: Vec<Vec<String>> = Vec::new();
         // Entries by address: a libc-wide glob has thousands of functions.
         let mut at: std::collections::HashMap<(&str, u64), Vec<usize>> =
             std::collections::HashMap::new();
+        // The first entry of each source name, by module, and whether an
+        // entry holds a compiler clone: a function's clones are one entry.
+        let mut by_source: std::collections::HashMap<(&str, String), usize> =
+            std::collections::HashMap::new();
+        let mut has_clone: Vec<bool> = Vec::new();
         for p in probes {
             let same = |q: &ProbeInfo| {
                 q.name == p.name || q.aliases.contains(&p.name) || p.aliases.contains(&q.name)
             };
+            let display = display_name_cached(&p.name);
+            let is_clone = crate::inspect::names::split_clone(&p.name).1.is_some();
             let candidates = at.entry((p.module.as_str(), p.address)).or_default();
             let found = candidates.iter().copied().find(|&e| same(firsts[e]));
+            let group_key = (p.module.as_str(), display.clone());
+            // Joins the entry of the same source name when one of the two
+            // is a clone: two static functions of one name in two files
+            // are no clones of each other.
+            let found = found.or_else(|| {
+                let &e = by_source.get(&group_key)?;
+                (is_clone || has_clone[e]).then_some(e)
+            });
             let e = found.unwrap_or_else(|| {
                 firsts.push(p);
                 aliases.push(Vec::new());
+                shown.push(display);
+                clones.push(Vec::new());
+                has_clone.push(false);
                 candidates.push(firsts.len() - 1);
                 firsts.len() - 1
             });
+            by_source.entry(group_key).or_insert(e);
+            has_clone[e] |= is_clone;
+            let linkage_names = [&firsts[e].name, &p.name];
+            if firsts[e].address != p.address && linkage_names[0] != linkage_names[1] {
+                for name in linkage_names {
+                    if !clones[e].contains(name) {
+                        clones[e].push(name.clone());
+                    }
+                }
+            }
+            // Clones (other addresses) are listed as clones, not aliases.
+            let same_address = firsts[e].address == p.address;
             for name in std::iter::once(&p.name).chain(&p.aliases) {
-                if *name != firsts[e].name && !aliases[e].contains(name) {
+                if same_address && *name != firsts[e].name && !aliases[e].contains(name) {
                     aliases[e].push(name.clone());
                 }
             }
             entry_of.push(e);
         }
-        let names = display_names(&firsts);
+        let names = display_names(&firsts, &shown);
         let mut functions: Vec<FunctionReport> = firsts
             .iter()
             .zip(&names)
-            .zip(aliases)
-            .map(|((p, name), aliases)| FunctionReport {
+            .zip(aliases.into_iter().zip(clones))
+            .map(|((p, name), (aliases, clones))| FunctionReport {
+                mangled: Some(p.name.clone()),
+                clones,
                 aliases,
                 ..FunctionReport::empty(name.clone(), p.module.clone(), format!("{:#x}", p.address))
             })
@@ -752,11 +816,7 @@ impl Report {
         let mut table: Vec<Vec<String>> = Vec::new();
         let mut header = vec!["TID".to_string(), "THREAD".to_string()];
         for f in self.tabled() {
-            header.push(if f.aliases.is_empty() {
-                f.name.clone()
-            } else {
-                format!("{} (= {})", f.name, f.aliases.join(", "))
-            });
+            header.push(f.label());
             if f.wall_ns.is_some() {
                 header.push("wall".into());
             }
@@ -1089,20 +1149,39 @@ pub fn human_ns(ns: u64) -> String {
     }
 }
 
-/// Names as reported: plain, or `module:name` where two probes share one.
-fn display_names(probes: &[&ProbeInfo]) -> Vec<String> {
+/// [`crate::inspect::names::display_name`], remembered: a live report
+/// (`--interval`, `top`, `/metrics`) names the same thousands of
+/// functions each time, and demangling is not free.
+fn display_name_cached(name: &str) -> String {
+    use std::sync::{Mutex, OnceLock};
+    static SHOWN: OnceLock<Mutex<std::collections::HashMap<String, String>>> = OnceLock::new();
+    let memo = SHOWN.get_or_init(Default::default);
+    if let Some(shown) = memo.lock().ok().and_then(|m| m.get(name).cloned()) {
+        return shown;
+    }
+    let shown = crate::inspect::names::display_name(name);
+    if let Ok(mut m) = memo.lock() {
+        m.insert(name.to_owned(), shown.clone());
+    }
+    shown
+}
+
+/// Names as reported: `shown` (each entry's name as people write it), or
+/// `module:name` where two entries share one.
+fn display_names(probes: &[&ProbeInfo], shown: &[String]) -> Vec<String> {
     let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for p in probes {
-        *uses.entry(p.name.as_str()).or_default() += 1;
+    for name in shown {
+        *uses.entry(name.as_str()).or_default() += 1;
     }
     probes
         .iter()
-        .map(|p| {
-            let clash = uses[p.name.as_str()] > 1;
+        .zip(shown)
+        .map(|(p, name)| {
+            let clash = uses[name.as_str()] > 1;
             if clash {
-                format!("{}:{}", p.module, p.name)
+                format!("{}:{}", p.module, name)
             } else {
-                p.name.clone()
+                name.clone()
             }
         })
         .collect()
@@ -1313,11 +1392,7 @@ impl Row {
         }
         numbers.extend(threads.map(|t| t.to_string()));
         Row {
-            name: if f.aliases.is_empty() {
-                f.name.clone()
-            } else {
-                format!("{} (= {})", f.name, f.aliases.join(", "))
-            },
+            name: f.label(),
             module: f.module.clone(),
             numbers,
         }
@@ -1503,6 +1578,61 @@ mod tests {
         );
         assert_eq!(r.threads[0].functions["f"].calls, 7);
         assert_eq!(r.threads[1].functions["f"].calls, 5);
+    }
+
+    #[test]
+    fn clones_are_one_entry_under_the_source_name() {
+        // `scale` and its clone `scale.constprop.0` (another address) are
+        // one entry named `scale`, their calls summed; a C++ name is
+        // demangled, its linkage name kept beside it; a static function of
+        // the same name in another module stays apart.
+        let probe = |name: &str, module: &str, address, calls_word| ProbeInfo {
+            name: name.into(),
+            aliases: Vec::new(),
+            module: module.into(),
+            address,
+            calls_word,
+            metrics: crate::exits::Metrics::CALLS,
+        };
+        let probes = vec![
+            probe("scale", "exe", 0x1000, 0),
+            probe("scale.constprop.0", "exe", 0x2000, 1),
+            probe("_ZNK3app5Cache3getEi", "exe", 0x3000, 2),
+            probe("scale.isra.0", "lib.so", 0x9000, 3),
+        ];
+        let rows = vec![
+            row(0, 10, layout::ROW_LIVE, vec![3, 4, 1, 2]),
+            row(1, 11, layout::ROW_LIVE, vec![0, 5, 0, 0]),
+        ];
+        let r = Report::build(1, 5, &probes, &rows, 0, |_| None);
+        assert_eq!(r.functions.len(), 3, "{:?}", r.functions);
+        let scale = r.functions.iter().find(|f| f.name == "exe:scale").unwrap();
+        assert_eq!(scale.calls, 12);
+        assert_eq!(scale.clones, ["scale", "scale.constprop.0"]);
+        assert_eq!(scale.mangled.as_deref(), Some("scale"));
+        assert_eq!(scale.label(), "exe:scale [scale, scale.constprop.0]");
+        assert_eq!(r.threads[0].functions["exe:scale"].calls, 7);
+        assert_eq!(r.threads[1].functions["exe:scale"].calls, 5);
+        let lib = r
+            .functions
+            .iter()
+            .find(|f| f.name == "lib.so:scale")
+            .unwrap();
+        assert_eq!((lib.calls, lib.clones.len()), (2, 0));
+        assert_eq!(lib.mangled.as_deref(), Some("scale.isra.0"));
+        let get = r
+            .functions
+            .iter()
+            .find(|f| f.name == "app::Cache::get(int) const")
+            .unwrap();
+        assert_eq!(get.mangled.as_deref(), Some("_ZNK3app5Cache3getEi"));
+        let json = r.to_json();
+        assert!(
+            json.contains(
+                r#""name":"app::Cache::get(int) const","mangled":"_ZNK3app5Cache3getEi""#
+            ),
+            "{json}"
+        );
     }
 
     #[test]

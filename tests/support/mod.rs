@@ -1009,6 +1009,9 @@ pub struct RuntimeStats {
 #[derive(Deserialize, Debug, Clone)]
 pub struct ReportFunction {
     pub name: String,
+    /// The linkage name (`weigh.isra.0`, `_ZNK3app5Cache3getEi`).
+    #[serde(default)]
+    pub mangled: Option<String>,
     pub module: String,
     pub address: String,
     pub calls: u64,

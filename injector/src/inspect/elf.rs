@@ -18,6 +18,8 @@ use object::read::elf::VersionTable;
 use object::read::elf::{FileHeader, Rela as _, SectionHeader, SectionTable, Sym, SymbolTable};
 use object::{Endianness, SymbolIndex};
 
+use super::names::SourceNames;
+
 use super::debugfile::{self, DebugInfo, DebugSource, Origin};
 use super::error::InspectError;
 use super::lines::{LineTable, SourceLine};
@@ -312,6 +314,8 @@ pub struct ElfImage {
     interp: Option<String>,
     dynamic: DynamicInfo,
     table: OnceLock<FunctionTable>,
+    /// [`ElfImage::source_names`], by index of [`ElfImage::functions`].
+    source_names: OnceLock<Vec<Option<SourceNames>>>,
     fdes: OnceLock<Vec<FunctionSymbol>>,
     entry_frames_cache: OnceLock<EntryFrames>,
     /// [`ElfImage::pointer_slot`]'s index.
@@ -480,6 +484,7 @@ impl ElfImage {
             interp,
             dynamic,
             table: OnceLock::new(),
+            source_names: OnceLock::new(),
             fdes: OnceLock::new(),
             entry_frames_cache: OnceLock::new(),
             slots: OnceLock::new(),
@@ -623,6 +628,22 @@ impl ElfImage {
     /// symbol covers are added as `fun_<hex vaddr>`.
     pub fn functions(&self) -> Result<&[FunctionSymbol]> {
         Ok(&self.table()?.functions)
+    }
+
+    /// The source names of [`ElfImage::functions`], index for index
+    /// (`None` for a function that is its own source name): demangled on
+    /// the first call and cached, as every search over a C++ library
+    /// needs them.
+    pub fn source_names(&self) -> Result<&[Option<SourceNames>]> {
+        if let Some(n) = self.source_names.get() {
+            return Ok(n);
+        }
+        let names = self
+            .functions()?
+            .iter()
+            .map(|f| super::names::source_names(&f.name))
+            .collect();
+        Ok(self.source_names.get_or_init(|| names))
     }
 
     fn table(&self) -> Result<&FunctionTable> {

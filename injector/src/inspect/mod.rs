@@ -19,6 +19,7 @@ pub(crate) mod error;
 pub(crate) mod lines;
 pub(crate) mod maps;
 pub(crate) mod module;
+pub mod names;
 pub(crate) mod pattern;
 pub(crate) mod procfs;
 
@@ -42,7 +43,7 @@ pub(crate) use maps::read_maps;
 pub use maps::{Mapping, MappingPath, MapsParseError, Perms};
 pub use module::Module;
 pub(crate) use pattern::suggest;
-pub use pattern::{Glob, Pattern, PatternError};
+pub use pattern::{split_list, Glob, Pattern, PatternError};
 pub(crate) use procfs::{process_state, ProcState};
 
 /// What kind of function was found, with its runtime details.
@@ -389,11 +390,22 @@ impl ProcessImage {
             }
             for &i in touched {
                 let m = &self.modules[i];
-                let global = m.image()?.functions()?.iter().any(|f| {
-                    f.binding != Binding::Local
-                        && p.matches_function(&f.name)
-                        && m.is_executable_address(m.runtime_address(f.vaddr))
-                });
+                let img = m.image()?;
+                let mut global = false;
+                for (index, f) in img.functions()?.iter().enumerate() {
+                    if f.binding == Binding::Local
+                        || !m.is_executable_address(m.runtime_address(f.vaddr))
+                    {
+                        continue;
+                    }
+                    if p.name().matches(&f.name)
+                        || (p.may_match_source_of(&f.name)
+                            && p.matches_names(&f.name, img.source_names()?[index].as_ref()))
+                    {
+                        global = true;
+                        break;
+                    }
+                }
                 if global {
                     out[k] = true;
                     break;
@@ -403,7 +415,9 @@ impl ProcessImage {
         Ok(out)
     }
 
-    /// Finds the functions selected by any of `patterns`.
+    /// Finds the functions selected by any of `patterns` (by linkage or
+    /// source name, see [`Pattern::matches_names`]; a glob leaves out
+    /// `.cold` parts, which are pieces of their parents).
     ///
     /// Only modules a pattern can touch are parsed. Functions whose runtime
     /// address is not in an executable mapping of their module are left out.
@@ -429,11 +443,21 @@ impl ProcessImage {
                 .filter(|&k| patterns[k].could_match_module(m))
                 .collect();
             let img = m.image()?;
-            for f in img.functions()? {
+            for (index, f) in img.functions()?.iter().enumerate() {
+                // A `.cold` part is a piece of its parent, timed with it,
+                // not a function a glob selects; naming it selects it.
+                let cold = crate::exits::cold_part_of(&f.name).is_some();
                 let mut hit = false;
                 for &k in &selecting {
-                    if !patterns[k].matches_function(&f.name)
+                    // Demangled only when the linkage name does not match
+                    // (`*` never needs it), then once for the module.
+                    let p = &patterns[k];
+                    let matches = p.name().matches(&f.name)
+                        || (p.may_match_source_of(&f.name)
+                            && p.matches_names(&f.name, img.source_names()?[index].as_ref()));
+                    if !matches
                         || (shadowing[k] && f.binding == Binding::Local)
+                        || (cold && !patterns[k].name().is_literal())
                     {
                         continue;
                     }
@@ -474,6 +498,26 @@ impl ProcessImage {
         Ok(out)
     }
 
+    /// The source names of `f` (demangled, or a clone's source name; see
+    /// [`names::source_names`]), from its module's cache when its symbols
+    /// were read, else worked out; `None` when its linkage name is its
+    /// only name.
+    pub fn source_names_of(&self, f: &FoundFunction) -> Option<names::SourceNames> {
+        let cached = self.module_of(f.address).and_then(|m| {
+            let img = m.loaded_image()?;
+            let funcs = img.functions().ok()?;
+            let first = funcs.partition_point(|g| g.vaddr < f.vaddr);
+            let i = (first..funcs.len())
+                .take_while(|&i| funcs[i].vaddr == f.vaddr)
+                .find(|&i| funcs[i].name == f.name)?;
+            Some(img.source_names().ok()?[i].clone())
+        });
+        match cached {
+            Some(names) => names,
+            None => names::source_names(&f.name),
+        }
+    }
+
     /// The names of all functions in the modules `patterns` can touch
     /// (ignoring the name part), sorted and deduplicated: candidates for
     /// [`suggest`] when a pattern matches nothing.
@@ -486,13 +530,14 @@ impl ProcessImage {
         self.note_modules(&patterns.iter().collect::<Vec<_>>());
         let mut names: Vec<String> = Vec::new();
         for i in touched {
-            names.extend(
-                self.modules[i]
-                    .image()?
-                    .functions()?
-                    .iter()
-                    .map(|f| f.name.clone()),
-            );
+            let img = self.modules[i].image()?;
+            for (f, source) in img.functions()?.iter().zip(img.source_names()?) {
+                names.push(f.name.clone());
+                // Suggestions in the names people write too.
+                if let Some(s) = source {
+                    names.push(s.short.clone());
+                }
+            }
         }
         names.sort_unstable();
         names.dedup();

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::module::Module;
+use super::names::{scope_tails, source_names, SourceNames};
 
 /// An invalid pattern.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -229,6 +230,30 @@ pub struct Pattern {
     text: String,
     module: Option<Glob>,
     name: Glob,
+    /// Whether the name part has a parameter list, to be matched against
+    /// demangled names with theirs.
+    with_params: bool,
+}
+
+/// The patterns of a comma-separated list (`-f a,b`): split at each comma
+/// outside parentheses, angle and square brackets, so that
+/// `ns::f(int, int)`, `max_of<int, 2>` and `f[,.]` stay whole.
+pub fn split_list(spec: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, b) in spec.bytes().enumerate() {
+        match b {
+            b'(' | b'<' | b'[' => depth += 1,
+            b')' | b'>' | b']' => depth -= 1,
+            b',' if depth <= 0 => {
+                out.push(&spec[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&spec[start..]);
+    out
 }
 
 /// Finds the first `:` that is not part of a `::`.
@@ -256,6 +281,7 @@ impl Pattern {
             text: trimmed.into(),
             module: module.map(Glob::new).transpose()?,
             name: Glob::new(name)?,
+            with_params: name.replace("(anonymous namespace)", "").contains('('),
         })
     }
 
@@ -300,9 +326,55 @@ impl Pattern {
         self.matches_module_names(&module.path().to_string_lossy(), module.names())
     }
 
-    /// Whether a function called `name` is selected (module not checked).
+    /// Whether a function with linkage name `name` is selected (module not
+    /// checked): by that name, or by its source names (see
+    /// [`Pattern::matches_names`]), worked out here.
     pub fn matches_function(&self, name: &str) -> bool {
         self.name.matches(name)
+            || (self.may_match_source_of(name)
+                && self.matches_names(name, source_names(name).as_ref()))
+    }
+
+    /// Whether the source names of a function with linkage name `linkage`
+    /// could match at all, told without demangling it: a pattern that is
+    /// one plain identifier (`dispatch_command`, `malloc`) matches a clone's
+    /// source name or a demangled name's last component, and both are
+    /// spelt out in the linkage name. Spares demangling a whole C++
+    /// library to look for `malloc`.
+    pub fn may_match_source_of(&self, linkage: &str) -> bool {
+        match self.name.literal() {
+            Some(lit) if lit.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+                linkage.contains(lit)
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether a function with linkage name `linkage` and source names
+    /// `source` ([`source_names`] of it, cached by
+    /// [`ElfImage::source_names`](super::ElfImage::source_names)) is
+    /// selected, module not checked. The name part matches:
+    ///
+    /// * the linkage name as is (`parse_field.isra.0`, `_ZN5Cache3getEi`);
+    /// * the source name of a compiler's clone (`parse_field`);
+    /// * a C++ or Rust name demangled, without its parameter list when the
+    ///   pattern has no `(` (`Cache::get`, `ns::Class::*`), with it when it
+    ///   has one (`Cache::get(int) const`, as c++filt prints it); leading
+    ///   scopes may be left out (`Cache::*` also selects
+    ///   `app::Cache::get`, as in gdb).
+    pub fn matches_names(&self, linkage: &str, source: Option<&SourceNames>) -> bool {
+        if self.name.matches(linkage) {
+            return true;
+        }
+        let Some(s) = source else {
+            return false;
+        };
+        let text = if self.with_params { &s.full } else { &s.short };
+        if s.scoped {
+            scope_tails(text).any(|t| self.name.matches(t))
+        } else {
+            self.name.matches(text)
+        }
     }
 }
 
@@ -535,6 +607,88 @@ mod tests {
             Err(PatternError::UnclosedClass(_))
         ));
         assert_eq!("a:b".parse::<Pattern>().unwrap().to_string(), "a:b");
+    }
+
+    #[test]
+    fn lists_split_outside_brackets() {
+        assert_eq!(split_list("a,b"), ["a", "b"]);
+        assert_eq!(
+            split_list("ns::f(int, int),g<a, b>,h[,x]"),
+            ["ns::f(int, int)", "g<a, b>", "h[,x]"]
+        );
+        assert_eq!(split_list("a,,b"), ["a", "", "b"]);
+    }
+
+    #[test]
+    fn source_and_demangled_names() {
+        let m = |p: &str, linkage: &str| Pattern::parse(p).unwrap().matches_function(linkage);
+        // Clones by their source name, and by their own.
+        assert!(m("parse_field", "parse_field.isra.0"));
+        assert!(m("scale", "scale.part.0.constprop.0"));
+        assert!(m("lookup*", "lookup.part.0"));
+        assert!(m("parse_field.isra.0", "parse_field.isra.0"));
+        assert!(!m("parse_field", "parse_field_all"));
+        // A cold part is no clone.
+        assert!(!m("work", "work.cold"));
+        // C++: without a parameter list, with one, leading scopes left out.
+        let get = "_ZNK3app5Cache3getEi";
+        for p in [
+            "app::Cache::get",
+            "Cache::get",
+            "get",
+            "app::Cache::*",
+            "Cache::*",
+            "*::get",
+            "app::Cache::get(int) const",
+            "Cache::get(int)*",
+            "_ZNK3app5Cache3getEi",
+        ] {
+            assert!(m(p, get), "{p}");
+        }
+        for p in [
+            "Cache",
+            "app::Cache::get(long)*",
+            "pp::Cache::get",
+            "app::get",
+        ] {
+            assert!(!m(p, get), "{p}");
+        }
+        // The quick test agrees: a plain identifier is spelt out in the
+        // linkage name of everything it matches.
+        for (p, linkage) in [
+            ("get", get),
+            ("parse_field", "parse_field.isra.0"),
+            (
+                "attach",
+                "_ZN4weft7process7Process6attach17h0123456789abcdefE",
+            ),
+        ] {
+            let p = Pattern::parse(p).unwrap();
+            assert!(p.may_match_source_of(linkage) && p.matches_function(linkage));
+        }
+        assert!(!Pattern::parse("malloc").unwrap().may_match_source_of(get));
+        // Templates and clones of methods.
+        assert!(m(
+            "app::largest<int>",
+            "_ZN3app7largestIiEET_RKSt6vectorIS1_SaIS1_EE"
+        ));
+        assert!(m(
+            "largest<*>",
+            "_ZN3app7largestIdEET_RKSt6vectorIS1_SaIS1_EE"
+        ));
+        assert!(m(
+            "Eviction::score",
+            "_ZNK3app12_GLOBAL__N_18Eviction5scoreERKNS_5EntryE.constprop.0.isra.0"
+        ));
+        assert!(m(
+            "app::(anonymous namespace)::Eviction::*",
+            "_ZNK3app12_GLOBAL__N_18Eviction5scoreERKNS_5EntryE.constprop.0.isra.0"
+        ));
+        // Rust paths.
+        assert!(m(
+            "weft::process::*",
+            "_ZN4weft7process7Process6attach17h0123456789abcdefE"
+        ));
     }
 
     #[test]
