@@ -608,7 +608,9 @@ fn run_cxx_exceptions_through_instrumented_frames() {
 fn gdb_backtrace_through_timed_frames() {
     let ctx = Ctx::new("gdb_backtrace_through_timed_frames");
     if Command::new("gdb").arg("--version").output().is_err() {
-        ctx.fail("gdb is not installed: this test needs it (apt-get install gdb; .ci/run does)");
+        ctx.fail(
+            "gdb is not installed: this test needs it (apt-get install gdb; scripts/test does)",
+        );
     }
     let exe = gdbwait();
     let mut t = ctx.target(exe, &[]);

@@ -595,7 +595,7 @@ fn a_bare_name_means_the_global_function() {
 }
 
 /// A Debian package's own debug file (`libc6-dbg`, installed by
-/// `.ci/run`): libc is stripped, and its file-local `_int_malloc` exists
+/// `scripts/test`): libc is stripped, and its file-local `_int_malloc` exists
 /// only in `/usr/lib/debug/.build-id/…` — weft finds it by build-id in the
 /// default directory and counts it in a real program (`sort`), whose
 /// output is unchanged.

@@ -229,14 +229,18 @@ fn unprivileged_kernel_patterns_refuse_the_whole_command() {
     let Some((ctx, _alone)) = as_root("unprivileged_kernel_patterns") else {
         return;
     };
-    let exe = kernel_calls();
     let data = data_file("unprivileged");
-    // The target (run as nobody) writes its scratch files next to it.
-    {
+    // The target (run as nobody) writes its scratch files next to it, and
+    // runs from there: the build directory's parents may be closed to
+    // nobody (a clone in root's 0700 home).
+    let exe = {
         use std::os::unix::fs::PermissionsExt;
         let dir = data.parent().unwrap();
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    }
+        let copy = dir.join("kernel_calls");
+        std::fs::copy(kernel_calls(), &copy).unwrap();
+        copy
+    };
     let data = data.to_str().unwrap();
     let as_nobody = |args: &[&str]| {
         let mut c = Command::new("setpriv");

@@ -1,5 +1,5 @@
 //! Overlapping weft sessions on a real server: Debian's memcached (package
-//! `memcached`, which `.ci/run` must install; the tests fail, not skip,
+//! `memcached`, which `scripts/test` installs; the tests fail, not skip,
 //! without it). Each test starts its own memcached on loopback
 //! (`-l 127.0.0.1 -p PORT -t 4 -U 0`), drives a bounded load from its own
 //! client threads over the text protocol, and kills the server by its PID at

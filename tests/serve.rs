@@ -53,7 +53,9 @@ fn a_real_prometheus_stores_each_threads_counts_as_the_target_counts_them() {
     let ctx = Ctx::new("a_real_prometheus_stores_each_threads_counts_as_the_target_counts_them");
     for tool in ["prometheus", "promtool"] {
         ctx.check(Command::new(tool).arg("--version").output().is_ok(), || {
-            format!("`{tool}` is not installed (Debian package `prometheus`; .ci/run installs it)")
+            format!(
+                "`{tool}` is not installed (Debian package `prometheus`; scripts/test installs it)"
+            )
         });
     }
     let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);

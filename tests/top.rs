@@ -31,7 +31,7 @@ impl Tmux {
         ]);
         ctx.check(out.status.success(), || {
             format!(
-                "tmux could not start (Debian package `tmux`; .ci/run installs it): {}",
+                "tmux could not start (Debian package `tmux`; scripts/test installs it): {}",
                 String::from_utf8_lossy(&out.stderr)
             )
         });

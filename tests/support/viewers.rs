@@ -17,7 +17,7 @@ pub fn chromium(ctx: &Ctx, args: &[&std::ffi::OsStr]) -> serde_json::Value {
         .unwrap_or_else(|e| ctx.fail(format!("cannot run {}: {e}", script.display())));
     ctx.check(out.status.success(), || {
         format!(
-            "{} {args:?} failed (is Debian's chromium-headless-shell installed? .ci/run installs it): {}",
+            "{} {args:?} failed (is Debian's chromium-headless-shell installed? scripts/test installs it): {}",
             script.display(),
             String::from_utf8_lossy(&out.stderr)
         )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the trace viewers the tests load weft's output into: speedscope's
 # web app (from npm; its registry checks the tarball's integrity). Chromium
-# itself comes from Debian (chromium-headless-shell, see .ci/run).
+# itself comes from Debian (chromium-headless-shell, see scripts/test).
 #
 #   tests/viewers/fetch.sh      fills ${CARGO_TARGET_DIR:-<repo>/target}/viewers
 set -euo pipefail
