@@ -664,3 +664,132 @@ fn gdb_backtrace_through_timed_frames() {
         });
     }
 }
+
+/// Two tools time the same functions while C++ exceptions go through them:
+/// `weft run` times `thrower` and `middle` for the whole run; a second weft
+/// attaches for a while with other metrics (its probes chained over the
+/// first's, two activations per frame). The program behaves as without
+/// weft; the first tool's accounting is exact (every throwing round
+/// unwound, the others returned); the second saw both ways out in turn.
+#[test]
+fn two_tools_time_through_cxx_exceptions() {
+    let test = "two_tools_time_through_cxx_exceptions";
+    let ctx = Ctx::new(test);
+    let exe = exceptions();
+    let rounds: u64 = 4000;
+    let r = rounds.to_string();
+    let plain = run_plain(&ctx, exe, &[&r]);
+    let file = scratch_dir(test).join("report.json");
+    let file_s = file.to_str().unwrap().to_string();
+    let funcs = EXCEPTION_FUNCS.join(",");
+    let exe_s = exe.to_str().unwrap();
+    let mut first = ctx.weft(&[
+        "run",
+        "-m",
+        "calls,wall",
+        "-f",
+        &funcs,
+        "--format",
+        "json",
+        "-o",
+        &file_s,
+        "--",
+        exe_s,
+        &r,
+    ]);
+    // The program weft run started: its child.
+    let children = format!("/proc/{0}/task/{0}/children", first.pid_str());
+    let started = std::time::Instant::now();
+    let pid = loop {
+        let text = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = text.split_whitespace().next() {
+            break pid.to_string();
+        }
+        ctx.check(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            || "weft run started no program".into(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut second = ctx.weft(&[
+        "attach",
+        "-p",
+        &pid,
+        "-m",
+        "calls,wall,cpu",
+        "-f",
+        &funcs,
+        "--format",
+        "json",
+        "--duration",
+        "0.3",
+    ]);
+    second.wait_code(0);
+    let second_report = parse_report(&ctx, &second.stdout_text());
+    let st = first.wait_exit();
+    let under = Outcome {
+        stdout: first.stdout_text(),
+        stderr: first.stderr_text(),
+        code: st.code(),
+    };
+    check_same_behaviour(&ctx, &plain, &under);
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| ctx.fail(format!("cannot read the report file {file_s}: {e}")));
+    let report = parse_report(&ctx, &text);
+    let workers: Vec<ExceptionsWorker> = json_lines(&ctx, &under.stdout, "{\"worker\"");
+    let wtids = tids(&ctx, &under.stderr, "worker", 2);
+    let mut exp = BTreeMap::new();
+    for (w, (tid, _)) in workers.iter().zip(&wtids) {
+        exp.insert(
+            *tid,
+            ExpThread {
+                name: format!("worker-{}", w.worker),
+                calls: [
+                    ("thrower".to_string(), w.thrower),
+                    ("middle".to_string(), w.middle),
+                ]
+                .into(),
+            },
+        );
+        for f in EXCEPTION_FUNCS {
+            check_accounting(
+                &ctx,
+                &report,
+                *tid,
+                f,
+                (w.rounds - w.throws, w.throws, 0),
+                "the throwing rounds unwound, the others returned",
+            );
+        }
+    }
+    check_report_counts(&ctx, &report, &exp, &EXCEPTION_FUNCS);
+    // The second tool: rounds alternate, so what it saw leave by a return
+    // and by unwinding differ by at most the rounds at its window's ends.
+    let mut unwound = 0;
+    for (tid, _) in &wtids {
+        for f in EXCEPTION_FUNCS {
+            let c = second_report.counts(*tid, f);
+            let (e, u, h) = (
+                c.exits.unwrap_or(0),
+                c.unwound.unwrap_or(0),
+                c.unhooked.unwrap_or(0),
+            );
+            ctx.check(
+                h == 0 && e + u <= c.calls && c.calls <= e + u + 1 && e.abs_diff(u) <= 2,
+                || {
+                    format!(
+                        "second tool, tid {tid} {f}: {c:?}: every call returned or unwound in turn"
+                    )
+                },
+            );
+            ctx.check(c.calls == 0 || c.wall_ns.unwrap_or(0) > 0, || {
+                format!("second tool, tid {tid} {f}: calls but no wall time: {c:?}")
+            });
+            unwound += u;
+        }
+    }
+    ctx.check(unwound > 0, || {
+        format!("the second tool saw no exception: {second_report:#?}")
+    });
+}

@@ -242,6 +242,13 @@ pub const PROBE_FREE: u32 = 0;
 /// place. Written before the patch, so a weft killed in between leaves an
 /// entry whose patch is not there, which the next weft simply frees.
 pub const PROBE_LIVE: u32 = 1;
+/// [`ProbeEntry::state`]: a probe whose session let go of it while another
+/// probe was chained over it (that one's trampoline jumps into this one's):
+/// its trampoline now starts with a jump to its copy of the displaced
+/// instructions (it measures nothing) and stays, with this entry, until
+/// the probes over it have gone and the weft that takes the last of them
+/// out frees it. Never shared, never an orphan.
+pub const PROBE_BYPASSED: u32 = 2;
 /// [`ProbeEntry::kind`]: a probe at a function's entry measuring calls (and
 /// timers per [`ProbeEntry::metrics`]), which another session may share.
 pub const KIND_MEASURE: u32 = 1;
@@ -263,10 +270,16 @@ pub const NO_RECORD: u32 = u32::MAX;
 
 /// One probe as the directory keeps it (written by injectors only, while
 /// they hold the process).
+///
+/// Several sessions measuring one function differently *chain* their
+/// probes: the newest patch jumps to its trampoline, whose displaced
+/// instruction is the previous patch's `jmp` (its [`ProbeEntry::original`]),
+/// and so on down to the first probe, whose `original` is the function's
+/// own bytes. Every link's [`ProbeEntry::compiled`] holds those.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeEntry {
-    /// [`PROBE_FREE`] or [`PROBE_LIVE`].
+    /// [`PROBE_FREE`], [`PROBE_LIVE`] or [`PROBE_BYPASSED`].
     pub state: u32,
     /// Bit `i`: session slot `i` uses the probe. The last owner to let go
     /// takes the patch out.
@@ -281,8 +294,12 @@ pub struct ProbeEntry {
     pub words: u32,
     /// Call record, or [`NO_RECORD`].
     pub record: u32,
-    /// Unused.
-    pub reserved: u32,
+    /// Bytes from `patch_address` whose instructions the trampoline runs
+    /// instead (5 or more).
+    pub displaced: u16,
+    /// Offset in the trampoline of its copy of those instructions (where a
+    /// pass-through jumps: [`PROBE_BYPASSED`]); 0 for none.
+    pub relocated: u16,
     /// The instrumented function (or instruction).
     pub function: u64,
     /// Where the patch is written.
@@ -291,14 +308,19 @@ pub struct ProbeEntry {
     pub trampoline: u64,
     /// The trampoline's length.
     pub trampoline_len: u64,
-    /// The bytes the patch replaced (5 used).
+    /// The bytes the patch replaced (5 used): written back when this
+    /// probe goes while its patch is the one in place. The previous link's
+    /// `jmp` for a probe chained over another.
     pub original: [u8; 8],
     /// The patch (5 used): restored only while it is still there.
     pub patch: [u8; 8],
+    /// The function's own bytes at `patch_address` (5 used), as compiled:
+    /// `original` unless the probe is chained over another.
+    pub compiled: [u8; 8],
 }
 
 /// Bytes per [`ProbeEntry`].
-pub const PROBE_ENTRY_SIZE: usize = 80;
+pub const PROBE_ENTRY_SIZE: usize = 88;
 const _: () = assert!(core::mem::size_of::<ProbeEntry>() == PROBE_ENTRY_SIZE);
 
 /// The first [`ROW_HEADER_SIZE`] bytes of a row.
@@ -503,6 +525,12 @@ pub mod metric {
     /// the thread's trace ring and whoever closes it writes the exit (see
     /// [`crate::layout::trace`]).
     pub const CELL_TRACE: u32 = 8;
+    /// Cell flag: the activation is of a probe chained over another
+    /// session's probe of the same function (see [`super::ProbeEntry`]):
+    /// the activation that link pushes next, on the same frame, is the same
+    /// call, so when timed it leaves the thread's self-time word alone and
+    /// its time stays this one's self time.
+    pub const CELL_CHAIN: u32 = 16;
     /// Where a cell's flags keep the function's call record index.
     pub const CELL_RECORD_SHIFT: u32 = 8;
 }

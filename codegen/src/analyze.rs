@@ -97,6 +97,31 @@ impl PatchSite {
         Some(site)
     }
 
+    /// The site of a patch over another probe's patch: `jump`, the `jmp
+    /// rel32` in place at `patch_address`, is the one displaced
+    /// instruction, so the new trampoline ends by going where it went (the
+    /// other probe's trampoline). This is how several tools measure one
+    /// function, each with its own probe (see `weft_abi::layout::ProbeEntry`).
+    /// `None` when `jump` is not a `jmp rel32`.
+    pub fn over_jump(
+        patch_address: u64,
+        jump: [u8; JMP_REL32_LEN],
+        skipped_endbr64: bool,
+    ) -> Option<PatchSite> {
+        let all = decode_all(patch_address, &jump);
+        let [instruction] = all.as_slice() else {
+            return None;
+        };
+        (instruction.code() == iced_x86::Code::Jmp_rel32_64).then(|| PatchSite {
+            patch_address,
+            original: jump.to_vec(),
+            instructions: all,
+            skipped_endbr64,
+            borrowed_padding: 0,
+            lead: 0,
+        })
+    }
+
     /// The site split at its point: the lead instructions (run before the
     /// snippets, continuing into them) and the rest, each as a site of its
     /// own; `None` for the first when there is no lead.
@@ -619,6 +644,31 @@ mod tests {
         0xeb, 0x3b, // jmp +0x3b
         0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // nopl (padding)
     ];
+
+    #[test]
+    fn a_patch_over_another_probes_jump_goes_where_it_went() {
+        // jmp from 0x40_1004 to 0x40_0000 (another probe's trampoline).
+        let from = 0x40_1004u64;
+        let to = 0x40_0000u64;
+        let rel = (to as i64 - (from as i64 + 5)) as i32;
+        let mut jump = [0xe9, 0, 0, 0, 0];
+        jump[1..].copy_from_slice(&rel.to_le_bytes());
+        let site = PatchSite::over_jump(from, jump, true).expect("a jmp rel32");
+        assert_eq!(site.original, jump);
+        assert_eq!(site.end(), from + 5);
+        assert!(site.skipped_endbr64);
+        // Relocated far away, it still reaches the same target, and does not
+        // fall through to the site's end.
+        let moved = crate::relocate(&site, 0x50_0000).expect("relocated");
+        let decoded = decode_all(0x50_0000, &moved.bytes);
+        assert_eq!(decoded[0].near_branch_target(), to, "{decoded:?}");
+        assert!(decoded
+            .iter()
+            .all(|i| i.code() == iced_x86::Code::INVALID || i.near_branch_target() != site.end()));
+        // Anything but a jmp rel32 is not another probe's patch.
+        assert!(PatchSite::over_jump(from, [0x48, 0x89, 0xf8, 0x90, 0x90], false).is_none());
+        assert!(PatchSite::over_jump(from, [0xeb, 0x10, 0x90, 0x90, 0x90], false).is_none());
+    }
 
     #[test]
     fn a_system_call_is_refused_with_its_own_reason() {

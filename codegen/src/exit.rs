@@ -125,7 +125,9 @@ pub const CELL_FLAGS: i32 = disp(metric::CELL_FLAGS);
 /// `timer` module), [`CELL_PROBE`] (the exit calls the user probe of the
 /// function's call record, whose index is in the flags' bits from
 /// [`CELL_RECORD_SHIFT`] up; see [`ExitProbes`]).
-pub use metric::{CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED, CELL_TRACE};
+pub use metric::{
+    CELL_CHAIN, CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED, CELL_TRACE,
+};
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
@@ -227,6 +229,9 @@ pub struct ExitHooks {
     trace: Option<crate::TraceRing>,
     /// Entry snippets built from this layout trace their activations.
     trace_calls: bool,
+    /// Entry snippets built from this layout are chained over another
+    /// probe of the function ([`CELL_CHAIN`]).
+    chained: bool,
 }
 
 /// An invalid [`ExitHooks`] layout.
@@ -296,6 +301,7 @@ impl ExitHooks {
             histogram: false,
             trace: None,
             trace_calls: false,
+            chained: false,
         })
     }
 
@@ -323,6 +329,19 @@ impl ExitHooks {
     pub fn tracing(self, on: bool) -> Self {
         Self {
             trace_calls: on && self.trace.is_some(),
+            ..self
+        }
+    }
+
+    /// The layout for the entry snippet of a probe chained over another
+    /// session's probe of the same function (its displaced instruction is
+    /// that probe's `jmp`) when `on`: its activations are marked
+    /// [`CELL_CHAIN`], so that the other probe's timed activation of the
+    /// same call, pushed right after on the same frame, does not count as a
+    /// callee in this one's self time.
+    pub fn chained(self, on: bool) -> Self {
+        Self {
+            chained: on,
             ..self
         }
     }
@@ -485,6 +504,9 @@ impl ExitHooks {
         }
         if self.trace_calls {
             flags |= CELL_TRACE;
+        }
+        if self.chained {
+            flags |= CELL_CHAIN;
         }
         flags
     }
@@ -837,7 +859,7 @@ fn exit_asm(a: &mut CodeAssembler, tls_offset: i32, h: &ExitHooks) -> Result<Cod
     }
     a.set_label(&mut stop)?;
     match &h.timers {
-        Some(spec) => crate::timer::emit_stop(a, spec)?,
+        Some(spec) => crate::timer::emit_stop(a, spec, h.row.cells)?,
         None => a.ret()?,
     }
     Ok(handler)

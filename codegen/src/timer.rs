@@ -443,12 +443,20 @@ fn accumulate(
 
 /// Emits the stop subroutine (see the module docs: `r8` = words, `rcx` =
 /// row, `rdi` = the activation's cell; clobbers `rax`, `rdx`, `rdi`, `r9`,
-/// flags), its slow paths and its literals.
-pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), IcedError> {
+/// flags), its slow paths and its literals. `cells` is the row offset of
+/// the address of the thread's first cell.
+pub(crate) fn emit_stop(
+    a: &mut CodeAssembler,
+    spec: &TimerSpec,
+    cells: i32,
+) -> Result<(), IcedError> {
+    use crate::exit::{CELL_CHAIN, CELL_ENTRY_RSP, CELL_FLAGS, CELL_SIZE, CELL_TIMED};
     let mut lits = SlowPaths::new();
     let mut ret = a.create_label();
     let mut inner = a.create_label();
     let mut counted = a.create_label();
+    let mut publish = a.create_label();
+    let mut published = a.create_label();
     let q32 = lits.literal(a, spec.ns_per_tick_q32);
     let n = m(rcx, spec.self_ticks_row);
     // r9 = the raw reading on return, or 0 when none was taken (a trace
@@ -464,7 +472,24 @@ pub(crate) fn emit_stop(a: &mut CodeAssembler, spec: &TimerSpec) -> Result<(), I
     a.mov(r9, rax)?;
     a.sub(rax, n)?;
     a.sub(rax, m(rdi, crate::exit::CELL_SELF_BASE))?;
+    // Another tool's timed activation of this same call right below (its
+    // probe is chained over this one's: same entry rsp, CELL_CHAIN): this
+    // one is not a callee of it, so N is left alone and the time stays
+    // that one's self time too.
+    let below = |off: i32| i64::from(off) - i64::from(CELL_SIZE);
+    a.lea(rdx, qword_ptr(rdi - i64::from(CELL_SIZE)))?;
+    a.cmp(rdx, m(rcx, cells))?;
+    a.jb(publish)?;
+    a.mov(edx, dword_ptr(rdi + below(CELL_FLAGS)))?;
+    a.and(edx, (CELL_CHAIN | CELL_TIMED) as i32)?;
+    a.cmp(edx, (CELL_CHAIN | CELL_TIMED) as i32)?;
+    a.jne(publish)?;
+    a.mov(rdx, qword_ptr(rdi + below(CELL_ENTRY_RSP)))?;
+    a.cmp(rdx, m(rdi, CELL_ENTRY_RSP))?;
+    a.je(published)?;
+    a.set_label(&mut publish)?;
     a.add(n, rax)?;
+    a.set_label(&mut published)?;
     // Negative only when a signal handler's timed calls closed inside the
     // three instructions above: count nothing rather than 2^64 - x.
     a.test(rax, rax)?;

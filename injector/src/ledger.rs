@@ -12,7 +12,8 @@
 use crate::region::Region;
 use std::sync::atomic::Ordering;
 use weft_rt::layout::{
-    ProbeEntry, RegionHeader, CALL_RECORDS, DIRECTORY, NO_RECORD, PROBE_FREE, PROBE_LIVE, SESSIONS,
+    ProbeEntry, RegionHeader, CALL_RECORDS, DIRECTORY, NO_RECORD, PROBE_BYPASSED, PROBE_FREE,
+    PROBE_LIVE, SESSIONS,
 };
 
 /// One session as a slot records it: the weft process's PID and start time,
@@ -97,6 +98,16 @@ pub(crate) fn live_entries(region: &Region) -> Vec<(usize, ProbeEntry)> {
     (0..used)
         .map(|i| (i, region.entry(i)))
         .filter(|(_, e)| e.state == PROBE_LIVE)
+        .collect()
+}
+
+/// The directory's entries that are links of a chain at a patch site
+/// (live or bypassed, see [`crate::chain`]), with their indices.
+pub(crate) fn linked_entries(region: &Region) -> Vec<(usize, ProbeEntry)> {
+    let used = (region.header().directory_used.load(Ordering::Acquire) as usize).min(DIRECTORY);
+    (0..used)
+        .map(|i| (i, region.entry(i)))
+        .filter(|(_, e)| e.state == PROBE_LIVE || e.state == PROBE_BYPASSED)
         .collect()
 }
 

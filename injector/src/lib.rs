@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod branches;
+mod chain;
 pub mod code;
 pub mod diagnose;
 pub mod error;

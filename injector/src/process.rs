@@ -102,10 +102,18 @@ pub struct Probe {
     pub function: Function,
     /// Where the `jmp` was written (after an `endbr64`, if any).
     pub patch_address: u64,
-    /// The bytes the `jmp` replaced.
+    /// The bytes the `jmp` replaced: the function's own, or another
+    /// session's `jmp` for a probe chained over that one's
+    /// ([`crate::chain`]).
     pub original: [u8; 5],
     /// The `jmp` itself (to check it is still ours before restoring).
     pub patch: [u8; 5],
+    /// The function's own bytes at `patch_address`, as compiled (`original`
+    /// unless the probe is chained over another).
+    pub(crate) compiled: [u8; 5],
+    /// Offset in the trampoline of its copy of the displaced instructions
+    /// (0: none), where a bypassed probe's trampoline jumps.
+    pub(crate) relocated: u16,
     /// The trampoline's address range.
     pub trampoline: std::ops::Range<u64>,
     /// Still spliced in.
@@ -1453,6 +1461,10 @@ impl Process {
             if record.is_some() {
                 checkpoint!(self, Record);
             }
+            // Over another session's probe of this function (its `jmp` is
+            // what this one displaces).
+            let chained = crate::chain::jump_target(site.patch_address, &site.original)
+                .is_some_and(|t| self.foreign.iter().any(|p| p.trampoline.start == t));
             let mut snippets = Vec::with_capacity(2);
             if let Some(entry) = request.on_entry {
                 snippets.push(Snippet::CallProbe(weft_codegen::ProbeCall {
@@ -1476,7 +1488,8 @@ impl Process {
                             .probing_exits(request.metrics.hooks_exit()),
                         None => hooks.with_histogram(request.metrics.keeps_histogram()),
                     }
-                    .tracing(trace),
+                    .tracing(trace)
+                    .chained(chained),
                 },
                 _ => Snippet::CountCall { offset },
             });
@@ -1560,6 +1573,8 @@ impl Process {
                 patch_address: site.patch_address,
                 original,
                 patch,
+                compiled: self.compiled_under(site.patch_address, original),
+                relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
                 trampoline: at..at + trampoline.bytes.len() as u64,
                 active: false,
                 displaced: site.patch_address..site.end(),
@@ -1613,6 +1628,8 @@ impl Process {
                 patch_address: site.patch_address,
                 original,
                 patch,
+                compiled: original,
+                relocated: 0,
                 trampoline: at..at + relocated.bytes.len() as u64,
                 active: false,
                 displaced: site.patch_address..site.end(),
@@ -1692,16 +1709,28 @@ impl Process {
             if active.contains(&f.address) {
                 continue; // already instrumented: one probe per address
             }
-            if let Some(other) = self
+            // Another session's probe there: shared when it measures what
+            // is asked, else this session's own probe goes over it.
+            let mut over = None;
+            if let Some(at) = self
                 .foreign
                 .iter()
                 .find(|p| p.is_entry() && p.function.address == f.address)
+                .map(|p| p.patch_address)
             {
-                match self.share_or_refuse(request, other) {
-                    Ok(index) => planned.shares.push((request, index)),
-                    Err(reason) => planned.refused.push((k, Refusal::OtherWeft(reason))),
+                let mut current = [0u8; 5];
+                let readable = self.reader()?.read(at, &mut current).is_ok();
+                match self.share_or_chain(request, f, readable.then_some(current)) {
+                    Ok(Either::Share(index)) => {
+                        planned.shares.push((request, index));
+                        continue;
+                    }
+                    Ok(Either::Chain(site)) => over = Some(Arc::new(site)),
+                    Err(reason) => {
+                        planned.refused.push((k, Refusal::OtherWeft(reason)));
+                        continue;
+                    }
                 }
-                continue;
             }
             if request.hooks_exit(self.trace_calls) {
                 let reason = std::iter::once(&f.name)
@@ -1729,7 +1758,9 @@ impl Process {
                     continue;
                 }
             }
-            let cached = self.plans.get(&plan_key(f)).cloned();
+            let cached = over
+                .clone()
+                .or_else(|| self.plans.get(&plan_key(f)).cloned());
             let (site, entered) = match cached {
                 Some(site) => (site, Vec::new()),
                 None => match self.plan_shared(f, &occupied) {
@@ -1754,8 +1785,10 @@ impl Process {
                 ));
                 continue;
             }
-            if let Some(other) =
-                occupied.overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
+            // A probe over another's patch overlaps exactly that one.
+            if let Some(other) = occupied
+                .overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
+                .filter(|_| over.is_none())
             {
                 planned.refused.push((
                     k,
@@ -1968,6 +2001,8 @@ impl Process {
                 patch_address: s.site.patch_address,
                 original: s.original,
                 patch: s.patch,
+                compiled: s.original,
+                relocated: s.relocated,
                 trampoline: s.at..s.at + s.trampoline_len,
                 active: false,
                 displaced: s.site.patch_address..s.site.end(),
@@ -2139,6 +2174,7 @@ impl Process {
             bytes,
             original,
             patch,
+            relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
             written: false,
         })
     }
@@ -2362,6 +2398,8 @@ impl Process {
             patch_address: at,
             original,
             patch,
+            compiled: original,
+            relocated: 0,
             trampoline,
             active: true,
             displaced: at..at + 5,
@@ -2672,6 +2710,69 @@ impl Process {
         ))
     }
 
+    /// What to do about `request` at `f`, where other sessions have
+    /// probes and the patch site's bytes are `current`: share one that
+    /// measures what is asked (its directory index), or put this session's
+    /// own probe over the one in place (the site: [`crate::chain`]), or
+    /// why neither can be done.
+    fn share_or_chain(
+        &self,
+        request: &ProbeSpec,
+        f: &Function,
+        current: Option<[u8; 5]>,
+    ) -> Result<Either, String> {
+        let here: Vec<&Probe> = self
+            .foreign
+            .iter()
+            .filter(|p| p.is_entry() && p.function.address == f.address)
+            .collect();
+        let mut why = None;
+        for other in &here {
+            match self.share_or_refuse(request, other) {
+                Ok(index) => return Ok(Either::Share(index)),
+                Err(reason) => why = why.or(Some(reason)),
+            }
+        }
+        let why = why.unwrap_or_else(|| "it is already instrumented by another weft".into());
+        // The link in place: a probe that only measures (one that others
+        // go around, a user probe or a replacement stays alone), whose
+        // trampoline can pass calls on if its session leaves first.
+        let front = here
+            .iter()
+            .find(|p| current.is_some_and(|c| c == p.patch))
+            .filter(|p| matches!(p.kind, ProbeKind::Measure { .. }) && p.relocated != 0);
+        let Some(front) = front else {
+            return Err(why);
+        };
+        let Some(entry) = front.entry else {
+            return Err(why);
+        };
+        let rt = self.runtime.as_ref().ok_or("the runtime is not loaded")?;
+        if rt.region.entry(entry).kind != weft_rt::layout::KIND_MEASURE {
+            return Err(why);
+        }
+        PatchSite::over_jump(
+            front.patch_address,
+            front.patch,
+            front.patch_address != f.address,
+        )
+        .map(Either::Chain)
+        .ok_or(why)
+    }
+
+    /// The function's own bytes under a patch that replaced `original` at
+    /// `at`: those of the other session's probe whose `jmp` that is, if it
+    /// is one.
+    fn compiled_under(&self, at: u64, original: [u8; 5]) -> [u8; 5] {
+        let Some(target) = crate::chain::jump_target(at, &original) else {
+            return original;
+        };
+        self.foreign
+            .iter()
+            .find(|p| p.patch_address == at && p.trampoline.start == target)
+            .map_or(original, |p| p.compiled)
+    }
+
     /// Takes this session's slot in the target's session table (again,
     /// after a release that left it), takes out every probe no live session
     /// owns any more (wefts that were killed: all their probes, not only
@@ -2724,14 +2825,10 @@ impl Process {
         }
         let mut ranges = Vec::new();
         let mut hooked = Vec::new();
+        let leaving: Vec<usize> = orphans.iter().map(|o| o.index).collect();
+        self.unlink(tracer, &leaving)?;
         for orphan in orphans {
             let e = &orphan.entry;
-            let mut current = [0u8; 5];
-            if tracer.memory().read(e.patch_address, &mut current).is_ok()
-                && current == e.patch[..5]
-            {
-                tracer.memory().write(e.patch_address, &e.original[..5])?;
-            }
             if e.trampoline != 0 {
                 ranges.push(e.trampoline..e.trampoline + e.trampoline_len);
             }
@@ -2742,11 +2839,86 @@ impl Process {
         // Threads inside finish them normally (the memory stays).
         self.prefer_outside(tracer, |pc| ranges.iter().any(|r| r.contains(&pc)))?;
         self.retire_open_activations(tracer, &hooked)?;
-        let rt = self.rt()?;
-        for orphan in orphans {
-            crate::ledger::free(&rt.region, orphan.index);
-        }
         Ok(())
+    }
+
+    /// Takes the probes of directory entries `leaving` out of their sites
+    /// ([`crate::chain::unlink`]): a link in front comes off (the site gets
+    /// back the bytes it replaced: the function's, or the `jmp` of the link
+    /// below), and so do the bypassed links it uncovers; a link under
+    /// another session's is bypassed instead. Frees the entries that came
+    /// off and returns those bypassed, whose trampolines, words and records
+    /// must never be reused (a link over them jumps in). A patch is only
+    /// ever restored while it is still in place (the library may have been
+    /// unloaded and the address reused).
+    fn unlink(&mut self, tracer: &mut Tracer, leaving: &[usize]) -> Result<Vec<usize>, Error> {
+        if leaving.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rt = self.rt()?;
+        let region = &rt.region;
+        let sites: AddressSet<u64> = leaving
+            .iter()
+            .map(|&i| region.entry(i).patch_address)
+            .collect();
+        let mut at: AddressMap<u64, Vec<(usize, weft_rt::layout::ProbeEntry)>> =
+            AddressMap::default();
+        for (i, e) in crate::ledger::linked_entries(region) {
+            if sites.contains(&e.patch_address) {
+                at.entry(e.patch_address).or_default().push((i, e));
+            }
+        }
+        let mut bypass = Vec::new();
+        let mut free = Vec::new();
+        for (site, links) in at {
+            let here: Vec<usize> = leaving
+                .iter()
+                .copied()
+                .filter(|i| links.iter().any(|(j, _)| j == i))
+                .collect();
+            let mut current = [0u8; 5];
+            let plan = if tracer.memory().read(site, &mut current).is_ok() {
+                crate::chain::unlink(&current, &links, &here)
+            } else {
+                crate::chain::Unlink {
+                    free: here,
+                    ..Default::default()
+                }
+            };
+            if let Some(bytes) = plan.site {
+                tracer.memory().write(site, &bytes)?;
+            }
+            free.extend(plan.free);
+            bypass.extend(
+                plan.bypass
+                    .into_iter()
+                    .filter_map(|i| links.iter().find(|(j, _)| *j == i).copied()),
+            );
+        }
+        // A bypassed trampoline starts with a jump to its copy of the
+        // displaced instructions: no thread may be inside the bytes that
+        // jump overwrites (one at its first byte runs the jump).
+        let heads: Vec<u64> = bypass.iter().map(|(_, e)| e.trampoline).collect();
+        if !heads.is_empty() {
+            self.wait_until_outside(
+                tracer,
+                |pc| heads.iter().any(|&t| t < pc && pc < t + 5),
+                "a bypassed trampoline's head",
+            )?;
+        }
+        let region = &self.rt()?.region;
+        for (index, mut e) in bypass.iter().copied() {
+            tracer
+                .memory()
+                .write(e.trampoline, &crate::chain::pass_through(e.relocated))?;
+            e.state = weft_rt::layout::PROBE_BYPASSED;
+            e.owners = 0;
+            region.set_entry(index, &e);
+        }
+        for index in free {
+            crate::ledger::free(region, index);
+        }
+        Ok(bypass.into_iter().map(|(i, _)| i).collect())
     }
 
     /// Enters `probes` (about to be patched) in the target's directory,
@@ -3209,6 +3381,7 @@ impl Process {
         let mine = self.slot.map_or(0, |s| 1u32 << s);
         let region = self.runtime.as_ref().map(|rt| &rt.region);
         let mut handed_over = Vec::new();
+        let mut leaving = Vec::new();
         for probe in self
             .probes
             .iter_mut()
@@ -3224,6 +3397,12 @@ impl Process {
                     probe.active = false;
                     probe.borrowed = true;
                     handed_over.push(probe.id);
+                    continue;
+                }
+                if entry.state == weft_rt::layout::PROBE_LIVE {
+                    // Out of its site's chain of probes, below.
+                    leaving.push(index);
+                    probe.active = false;
                     continue;
                 }
                 crate::ledger::free(region, index);
@@ -3243,6 +3422,7 @@ impl Process {
             }
             probe.active = false;
         }
+        let bypassed = self.unlink(tracer, &leaving)?;
         let ids: Vec<ProbeId> = ids
             .into_iter()
             .filter(|id| !handed_over.contains(id))
@@ -3267,11 +3447,13 @@ impl Process {
             .collect();
         self.retire_open_activations(tracer, &hooked)?;
         // Only this session's own trampolines come back to its pool (a
-        // borrowed one lies in another weft's area).
+        // borrowed one lies in another weft's area), and not those bypassed
+        // under another session's probe (it jumps into them).
         let own: Vec<std::ops::Range<u64>> = self
             .probes
             .iter()
             .filter(|p| ids.contains(&p.id) && !p.borrowed)
+            .filter(|p| !p.entry.is_some_and(|e| bypassed.contains(&e)))
             .map(|p| p.trampoline.clone())
             .collect();
         self.retired.extend(own);
@@ -4101,7 +4283,8 @@ impl Occupied {
             .partition_point(|&(start, _, _)| start < address)
             .saturating_sub(1);
         for &(start, _, i) in self.0[first..].iter().take_while(|e| e.0 < end) {
-            for (k, &byte) in Occupied::probe(own, foreign, i).original.iter().enumerate() {
+            // A chain's links all give the function's own bytes.
+            for (k, &byte) in Occupied::probe(own, foreign, i).compiled.iter().enumerate() {
                 let at = start + k as u64;
                 if (address..end).contains(&at) {
                     code[(at - address) as usize] = byte;
@@ -4217,6 +4400,8 @@ struct Staged {
     resumes: Vec<Resume>,
     original: [u8; 5],
     patch: [u8; 5],
+    /// [`Probe::relocated`].
+    relocated: u16,
     /// Already in the target: its area was mapped, so it was written while
     /// the target ran (nothing jumps there until the patch).
     written: bool,
@@ -4229,6 +4414,14 @@ type StagedWrite<'a> = (
     Vec<(&'a ProbeSpec, Arc<PatchSite>)>,
     Vec<Resume>,
 );
+
+/// [`Process::share_or_chain`]'s answer.
+enum Either {
+    /// Share this directory entry's probe.
+    Share(usize),
+    /// Put a probe of this session's own over the one in place, at this site.
+    Chain(PatchSite),
+}
 
 /// The most a counter's trampoline for `site` takes of a pool, its record
 /// included.
@@ -4281,7 +4474,9 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
     original.copy_from_slice(&e.original[..5]);
     let mut patch = [0u8; 5];
     patch.copy_from_slice(&e.patch[..5]);
-    let displaced = u64::from(e.reserved.max(5));
+    let mut compiled = [0u8; 5];
+    compiled.copy_from_slice(&e.compiled[..5]);
+    let displaced = u64::from(e.displaced.max(5));
     Probe {
         id: ProbeId(u32::MAX),
         function: Function {
@@ -4299,6 +4494,8 @@ fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Probe {
         patch_address: e.patch_address,
         original,
         patch,
+        compiled,
+        relocated: e.relocated,
         trampoline: e.trampoline..e.trampoline + e.trampoline_len,
         active: true,
         displaced: e.patch_address..e.patch_address + displaced,
@@ -4338,6 +4535,8 @@ fn directory_entry(
     original[..5].copy_from_slice(&probe.original);
     let mut patch = [0u8; 8];
     patch[..5].copy_from_slice(&probe.patch);
+    let mut compiled = [0u8; 8];
+    compiled[..5].copy_from_slice(&probe.compiled);
     l::ProbeEntry {
         state: l::PROBE_LIVE,
         owners,
@@ -4357,13 +4556,15 @@ fn directory_entry(
         first_word: words.first,
         words: words.len,
         record: probe.record().unwrap_or(l::NO_RECORD),
-        reserved: (probe.displaced.end - probe.displaced.start) as u32,
+        displaced: u16::try_from(probe.displaced.end - probe.displaced.start).unwrap_or(u16::MAX),
+        relocated: probe.relocated,
         function: probe.point().unwrap_or(probe.function.address),
         patch_address: probe.patch_address,
         trampoline: probe.trampoline.start,
         trampoline_len: probe.trampoline.end - probe.trampoline.start,
         original,
         patch,
+        compiled,
     }
 }
 
@@ -4514,6 +4715,8 @@ mod tests {
             patch_address: patch,
             original,
             patch: [0xe9, 0, 0, 0, 0],
+            compiled: original,
+            relocated: 0,
             trampoline: 0..0,
             active,
             displaced: patch..displaced_end,

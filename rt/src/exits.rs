@@ -471,7 +471,11 @@ fn close_timer(
     let own = raw
         .wrapping_sub(n.load(Ordering::Relaxed))
         .wrapping_sub(self_base);
-    n.fetch_add(own, Ordering::Relaxed);
+    // Inside another tool's timed activation of the same call (its probe
+    // chained over this one's), this one is no callee of it: N stays.
+    if !inside_chained(row, cell) {
+        n.fetch_add(own, Ordering::Relaxed);
+    }
     let own_ns = if (own as i64) < 0 {
         0
     } else {
@@ -516,6 +520,29 @@ fn wall_raw(wall: &WallClock) -> u64 {
         );
     }
     out
+}
+
+/// Whether the cell below `cell` (one of the thread's cells) is a timed
+/// activation of the same call by a probe chained over this one's
+/// (`CELL_CHAIN`, the same entry `rsp`), as the generated stop checks.
+fn inside_chained(row: *mut u8, cell: u64) -> bool {
+    // SAFETY: row is this thread's row.
+    let first = unsafe { &(*(row as *const RowHeader)).thread }
+        .cells
+        .load(Ordering::Relaxed);
+    let size = metric::CELL_SIZE as u64;
+    if first == 0 || cell < first + size {
+        return false;
+    }
+    let below = cell - size;
+    let wanted = metric::CELL_CHAIN | metric::CELL_TIMED;
+    // SAFETY: `below` is one of the thread's cells too (at or above the
+    // first); both cells are the thread's own memory.
+    unsafe {
+        ((below + metric::CELL_FLAGS as u64) as *const u32).read() & wanted == wanted
+            && ((below + metric::CELL_ENTRY_RSP as u64) as *const u64).read()
+                == ((cell + metric::CELL_ENTRY_RSP as u64) as *const u64).read()
+    }
 }
 
 /// Closes every open activation from the cell at `from` up, innermost

@@ -1021,6 +1021,9 @@ pub struct ReportFunction {
     /// Present only when the `cpu` metric is selected.
     #[serde(default)]
     pub cpu_ns: Option<u64>,
+    /// Self (exclusive) wall time, with `wall`.
+    #[serde(default)]
+    pub self_ns: Option<u64>,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -1092,7 +1095,13 @@ pub fn check_metrics(ctx: &Ctx, report: &Report, want: &[&str]) {
 /// and `exits`/`unwound`/`unhooked` iff either timer (the exit is hooked).
 #[track_caller]
 pub fn check_metric_fields(ctx: &Ctx, report: &Report, wall: bool, cpu: bool) {
-    let hooked = wall || cpu;
+    check_fields_of(ctx, report, wall, cpu, wall || cpu);
+}
+
+/// [`check_metric_fields`] where the exits are hooked whenever `hooked`
+/// (call traces hook them too).
+#[track_caller]
+pub fn check_fields_of(ctx: &Ctx, report: &Report, wall: bool, cpu: bool, hooked: bool) {
     for f in &report.functions {
         ctx.check(f.wall_ns.is_some() == wall, || {
             format!(

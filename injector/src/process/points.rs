@@ -234,6 +234,8 @@ impl Process {
                     patch_address: site.patch_address,
                     original,
                     patch,
+                    compiled: original,
+                    relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
                     trampoline: at..at + trampoline.bytes.len() as u64,
                     active: false,
                     displaced: site.patch_address..site.end(),
