@@ -267,3 +267,73 @@ fn attach_with_a_glob_over_libc() {
     t.send("quit");
     t.wait_code(0);
 }
+
+/// All of libc timed (`-m calls,wall`) in a threaded program to its end:
+/// its threads exit through timed functions that are still running when
+/// the runtime closes their activations at thread exit (`start_thread`,
+/// `__call_tls_dtors`), and call timed ones after (`free`). The program
+/// behaves as without weft (it died of SIGILL when those calls pushed over
+/// the closed activations' return addresses), and every exited thread's
+/// figures balance.
+#[test]
+fn timing_all_of_libc_to_a_threaded_programs_end_harms_nothing() {
+    let ctx = Ctx::new("timing_all_of_libc_to_a_threaded_programs_end_harms_nothing");
+    let plain = plain_output(&ctx);
+    let file = scratch_dir("timing_all_of_libc_to_a_threaded_programs_end_harms_nothing")
+        .join("report.json");
+    let file_s = file.to_str().unwrap().to_string();
+    let exe = multientry().to_str().unwrap().to_string();
+    let mut args = vec![
+        "run",
+        "-f",
+        "libc.so.6:*",
+        "-m",
+        "calls,wall",
+        "--format",
+        "json",
+        "-o",
+        &file_s,
+        "--",
+        &exe,
+    ];
+    args.extend_from_slice(&ARGS);
+    let mut w = ctx.weft(&args);
+    w.wait_code(0);
+    ctx.check(without_tids(&w.stdout_text()) == plain, || {
+        format!(
+            "the output under weft differs:\n{}\nwithout weft:\n{plain}",
+            w.stdout_text()
+        )
+    });
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| ctx.fail(format!("cannot read the report file {file_s}: {e}")));
+    let report = parse_report(&ctx, &text);
+    // The workers; the main thread ends the process in `_exit`, whose call
+    // stays open.
+    let workers: Vec<&ReportThread> = report
+        .threads
+        .iter()
+        .filter(|t| t.exited && t.tid != report.pid)
+        .collect();
+    ctx.check(workers.len() >= 4, || {
+        format!(
+            "{} exited workers in the report, the program ran 4",
+            workers.len()
+        )
+    });
+    for t in workers {
+        for (name, c) in &t.functions {
+            let (e, u, h) = (
+                c.exits.unwrap_or(0),
+                c.unwound.unwrap_or(0),
+                c.unhooked.unwrap_or(0),
+            );
+            ctx.check(c.calls == e + u + h, || {
+                format!(
+                    "exited worker {} {name}: calls {} != exits {e} + unwound {u} + unhooked {h}",
+                    t.tid, c.calls
+                )
+            });
+        }
+    }
+}

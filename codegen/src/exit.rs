@@ -961,6 +961,10 @@ fn emit_handler(
     // rdi = the returning activation's cell, the top one.
     a.set_label(&mut ours)?;
     a.movsxd(r8, d(rdi, CELL_METRIC))?;
+    // A retired cell (the runtime closed it already: at thread exit, the
+    // functions still running then return through theirs) counts nothing.
+    a.test(r8, r8)?;
+    a.js(popped)?;
     a.add(r8, rcx)?;
     a.inc(q(r8, METRIC_EXITS))?;
     if trace_exit.is_some() {

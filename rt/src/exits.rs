@@ -747,13 +747,40 @@ pub unsafe extern "C" fn weft_rt_personality(
 }
 
 /// At thread exit: closes the activations still open (the thread left them
-/// by `pthread_exit`, cancellation or an exception that ended it) and
-/// releases the CPU clock. Later destructors may still run instrumented
-/// code: they find no CPU clock and count no CPU time.
+/// by `pthread_exit`, cancellation or an exception that ended it, or they
+/// are of the functions exiting it: `start_thread`, the destructor loop
+/// this runs in) and releases the CPU clock. Later destructors may still
+/// run instrumented code: they find no CPU clock and count no CPU time.
+///
+/// The cells stay on the stack of open cells, retired (as [`retire`]
+/// leaves a cell): the functions still running here (`__call_tls_dtors`)
+/// return through them later, and an instrumented call they make first
+/// (`free`) must push above them, not over the return addresses they
+/// hold. Closed later, a retired cell counts nothing.
 pub(crate) fn finish_thread(header: &RegionHeader, row_ptr: *mut u8) {
     // SAFETY: row_ptr is this thread's row.
     let row = unsafe { &*(row_ptr as *const RowHeader) };
-    close_from(header, row_ptr, row.thread.cells.load(Ordering::Relaxed));
+    let state = &row.thread;
+    let (cells, top, end) = (
+        state.cells.load(Ordering::Relaxed),
+        state.top.load(Ordering::Relaxed),
+        state.cells_end.load(Ordering::Relaxed),
+    );
+    let size = metric::CELL_SIZE as u64;
+    if cells != 0 && top > cells && top <= end && (top - cells) % size == 0 {
+        let mut cell = top;
+        while cell > cells {
+            cell -= size;
+            close_cell(header, row_ptr, cell);
+            // SAFETY: one of this thread's open cells; only this thread
+            // writes it.
+            unsafe {
+                ((cell + metric::CELL_METRIC as u64) as *mut i32).write(RETIRED);
+                ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(0);
+            }
+        }
+        row.activity.fetch_add(1, Ordering::Release);
+    }
     let clock = row.thread.cpu_clock.swap(0, Ordering::AcqRel) as *mut ThreadCpuClock;
     if !clock.is_null() {
         // SAFETY: the clock was written by setup_thread and is dropped once
