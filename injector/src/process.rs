@@ -796,6 +796,29 @@ impl Process {
     /// The thread that runs remote calls (see [`Process::pick_call_thread`]).
     fn call_thread(&mut self, tracer: &mut Tracer) -> Result<Tid, Error> {
         let tid = self.pick_call_thread(tracer)?;
+        self.with_return_stub(tracer, tid)
+    }
+
+    /// The thread that runs remote calls that are bare system calls
+    /// (`mmap` of trampoline areas): any thread will do, since a system call
+    /// takes no lock another thread could hold (as in a signal handler), so
+    /// the world never runs again to find a better placed one (an
+    /// insertion stays one stop of the world on a loaded machine, where
+    /// threads are often preempted inside the C library). One that
+    /// [`Process::pick_call_thread`] would take is still preferred.
+    fn syscall_thread(&mut self, tracer: &mut Tracer) -> Result<Tid, Error> {
+        let tid = match self.safe_call_thread(tracer)? {
+            Some(tid) => tid,
+            None => tracer
+                .threads()
+                .next()
+                .ok_or(Error::Trace(TraceError::NoSuchProcess(self.pid)))?,
+        };
+        self.with_return_stub(tracer, tid)
+    }
+
+    /// `tid`, once its remote calls return through the return stub.
+    fn with_return_stub(&mut self, tracer: &mut Tracer, tid: Tid) -> Result<Tid, Error> {
         // Every remote call after the first returns through a stub that puts
         // the thread back by itself should weft die meanwhile.
         let mmap_fn = self
@@ -1417,8 +1440,9 @@ impl Process {
 
         // Build and write every trampoline (unreachable until patched):
         // counters built ahead by `hold` first, in one write per run of
-        // neighbours, then the others.
-        let call_tid = self.call_thread(tracer)?;
+        // neighbours, then the others. Their areas are mapped by bare
+        // `mmap` calls.
+        let call_tid = self.syscall_thread(tracer)?;
         let (mut new_probes, mut originals, mut plans, mut moves) =
             self.write_staged(tracer, plans, call_tid, mmap_fn, register_fn)?;
         // Where the trampolines companions and tied siblings lead into
@@ -2273,7 +2297,7 @@ impl Process {
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        let tid = self.call_thread(tracer)?;
+        let tid = self.syscall_thread(tracer)?;
         let (at, _) = self
             .pool
             .reserve(tracer, tid, mmap_fn, register_fn, near, len)?;

@@ -165,7 +165,8 @@ impl Process {
             .image
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
-        let call_tid = self.call_thread(tracer)?;
+        // Trampoline areas are mapped by bare `mmap` calls.
+        let call_tid = self.syscall_thread(tracer)?;
 
         let mut new_probes: Vec<Probe> = Vec::with_capacity(plans.len());
         let mut moves = Vec::new();
