@@ -485,6 +485,20 @@ struct ExceptionsWorker {
     ok: bool,
 }
 
+impl ExceptionsWorker {
+    /// The worker's own counts of the functions, as the report's should be.
+    fn expected(&self) -> ExpThread {
+        ExpThread {
+            name: format!("worker-{}", self.worker),
+            calls: [
+                ("thrower".to_string(), self.thrower),
+                ("middle".to_string(), self.middle),
+            ]
+            .into(),
+        }
+    }
+}
+
 /// C++ exceptions thrown by `thrower` through `middle` (which runs a
 /// destructor on the way) to a catch in `outer`, every other round, under
 /// `weft run -m calls,wall -f thrower,middle`: same stdout and exit code as
@@ -518,17 +532,7 @@ fn run_cxx_exceptions_through_instrumented_frames() {
                 && w.dtors == rounds,
             || format!("worker line {w:?}"),
         );
-        exp.insert(
-            *tid,
-            ExpThread {
-                name: format!("worker-{}", w.worker),
-                calls: [
-                    ("thrower".to_string(), w.thrower),
-                    ("middle".to_string(), w.middle),
-                ]
-                .into(),
-            },
-        );
+        exp.insert(*tid, w.expected());
     }
     check_report_counts(&ctx, &report, &exp, &EXCEPTION_FUNCS);
 
@@ -741,17 +745,7 @@ fn two_tools_time_through_cxx_exceptions() {
     let wtids = tids(&ctx, &under.stderr, "worker", 2);
     let mut exp = BTreeMap::new();
     for (w, (tid, _)) in workers.iter().zip(&wtids) {
-        exp.insert(
-            *tid,
-            ExpThread {
-                name: format!("worker-{}", w.worker),
-                calls: [
-                    ("thrower".to_string(), w.thrower),
-                    ("middle".to_string(), w.middle),
-                ]
-                .into(),
-            },
-        );
+        exp.insert(*tid, w.expected());
         for f in EXCEPTION_FUNCS {
             check_accounting(
                 &ctx,

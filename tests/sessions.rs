@@ -163,6 +163,13 @@ fn code_at(pid: u32, at: u64) -> Vec<u8> {
     bytes
 }
 
+/// `work_a`'s code after every tool left is as compiled.
+fn check_as_compiled(ctx: &Ctx, after: &[u8], compiled: &[u8]) {
+    ctx.check(after == compiled, || {
+        format!("work_a's code after every tool left: {after:02x?}, as compiled: {compiled:02x?}")
+    });
+}
+
 /// A tool that times a leaf reports self time equal to wall time, whatever
 /// other tools measure in the same function (their trampolines run inside
 /// its activation but are not calls of timed functions).
@@ -287,9 +294,7 @@ fn several_tools_measure_one_function_each_exactly() {
     ctx.check(traced == want, || {
         format!("C's trace holds {traced:?} calls of work_a per thread, the target made {want:?}")
     });
-    ctx.check(after == compiled, || {
-        format!("work_a's code after every tool left: {after:02x?}, as compiled: {compiled:02x?}")
-    });
+    check_as_compiled(&ctx, &after, &compiled);
 }
 
 /// A tool leaving while another's probe is over its own: its probe passes
@@ -326,9 +331,7 @@ fn a_tool_leaving_under_another_leaves_it_exact() {
         check_exit_balance(&ctx, r);
         check_self_time_of_leaf(&ctx, r, "work_a", who);
     }
-    ctx.check(after == compiled, || {
-        format!("work_a's code after both left: {after:02x?}, as compiled: {compiled:02x?}")
-    });
+    check_as_compiled(&ctx, &after, &compiled);
 }
 
 /// One tool on a target, as [`random_overlapping_tools_stay_exact`] runs it.
@@ -455,9 +458,7 @@ fn random_overlapping_tools_stay_exact() {
         &expected(&ctx, &t.stdout_text(), &[rounds + 1], &f),
         &f,
     );
-    ctx.check(after == compiled, || {
-        format!("work_a's code after every tool left: {after:02x?}, as compiled: {compiled:02x?}")
-    });
+    check_as_compiled(&ctx, &after, &compiled);
     eprintln!("{checked} tools checked ({traces} traces), {killed} killed");
     ctx.check(checked > 4 && killed > 0 && traces > 0, || {
         format!("too few tools ended either way: {checked} checked, {killed} killed")
