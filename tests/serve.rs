@@ -247,3 +247,95 @@ fn serving_beyond_loopback_must_be_asked_for() {
     t.send("quit");
     t.wait_exit();
 }
+
+/// A production agent counts a function and serves /metrics; an engineer
+/// runs `weft top` on the same function with timers (its own probe over
+/// the agent's), then quits. top's table shows the calls of its window with
+/// wall time; the agent's per-thread counts stay the target's own through
+/// top's arrival and departure.
+#[test]
+fn an_agent_serving_counts_and_top_timing_the_same_function_are_both_exact() {
+    let ctx = Ctx::new("an_agent_serving_counts_and_top_timing_the_same_function_are_both_exact");
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "4"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready"));
+    let pid = t.pid_str();
+    let mut agent = ctx.weft(&[
+        "attach", "-p", &pid, "-f", "work_a", "-m", "calls", "--serve", ":0",
+    ]);
+    let port = served_port(&ctx, &mut agent);
+    let phase = |t: &mut Proc, p: u64| {
+        t.send("go");
+        t.expect_stdout("phase done", |l| l == format!("phase {p} done"));
+        check_worker_phase(&ctx, &t.stdout_text(), p, 3)
+    };
+    phase(&mut t, 1);
+    let mut top = ctx.weft(&[
+        "top",
+        "-p",
+        &pid,
+        "-f",
+        "work_a",
+        "-m",
+        "calls,wall,cpu",
+        "--interval",
+        "0.2",
+    ]);
+    top.expect_line(Stream::Stderr, "attached", |l| l.contains("attached"));
+    let during: u64 = phase(&mut t, 2).iter().map(|l| l.work_a).sum();
+    // A table after the phase holds its calls, timed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !top.stdout_text().contains(&thousands(during)) {
+        ctx.check(Instant::now() < deadline, || {
+            format!(
+                "top shows no table with the {during} calls of work_a made while it ran:\n{}\n{}",
+                top.stdout_text(),
+                top.stderr_text()
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let table = top.stdout_text();
+    let row = table
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("total") && l.contains(&thousands(during)))
+        .unwrap_or_default()
+        .to_string();
+    ctx.check(
+        row.contains("µs") || row.contains("ns") || row.contains("ms"),
+        || format!("top's total row of work_a has no time in it: {row:?}\n{table}"),
+    );
+    top.signal(nix::sys::signal::Signal::SIGTERM);
+    top.wait_code(0);
+    phase(&mut t, 3);
+    // The agent: every thread's calls of phases 1 to 3, as the target
+    // counted them.
+    let (_, _, body) =
+        get(port, "/metrics", None).unwrap_or_else(|e| ctx.fail(format!("GET /metrics: {e}")));
+    let lines = worker_lines(&ctx, &t.stdout_text());
+    for tid in lines
+        .iter()
+        .map(|l| l.tid)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let want: u64 = lines
+            .iter()
+            .filter(|l| l.tid == tid)
+            .map(|l| l.work_a)
+            .sum();
+        let key = format!("function=\"work_a\",module=\"workers\",tid=\"{tid}\"");
+        let got: u64 = body
+            .lines()
+            .filter(|l| l.starts_with("weft_calls_total{") && l.contains(&key))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum();
+        ctx.check(got == want, || {
+            format!("the agent counts {got} calls of work_a in tid {tid}, the target made {want}:\n{body}")
+        });
+    }
+    agent.signal(nix::sys::signal::Signal::SIGINT);
+    agent.wait_code(0);
+    phase(&mut t, 4);
+    t.wait_code(0);
+}
