@@ -234,6 +234,10 @@ pub struct SessionSlot {
     pub start_time: AtomicU64,
 }
 
+/// The name of the memfd the runtime keeps its region in, as
+/// `/proc/PID/maps` shows it (`/memfd:weft-shm (deleted)`).
+pub const REGION_MEMFD_NAME: &core::ffi::CStr = c"weft-shm";
+
 /// Entries in the probe directory.
 pub const DIRECTORY: usize = 131_072;
 /// [`ProbeEntry::state`]: a free entry.

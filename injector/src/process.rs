@@ -1304,8 +1304,72 @@ impl Process {
         let taken = std::mem::take(&mut self.pending);
         if result.is_err() {
             self.roll_back(tracer, taken);
+            self.unload_untouched_runtime(tracer);
+        } else if self.probes.iter().any(|p| p.active) {
+            // In use from now on: it stays, as after any detach.
+            if let Some(rt) = self.runtime.as_mut() {
+                rt.loaded = None;
+            }
         }
         result
+    }
+
+    /// After a failed change: a runtime this session loaded goes back out
+    /// when nothing ever ran it (no thread took a row) and no probe of any
+    /// session is in, so that a failed first attach leaves nothing of
+    /// weft's in the target: its trampoline areas (the exit code's among
+    /// them), the region and the library ([`runtime::unload`]). Best
+    /// effort: what cannot go stays, as after a detach.
+    fn unload_untouched_runtime(&mut self, tracer: &mut Tracer) {
+        let Some(rt) = &self.runtime else { return };
+        let Some(loaded) = rt.loaded else { return };
+        let untouched = rt
+            .region
+            .header()
+            .rows_used
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+            && crate::ledger::linked_entries(&rt.region).is_empty()
+            && !self.probes.iter().any(|p| p.active);
+        let munmap = self.image.symbol_address("libc.so", "munmap");
+        let (true, Some(munmap)) = (untouched, munmap) else {
+            return;
+        };
+        let Ok(tid) = self.call_thread(tracer) else {
+            return;
+        };
+        match runtime::unload(tracer, &mut self.image, tid, loaded, self.load_world) {
+            Ok(true) => {}
+            _ => return,
+        }
+        // Nothing runs in the areas: no patch ever led there.
+        for (start, size) in self.pool.areas() {
+            let call = RemoteCall::new(
+                "munmap",
+                munmap,
+                vec![
+                    crate::ptrace::RemoteArg::Value(start),
+                    crate::ptrace::RemoteArg::Value(size),
+                ],
+            );
+            let _ = tracer.call(tid, &call, false);
+        }
+        // The remote calls' return stub last.
+        let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
+        if tracer.remove_return_stub(tid, munmap, cave).is_ok() {
+            self.stub_address = None;
+        }
+        self.runtime = None;
+        self.slot = None;
+        self.exits = None;
+        self.pool = Pool::default();
+        self.staged = AddressMap::default();
+        self.free_words.clear();
+        self.free_records.clear();
+        self.retired.clear();
+        self.quiet.clear();
+        self.foreign.clear();
+        self.baselines = AddressMap::default();
     }
 
     /// Inserts `specs` (one stop of the world, one transaction). Functions

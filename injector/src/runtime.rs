@@ -103,6 +103,20 @@ pub struct Runtime {
     pub base: u64,
     /// Our read-only view of the region.
     pub region: Region,
+    /// What this load put in the target, when it loaded the runtime (not
+    /// an earlier session): what [`unload`] takes out.
+    pub loaded: Option<Loaded>,
+}
+
+/// The target's handles on a runtime one session loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct Loaded {
+    /// `dlopen`'s handle.
+    pub handle: u64,
+    /// The descriptor of the memfd the library was loaded from.
+    pub library_fd: i32,
+    /// The descriptor of the region's memfd.
+    pub region_fd: i32,
 }
 
 /// Geometry asked of the runtime.
@@ -319,6 +333,7 @@ pub fn load(
     // already.
     let mut wall = None;
     let mut placement = None;
+    let mut loaded = None;
     let base = match runtime_module_base(image)? {
         Some(base) => {
             same_build(pid, base, &bytes)?;
@@ -391,7 +406,7 @@ pub fn load(
                 return Err(RuntimeError::Write { pid, fd, source });
             }
             match handle? {
-                Some(Ok(_)) => {}
+                Some(Ok(h)) => loaded = Some((h, fd)),
                 Some(Err(message)) => return Err(RuntimeError::Dlopen(message)),
                 None => return Err(RuntimeError::MissingSymbol("dlopen")),
             }
@@ -429,7 +444,77 @@ pub fn load(
     )?;
     let region_fd = negative_errno("weft_rt_init", init)? as i32;
     let region = Region::open(pid, region_fd)?;
-    Ok(Runtime { base, region })
+    Ok(Runtime {
+        base,
+        region,
+        loaded: loaded.map(|(handle, library_fd)| Loaded {
+            handle,
+            library_fd,
+            region_fd,
+        }),
+    })
+}
+
+/// Takes a runtime this session loaded back out of the target (after its
+/// first change failed, so that a failed attach leaves nothing behind):
+/// `dlclose`, then, once the library is really gone, the region's mapping
+/// and both descriptors. Only while no thread has run the runtime's code
+/// (no row taken: `rows_used` is 0) and no probe is in; the caller checks.
+/// Returns whether the library went: glibc keeps one whose thread-local
+/// destructors are pending, and then the region stays with it (as after a
+/// detach).
+pub fn unload(
+    tracer: &mut Tracer,
+    image: &mut ProcessImage,
+    tid: Tid,
+    loaded: Loaded,
+    world: World,
+) -> Result<bool, RuntimeError> {
+    let dlclose = libc_symbol(image, "dlclose").ok_or(RuntimeError::MissingSymbol("dlclose"))?;
+    let close = libc_symbol(image, "close").ok_or(RuntimeError::MissingSymbol("close"))?;
+    let munmap = libc_symbol(image, "munmap").ok_or(RuntimeError::MissingSymbol("munmap"))?;
+    // The loader's lock, which a stopped thread may hold: as dlopen.
+    tracer.call_in(
+        tid,
+        &RemoteCall::new("dlclose", dlclose, vec![RemoteArg::Value(loaded.handle)]),
+        world,
+    )?;
+    if runtime_module_base(image)?.is_some() {
+        return Ok(false);
+    }
+    let name = weft_rt::layout::REGION_MEMFD_NAME
+        .to_str()
+        .unwrap_or("weft-shm");
+    let region = format!("/memfd:{name}");
+    let mappings: Vec<(u64, u64)> = image
+        .maps()
+        .iter()
+        .filter(|m| {
+            m.path
+                .file()
+                .is_some_and(|p| p.to_string_lossy().starts_with(&region))
+        })
+        .map(|m| (m.start, m.end - m.start))
+        .collect();
+    for (start, len) in mappings {
+        tracer.call(
+            tid,
+            &RemoteCall::new(
+                "munmap",
+                munmap,
+                vec![RemoteArg::Value(start), RemoteArg::Value(len)],
+            ),
+            false,
+        )?;
+    }
+    for fd in [loaded.region_fd, loaded.library_fd] {
+        tracer.call(
+            tid,
+            &RemoteCall::new("close", close, vec![RemoteArg::Value(fd as u64)]),
+            false,
+        )?;
+    }
+    Ok(true)
 }
 
 /// Checks that the runtime loaded at `base` is `bytes` before anything

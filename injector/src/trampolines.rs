@@ -204,6 +204,11 @@ pub fn vector_save() -> VectorSave {
 }
 
 impl Pool {
+    /// Every mapped area: (start, size).
+    pub fn areas(&self) -> Vec<(u64, u64)> {
+        self.areas.iter().map(|a| (a.start, a.size)).collect()
+    }
+
     /// Bytes of target memory mapped for trampolines (all areas).
     pub fn mapped_bytes(&self) -> u64 {
         self.areas.iter().map(|a| a.size).sum()

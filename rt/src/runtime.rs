@@ -210,7 +210,7 @@ fn init_locked(
     let size = geometry.region_size();
     // SAFETY: plain syscalls on a fresh memfd; the name is NUL-terminated.
     unsafe {
-        let fd = libc::memfd_create(c"weft-shm".as_ptr(), libc::MFD_CLOEXEC);
+        let fd = libc::memfd_create(crate::layout::REGION_MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC);
         if fd < 0 {
             return -errno();
         }

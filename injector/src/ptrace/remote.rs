@@ -366,6 +366,38 @@ impl Tracer {
         Ok(address)
     }
 
+    /// Unmaps the return stub ([`Tracer::install_return_stub`]) with a
+    /// `munmap` (at `munmap_fn`) made under a bootstrap stub in `cave` (the
+    /// stub cannot serve the call that unmaps it), and forgets it: what a
+    /// failed first attach takes out with the runtime.
+    pub fn remove_return_stub(
+        &mut self,
+        tid: Tid,
+        munmap_fn: u64,
+        cave: Option<u64>,
+    ) -> Result<(), RemoteError> {
+        let Some(stub) = self.return_stub.take() else {
+            return Ok(());
+        };
+        let start = stub.regs_at - weft_codegen::STUB_REGS;
+        let size = self
+            .memory
+            .read_u64(start + weft_codegen::STUB_SIZE_FIELD)
+            .map_err(TraceError::from)?;
+        let call = RemoteCall::new(
+            "munmap",
+            munmap_fn,
+            vec![RemoteArg::Value(start), RemoteArg::Value(size)],
+        );
+        let got = self.call_under_bootstrap(tid, &call, cave)?;
+        if got != 0 {
+            return Err(RemoteError::Stub(format!(
+                "munmap of the return stub returned {got:#x}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Makes the call that maps the stub page protected by a bootstrap
     /// stub written into `cave` (unused bytes at the end of an executable
     /// mapping, [`weft_codegen::BOOTSTRAP_LEN`] of them), whose original
