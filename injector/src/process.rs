@@ -1300,21 +1300,20 @@ impl Process {
         change: impl FnOnce(&mut Process, &mut Tracer) -> Result<T, Error>,
     ) -> Result<T, Error> {
         self.pending = undo::Undo::default();
+        // Only the change that loads the runtime takes it back out.
+        let had_runtime = self.runtime.is_some();
         let result = change(self, tracer);
         let taken = std::mem::take(&mut self.pending);
         if result.is_err() {
             self.roll_back(tracer, taken);
-            self.unload_untouched_runtime(tracer);
-        } else if self.probes.iter().any(|p| p.active) {
-            // In use from now on: it stays, as after any detach.
-            if let Some(rt) = self.runtime.as_mut() {
-                rt.loaded = None;
+            if !had_runtime {
+                self.unload_untouched_runtime(tracer);
             }
         }
         result
     }
 
-    /// After a failed change: a runtime this session loaded goes back out
+    /// After a failed change that loaded the runtime: it goes back out
     /// when nothing ever ran it (no thread took a row) and no probe of any
     /// session is in, so that a failed first attach leaves nothing of
     /// weft's in the target: its trampoline areas (the exit code's among
