@@ -74,10 +74,11 @@ static double run_delay(void) {
     return waited / 1e9;
 }
 
-/* Per thread: seconds blocked, own time (elapsed less run delay), and the
- * blocked seconds at the moment own was taken: the printed pair must be one
- * reading, or a ratio over a short window mixes two moments. */
-struct truth { volatile int tid; volatile double blocked, shown_blocked, own, start, delay0; };
+/* Per thread: seconds blocked, own time (elapsed less run delay), elapsed
+ * time, and the blocked seconds at the moment own and elapsed were taken:
+ * the printed triple must be one reading, or a ratio over a short window
+ * mixes two moments. */
+struct truth { volatile int tid; volatile double blocked, shown_blocked, own, elapsed, start, delay0; };
 static struct truth workers[2], rd;
 static void truth_start(struct truth *t) {
     t->tid = (int)syscall(SYS_gettid);
@@ -85,9 +86,11 @@ static void truth_start(struct truth *t) {
     t->delay0 = run_delay();
 }
 static void truth_own(struct truth *t) {
-    double own = clock_s(CLOCK_MONOTONIC) - t->start - (run_delay() - t->delay0);
+    double elapsed = clock_s(CLOCK_MONOTONIC) - t->start;
+    double own = elapsed - (run_delay() - t->delay0);
     t->shown_blocked = t->blocked;
     t->own = own;
+    t->elapsed = elapsed;
 }
 
 static double in_hot, in_decoy20, in_decoy8;
@@ -236,11 +239,11 @@ int main(void) {
         double now = clock_s(CLOCK_MONOTONIC);
         if (now - last >= 0.1) {
             double own = now - start - (run_delay() - delay0);
-            printf("truth t=%.3f cpu=%.4f hot=%.4f decoy20=%.4f decoy8=%.4f own=%.4f rounds=%lu"
-                   " w0=%.4f/%.4f w1=%.4f/%.4f reader=%.4f/%.4f gap=%.5f\n",
-                   now - start, clock_s(CLOCK_THREAD_CPUTIME_ID), in_hot, in_decoy20, in_decoy8, own, rounds,
-                   workers[0].shown_blocked, workers[0].own, workers[1].shown_blocked, workers[1].own,
-                   rd.shown_blocked, rd.own, max_gap);
+            printf("truth t=%.3f mono=%.6f cpu=%.4f hot=%.4f decoy20=%.4f decoy8=%.4f own=%.4f rounds=%lu"
+                   " w0=%.4f/%.4f/%.4f w1=%.4f/%.4f/%.4f reader=%.4f/%.4f/%.4f gap=%.5f\n",
+                   now - start, now, clock_s(CLOCK_THREAD_CPUTIME_ID), in_hot, in_decoy20, in_decoy8, own, rounds,
+                   workers[0].shown_blocked, workers[0].own, workers[0].elapsed, workers[1].shown_blocked,
+                   workers[1].own, workers[1].elapsed, rd.shown_blocked, rd.own, rd.elapsed, max_gap);
             max_gap = 0;
             fflush(stdout);
             last = now;
@@ -280,6 +283,8 @@ fn tree_target() -> PathBuf {
 #[derive(Clone, Copy, Debug, Default)]
 struct Truth {
     t: f64,
+    /// When it was printed, CLOCK_MONOTONIC seconds (the test's clock too).
+    mono: f64,
     /// The main thread's CPU time.
     cpu: f64,
     hot: f64,
@@ -287,10 +292,10 @@ struct Truth {
     decoy8: f64,
     own: f64,
     rounds: f64,
-    /// (blocked, own) of worker 0, worker 1, the reader.
-    w0: (f64, f64),
-    w1: (f64, f64),
-    reader: (f64, f64),
+    /// (blocked, own, elapsed) of worker 0, worker 1, the reader.
+    w0: (f64, f64, f64),
+    w1: (f64, f64, f64),
+    reader: (f64, f64, f64),
     /// The ticker's longest wake-up delay since the previous line, s.
     gap: f64,
 }
@@ -302,13 +307,14 @@ fn truths(text: &str) -> Vec<Truth> {
             let mut t = Truth::default();
             for kv in l.split_whitespace().skip(1) {
                 let (k, v) = kv.split_once('=')?;
-                let pair = |v: &str| -> Option<(f64, f64)> {
-                    let (a, b) = v.split_once('/')?;
-                    Some((a.parse().ok()?, b.parse().ok()?))
+                let pair = |v: &str| -> Option<(f64, f64, f64)> {
+                    let mut f = v.split('/').map(|x| x.parse::<f64>());
+                    Some((f.next()?.ok()?, f.next()?.ok()?, f.next()?.ok()?))
                 };
 
                 match k {
                     "t" => t.t = v.parse().ok()?,
+                    "mono" => t.mono = v.parse().ok()?,
                     "cpu" => t.cpu = v.parse().ok()?,
                     "hot" => t.hot = v.parse().ok()?,
                     "decoy20" => t.decoy20 = v.parse().ok()?,
@@ -348,12 +354,59 @@ struct Shares {
 
 /// When weft tested one planted bottleneck, in truth lines: the count
 /// printed when its `testing` line appeared, and one past the count when
-/// its first conclusion appeared.
+/// its first conclusion appeared; and the moments (CLOCK_MONOTONIC, the
+/// target's clock too) the test saw those lines, polling every 10 ms.
 struct TestWindow {
     testing: String,
     concluded: String,
     from: Option<usize>,
     to: Option<usize>,
+    began: Option<f64>,
+    ended: Option<f64>,
+}
+
+/// CLOCK_MONOTONIC now, in seconds: the clock the target's truth lines
+/// print (`mono=`).
+fn monotonic_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// The target's truth at `mono`, each figure interpolated linearly between
+/// the lines printed around it (every 0.1 s), or the nearest line outside
+/// them: the figures are running totals, so a window's shares then cover
+/// the very interval weft's test did, not up to a line more at each end.
+fn truth_at(lines: &[Truth], mono: f64) -> Truth {
+    let k = lines.partition_point(|l| l.mono <= mono);
+    let (a, b) = match (k.checked_sub(1).map(|i| lines[i]), lines.get(k)) {
+        (Some(a), Some(b)) => (a, *b),
+        (Some(a), None) => return a,
+        (None, Some(b)) => return *b,
+        (None, None) => return Truth::default(),
+    };
+    let f = ((mono - a.mono) / (b.mono - a.mono).max(1e-9)).clamp(0.0, 1.0);
+    let mix = |x: f64, y: f64| x + (y - x) * f;
+    let pair =
+        |x: (f64, f64, f64), y: (f64, f64, f64)| (mix(x.0, y.0), mix(x.1, y.1), mix(x.2, y.2));
+    Truth {
+        t: mix(a.t, b.t),
+        mono,
+        cpu: mix(a.cpu, b.cpu),
+        hot: mix(a.hot, b.hot),
+        decoy20: mix(a.decoy20, b.decoy20),
+        decoy8: mix(a.decoy8, b.decoy8),
+        own: mix(a.own, b.own),
+        rounds: mix(a.rounds, b.rounds),
+        w0: pair(a.w0, b.w0),
+        w1: pair(a.w1, b.w1),
+        reader: pair(a.reader, b.reader),
+        gap: b.gap,
+    }
 }
 
 impl TestWindow {
@@ -363,17 +416,21 @@ impl TestWindow {
             concluded: format!("weft: {hypothesis} in {} (thread", path.join(" > ")),
             from: None,
             to: None,
+            began: None,
+            ended: None,
         }
     }
 
-    /// Notes the truth count `n` when weft's progress `err` first shows
-    /// the test begun, then concluded.
+    /// Notes the truth count `n` and the time when weft's progress `err`
+    /// first shows the test begun, then concluded.
     fn watch(&mut self, err: &str, n: usize) {
         if self.from.is_none() && err.contains(&self.testing) {
             self.from = Some(n);
+            self.began = Some(monotonic_s());
         }
         if self.to.is_none() && err.contains(&self.concluded) {
             self.to = Some(n + 1);
+            self.ended = Some(monotonic_s());
         }
     }
 
@@ -385,13 +442,22 @@ impl TestWindow {
         let to = self
             .to
             .unwrap_or_else(|| ctx.fail(format!("run {run}: no `{}`", self.concluded)));
-        shares(&lines[from.max(1) - 1], &lines[to.min(lines.len() - 1)])
+        // Truth lines are printed every 0.1 s: interpolated at the moments
+        // the test saw weft begin and conclude (they carry their time).
+        match (self.began, self.ended) {
+            (Some(began), Some(ended)) if lines.iter().all(|l| l.mono > 0.0) => {
+                shares(&truth_at(lines, began), &truth_at(lines, ended))
+            }
+            _ => shares(&lines[from.max(1) - 1], &lines[to.min(lines.len() - 1)]),
+        }
     }
 }
 
 fn shares(a: &Truth, b: &Truth) -> Shares {
     let own = (b.own - a.own).max(1e-9);
-    let blocked = |x: (f64, f64), y: (f64, f64)| (y.0 - x.0) / (y.1 - x.1).max(1e-9);
+    // A wait's share is of the elapsed time, as weft's (docs/diagnose.md:
+    // the blocked time holds the waits for a CPU inside the call).
+    let blocked = |x: (f64, f64, f64), y: (f64, f64, f64)| (y.0 - x.0) / (y.2 - x.2).max(1e-9);
     Shares {
         hot: (b.hot - a.hot) / own,
         decoy20: (b.decoy20 - a.decoy20) / own,
@@ -662,18 +728,13 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         let run = runs.len() + 1;
         let [tested, lock_tested, read_tested] =
             [0, 1, 2].map(|i| windows[i].shares(&ctx, run, &after));
-        let hot_truth = tested.hot;
         // 5 points on a machine that lets the main thread run; 10 when it
         // waited for a CPU more than 5% of the test (the machine's other
         // load also delays weft's own readings).
         // So does the hypervisor stealing the vCPUs: it stretches every
         // share the target and weft take in different intervals.
         let steal = machine_steal_share(steal_before, steal_ticks());
-        let tolerance = if tested.own_ratio >= 0.95 {
-            CPU_TOLERANCE
-        } else {
-            CPU_TOLERANCE_LOADED
-        };
+
         let gap = max_gap(&after[before.len()..]);
         gaps.push(gap);
         let mut top: Vec<f64> = after[before.len()..].iter().map(|l| l.gap * 1e3).collect();
@@ -711,6 +772,29 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
                 }
                 Err(what) => fail(what),
             };
+        // weft says over which span it measured each value (`measured`,
+        // CLOCK_MONOTONIC, the target's clock too): the target's own
+        // figures over that very span (the last observation window of a
+        // test that held: after its conclusion, not while it was testing).
+        let over = |b: &serde_json::Value, testing: Shares| -> Shares {
+            match (b["measured"][0].as_f64(), b["measured"][1].as_f64()) {
+                (Some(from), Some(to)) if to > from => {
+                    shares(&truth_at(&after, from), &truth_at(&after, to))
+                }
+                _ => testing,
+            }
+        };
+        let (tested, lock_tested, read_tested) = (
+            over(cpu, tested),
+            over(sync, lock_tested),
+            over(io, read_tested),
+        );
+        let hot_truth = tested.hot;
+        let tolerance = if tested.own_ratio >= 0.95 {
+            CPU_TOLERANCE
+        } else {
+            CPU_TOLERANCE_LOADED
+        };
         let value = cpu["value"].as_f64().unwrap_or(-1.0);
         let probed = s["functions_probed"].as_u64().unwrap_or(u64::MAX);
         // Full instrumentation probes the executable's functions.

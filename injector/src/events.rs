@@ -304,13 +304,19 @@ impl Watcher {
 /// `CLOCK_MONOTONIC` in milliseconds (the clock the runtime compares
 /// [`weft_rt::layout::RegionHeader::library_watcher_ms`] with).
 fn monotonic_ms() -> u64 {
+    monotonic_ns() / 1_000_000
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the machine's clock every process
+/// reads alike (the target's own figures can be set beside weft's).
+pub(crate) fn monotonic_ns() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000 + t.tv_nsec as u64 / 1_000_000
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Waits on the shared futex `word` (the runtime's region, mapped here

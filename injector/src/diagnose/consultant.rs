@@ -142,6 +142,13 @@ pub struct Bottleneck {
     /// Calls of the function per second, all its threads, while tested.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls_per_s: Option<f64>,
+    /// When `value` was measured: from and to, in seconds of the
+    /// machine's `CLOCK_MONOTONIC` (what `clock_gettime(CLOCK_MONOTONIC)`
+    /// reads in the target too), so that it can be set beside the
+    /// program's own figures. From the test's start while it was testing,
+    /// the last observation window once true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<[f64; 2]>,
     /// Paradyn's refinement of I/O blocking: "too many small I/O
     /// operations" — under [`SMALL_IO_BYTES`] a transfer on average, more
     /// than [`SMALL_IO_RATE`] calls a second.
@@ -347,6 +354,9 @@ pub struct Consultant {
     pid: i32,
     /// When the search began: the timeline's origin.
     started: Instant,
+    /// The same moment in `CLOCK_MONOTONIC` seconds (for
+    /// [`Bottleneck::measured`]).
+    started_monotonic: f64,
     /// When each node was created, measured, concluded, by [`NodeId`].
     history: Vec<NodeTimes>,
     /// The tested threads' names, read when their first test appeared.
@@ -491,6 +501,7 @@ impl Consultant {
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
             pid: process.pid(),
             started: Instant::now(),
+            started_monotonic: crate::events::monotonic_ns() as f64 * 1e-9,
             history: Vec::new(),
             thread_names: BTreeMap::new(),
         }
@@ -1159,6 +1170,7 @@ impl Consultant {
                 object: None,
                 bytes_per_call: None,
                 calls_per_s: None,
+                measured: None,
                 small_io: false,
                 thread_names: Vec::new(),
                 also_via: Vec::new(),
@@ -1167,7 +1179,16 @@ impl Consultant {
             if let Some(&rate) = self.call_rates.get(&id) {
                 *b.calls_per_s.get_or_insert(0.0) += rate;
             }
-            b.value = b.value.max(n.value().unwrap_or(0.0));
+            let value = n.value().unwrap_or(0.0);
+            if value >= b.value {
+                b.value = value;
+                // Test time counts from the test's first reading.
+                let began = self.history.get(id.0).and_then(|t| t.began);
+                b.measured = n.value_window().zip(began).map(|((from, to), began)| {
+                    let at = |d: Duration| self.started_monotonic + (began + d).as_secs_f64();
+                    [at(from), at(to)]
+                });
+            }
         }
         let waits = self.waits.snapshot();
         for b in by_path.values_mut() {
@@ -1404,6 +1425,7 @@ mod tests {
             object: Some("0x10".into()),
             bytes_per_call: None,
             calls_per_s: None,
+            measured: None,
             small_io: false,
             thread_names: Vec::new(),
             also_via: Vec::new(),

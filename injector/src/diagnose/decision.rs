@@ -135,6 +135,8 @@ pub struct Decision {
     side: Option<(bool, Duration)>,
     verdict: Verdict,
     value: Option<f64>,
+    /// The span `value` covers, in test time.
+    window: Option<(Duration, Duration)>,
 }
 
 /// Two decisions are equal when they stand at the same verdict and value.
@@ -157,6 +159,7 @@ impl Decision {
             side: None,
             verdict: Verdict::Testing,
             value: None,
+            window: None,
         }
     }
 
@@ -180,6 +183,12 @@ impl Decision {
     /// over the last observation window once true.
     pub fn value(&self) -> Option<f64> {
         self.value
+    }
+
+    /// The span of test time [`Decision::value`] covers: from the test's
+    /// start while testing, the last observation window once true.
+    pub fn value_window(&self) -> Option<(Duration, Duration)> {
+        self.window
     }
 
     /// Where the test stands.
@@ -208,6 +217,7 @@ impl Decision {
             return;
         };
         self.value = Some(v);
+        self.window = Some((self.readings[0].at, r.at));
         let now_side = if v > self.band.1 {
             Some(true)
         } else if v < self.band.0 {
@@ -245,6 +255,7 @@ impl Decision {
             return;
         };
         self.value = Some(v);
+        self.window = Some((start.at, r.at));
         if v < self.band.0 && r.at.saturating_sub(since) >= self.min_observation {
             self.verdict = Verdict::False {
                 was_true: Some((since, r.at)),

@@ -82,6 +82,14 @@ impl Node {
         }
     }
 
+    /// The span of test time the value covers ([`Decision::value_window`]).
+    pub fn value_window(&self) -> Option<(std::time::Duration, std::time::Duration)> {
+        match &self.state {
+            State::Testing(d) | State::Done(d) => d.value_window(),
+            _ => None,
+        }
+    }
+
     pub(super) fn is_true(&self) -> bool {
         matches!(self.verdict(), Verdict::True { .. })
     }
