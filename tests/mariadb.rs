@@ -29,7 +29,9 @@
 //! thread makes exactly q(i) `send`s, and `recv` − `poll` = 2·q(i) exactly
 //! (the thread is blocked in a `poll` entered before the window when the
 //! window opens, and in one entered within it when it closes), with at most
-//! q(i) `poll`s. The connections run q(i) = 6 + i queries, all different,
+//! q(i) `poll`s. A client has its reply before the server's `send` returns,
+//! so the test opens and closes the window only once every server thread
+//! is back in `poll` (`/proc/PID/task/TID/syscall`). The connections run q(i) = 6 + i queries, all different,
 //! alternately `SELECT i*1000+k` (a result set, whose value the client
 //! checks) and `DO k` (an OK packet).
 //!
@@ -61,6 +63,9 @@ const CONNECTIONS: usize = 300;
 const CLIENT_THREADS: usize = 10;
 /// The functions measured.
 const FUNCS: [&str; 3] = ["send", "recv", "poll"];
+/// `poll`'s system call number (x86-64), as `/proc/PID/task/TID/syscall`
+/// shows it.
+const SYS_POLL: &str = "7";
 
 /// Queries connection `i` runs in the window: all different, so that any
 /// mix-up of threads shows.
@@ -346,6 +351,51 @@ fn memory_at(ctx: &Ctx, pid: u32, addr: u64, len: usize) -> Vec<u8> {
     buf
 }
 
+/// The OS thread serving connection `c` (named `what`), from the server's
+/// performance schema; checks that its `CONNECTION_ID()` is the
+/// handshake's and that the thread is one of process `pid`.
+fn server_thread(ctx: &Ctx, pid: u32, c: &mut Conn, what: &str) -> i64 {
+    let row = match c.query(
+        "SELECT CONNECTION_ID(), THREAD_OS_ID FROM performance_schema.threads \
+         WHERE PROCESSLIST_ID = CONNECTION_ID()",
+    ) {
+        Ok(Reply::Rows(rows)) if rows.len() == 1 => rows[0].clone(),
+        r => ctx.fail(format!("{what}: its thread: {r:?}")),
+    };
+    let id: u64 = row[0].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
+    ctx.check(id == c.id, || {
+        format!("{what}: CONNECTION_ID() {id}, the handshake said {}", c.id)
+    });
+    let tid: i64 = row[1].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
+    ctx.check(
+        tid > 0 && Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+        || format!("{what}: THREAD_OS_ID {:?} is no thread of {pid}", row[1]),
+    );
+    tid
+}
+
+/// Waits until every thread `tids` of `pid` waits in `poll` for its
+/// connection's next query: a client has its reply as soon as the server's
+/// `send` put it on the socket, before that `send` returns and the thread
+/// makes its `recv` (`EAGAIN`) and enters `poll`. A window opened or closed
+/// in between would cut a query's calls in two.
+fn wait_all_in_poll(ctx: &Ctx, pid: u32, tids: &[i64]) {
+    let deadline = Instant::now() + TIMEOUT;
+    for tid in tids {
+        let path = format!("/proc/{pid}/task/{tid}/syscall");
+        loop {
+            let now = std::fs::read_to_string(&path).unwrap_or_default();
+            if now.split_whitespace().next() == Some(SYS_POLL) {
+                break;
+            }
+            ctx.check(Instant::now() < deadline, || {
+                format!("thread {tid} of {pid} is not back in poll: {path} says {now:?}")
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 #[test]
 fn mariadb_with_three_hundred_connections() {
     let began = Instant::now();
@@ -407,41 +457,22 @@ fn mariadb_with_three_hundred_connections() {
     let mut conns: Vec<Conn> = (0..CONNECTIONS)
         .map(|i| Conn::connect(port).unwrap_or_else(|e| ctx.fail(format!("connection {i}: {e}"))))
         .collect();
-    let mut tid_of: Vec<i64> = Vec::new();
-    for (i, c) in conns.iter_mut().enumerate() {
-        let row = match c.query(
-            "SELECT CONNECTION_ID(), THREAD_OS_ID FROM performance_schema.threads \
-             WHERE PROCESSLIST_ID = CONNECTION_ID()",
-        ) {
-            Ok(Reply::Rows(rows)) if rows.len() == 1 => rows[0].clone(),
-            r => ctx.fail(format!("connection {i}: its thread: {r:?}")),
-        };
-        let id: u64 = row[0].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
-        ctx.check(id == c.id, || {
-            format!(
-                "connection {i}: CONNECTION_ID() {id}, the handshake said {}",
-                c.id
-            )
-        });
-        let tid: i64 = row[1].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
-        ctx.check(
-            tid > 0 && Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
-            || {
-                format!(
-                    "connection {i}: THREAD_OS_ID {:?} is no thread of {pid}",
-                    row[1]
-                )
-            },
-        );
-        tid_of.push(tid);
-    }
+    let tid_of: Vec<i64> = conns
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| server_thread(&ctx, pid, c, &format!("connection {i}")))
+        .collect();
+    let control_tid = server_thread(&ctx, pid, &mut control, "the control connection");
     let distinct: BTreeSet<i64> = tid_of.iter().copied().collect();
-    ctx.check(distinct.len() == CONNECTIONS, || {
-        format!(
-            "{} distinct server threads for {CONNECTIONS} connections",
-            distinct.len()
-        )
-    });
+    ctx.check(
+        distinct.len() == CONNECTIONS && !distinct.contains(&control_tid),
+        || {
+            format!(
+                "{} distinct server threads for {CONNECTIONS} connections",
+                distinct.len()
+            )
+        },
+    );
     let names: BTreeMap<i64, String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
@@ -458,6 +489,9 @@ fn mariadb_with_three_hundred_connections() {
     let questions = status(&ctx, &mut control, "Questions");
     let selects = status(&ctx, &mut control, "Com_select");
     let dos = status(&ctx, &mut control, "Com_do");
+    let mut serving = tid_of.clone();
+    serving.push(control_tid);
+    wait_all_in_poll(&ctx, pid, &serving);
 
     // The window.
     let report_path = dir.join("report.json");
@@ -484,6 +518,7 @@ fn mariadb_with_three_hundred_connections() {
     });
     let loading = Instant::now();
     drive(&mut conns, 0, false).unwrap_or_else(|e| ctx.fail(format!("in the window: {e}")));
+    wait_all_in_poll(&ctx, pid, &tid_of);
     let load_time = loading.elapsed();
     let detaching = Instant::now();
     detach_with_sigint(&mut weft);
