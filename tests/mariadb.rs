@@ -578,7 +578,18 @@ fn mariadb_with_three_hundred_connections() {
             send.exits == Some(q)
                 && recv.exits == Some(recv.calls)
                 && poll.exits.unwrap_or(0) + 1 >= poll.calls,
-            || format!("connection {i} (thread {tid}): exits\n{}", show(tid)),
+            || {
+                format!(
+                    "connection {i} (thread {tid}) ran {q} queries: exits of send {:?}, of \
+                     recv {:?} ({} calls), of poll {:?} ({} calls)\n{}",
+                    send.exits,
+                    recv.exits,
+                    recv.calls,
+                    poll.exits,
+                    poll.calls,
+                    show(tid)
+                )
+            },
         );
         // Timed: within the window, and send and recv took some time. (Not
         // checked per thread: CPU time within wall time. A thread's short
