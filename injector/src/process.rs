@@ -103,8 +103,8 @@ pub struct Probe {
     /// Where the `jmp` was written (after an `endbr64`, if any).
     pub patch_address: u64,
     /// The bytes the `jmp` replaced: the function's own, or another
-    /// session's `jmp` for a probe chained over that one's
-    /// ([`crate::chain`]).
+    /// session's `jmp` for a probe chained over that one's (several tools
+    /// on one function: docs/design.md, "Sessions").
     pub original: [u8; 5],
     /// The `jmp` itself (to check it is still ours before restoring).
     pub patch: [u8; 5],
