@@ -117,17 +117,22 @@ fn a_thousand_failed_insertions_leave_the_target_where_it_was() {
             format!("{f}: weft counted {got}, the target {want}")
         });
     }
-    let mut held = process
-        .hold()
-        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    held.remove(&ids)
-        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    held.release()
-        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    remove(&ctx, &mut process, &ids);
     t.send("go");
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
     check_worker_phase(&ctx, &t.stdout_text(), 2, 3);
+}
+
+/// Takes the probes `ids` out of `process`, in a hold of its own.
+fn remove(ctx: &Ctx, process: &mut Process, ids: &[weft::ProbeId]) {
+    let mut held = process
+        .hold()
+        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
+    held.remove(ids)
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    held.release()
+        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
 }
 
 /// The target's mappings (`start-end perms path`) and open descriptors
@@ -274,13 +279,7 @@ fn a_failed_first_attach_leaves_nothing_of_weft_in_the_target() {
     ctx.check(got == want, || {
         format!("work_a: weft counted {got}, the target {want}")
     });
-    let mut held = process
-        .hold()
-        .unwrap_or_else(|e| ctx.fail(format!("hold: {e}")));
-    held.remove(&ids)
-        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
-    held.release()
-        .unwrap_or_else(|e| ctx.fail(format!("release: {e}")));
+    remove(&ctx, &mut process, &ids);
     t.send("go");
     t.expect_stdout("phase 2 done", |l| l == "phase 2 done");
     t.wait_code(0);
