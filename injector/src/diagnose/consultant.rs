@@ -169,6 +169,24 @@ pub const SMALL_IO_BYTES: u64 = 4096;
 /// Calls a second over which small transfers are too many.
 pub const SMALL_IO_RATE: f64 = 100.0;
 
+/// Where a reported test stands (JSON: its name in lower case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestState {
+    /// Concluded true (and still true at the end).
+    True,
+    /// Concluded false, or fell.
+    False,
+    /// Measured, not concluded yet.
+    Testing,
+    /// Waiting for its turn.
+    Queued,
+    /// Put off (the overhead bound, or a probe that cannot go in yet).
+    Deferred,
+    /// Not to be tested (see its reason).
+    Skipped,
+}
+
 /// A test as reported.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct NodeReport {
@@ -178,8 +196,8 @@ pub struct NodeReport {
     pub path: Vec<String>,
     /// The thread.
     pub thread: u32,
-    /// `true`, `false`, `testing`, `queued` or `deferred`.
-    pub state: String,
+    /// Where the test stands.
+    pub state: TestState,
     /// The latest value, when measured.
     pub value: Option<f64>,
     /// The threshold it was compared with.
@@ -1251,14 +1269,13 @@ impl Consultant {
                 path: n.focus.path.clone(),
                 thread: n.focus.threads.first().copied().unwrap_or(0),
                 state: match (&n.state, n.verdict()) {
-                    (State::Queued, _) => "queued",
-                    (State::Deferred(_), _) => "deferred",
-                    (State::Skipped(_), _) => "skipped",
-                    (_, Verdict::True { .. }) => "true",
-                    (_, Verdict::False { .. }) => "false",
-                    (_, Verdict::Testing) => "testing",
-                }
-                .to_string(),
+                    (State::Queued, _) => TestState::Queued,
+                    (State::Deferred(_), _) => TestState::Deferred,
+                    (State::Skipped(_), _) => TestState::Skipped,
+                    (_, Verdict::True { .. }) => TestState::True,
+                    (_, Verdict::False { .. }) => TestState::False,
+                    (_, Verdict::Testing) => TestState::Testing,
+                },
                 value: n.value(),
                 threshold: self.options.thresholds.of(n.hypothesis),
                 reason: match &n.state {

@@ -16,7 +16,7 @@ mod waits;
 
 pub use consultant::{
     Bottleneck, Consultant, CustomHypothesis, Diagnosis, Measure, NodeReport, Options, Progress,
-    Summary, SMALL_IO_BYTES, SMALL_IO_RATE,
+    Summary, TestState, SMALL_IO_BYTES, SMALL_IO_RATE,
 };
 pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
 pub use graph::{Calls, StaticCallGraph};

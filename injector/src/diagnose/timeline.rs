@@ -9,7 +9,7 @@
 //! each target thread gets as many tracks ("lanes") as it had tests
 //! running at once, named after it.
 
-use super::consultant::{Diagnosis, NodeReport};
+use super::consultant::{Diagnosis, NodeReport, TestState};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -88,17 +88,17 @@ fn chrome_trace(
             events.push(json!({
                 "ph": "X", "cat": "diagnose", "name": what, "pid": pid, "tid": tid,
                 "ts": us(began), "dur": us(ended - began),
-                "cname": match n.state.as_str() {
-                    "true" => "terrible",
-                    "false" => "good",
+                "cname": match n.state {
+                    TestState::True => "terrible",
+                    TestState::False => "good",
                     _ => "grey",
                 },
                 "args": args,
             }));
             if let Some(true_at) = n.true_at {
                 let from = true_at.clamp(began, ended);
-                let until = match n.state.as_str() {
-                    "true" => ended,
+                let until = match n.state {
+                    TestState::True => ended,
                     // It fell: true until then.
                     _ => n.ended.unwrap_or(ended).clamp(from, ended),
                 };
@@ -134,7 +134,11 @@ mod tests {
             hypothesis: "cpu".into(),
             path: path.iter().map(|s| s.to_string()).collect(),
             thread: 7,
-            state: if ended.is_some() { "false" } else { "true" }.into(),
+            state: if ended.is_some() {
+                TestState::False
+            } else {
+                TestState::True
+            },
             value: Some(0.5),
             threshold: 0.3,
             reason: None,
