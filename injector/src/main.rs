@@ -997,17 +997,9 @@ fn instrument(
     Ok(done)
 }
 
-/// `n` with a comma between thousands: 1,957.
+/// `n` with a comma between thousands: 1,957 (the reports' grouping).
 fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    weft::report::group_digits(n as u64)
 }
 
 fn run_program(
