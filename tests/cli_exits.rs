@@ -10,7 +10,7 @@ mod support;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::*;
 
@@ -63,14 +63,16 @@ fn run_plain(ctx: &Ctx, exe: &Path, args: &[&str]) -> Outcome {
 
 /// Runs `weft run -m METRICS -f FUNCS --format json -o FILE -- exe args`
 /// (the report goes to a file, so stdout holds only the target's output).
-fn run_weft(
+/// Starts `weft run -m METRICS -f FUNCS --format json -o FILE -- EXE ARGS`:
+/// weft and the report file it will write.
+fn start_weft(
     ctx: &Ctx,
     test: &str,
     metrics: &str,
     funcs: &[&str],
     exe: &Path,
     args: &[&str],
-) -> (Outcome, Report) {
+) -> (Proc, PathBuf) {
     let file = scratch_dir(test).join("report.json");
     let file_s = file.to_str().unwrap().to_string();
     let funcs = funcs.join(",");
@@ -88,10 +90,19 @@ fn run_weft(
         exe.to_str().unwrap(),
     ];
     all.extend_from_slice(args);
-    let mut weft = ctx.weft(&all);
+    (ctx.weft(&all), file)
+}
+
+/// What `weft` (started by [`start_weft`]) did once it exited, and its
+/// report.
+fn finish_weft(ctx: &Ctx, mut weft: Proc, file: &Path) -> (Outcome, Report) {
     let st = weft.wait_exit();
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| ctx.fail(format!("cannot read the report file {file_s}: {e}")));
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| {
+        ctx.fail(format!(
+            "cannot read the report file {}: {e}",
+            file.display()
+        ))
+    });
     let report = parse_report(ctx, &text);
     (
         Outcome {
@@ -101,6 +112,18 @@ fn run_weft(
         },
         report,
     )
+}
+
+fn run_weft(
+    ctx: &Ctx,
+    test: &str,
+    metrics: &str,
+    funcs: &[&str],
+    exe: &Path,
+    args: &[&str],
+) -> (Outcome, Report) {
+    let (weft, file) = start_weft(ctx, test, metrics, funcs, exe, args);
+    finish_weft(ctx, weft, &file)
 }
 
 /// The same stdout, byte for byte, and the same exit code (0: the targets
@@ -683,24 +706,8 @@ fn two_tools_time_through_cxx_exceptions() {
     let rounds: u64 = 4000;
     let r = rounds.to_string();
     let plain = run_plain(&ctx, exe, &[&r]);
-    let file = scratch_dir(test).join("report.json");
-    let file_s = file.to_str().unwrap().to_string();
+    let (first, file) = start_weft(&ctx, test, "calls,wall", &EXCEPTION_FUNCS, exe, &[&r]);
     let funcs = EXCEPTION_FUNCS.join(",");
-    let exe_s = exe.to_str().unwrap();
-    let mut first = ctx.weft(&[
-        "run",
-        "-m",
-        "calls,wall",
-        "-f",
-        &funcs,
-        "--format",
-        "json",
-        "-o",
-        &file_s,
-        "--",
-        exe_s,
-        &r,
-    ]);
     // The program weft run started: its child.
     let children = format!("/proc/{0}/task/{0}/children", first.pid_str());
     let started = std::time::Instant::now();
@@ -731,16 +738,8 @@ fn two_tools_time_through_cxx_exceptions() {
     ]);
     second.wait_code(0);
     let second_report = parse_report(&ctx, &second.stdout_text());
-    let st = first.wait_exit();
-    let under = Outcome {
-        stdout: first.stdout_text(),
-        stderr: first.stderr_text(),
-        code: st.code(),
-    };
+    let (under, report) = finish_weft(&ctx, first, &file);
     check_same_behaviour(&ctx, &plain, &under);
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| ctx.fail(format!("cannot read the report file {file_s}: {e}")));
-    let report = parse_report(&ctx, &text);
     let workers: Vec<ExceptionsWorker> = json_lines(&ctx, &under.stdout, "{\"worker\"");
     let wtids = tids(&ctx, &under.stderr, "worker", 2);
     let mut exp = BTreeMap::new();

@@ -476,14 +476,16 @@ pub(crate) fn emit_stop(
     // probe is chained over this one's: same entry rsp, CELL_CHAIN): this
     // one is not a callee of it, so N is left alone and the time stays
     // that one's self time too.
+    // The outermost cell exits at the first branch, any other activation
+    // not over a chained one at the second: both flags are in the flags'
+    // low byte.
     let below = |off: i32| i64::from(off) - i64::from(CELL_SIZE);
-    a.lea(rdx, qword_ptr(rdi - i64::from(CELL_SIZE)))?;
-    a.cmp(rdx, m(rcx, cells))?;
-    a.jb(publish)?;
-    a.mov(edx, dword_ptr(rdi + below(CELL_FLAGS)))?;
-    a.and(edx, (CELL_CHAIN | CELL_TIMED) as i32)?;
-    a.cmp(edx, (CELL_CHAIN | CELL_TIMED) as i32)?;
-    a.jne(publish)?;
+    a.cmp(rdi, m(rcx, cells))?;
+    a.jbe(publish)?;
+    a.test(byte_ptr(rdi + below(CELL_FLAGS)), CELL_CHAIN as i32)?;
+    a.jz(publish)?;
+    a.test(byte_ptr(rdi + below(CELL_FLAGS)), CELL_TIMED as i32)?;
+    a.jz(publish)?;
     a.mov(rdx, qword_ptr(rdi + below(CELL_ENTRY_RSP)))?;
     a.cmp(rdx, m(rdi, CELL_ENTRY_RSP))?;
     a.je(published)?;

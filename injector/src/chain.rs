@@ -13,7 +13,7 @@
 //! with a jump to its copy of the displaced instructions, and its entry
 //! stays, [`PROBE_BYPASSED`], until every link over it is gone.
 
-use weft_rt::layout::{ProbeEntry, PROBE_BYPASSED, PROBE_LIVE};
+use weft_rt::layout::{ProbeEntry, PROBE_BYPASSED, PROBE_FREE, PROBE_LIVE};
 
 /// The directory entries at one patch site (live and bypassed), by index.
 pub(crate) type Links = [(usize, ProbeEntry)];
@@ -36,7 +36,7 @@ pub(crate) fn order(current: &[u8; 5], links: &Links) -> Vec<usize> {
     let mut chain = Vec::new();
     let Some(mut k) = links
         .iter()
-        .position(|(_, e)| e.patch[..5] == current[..] && e.state != 0)
+        .position(|(_, e)| e.patch[..5] == current[..] && e.state != PROBE_FREE)
     else {
         return chain;
     };

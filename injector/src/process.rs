@@ -1549,9 +1549,11 @@ impl Process {
                 checkpoint!(self, Record);
             }
             // Over another session's probe of this function (its `jmp` is
-            // what this one displaces).
-            let chained = crate::chain::jump_target(site.patch_address, &site.original)
-                .is_some_and(|t| self.foreign.iter().any(|p| p.trampoline.start == t));
+            // what this one displaces): the function's own bytes are that
+            // probe's.
+            let below = self.link_below(site.patch_address, &site.original);
+            let chained = below.is_some();
+            let compiled_below = below.map(|p| p.compiled);
             let mut snippets = Vec::with_capacity(2);
             if let Some(entry) = request.on_entry {
                 snippets.push(Snippet::CallProbe(weft_codegen::ProbeCall {
@@ -1660,8 +1662,8 @@ impl Process {
                 patch_address: site.patch_address,
                 original,
                 patch,
-                compiled: self.compiled_under(site.patch_address, original),
-                relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
+                compiled: compiled_below.unwrap_or(original),
+                relocated: relocated_offset(&trampoline),
                 trampoline: at..at + trampoline.bytes.len() as u64,
                 active: false,
                 displaced: site.patch_address..site.end(),
@@ -1808,11 +1810,11 @@ impl Process {
                 let mut current = [0u8; 5];
                 let readable = self.reader()?.read(at, &mut current).is_ok();
                 match self.share_or_chain(request, f, readable.then_some(current)) {
-                    Ok(Either::Share(index)) => {
+                    Ok(AtOtherProbe::Share(index)) => {
                         planned.shares.push((request, index));
                         continue;
                     }
-                    Ok(Either::Chain(site)) => over = Some(Arc::new(site)),
+                    Ok(AtOtherProbe::Chain(site)) => over = Some(Arc::new(site)),
                     Err(reason) => {
                         planned.refused.push((k, Refusal::OtherWeft(reason)));
                         continue;
@@ -2261,7 +2263,7 @@ impl Process {
             bytes,
             original,
             patch,
-            relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
+            relocated: relocated_offset(&trampoline),
             written: false,
         })
     }
@@ -2807,7 +2809,7 @@ impl Process {
         request: &ProbeSpec,
         f: &Function,
         current: Option<[u8; 5]>,
-    ) -> Result<Either, String> {
+    ) -> Result<AtOtherProbe, String> {
         let here: Vec<&Probe> = self
             .foreign
             .iter()
@@ -2816,14 +2818,15 @@ impl Process {
         let mut why = None;
         for other in &here {
             match self.share_or_refuse(request, other) {
-                Ok(index) => return Ok(Either::Share(index)),
+                Ok(index) => return Ok(AtOtherProbe::Share(index)),
                 Err(reason) => why = why.or(Some(reason)),
             }
         }
         let why = why.unwrap_or_else(|| "it is already instrumented by another weft".into());
-        // The link in place: a probe that only measures (one that others
-        // go around, a user probe or a replacement stays alone), whose
-        // trampoline can pass calls on if its session leaves first.
+        // The link in place: a probe that only measures (its directory
+        // kind, which `foreign_probe` reads: one that others go around, a
+        // user probe or a replacement stays alone), whose trampoline can
+        // pass calls on if its session leaves first.
         let front = here
             .iter()
             .find(|p| current.is_some_and(|c| c == p.patch))
@@ -2831,33 +2834,22 @@ impl Process {
         let Some(front) = front else {
             return Err(why);
         };
-        let Some(entry) = front.entry else {
-            return Err(why);
-        };
-        let rt = self.runtime.as_ref().ok_or("the runtime is not loaded")?;
-        if rt.region.entry(entry).kind != weft_rt::layout::KIND_MEASURE {
-            return Err(why);
-        }
         PatchSite::over_jump(
             front.patch_address,
             front.patch,
             front.patch_address != f.address,
         )
-        .map(Either::Chain)
+        .map(AtOtherProbe::Chain)
         .ok_or(why)
     }
 
-    /// The function's own bytes under a patch that replaced `original` at
-    /// `at`: those of the other session's probe whose `jmp` that is, if it
-    /// is one.
-    fn compiled_under(&self, at: u64, original: [u8; 5]) -> [u8; 5] {
-        let Some(target) = crate::chain::jump_target(at, &original) else {
-            return original;
-        };
+    /// The other session's probe a patch that replaced `original` at `at`
+    /// is chained over: the one whose trampoline that `jmp` enters.
+    fn link_below(&self, at: u64, original: &[u8]) -> Option<&Probe> {
+        let target = crate::chain::jump_target(at, original)?;
         self.foreign
             .iter()
             .find(|p| p.patch_address == at && p.trampoline.start == target)
-            .map_or(original, |p| p.compiled)
     }
 
     /// Takes this session's slot in the target's session table (again,
@@ -4502,8 +4494,15 @@ type StagedWrite<'a> = (
     Vec<Resume>,
 );
 
+/// Where `trampoline`'s copy of the displaced instructions starts, for
+/// [`Probe::relocated`] (0: beyond what the directory keeps, so never
+/// bypassed).
+pub(crate) fn relocated_offset(trampoline: &weft_codegen::Trampoline) -> u16 {
+    u16::try_from(trampoline.relocated_offset).unwrap_or(0)
+}
+
 /// [`Process::share_or_chain`]'s answer.
-enum Either {
+enum AtOtherProbe {
     /// Share this directory entry's probe.
     Share(usize),
     /// Put a probe of this session's own over the one in place, at this site.

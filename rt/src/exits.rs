@@ -654,6 +654,17 @@ fn trace_close(header: &RegionHeader, row_ptr: *mut u8, cell: u64, base: u32) {
 /// holds it counts nothing (generated code skips negative bases too).
 const RETIRED: i32 = i32::MIN;
 
+/// Marks `cell` (one of this thread's open cells, closed already) retired:
+/// whoever pops it later counts nothing, and no flag calls anything.
+fn mark_retired(cell: u64) {
+    // SAFETY: the caller passes one of the thread's cells; only this
+    // thread writes them.
+    unsafe {
+        ((cell + metric::CELL_METRIC as u64) as *mut i32).write(RETIRED);
+        ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(0);
+    }
+}
+
 /// Closes the activation of `cell`, whose frame an unwind is discarding,
 /// and every activation nested in it, while leaving `cell` itself on the
 /// stack of open cells: the unwinder reads the caller's return address from
@@ -664,12 +675,7 @@ const RETIRED: i32 = i32::MIN;
 fn retire(header: &RegionHeader, row_ptr: *mut u8, cell: u64) {
     close_from(header, row_ptr, cell + metric::CELL_SIZE as u64);
     close_cell(header, row_ptr, cell);
-    // SAFETY: the caller passes one of the thread's open cells; only this
-    // thread writes it.
-    unsafe {
-        ((cell + metric::CELL_METRIC as u64) as *mut i32).write(RETIRED);
-        ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(0);
-    }
+    mark_retired(cell);
     // SAFETY: row_ptr is this thread's row.
     let row = unsafe { &*(row_ptr as *const RowHeader) };
     row.activity.fetch_add(1, Ordering::Release);
@@ -772,12 +778,7 @@ pub(crate) fn finish_thread(header: &RegionHeader, row_ptr: *mut u8) {
         while cell > cells {
             cell -= size;
             close_cell(header, row_ptr, cell);
-            // SAFETY: one of this thread's open cells; only this thread
-            // writes it.
-            unsafe {
-                ((cell + metric::CELL_METRIC as u64) as *mut i32).write(RETIRED);
-                ((cell + metric::CELL_FLAGS as u64) as *mut u32).write(0);
-            }
+            mark_retired(cell);
         }
         row.activity.fetch_add(1, Ordering::Release);
     }

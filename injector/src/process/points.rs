@@ -236,7 +236,7 @@ impl Process {
                     original,
                     patch,
                     compiled: original,
-                    relocated: u16::try_from(trampoline.relocated_offset).unwrap_or(0),
+                    relocated: super::relocated_offset(&trampoline),
                     trampoline: at..at + trampoline.bytes.len() as u64,
                     active: false,
                     displaced: site.patch_address..site.end(),
