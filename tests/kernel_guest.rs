@@ -32,12 +32,16 @@ cd /tmp
 # CPUs starve the kernel workers a truncation can wait for.
 # 8 MiB rewritten: truncating it makes rewrite_file's openat long (ms).
 export KERNEL_CALLS_WRITE=8388608
+# Each run between host marks: guest.sh notes how long the host kept the
+# emulated CPUs waiting at each (the guest's clocks count that time too).
+mark() { echo "@@host-mark $1@@"; sleep 1; }
 $W doctor
 echo ==DOCTOR-END==
 # The first offset into do_sys_openat2 the kernel takes a kprobe at (it
 # refuses one inside an instruction or inside the ftrace call).
 ok=
 for off in 4 5 8 9 12 13 16 17; do
+  mark r1-start
   $K 2 6 $D > /tmp/other.out 2>&1 &
   other=$!
   if $W run -f open_config,read_cache,rewrite_file,wait_pipe -m wall \
@@ -48,15 +52,19 @@ for off in 4 5 8 9 12 13 16 17; do
   wait $other
   echo "offset $off:"; cat /tmp/r1.err
 done
+mark r1-end
 echo "==OFFSET $ok=="
 echo ==R1-OUT==; cat /tmp/r1.out
 echo ==R1-ERR==; cat /tmp/r1.err
 echo ==R1-JSON==; cat /tmp/r1.json; echo
 echo ==OTHER==; cat /tmp/other.out
+mark r2-start
 WEFT_KERNEL_MECHANISM=kprobe WEFT_KERNEL_STEAL=always $W run -f open_config,read_cache,rewrite_file,wait_pipe -m wall \
   -f kernel:do_sys_openat2,kernel:vfs_read --format json -o /tmp/r2.json \
   -- $K 2 6 $D > /tmp/r2.out 2> /tmp/r2.err
-echo "==R2-STATUS $?=="
+status=$?
+mark r2-end
+echo "==R2-STATUS $status=="
 echo ==R2-OUT==; cat /tmp/r2.out
 echo ==R2-ERR==; cat /tmp/r2.err
 echo ==R2-JSON==; cat /tmp/r2.json; echo
@@ -65,10 +73,11 @@ echo ==R2-JSON-END==
 # leaves a CPU to the kernel's workers), by each mechanism: a thread
 # nothing preempts, whose own CPU clock is the reference for CPU time.
 # A real-time kernel thread can still preempt it (a CI run saw one
-# involuntary switch): up to three runs, until one whose worker was not
+# involuntary switch; a loaded host, two): up to five runs, until one whose worker was not
 # preempted (its `P TID 0` line); the host checks the last.
 for mech in fentry kprobe; do
-  for attempt in 1 2 3; do
+  for attempt in 1 2 3 4 5; do
+    mark alone-$mech-start
     KERNEL_CALLS_FIFO=1 WEFT_KERNEL_MECHANISM=$mech $W run -f open_config,read_cache,rewrite_file,wait_pipe -m wall \
       -f kernel:do_sys_openat2,kernel:vfs_read --format json -o /tmp/alone.json \
       -- $K 1 6 $D > /tmp/alone.out 2> /tmp/alone.err
@@ -77,6 +86,7 @@ for mech in fentry kprobe; do
     grep -q '^P [0-9]* 0$' /tmp/alone.out && break
     echo "lone $mech run $attempt: the worker was preempted"
   done
+  mark alone-$mech-end
   echo "==ALONE-$mech-STATUS $status=="
   echo "==ALONE-$mech-OUT=="; cat /tmp/alone.out
   echo "==ALONE-$mech-ERR=="; cat /tmp/alone.err
@@ -200,7 +210,12 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
         cpu_tolerance: 0.05,
         pipe_sleeps: false,
         steal: 0.0,
+        host_delay_ns: out.host_delay_ns("r1-start", "r1-end"),
     };
+    eprintln!(
+        "run 1: the host delayed the guest {} ns",
+        run1.host_delay_ns
+    );
     // rewrite_file's openat truncates 8 MiB: long enough to compare times.
     let opens = check_against_truth(&ctx, &run1, "kernel:do_sys_openat2", "openat", true);
     ctx.check(opens.wall >= 2, || {
@@ -249,7 +264,12 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
         cpu_tolerance: 0.05,
         pipe_sleeps: false,
         steal: 0.0,
+        host_delay_ns: out.host_delay_ns("r2-start", "r2-end"),
     };
+    eprintln!(
+        "run 2: the host delayed the guest {} ns",
+        run2.host_delay_ns
+    );
     // Run 2 reads each CPU's steal counter as a kernel that leaves stolen
     // time out of CPU time needs (this one does not, and under TCG nothing
     // is stolen): its programs load and their figures hold as run 1's.
@@ -274,16 +294,17 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
     // A thread alone, by each mechanism: CPU times compared within 5%.
     for mech in ["fentry", "kprobe"] {
         let tag = |part: &str| format!("==ALONE-{mech}-{part}==");
+        let tag_mark = |part: &str| format!("alone-{mech}-{part}");
         ctx.check(text.contains(&format!("==ALONE-{mech}-STATUS 0==")), || {
             format!(
                 "the lone {mech} run failed: {}",
                 section(text, &tag("ERR"), &tag("JSON"))
             )
         });
-        let out = section(text, &tag("OUT"), &tag("ERR"));
+        let lone_out = section(text, &tag("OUT"), &tag("ERR"));
         let report: Value = serde_json::from_str(section(text, &tag("JSON"), &tag("END")).trim())
             .unwrap_or_else(|e| ctx.fail(format!("the lone {mech} run's report: {e}")));
-        let (truth, preempted) = (truth(out), preempted(out));
+        let (truth, preempted) = (truth(lone_out), preempted(lone_out));
         let run = Observed {
             report: &report,
             truth: &truth,
@@ -292,7 +313,12 @@ fn kernel_functions_by_fentry_and_kprobe_on_a_stock_kernel() {
             cpu_tolerance: 0.05,
             pipe_sleeps: false,
             steal: 0.0,
+            host_delay_ns: out.host_delay_ns(&tag_mark("start"), &tag_mark("end")),
         };
+        eprintln!(
+            "{mech}, one thread: the host delayed the guest {} ns",
+            run.host_delay_ns
+        );
         let opens = check_against_truth(&ctx, &run, "kernel:do_sys_openat2", "openat", true);
         let reads = check_against_truth(&ctx, &run, "kernel:vfs_read", "read", true);
         let cpu = opens.cpu + reads.cpu;

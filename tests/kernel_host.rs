@@ -97,6 +97,7 @@ fn syscalls_per_thread_split_by_user_function() {
         cpu_tolerance: 0.05,
         pipe_sleeps: true,
         steal,
+        host_delay_ns: 0,
     };
     let mut compared = 0;
     for call in ["openat", "read", "close", "write"] {

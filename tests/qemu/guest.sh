@@ -299,14 +299,16 @@ EOF
     -append "console=ttyS0 quiet loglevel=1 panic=-1 oops=panic softlockup_panic=1 tsc=reliable rdinit=/init" \
     </dev/null >"$console" 2>"$qerr" &
   qpid=$!
-  local deadline=$((SECONDS + timeout)) timed_out=0
+  local deadline=$((SECONDS + timeout)) timed_out=0 marks=$work/marks
+  : >"$marks"
   while kill -0 "$qpid" 2>/dev/null; do
     if ((SECONDS >= deadline)); then
       timed_out=1
       kill "$qpid" 2>/dev/null || true
       break
     fi
-    sleep 0.2
+    record_host_marks "$console" "$marks"
+    sleep 0.1
   done
   wait "$qpid" 2>/dev/null || true
   qpid=
@@ -330,6 +332,7 @@ EOF
     }
     END { if (!found) print "" }' "$console")
   [[ -e $work/out ]] && cat "$work/out"
+  sed 's/^/guest.sh: host-mark /' "$marks" >&2
 
   if [[ $verbose -eq 1 ]]; then
     echo "guest.sh: --- console ---" >&2
@@ -356,6 +359,34 @@ EOF
     return 124
   fi
   return 125
+}
+
+# What the emulated CPUs lost to the host so far, in ns: the time QEMU's
+# threads waited for a host CPU (schedstat's run_delay) plus what the
+# hypervisor stole from this machine's CPUs (/proc/stat). The guest's
+# clocks follow the host's and run on through both, so a span the guest
+# measures can hold up to this much time in which it did not run at all.
+host_delay_ns() {
+  local sum=0 f delay steal
+  for f in /proc/"$qpid"/task/*/schedstat; do
+    { read -r _ delay _ <"$f" && sum=$((sum + delay)); } 2>/dev/null || true
+  done
+  steal=$(awk '/^cpu /{print $9; exit}' /proc/stat)
+  echo $((sum + steal * (1000000000 / clk_tck)))
+}
+clk_tck=$(getconf CLK_TCK)
+
+# Host marks: a guest that prints `@@host-mark NAME@@` (then waits a few
+# tenths of a second for the host to see it) gets NAME and host_delay_ns at
+# that moment listed after its output (`guest.sh: host-mark NAME NS` on
+# stderr), so that a test can tell how much of a span the host took.
+record_host_marks() {
+  local console=$1 marks=$2 seen name
+  seen=$(wc -l <"$marks")
+  while IFS= read -r name; do
+    echo "$name $(host_delay_ns)" >>"$marks"
+  done < <(tr -d '\r' <"$console" | grep -o '@@host-mark [A-Za-z0-9_.-]*@@' |
+    sed -n "$((seen + 1)),\$ s/@@host-mark \(.*\)@@/\1/p")
 }
 
 cleanup() {

@@ -37,6 +37,38 @@ pub struct GuestOutput {
     pub status: i32,
 }
 
+impl GuestOutput {
+    /// The host's delay between the guest's host marks `start` and `end`
+    /// (`@@host-mark NAME@@` lines, see tests/qemu/guest.sh), in ns: how
+    /// long QEMU's threads waited for a host CPU or were stolen from in
+    /// that span, time the guest's clocks counted although it did not
+    /// run. With several `start` marks (a step retried), the last before
+    /// `end` counts.
+    pub fn host_delay_ns(&self, start: &str, end: &str) -> u64 {
+        let mut at_start = None;
+        for line in self.stderr.lines() {
+            let Some(mark) = line.strip_prefix("guest.sh: host-mark ") else {
+                continue;
+            };
+            let (name, ns) = mark
+                .split_once(' ')
+                .and_then(|(name, ns)| Some((name, ns.parse::<u64>().ok()?)))
+                .unwrap_or_else(|| panic!("a malformed host mark: {line:?}"));
+            if name == start {
+                at_start = Some(ns);
+            } else if name == end {
+                if let Some(from) = at_start {
+                    return ns.saturating_sub(from);
+                }
+            }
+        }
+        panic!(
+            "no host marks {start} then {end} in guest.sh's messages:\n{}",
+            self.stderr
+        )
+    }
+}
+
 /// `tests/qemu/guest.sh`.
 pub fn guest_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/qemu/guest.sh")
