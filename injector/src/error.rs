@@ -2,7 +2,7 @@
 //! errors of the layers it wraps (its variants' sources): every message says
 //! what happened and what to do.
 
-use crate::process::Refused;
+use crate::inspect::FoundFunction;
 
 pub use crate::code::CodeError;
 pub use crate::inspect::{InspectError, MapsParseError, PatternError};
@@ -12,6 +12,15 @@ pub use crate::ptrace::{RemoteError, TraceError};
 pub use crate::region::RegionError;
 pub use crate::runtime::RuntimeError;
 pub use crate::trampolines::PoolError;
+
+/// A function that could not be instrumented, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The function.
+    pub function: FoundFunction,
+    /// Why, in words for the user.
+    pub reason: String,
+}
 
 /// Anything that can go wrong in weft.
 #[derive(Debug, thiserror::Error)]

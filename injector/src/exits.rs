@@ -7,8 +7,8 @@
 //! the choice.
 
 use crate::branches::BranchIndex;
-use crate::inspect::ProcessImage;
-use crate::process::Function;
+use crate::inspect::names::cold_part_of;
+use crate::inspect::{FoundFunction as Function, ProcessImage};
 use crate::ptrace::{RemoteArg, RemoteCall, Tid, Tracer};
 use crate::trampolines::Pool;
 use crate::Error;
@@ -235,20 +235,6 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
         );
     }
     None
-}
-
-/// The name of the function a compiler-split part belongs to: `work` for
-/// `work.cold` or `work.cold.3` (GCC's and LLVM's hot/cold splitting),
-/// else None. Parts named `.part.N` (GCC's partial inlining) are not
-/// listed: they are ordinary functions, entered by a call or a tail call.
-pub fn cold_part_of(name: &str) -> Option<&str> {
-    let name = name.split('@').next().unwrap_or(name);
-    let base = match name.rsplit_once('.') {
-        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => name,
-    };
-    base.strip_suffix(".cold")
-        .filter(|parent| !parent.is_empty())
 }
 
 /// Why `f`'s exit cannot be hooked because code reaches it by a jump with
@@ -536,19 +522,5 @@ mod tests {
         assert!(never_hook_exit("_Unwind_RaiseException").is_some());
         assert!(never_hook_exit("__restore_rt").is_some());
         assert!(never_hook_exit("malloc").is_none());
-    }
-
-    #[test]
-    fn cold_parts_by_name() {
-        assert_eq!(cold_part_of("work.cold"), Some("work"));
-        assert_eq!(cold_part_of("work.cold.12"), Some("work"));
-        assert_eq!(cold_part_of("_ZN3foo3barEv.cold"), Some("_ZN3foo3barEv"));
-        assert_eq!(cold_part_of("work.part.0"), None);
-        assert_eq!(cold_part_of("work.constprop.0"), None);
-        assert_eq!(cold_part_of("work"), None);
-        assert_eq!(cold_part_of("cold"), None);
-        assert_eq!(cold_part_of(".cold"), None);
-        assert_eq!(cold_part_of("work.coldish"), None);
-        assert_eq!(cold_part_of("work.cold."), None);
     }
 }

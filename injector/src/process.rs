@@ -29,6 +29,7 @@
 //! tracer takes only its own threads' ptrace events (never `waitpid(-1)`),
 //! and the program's own children are left for it to wait for.
 
+pub use crate::error::Refused;
 use crate::error::Room;
 use crate::exits::Metrics;
 use crate::inspect::maps::Mapping;
@@ -438,15 +439,6 @@ impl ProbeSpec {
             1
         }
     }
-}
-
-/// A function that could not be instrumented, and why.
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The function.
-    pub function: Function,
-    /// Why, in words for the user.
-    pub reason: String,
 }
 
 /// A target process.

@@ -446,7 +446,7 @@ impl ProcessImage {
             for (index, f) in img.functions()?.iter().enumerate() {
                 // A `.cold` part is a piece of its parent, timed with it,
                 // not a function a glob selects; naming it selects it.
-                let cold = crate::exits::cold_part_of(&f.name).is_some();
+                let cold = names::cold_part_of(&f.name).is_some();
                 let mut hit = false;
                 for &k in &selecting {
                     // Demangled only when the linkage name does not match

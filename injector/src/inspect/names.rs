@@ -13,7 +13,7 @@
 /// function specialisation (`.specialized`) and unique internal names
 /// (`.__uniq`). Each may be followed by a number (`.isra.0`).
 /// `.cold` is not among them: a cold part is a piece of its parent, not a
-/// function of its own ([`crate::exits::cold_part_of`]).
+/// function of its own ([`cold_part_of`]).
 const CLONE_WORDS: &[&str] = &[
     "isra",
     "constprop",
@@ -167,6 +167,20 @@ pub fn display_name(name: &str) -> String {
     }
 }
 
+/// The name of the function a compiler-split part belongs to: `work` for
+/// `work.cold` or `work.cold.3` (GCC's and LLVM's hot/cold splitting),
+/// else None. Parts named `.part.N` (GCC's partial inlining) are not
+/// listed: they are ordinary functions, entered by a call or a tail call.
+pub fn cold_part_of(name: &str) -> Option<&str> {
+    let name = name.split('@').next().unwrap_or(name);
+    let base = match name.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    };
+    base.strip_suffix(".cold")
+        .filter(|parent| !parent.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +264,19 @@ mod tests {
         let tails: Vec<&str> = scope_tails("f(std::string)").collect();
         assert_eq!(tails, ["f(std::string)"]);
         assert_eq!(scope_tails("f").count(), 1);
+    }
+
+    #[test]
+    fn cold_parts_by_name() {
+        assert_eq!(cold_part_of("work.cold"), Some("work"));
+        assert_eq!(cold_part_of("work.cold.12"), Some("work"));
+        assert_eq!(cold_part_of("_ZN3foo3barEv.cold"), Some("_ZN3foo3barEv"));
+        assert_eq!(cold_part_of("work.part.0"), None);
+        assert_eq!(cold_part_of("work.constprop.0"), None);
+        assert_eq!(cold_part_of("work"), None);
+        assert_eq!(cold_part_of("cold"), None);
+        assert_eq!(cold_part_of(".cold"), None);
+        assert_eq!(cold_part_of("work.coldish"), None);
+        assert_eq!(cold_part_of("work.cold."), None);
     }
 }
