@@ -15,6 +15,7 @@
 //! address it was built for.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod analyze;
 pub mod bpf;
