@@ -21,6 +21,7 @@
 
 #![no_std]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod layout;

@@ -97,37 +97,14 @@
 use iced_x86::code_asm::*;
 use iced_x86::{BlockEncoderOptions, Code, Instruction, MemoryOperand, Register};
 
+use crate::cells::{
+    CELL_CHAIN, CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE,
+    CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED, CELL_TRACE,
+};
+use crate::slow_paths::SlowPaths;
 use crate::timer::TimerSpec;
 use crate::{disp, BuildError};
 use weft_abi::layout::{self as abi, metric};
-
-// The cell and word layout is `weft_abi::layout::metric`'s (the runtime
-// closes activations with it too); these are its values typed for
-// instruction operands.
-
-/// Bytes per activation cell.
-pub const CELL_SIZE: u32 = disp(metric::CELL_SIZE) as u32;
-/// Offset inside a cell of the original return address (u64).
-pub const CELL_RETURN_ADDRESS: i32 = disp(metric::CELL_RETURN_ADDRESS);
-/// Offset inside a cell of the entry `rsp` (u64): the address of the return
-/// address on the stack when the function was entered.
-pub const CELL_ENTRY_RSP: i32 = disp(metric::CELL_ENTRY_RSP);
-/// Offset inside a cell of a timed activation's self-time base (u64): the
-/// raw wall reading at its start less the row's self-ticks word then (see
-/// the `timer` module).
-pub const CELL_SELF_BASE: i32 = disp(metric::CELL_SELF_BASE);
-/// Offset inside a cell of the metric base (i32 row byte offset).
-pub const CELL_METRIC: i32 = disp(metric::CELL_METRIC);
-/// Offset inside a cell of its flags (u32).
-pub const CELL_FLAGS: i32 = disp(metric::CELL_FLAGS);
-/// Cell flags: [`CELL_TIMED`] (the function has timers: its metric base
-/// holds the [`TIMER_METRIC_LEN`](crate::TIMER_METRIC_LEN) bytes of the
-/// `timer` module), [`CELL_PROBE`] (the exit calls the user probe of the
-/// function's call record, whose index is in the flags' bits from
-/// [`CELL_RECORD_SHIFT`] up; see [`ExitProbes`]).
-pub use metric::{
-    CELL_CHAIN, CELL_HISTOGRAM, CELL_PROBE, CELL_RECORD_SHIFT, CELL_TIMED, CELL_TRACE,
-};
 
 /// Where the exit code finds the user probes of exits: a table with one
 /// [`EXIT_PROBE_SIZE`]-byte entry per call record (the probe function at
@@ -681,74 +658,6 @@ fn enter_asm(
     Ok(())
 }
 
-/// Out-of-line slow paths (calls to clock routines) and 8-byte literals of
-/// generated code, emitted after the code's last unconditional jump or
-/// return.
-pub(crate) struct SlowPaths {
-    paths: Vec<(CodeLabel, CodeLabel, CodeLabel)>,
-    blocks: Vec<(CodeLabel, OutOfLine)>,
-    literals: Vec<(CodeLabel, u64)>,
-}
-
-/// Emits an out-of-line block (its own label is set already).
-pub(crate) type OutOfLine = Box<dyn FnOnce(&mut CodeAssembler) -> Result<(), IcedError>>;
-
-impl SlowPaths {
-    pub(crate) fn new() -> Self {
-        Self {
-            paths: Vec::new(),
-            blocks: Vec::new(),
-            literals: Vec::new(),
-        }
-    }
-
-    /// The label of an 8-byte literal holding `value`.
-    pub(crate) fn literal(&mut self, a: &mut CodeAssembler, value: u64) -> CodeLabel {
-        let label = a.create_label();
-        self.literals.push((label, value));
-        label
-    }
-
-    /// A slow path that calls the routine at `target` and jumps back to
-    /// `back`; returns the label to jump to.
-    pub(crate) fn call_then_back(
-        &mut self,
-        a: &mut CodeAssembler,
-        target: u64,
-        back: CodeLabel,
-    ) -> CodeLabel {
-        let entry = a.create_label();
-        let lit = self.literal(a, target);
-        self.paths.push((entry, back, lit));
-        entry
-    }
-
-    /// An out-of-line block emitted by `block` (which must end in a jump);
-    /// returns the label to jump to.
-    pub(crate) fn block(&mut self, a: &mut CodeAssembler, block: OutOfLine) -> CodeLabel {
-        let entry = a.create_label();
-        self.blocks.push((entry, block));
-        entry
-    }
-
-    pub(crate) fn emit(self, a: &mut CodeAssembler) -> Result<(), IcedError> {
-        for (mut entry, back, lit) in self.paths {
-            a.set_label(&mut entry)?;
-            a.call(qword_ptr(lit))?;
-            a.jmp(back)?;
-        }
-        for (mut entry, block) in self.blocks {
-            a.set_label(&mut entry)?;
-            block(a)?;
-        }
-        for (mut label, value) in self.literals {
-            a.set_label(&mut label)?;
-            a.dq(&[value])?;
-        }
-        Ok(())
-    }
-}
-
 /// The exit code's entry points (see [`exit_code`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitCode {
@@ -1089,7 +998,7 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     a.cmp(eax, dword_ptr(rcx + i64::from(p.row_index)))?;
     a.jne(skip)?;
     a.set_label(&mut run)?;
-    crate::probe::save_vector(a, p.save)?;
+    crate::vector::save_vector(a, p.save)?;
     a.sub(rsp, CTX_SIZE)?;
     a.xor(eax, eax)?;
     for i in 0..6 {
@@ -1115,7 +1024,7 @@ fn emit_exit_probe(a: &mut CodeAssembler, p: &ExitProbes) -> Result<(), IcedErro
     a.mov(rdi, rsp)?;
     a.call(qword_ptr(r9))?;
     a.add(rsp, CTX_SIZE)?;
-    crate::probe::restore_vector(a, p.save)?;
+    crate::vector::restore_vector(a, p.save)?;
     a.set_label(&mut skip)?;
     a.mov(rsp, rbp)?;
     a.popfq()?;

@@ -15,27 +15,35 @@
 //! address it was built for.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod analyze;
 pub mod bpf;
+mod cells;
 pub mod cfg;
 mod encode;
+mod error;
 mod exit;
 mod probe;
 mod relocate;
 mod remote_stub;
 mod scan;
+mod slow_paths;
 mod timer;
 mod trace;
 mod trampoline;
+mod vector;
 
 pub use analyze::{analyze_at, analyze_entry, FunctionCode, PatchSite, Refusal, ShortReason};
+pub use cells::{
+    CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE, CELL_RECORD_SHIFT,
+    CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED, CELL_TRACE,
+};
 pub use cfg::{analyze_function, Disassembly};
+pub use error::BuildError;
 pub use exit::{
     exit_code, exit_code_len, ActivationRow, CallRecords, ExitCode, ExitHooks, ExitProbes,
-    LayoutError, CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE,
-    CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED, CELL_TRACE,
-    EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN,
+    LayoutError, EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN,
     METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
 };
 pub use probe::{
@@ -58,9 +66,10 @@ pub use timer::{
 pub use trace::TraceRing;
 pub use trampoline::{
     build_instruction_trampoline, build_redirect, build_trampoline, max_redirect_len,
-    max_trampoline_len, register_stub, register_stub_len, BuildError, Redirect, Snippet, ThreadRow,
-    Trampoline, TrampolineSpec, VectorSave, XSAVE_UNUSED_BY_WEFT,
+    max_trampoline_len, register_stub, register_stub_len, Redirect, Snippet, ThreadRow, Trampoline,
+    TrampolineSpec,
 };
+pub use vector::{VectorSave, XSAVE_UNUSED_BY_WEFT};
 /// Readers of the timer words generated code writes (defined with the
 /// layout in `weft-abi`; here for the injector and the tests).
 pub use weft_abi::timer::{

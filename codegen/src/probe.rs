@@ -24,8 +24,8 @@
 
 use iced_x86::code_asm::*;
 
-use crate::trampoline::VectorSave;
-use crate::BuildError;
+use crate::error::BuildError;
+use crate::vector::{area_len, restore_vector, save_vector, VectorSave};
 
 /// What a probe function receives (documentation of the layout written by
 /// the generated code; `include/weft_probe.h` is the C declaration).
@@ -158,7 +158,7 @@ pub(crate) fn validate(call: &ProbeCall) -> Result<(), BuildError> {
             )));
         }
     }
-    crate::trampoline::area_len(call.save)?;
+    area_len(call.save)?;
     Ok(())
 }
 
@@ -299,38 +299,6 @@ fn emit_predicate(
             }
             a.pop(scratch)?;
             a.jne(skip)
-        }
-    }
-}
-
-/// `and rsp, -64 ; sub rsp, area ; zero header ; xsave/fxsave [rsp]`
-/// (`rax` and `rdx` free: they are saved).
-pub(crate) fn save_vector(a: &mut CodeAssembler, save: VectorSave) -> Result<(), IcedError> {
-    let area = crate::trampoline::area_len(save).unwrap_or(512) as i32;
-    a.and(rsp, -64)?;
-    a.sub(rsp, area)?;
-    match save {
-        VectorSave::Fxsave64 => a.fxsave64(ptr(rsp)),
-        VectorSave::Xsave { mask, .. } => {
-            a.xor(eax, eax)?;
-            for i in 0..8 {
-                a.mov(qword_ptr(rsp + (512 + 8 * i)), rax)?;
-            }
-            a.mov(eax, mask as u32)?;
-            a.mov(edx, (mask >> 32) as u32)?;
-            a.xsave64(ptr(rsp))
-        }
-    }
-}
-
-/// `xrstor/fxrstor [rsp]` (`rax`, `rdx` free); the caller restores `rsp`.
-pub(crate) fn restore_vector(a: &mut CodeAssembler, save: VectorSave) -> Result<(), IcedError> {
-    match save {
-        VectorSave::Fxsave64 => a.fxrstor64(ptr(rsp)),
-        VectorSave::Xsave { mask, .. } => {
-            a.mov(eax, mask as u32)?;
-            a.mov(edx, (mask >> 32) as u32)?;
-            a.xrstor64(ptr(rsp))
         }
     }
 }

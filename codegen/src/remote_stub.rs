@@ -26,7 +26,8 @@
 //! survives.
 
 use crate::encode::Emitter;
-use crate::trampoline::{BuildError, VectorSave};
+use crate::error::BuildError;
+use crate::vector::VectorSave;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 /// `b"WEFTSTB1"`: marks a stub page so a later attach can find and reuse it.

@@ -103,8 +103,9 @@
 
 use iced_x86::code_asm::*;
 
+use crate::cells::CELL_HISTOGRAM;
 use crate::disp;
-use crate::exit::{SlowPaths, CELL_HISTOGRAM};
+use crate::slow_paths::SlowPaths;
 use weft_abi::clock as abi_clock;
 use weft_abi::layout::metric;
 
@@ -318,7 +319,7 @@ pub(crate) fn emit_start(
     let mut have_raw = a.create_label();
     let self_base = |a: &mut CodeAssembler| -> Result<(), IcedError> {
         a.sub(rax, m(rcx, spec.self_ticks_row))?;
-        a.mov(m(rdi, crate::exit::CELL_SELF_BASE), rax)
+        a.mov(m(rdi, crate::cells::CELL_SELF_BASE), rax)
     };
     a.inc(w(METRIC_NESTING))?;
     a.cmp(w(METRIC_NESTING), 1)?;
@@ -450,7 +451,7 @@ pub(crate) fn emit_stop(
     spec: &TimerSpec,
     cells: i32,
 ) -> Result<(), IcedError> {
-    use crate::exit::{CELL_CHAIN, CELL_ENTRY_RSP, CELL_FLAGS, CELL_SIZE, CELL_TIMED};
+    use crate::cells::{CELL_CHAIN, CELL_ENTRY_RSP, CELL_FLAGS, CELL_SIZE, CELL_TIMED};
     let mut lits = SlowPaths::new();
     let mut ret = a.create_label();
     let mut inner = a.create_label();
@@ -471,7 +472,7 @@ pub(crate) fn emit_stop(
     // the ones nested in it); one read-modify-write publishes it in N.
     a.mov(r9, rax)?;
     a.sub(rax, n)?;
-    a.sub(rax, m(rdi, crate::exit::CELL_SELF_BASE))?;
+    a.sub(rax, m(rdi, crate::cells::CELL_SELF_BASE))?;
     // Another tool's timed activation of this same call right below (its
     // probe is chained over this one's: same entry rsp, CELL_CHAIN): this
     // one is not a callee of it, so N is left alone and the time stays
@@ -513,7 +514,7 @@ pub(crate) fn emit_stop(
         let mut bucket = a.create_label();
         let mut clamped = a.create_label();
         a.test(
-            byte_ptr(rdi + i64::from(crate::exit::CELL_FLAGS)),
+            byte_ptr(rdi + i64::from(crate::cells::CELL_FLAGS)),
             CELL_HISTOGRAM as i32,
         )?;
         a.jz(no_wall)?;

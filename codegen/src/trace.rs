@@ -39,8 +39,9 @@
 
 use iced_x86::code_asm::*;
 
+use crate::cells::CELL_METRIC;
 use crate::disp;
-use crate::exit::{SlowPaths, CELL_METRIC};
+use crate::slow_paths::SlowPaths;
 use crate::timer::WallRead;
 use weft_abi::layout::trace as ring;
 

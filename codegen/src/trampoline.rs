@@ -3,7 +3,9 @@
 use iced_x86::{Code, IcedError, Instruction, MemoryOperand, Register};
 
 use crate::encode::Emitter;
-use crate::relocate::{max_relocated_len, relocate, RelocError};
+use crate::error::BuildError;
+use crate::relocate::{max_relocated_len, relocate};
+use crate::vector::{area_len, VectorSave};
 use crate::{rel32, OutOfRange, PatchSite};
 
 /// How generated code finds the current thread's row.
@@ -138,44 +140,6 @@ pub struct Trampoline {
     pub instruction_offsets: Vec<(u32, u32)>,
 }
 
-/// Why a trampoline or stub could not be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BuildError {
-    /// The displaced instructions cannot be relocated into the trampoline.
-    #[error(transparent)]
-    Relocate(#[from] RelocError),
-    /// The trampoline cannot call the registration stub with `call rel32`.
-    #[error(
-        "the trampoline at {trampoline:#x} cannot call the registration stub at {stub:#x}: {source}"
-    )]
-    StubOutOfReach {
-        /// Address of the trampoline.
-        trampoline: u64,
-        /// Address of the registration stub.
-        stub: u64,
-        /// The failed `call rel32`.
-        source: OutOfRange,
-    },
-    /// The XSAVE area size is smaller than the architectural minimum.
-    #[error(
-        "an XSAVE area of {area_size} bytes is too small: it must hold at least the 512-byte \
-         legacy region and the 64-byte header (576 bytes; use CPUID leaf 0xd for the real size)"
-    )]
-    XsaveAreaTooSmall {
-        /// The size given.
-        area_size: u32,
-    },
-    /// The encoder rejected generated code; this is a bug in weft.
-    #[error("internal error: cannot encode generated code: {0}")]
-    Encode(String),
-}
-
-impl From<IcedError> for BuildError {
-    fn from(e: IcedError) -> Self {
-        BuildError::Encode(e.to_string())
-    }
-}
-
 /// Length of the fixed head: `push rax` (1), `push rcx` (1), `seto al` (3),
 /// `lahf` (1), `mov rcx, fs:[disp32]` (9), `test rcx, rcx` (3), `jz rel32` (6).
 const HEAD_LEN: usize = 24;
@@ -291,69 +255,13 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
     // Layout is decided front to back; only the `jz .slow` in the head needs
     // an address known later, and it is always the 6-byte rel32 form, so the
     // head is emitted twice: once to measure, once with the real target.
-    let emit_head = |slow: u64| -> Result<Emitter, BuildError> {
-        let mut e = Emitter::new(head_at);
-        if red_zone {
-            e.emit(Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RSP,
-                MemoryOperand::with_base_displ(Register::RSP, -RED_ZONE),
-            ))?;
-        }
-        e.emit(Instruction::with1(Code::Push_r64, Register::RAX))?;
-        e.emit(Instruction::with1(Code::Push_r64, Register::RCX))?;
-        e.emit(Instruction::with1(Code::Seto_rm8, Register::AL))?;
-        e.emit(Ok(Instruction::with(Code::Lahf)))?;
-        e.emit(Instruction::with2(
-            Code::Mov_r64_rm64,
-            Register::RCX,
-            fs_absolute(row.tls_offset),
-        ))?;
-        e.emit(Instruction::with2(
-            Code::Test_rm64_r64,
-            Register::RCX,
-            Register::RCX,
-        ))?;
-        e.emit(Instruction::with_branch(Code::Je_rel32_64, slow))?;
-        Ok(e)
-    };
+    let emit_head = |slow: u64| head(head_at, row.tls_offset, red_zone, slow);
     let mut e = emit_head(head_at)?;
     let head_len = e.len();
     debug_assert_eq!(head_len, HEAD_LEN + if red_zone { RED_ZONE_LEN } else { 0 });
     let have = e.ip();
     for snippet in spec.snippets {
-        match *snippet {
-            Snippet::CountCall { offset } => e.emit(Instruction::with1(
-                Code::Inc_rm64,
-                MemoryOperand::with_base_displ(Register::RCX, i64::from(offset)),
-            ))?,
-            Snippet::CountCallHookExit {
-                metric,
-                record,
-                ref hooks,
-            } => {
-                let code = crate::exit::enter_snippet(hooks, metric, record, row.activity, e.ip())?;
-                e.raw(&code);
-            }
-            Snippet::CallProbe(ref call) => {
-                let above = if red_zone { RED_ZONE as i32 } else { 0 };
-                let code = crate::probe::entry_snippet(call, above, e.ip())?;
-                e.raw(&code);
-            }
-            Snippet::RecordCallTarget(ref targets) => {
-                let call = site.instructions.first().ok_or_else(|| {
-                    BuildError::Encode("an instruction point with no instruction".into())
-                })?;
-                if !red_zone {
-                    return Err(BuildError::Encode(
-                        "call targets are recorded at an instruction point".into(),
-                    ));
-                }
-                let code =
-                    crate::probe::record_target_snippet(call, targets, RED_ZONE as i32, e.ip())?;
-                e.raw(&code);
-            }
-        }
+        emit_snippet(&mut e, snippet, &site, &row, red_zone)?;
     }
     if let Some(activity) = row.activity {
         e.emit(Instruction::with1(
@@ -426,6 +334,79 @@ fn build(spec: &TrampolineSpec<'_>, red_zone: bool) -> Result<Trampoline, BuildE
     })
 }
 
+/// The head of a trampoline at `at`: the red-zone step if `red_zone`, the
+/// saves of `rax`, `rcx` and the flags, the row load from `fs:[tls_offset]`
+/// and the `jz` to `slow` (see [`build_trampoline`]).
+fn head(at: u64, tls_offset: i32, red_zone: bool, slow: u64) -> Result<Emitter, BuildError> {
+    let mut e = Emitter::new(at);
+    if red_zone {
+        e.emit(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            MemoryOperand::with_base_displ(Register::RSP, -RED_ZONE),
+        ))?;
+    }
+    e.emit(Instruction::with1(Code::Push_r64, Register::RAX))?;
+    e.emit(Instruction::with1(Code::Push_r64, Register::RCX))?;
+    e.emit(Instruction::with1(Code::Seto_rm8, Register::AL))?;
+    e.emit(Ok(Instruction::with(Code::Lahf)))?;
+    e.emit(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RCX,
+        fs_absolute(tls_offset),
+    ))?;
+    e.emit(Instruction::with2(
+        Code::Test_rm64_r64,
+        Register::RCX,
+        Register::RCX,
+    ))?;
+    e.emit(Instruction::with_branch(Code::Je_rel32_64, slow))?;
+    Ok(e)
+}
+
+/// One snippet of a trampoline (with `rcx` = row), at `e`'s end; `site` is
+/// the (instruction point's) site whose instructions the trampoline moves.
+fn emit_snippet(
+    e: &mut Emitter,
+    snippet: &Snippet,
+    site: &PatchSite,
+    row: &ThreadRow,
+    red_zone: bool,
+) -> Result<(), BuildError> {
+    match *snippet {
+        Snippet::CountCall { offset } => e.emit(Instruction::with1(
+            Code::Inc_rm64,
+            MemoryOperand::with_base_displ(Register::RCX, i64::from(offset)),
+        ))?,
+        Snippet::CountCallHookExit {
+            metric,
+            record,
+            ref hooks,
+        } => {
+            let code = crate::exit::enter_snippet(hooks, metric, record, row.activity, e.ip())?;
+            e.raw(&code);
+        }
+        Snippet::CallProbe(ref call) => {
+            let above = if red_zone { RED_ZONE as i32 } else { 0 };
+            let code = crate::probe::entry_snippet(call, above, e.ip())?;
+            e.raw(&code);
+        }
+        Snippet::RecordCallTarget(ref targets) => {
+            let call = site.instructions.first().ok_or_else(|| {
+                BuildError::Encode("an instruction point with no instruction".into())
+            })?;
+            if !red_zone {
+                return Err(BuildError::Encode(
+                    "call targets are recorded at an instruction point".into(),
+                ));
+            }
+            let code = crate::probe::record_target_snippet(call, targets, RED_ZONE as i32, e.ip())?;
+            e.raw(&code);
+        }
+    }
+    Ok(())
+}
+
 /// `fs:[disp32]` with no base register: an absolute offset from the thread
 /// pointer (encoded with a SIB byte, since plain `[disp32]` means
 /// RIP-relative in 64-bit mode).
@@ -442,68 +423,6 @@ fn fs_absolute(offset: i32) -> MemoryOperand {
         false,
         Register::FS,
     )
-}
-
-/// How the registration stub saves the vector (x87/SSE/AVX...) state around
-/// the runtime's registration function, which may use any of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VectorSave {
-    /// `fxsave64`/`fxrstor64`: x87, MMX, SSE and `mxcsr` only (512 bytes). For
-    /// CPUs without XSAVE.
-    Fxsave64,
-    /// `xsave64`/`xrstor64` of the components in `mask` (`edx:eax`),
-    /// standard (non-compacted) format.
-    Xsave {
-        /// Size of the XSAVE area for those components: the end of the
-        /// last one (`CPUID.(EAX=0DH,ECX=i)`: offset EBX + size EAX), at
-        /// least 576. [`VectorSave::xsave`] computes it.
-        area_size: u32,
-        /// The requested-feature bitmap (`u64::MAX`: everything XCR0
-        /// enables).
-        mask: u64,
-    },
-}
-
-/// XSAVE components the registration stub leaves alone: AMX tile
-/// configuration and data (bits 17, 18: 8 KiB of state no code weft runs
-/// uses, which would otherwise go on the thread's stack at its first
-/// instrumented call).
-pub const XSAVE_UNUSED_BY_WEFT: u64 = (1 << 17) | (1 << 18);
-
-impl VectorSave {
-    /// XSAVE of the components enabled in `xcr0` except `excluded`, with
-    /// `component(i)` = `(size, offset)` of component `i` (`CPUID.(EAX=0DH,
-    /// ECX=i)`: EAX, EBX). Components 0 and 1 (x87, SSE) live in the legacy
-    /// area; the result's area ends after the last saved component.
-    pub fn xsave(xcr0: u64, excluded: u64, component: impl Fn(u32) -> (u32, u32)) -> VectorSave {
-        let mask = xcr0 & !excluded;
-        let end = (2..64)
-            .filter(|i| mask & (1 << i) != 0)
-            .map(|i| {
-                let (size, offset) = component(i);
-                offset.saturating_add(size)
-            })
-            .max()
-            .unwrap_or(0)
-            .max(576);
-        VectorSave::Xsave {
-            area_size: end,
-            mask,
-        }
-    }
-}
-
-/// The save-area size for `save`, rounded up to the 64 bytes that XSAVE's
-/// alignment requires (so the area keeps `rsp` aligned).
-pub(crate) fn area_len(save: VectorSave) -> Result<u32, BuildError> {
-    let raw = match save {
-        VectorSave::Fxsave64 => 512,
-        VectorSave::Xsave { area_size, .. } if area_size < 576 => {
-            return Err(BuildError::XsaveAreaTooSmall { area_size });
-        }
-        VectorSave::Xsave { area_size, .. } => area_size,
-    };
-    Ok(raw.div_ceil(64) * 64)
 }
 
 /// Builds the once-per-thread registration stub, to be placed at `address`
@@ -642,54 +561,6 @@ fn emit_mask(e: &mut Emitter, mask: u64) -> Result<(), IcedError> {
 /// invalid (see [`BuildError::XsaveAreaTooSmall`]).
 pub fn register_stub_len(save: VectorSave) -> usize {
     register_stub(0, 0, save).map_or(0, |stub| stub.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The layout of a Sapphire Rapids with AVX-512 and AMX (XCR0 0x602e7):
-    /// (size, offset) per component.
-    fn spr(i: u32) -> (u32, u32) {
-        match i {
-            2 => (256, 576),
-            5 => (64, 1088),
-            6 => (512, 1152),
-            7 => (1024, 1664),
-            9 => (8, 2688),
-            17 => (64, 2752),
-            18 => (8192, 2816),
-            _ => (0, 0),
-        }
-    }
-
-    #[test]
-    fn xsave_areas_follow_the_components_saved() {
-        let all = VectorSave::xsave(0x602e7, 0, spr);
-        assert_eq!(
-            all,
-            VectorSave::Xsave {
-                area_size: 11_008,
-                mask: 0x602e7
-            }
-        );
-        let weft = VectorSave::xsave(0x602e7, XSAVE_UNUSED_BY_WEFT, spr);
-        assert_eq!(
-            weft,
-            VectorSave::Xsave {
-                area_size: 2_696,
-                mask: 0x2e7
-            }
-        );
-        // x87 and SSE only: the legacy area and the header.
-        assert_eq!(
-            VectorSave::xsave(0x3, 0, spr),
-            VectorSave::Xsave {
-                area_size: 576,
-                mask: 0x3
-            }
-        );
-    }
 }
 
 /// A redirect: what a function's patch jumps to when the function is

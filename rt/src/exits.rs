@@ -329,7 +329,7 @@ pub unsafe extern "C" fn weft_rt_enable_exits(capacity: u32, handler: u64) -> i6
     }
     // SAFETY: a static the records read; one aligned store.
     unsafe { weft_rt_exit_handler_slot.store(handler, Ordering::Release) };
-    if let Some(header) = crate::runtime::region_header() {
+    if let Some(header) = crate::state::region_header() {
         header.exit_capacity.store(capacity, Ordering::Release);
     }
     0
@@ -732,10 +732,8 @@ pub unsafe extern "C" fn weft_rt_personality(
     if actions & UA_CLEANUP_PHASE == 0 || context.is_null() {
         return URC_CONTINUE_UNWIND;
     }
-    let (Some(header), row_ptr) = (
-        crate::runtime::region_header(),
-        crate::runtime::tls_row_get(),
-    ) else {
+    let (Some(header), row_ptr) = (crate::state::region_header(), crate::state::tls_row_get())
+    else {
         return URC_CONTINUE_UNWIND;
     };
     if row_ptr.is_null() {

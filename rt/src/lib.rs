@@ -17,6 +17,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod clock;
 /// The region layout, defined once in `weft-abi` for the runtime, the code
@@ -28,6 +29,8 @@ pub use weft_abi::layout;
 mod exits;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod runtime;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod state;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use exits::{
@@ -35,4 +38,6 @@ pub use exits::{
     UNWIND_RA_EXPR,
 };
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use runtime::{weft_rt_init, weft_rt_register_thread, weft_rt_tls_offset};
+pub use runtime::{weft_rt_init, weft_rt_register_thread};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub use state::weft_rt_tls_offset;

@@ -5,28 +5,10 @@ use crate::layout::{
     Geometry, RegionHeader, RowHeader, MAGIC, MAX_METRIC_WORDS, NAME_LEN, ROW_CELLS, ROW_CLAIMED,
     ROW_EXITED, ROW_LIVE, ROW_OVERFLOW, ROW_TOP, SESSIONS, VERSION,
 };
-use core::arch::{asm, global_asm};
+use crate::state::{region_header, tls_row_get, tls_row_set, weft_rt_tls_offset, REGION};
 use core::ptr;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-// The thread's row pointer, in the static TLS block (initial-exec model), so
-// that generated code can read it with one `mov rcx, fs:[offset]`. Declared
-// in assembly because stable Rust has no way to ask for the initial-exec TLS
-// model; `.tbss` makes every thread's copy start at zero, including threads
-// whose stack and TCB glibc recycles from an exited thread.
-global_asm!(
-    ".pushsection .tbss,\"awT\",@nobits",
-    ".balign 8",
-    ".type weft_rt_tls_row,@object",
-    ".size weft_rt_tls_row,8",
-    "weft_rt_tls_row:",
-    ".zero 8",
-    ".popsection",
-    options(att_syntax)
-);
-
-/// The region, once created. Never unmapped: trampolines may reach it forever.
-static REGION: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
 /// The memfd behind [`REGION`], which the injector opens via `/proc/PID/fd`.
 static REGION_FD: AtomicI32 = AtomicI32::new(-1);
 /// The wall clock: the injector's, handed to the first `weft_rt_init`
@@ -51,63 +33,9 @@ fn wall_clock(theirs: Option<&WallClock>) -> WallClock {
     unsafe { (*ptr::addr_of!(WALL)).assume_init() }
 }
 
-/// The region's header, once the region exists.
-pub(crate) fn region_header() -> Option<&'static RegionHeader> {
-    let base = REGION.load(Ordering::Acquire);
-    // SAFETY: REGION, once set, points at a live mapping (never unmapped)
-    // starting with an initialised header.
-    (!base.is_null()).then(|| unsafe { &*(base as *const RegionHeader) })
-}
-
 /// Serialises `weft_rt_init` against itself (it is only ever called by the
 /// injector, never on a hot path).
 static INIT_BUSY: AtomicU32 = AtomicU32::new(0);
-
-/// Offset of the thread-local row pointer from the thread pointer.
-///
-/// Constant for the life of the process; negative (static TLS lies below
-/// the thread pointer on x86-64).
-#[no_mangle]
-pub extern "C" fn weft_rt_tls_offset() -> i64 {
-    let offset: i64;
-    // SAFETY: loads the GOT entry the linker created for the initial-exec
-    // TLS symbol; touches no other memory and no flags.
-    unsafe {
-        asm!(
-            "mov {}, qword ptr [rip + weft_rt_tls_row@GOTTPOFF]",
-            out(reg) offset,
-            options(nostack, preserves_flags, readonly, pure)
-        );
-    }
-    offset
-}
-
-pub(crate) fn tls_row_get() -> *mut u8 {
-    let value: *mut u8;
-    // SAFETY: reads this thread's own copy of `weft_rt_tls_row`, which the
-    // dynamic loader allocated in static TLS when it loaded this library.
-    unsafe {
-        asm!(
-            "mov {v}, qword ptr fs:[{off}]",
-            v = out(reg) value,
-            off = in(reg) weft_rt_tls_offset(),
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    value
-}
-
-fn tls_row_set(row: *mut u8) {
-    // SAFETY: writes this thread's own copy of `weft_rt_tls_row`.
-    unsafe {
-        asm!(
-            "mov qword ptr fs:[{off}], {v}",
-            v = in(reg) row,
-            off = in(reg) weft_rt_tls_offset(),
-            options(nostack, preserves_flags)
-        );
-    }
-}
 
 fn errno() -> i64 {
     // SAFETY: `__errno_location` always returns this thread's errno.

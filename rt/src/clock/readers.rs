@@ -1,0 +1,341 @@
+//! The clocks' hand-written readers for generated code: general-purpose
+//! registers only, no vector state, their own small contracts (below), in
+//! assembly. The state layouts they read are the parent module's
+//! (`WALL_OFF_*`, `CPU_OFF_*`, `PAGE_OFF_*`).
+
+use core::arch::global_asm;
+
+use super::*;
+
+extern "C" {
+    /// Wall clock reader for generated code.
+    ///
+    /// Contract: `rdi` = `*const WallClock`; result (ns, CLOCK_MONOTONIC
+    /// timeline) in `rax`; clobbers `rax, rcx, rdx, rsi, r8, r9, r10, r11`
+    /// and flags; preserves `rdi` and every other register; no vector or
+    /// x87 instruction; needs no stack alignment. TSC mode touches no stack
+    /// beyond the return address; the CLOCK_MONOTONIC fallback uses 16
+    /// bytes of stack and a raw `syscall`.
+    pub fn weft_rt_wall_now(clock: *const WallClock) -> u64;
+
+    /// CPU clock reader for generated code.
+    ///
+    /// Contract: `rdi` = `*mut ThreadCpuClock` of the calling thread; result
+    /// (ns, CLOCK_THREAD_CPUTIME_ID timeline) in `rax`; clobbers `rax, rcx,
+    /// rdx, rsi, r8, r9, r10, r11` and flags; preserves `rdi` and every
+    /// other register; no vector or x87 instruction; no stack use beyond the
+    /// return address, no stack alignment needed. Writes `reads`, `last_ns`
+    /// and, on the slow path (a context switch since the anchor, or syscall
+    /// mode), `syscalls`, the anchor fields and `scratch` through a raw
+    /// `syscall` of clock_gettime(CLOCK_THREAD_CPUTIME_ID).
+    pub fn weft_rt_cpu_now(clock: *mut ThreadCpuClock) -> u64;
+
+    /// Slow path of the inline CPU clock of generated code (not a C
+    /// function: call it from assembly only).
+    ///
+    /// Contract: `rdx` = `*mut ThreadCpuClock` of the calling thread, `rax`
+    /// = the caller's raw wall reading (ignored); result: the thread's CPU
+    /// time in raw ticks ([`TimerUnits`]) in `rax`, re-anchoring in anchor
+    /// mode. Preserves every other general register (`rdx` included);
+    /// clobbers the flags; no vector or x87 instruction; 72 bytes of stack
+    /// plus `weft_rt_cpu_now`'s.
+    pub fn weft_rt_cpu_ticks();
+
+    /// Raw wall reading for generated code when the TSC is not the wall
+    /// clock (not a C function: call it from assembly only).
+    ///
+    /// Contract: `rax` = `*const WallClock`; result in `rax`: the TSC for a
+    /// TSC wall clock, else CLOCK_MONOTONIC ns (a raw `syscall`).
+    /// Preserves every other general register; clobbers the flags; no
+    /// vector or x87 instruction; 56 bytes of stack.
+    pub fn weft_rt_wall_raw();
+}
+
+// The mul/shift sequence used by both readers, on rax (value), with the
+// multiplier in r9 (zero-extended u32) and the shift in cl; clobbers r10,
+// r11. Exactly `mul_u64_u32_shr`.
+macro_rules! mul_shift_rax {
+    () => {
+        concat!(
+            "mov r10, rax\n",
+            "shr r10, cl\n", // quot = a >> shift
+            "mov r11, r10\n",
+            "shl r11, cl\n",
+            "sub rax, r11\n", // rem = a - (quot << shift)
+            "imul r10, r9\n", // quot * mult
+            "imul rax, r9\n", // rem * mult < 2^64 since shift <= 32
+            "shr rax, cl\n",
+            "add rax, r10\n",
+        )
+    };
+}
+
+global_asm!(
+    ".pushsection .text.weft_rt_clock,\"ax\",@progbits",
+    // ---- weft_rt_wall_now -------------------------------------------------
+    ".globl weft_rt_wall_now",
+    ".type weft_rt_wall_now,@function",
+    ".p2align 4",
+    "weft_rt_wall_now:",
+    "mov r8, rdi",
+    "cmp dword ptr [r8 + {W_KIND}], 0",
+    "jne 3f",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "sub rax, qword ptr [r8 + {W_TSC_BASE}]",
+    "jae 2f",
+    "xor eax, eax", // TSC before the base: clamp, as wall_ns does
+    "2:",
+    "mov r9d, dword ptr [r8 + {W_MULT}]",
+    "mov ecx, dword ptr [r8 + {W_SHIFT}]",
+    mul_shift_rax!(),
+    "add rax, qword ptr [r8 + {W_NS_BASE}]",
+    "ret",
+    // Fallback: clock_gettime(CLOCK_MONOTONIC) by raw syscall (no libc, no
+    // vDSO call: both would need the C ABI's clobbers and alignment).
+    "3:",
+    "sub rsp, 16",
+    "mov rsi, rsp",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "syscall",
+    "mov rdi, r8",
+    "mov rax, qword ptr [rsp]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [rsp + 8]",
+    "add rsp, 16",
+    "ret",
+    ".size weft_rt_wall_now, . - weft_rt_wall_now",
+    // ---- weft_rt_cpu_now --------------------------------------------------
+    ".globl weft_rt_cpu_now",
+    ".type weft_rt_cpu_now,@function",
+    ".p2align 4",
+    "weft_rt_cpu_now:",
+    "mov r8, rdi",
+    "inc qword ptr [r8 + {C_READS}]",
+    "mov eax, dword ptr [r8 + {C_MODE}]",
+    "cmp eax, {CPU_PERF_TIME}",
+    "je 20f",
+    "ja 30f",
+    // Anchor mode: rdtsc first, then the lock (see ThreadCpuClock::now).
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "mov ecx, dword ptr [r9 + {P_LOCK}]",
+    "cmp ecx, dword ptr [r8 + {C_ANCHOR_LOCK}]",
+    "jne 40f",
+    "sub rax, qword ptr [r8 + {C_ANCHOR_TSC}]",
+    "jae 12f",
+    "xor eax, eax",
+    "12:",
+    "cmp rax, qword ptr [r8 + {C_MAX_AGE}]",
+    "jae 40f", // the anchor aged out: re-anchor (see MAX_ANCHOR_AGE_NS)
+    "mov r9d, dword ptr [r8 + {C_MULT}]",
+    "mov ecx, dword ptr [r8 + {C_SHIFT}]",
+    mul_shift_rax!(),
+    "add rax, qword ptr [r8 + {C_ANCHOR_CPU}]",
+    // Common exit: never return less than last time.
+    "50:",
+    "cmp rax, qword ptr [r8 + {C_LAST}]",
+    "jae 51f",
+    "mov rax, qword ptr [r8 + {C_LAST}]",
+    "51:",
+    "mov qword ptr [r8 + {C_LAST}], rax",
+    "ret",
+    // Perf-time mode: the seqlock loop of linux/perf_event.h. x86 does not
+    // reorder loads with loads, so program order is enough between the
+    // two reads of `lock`.
+    "20:",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "21:",
+    "mov esi, dword ptr [r9 + {P_LOCK}]",
+    "mov rax, qword ptr [r9 + {P_CAPS}]",
+    "and eax, {CAPS_MASK}",
+    "cmp eax, {CAP_USER_TIME}",
+    "jne 30f", // no cap_user_time (or the short variant): syscall
+    "mov r10, qword ptr [r9 + {P_RUNNING}]",
+    "add r10, qword ptr [r9 + {P_OFFSET}]", // r10 = running + time_offset
+    "movzx ecx, word ptr [r9 + {P_SHIFT}]",
+    "mov r11d, dword ptr [r9 + {P_MULT}]",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "cmp esi, dword ptr [r9 + {P_LOCK}]",
+    "jne 21b",
+    "cmp ecx, 32",
+    "ja 30f", // a shift the split cannot do exactly: syscall
+    "mov rsi, r10", // mul_shift clobbers r10/r11
+    "mov r9, r11",
+    mul_shift_rax!(),
+    "add rax, rsi",
+    "add rax, qword ptr [r8 + {C_BASE}]",
+    "jmp 50b",
+    // Syscall mode: clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read.
+    "30:",
+    "inc qword ptr [r8 + {C_SYSCALLS}]",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "syscall",
+    "mov rdi, r8",
+    "test rax, rax",
+    "jnz 31f",
+    "mov rax, qword ptr [r8 + {C_SCRATCH}]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [r8 + {C_SCRATCH} + 8]",
+    "jmp 50b",
+    "31:",
+    "xor eax, eax", // cannot happen; the clamp returns the last value
+    "jmp 50b",
+    // Re-anchor (anchor mode, lock changed): lock, syscall, rdtsc, lock.
+    "40:",
+    "inc qword ptr [r8 + {C_SYSCALLS}]",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "mov r10d, dword ptr [r9 + {P_LOCK}]", // syscall preserves r9, r10
+    "rdtsc",
+    "shl rdx, 32",
+    "or rdx, rax", // the TSC before the syscall (which preserves rdx)
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "syscall",
+    "mov rdi, r8",
+    "test rax, rax",
+    "jnz 31b",
+    "mov rsi, rdx",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    // A long window (see max_anchor_window): no anchor, as if switched.
+    "mov rcx, rax",
+    "sub rcx, rsi",
+    "mov rsi, qword ptr [r8 + {C_MAX_AGE}]",
+    "shr rsi, {ANCHOR_WINDOW_SHIFT}",
+    "cmp rcx, rsi",
+    "jb 42f",
+    "mov r10d, {LOCK_INVALID}", // a settled page lock is even: no match
+    "42:",
+    "mov ecx, dword ptr [r9 + {P_LOCK}]",
+    "mov rdx, qword ptr [r8 + {C_SCRATCH}]",
+    "imul rdx, rdx, 1000000000",
+    "add rdx, qword ptr [r8 + {C_SCRATCH} + 8]",
+    "cmp ecx, r10d",
+    "jne 41f", // switched around the syscall: value good, anchor not
+    // Invalidate, write the anchor and its tick offset, then publish the
+    // lock (see ThreadCpuClock): no fast path sees a half-written anchor.
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
+    "mov qword ptr [r8 + {C_ANCHOR_TSC}], rax",
+    "mov qword ptr [r8 + {C_ANCHOR_CPU}], rdx",
+    "mov r11, rax", // tsc
+    "mov r10, rdx", // cpu ns
+    "mov rax, rdx",
+    "mul qword ptr [r8 + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32", // cpu in ticks
+    "sub rax, r11",
+    "mov qword ptr [r8 + {C_TICKS_OFFSET}], rax",
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], ecx",
+    "mov rdx, r10",
+    "41:",
+    "mov rax, rdx",
+    "jmp 50b",
+    ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
+    // ---- weft_rt_cpu_ticks ------------------------------------------------
+    ".globl weft_rt_cpu_ticks",
+    ".type weft_rt_cpu_ticks,@function",
+    ".p2align 4",
+    "weft_rt_cpu_ticks:",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "mov rdi, rdx",
+    "call weft_rt_cpu_now", // rax = ns; rdi preserved
+    "mul qword ptr [rdi + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "ret",
+    ".size weft_rt_cpu_ticks, . - weft_rt_cpu_ticks",
+    // ---- weft_rt_wall_raw -------------------------------------------------
+    ".globl weft_rt_wall_raw",
+    ".type weft_rt_wall_raw,@function",
+    ".p2align 4",
+    "weft_rt_wall_raw:",
+    "cmp dword ptr [rax + {W_KIND}], 0",
+    "jne 2f",
+    "push rdx",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "pop rdx",
+    "ret",
+    "2:",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r11",
+    "sub rsp, 16",
+    "mov rsi, rsp",
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "syscall",
+    "mov rax, qword ptr [rsp]",
+    "imul rax, rax, 1000000000",
+    "add rax, qword ptr [rsp + 8]",
+    "add rsp, 16",
+    "pop r11",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "ret",
+    ".size weft_rt_wall_raw, . - weft_rt_wall_raw",
+    ".popsection",
+    W_KIND = const WALL_OFF_KIND,
+    W_MULT = const WALL_OFF_MULT,
+    W_SHIFT = const WALL_OFF_SHIFT,
+    W_TSC_BASE = const WALL_OFF_TSC_BASE,
+    W_NS_BASE = const WALL_OFF_NS_BASE,
+    C_PAGE = const CPU_OFF_PAGE,
+    C_MODE = const CPU_OFF_MODE,
+    C_ANCHOR_LOCK = const CPU_OFF_ANCHOR_LOCK,
+    C_ANCHOR_CPU = const CPU_OFF_ANCHOR_CPU,
+    C_ANCHOR_TSC = const CPU_OFF_ANCHOR_TSC,
+    C_MAX_AGE = const CPU_OFF_MAX_AGE,
+    C_MULT = const CPU_OFF_MULT,
+    C_SHIFT = const CPU_OFF_SHIFT,
+    C_BASE = const CPU_OFF_BASE,
+    C_LAST = const CPU_OFF_LAST,
+    C_READS = const CPU_OFF_READS,
+    C_SYSCALLS = const CPU_OFF_SYSCALLS,
+    C_SCRATCH = const CPU_OFF_SCRATCH,
+    C_TICKS_OFFSET = const CPU_OFF_TICKS_OFFSET,
+    C_TO_TICKS = const CPU_OFF_TO_TICKS,
+    LOCK_INVALID = const LOCK_INVALID,
+    ANCHOR_WINDOW_SHIFT = const ANCHOR_WINDOW_SHIFT,
+    P_LOCK = const PAGE_OFF_LOCK,
+    P_CAPS = const PAGE_OFF_CAPABILITIES,
+    P_RUNNING = const PAGE_OFF_TIME_RUNNING,
+    P_OFFSET = const PAGE_OFF_TIME_OFFSET,
+    P_SHIFT = const PAGE_OFF_TIME_SHIFT,
+    P_MULT = const PAGE_OFF_TIME_MULT,
+    CAPS_MASK = const (CAP_USER_TIME | CAP_USER_TIME_SHORT),
+    CAP_USER_TIME = const CAP_USER_TIME,
+    CPU_PERF_TIME = const CPU_PERF_TIME,
+    SYS_CLOCK_GETTIME = const libc::SYS_clock_gettime,
+    CLOCK_MONOTONIC = const libc::CLOCK_MONOTONIC,
+    CLOCK_THREAD_CPUTIME_ID = const libc::CLOCK_THREAD_CPUTIME_ID,
+);
