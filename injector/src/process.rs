@@ -444,31 +444,19 @@ impl ProbeSpec {
 /// A target process.
 #[derive(Debug)]
 pub struct Process {
-    pid: i32,
-    /// A launched program's ptrace stop at its entry: its first
-    /// [`Process::hold`] takes it instead of attaching (the program has not
-    /// run yet). Otherwise the tracer lives only in a [`Held`].
-    entry_stop: Option<Tracer>,
-    /// Real-time priority from `open` or `hold` until `release` (see
-    /// [`Process::open`]).
-    boost: Option<RealtimeGuard>,
+    /// The target: its threads, its memory, its exit; how weft stops it.
+    target: Target,
+    /// The target's modules and functions, read from its files.
     image: ProcessImage,
+    /// What was worked out about the target's code while it ran.
+    planning: Planning,
+    /// This weft as one session among those the target has: its slot,
+    /// what it shares, how long it has been live.
+    session: Session,
+    // The instrumentation: the runtime, the probes and what they use.
     runtime: Option<Runtime>,
     pool: Pool,
     probes: Vec<Probe>,
-    /// This weft as the target's session table records it, and its slot
-    /// there once the runtime is loaded.
-    identity: crate::ledger::Identity,
-    slot: Option<usize>,
-    /// Values of borrowed probes' words when this session started sharing
-    /// them, by row (index, generation): subtracted from what it reads.
-    baselines: AddressMap<(u32, u32), Vec<(u32, u64)>>,
-    /// Other sessions' live probes, from the target's directory as of this
-    /// session's last look (refreshed at every insertion): planned around
-    /// like this session's own, and shared where asked for again.
-    foreign: Vec<Probe>,
-    /// Threads moved out of patch sites so far ([`Process::move_threads_out`]).
-    threads_moved: u64,
     /// What the insertion in progress took, given back if it fails.
     pending: undo::Undo,
     /// What the insertion under way needs in all, for a full table's error.
@@ -480,21 +468,6 @@ pub struct Process {
     #[cfg(debug_assertions)]
     fault: Option<undo::Fault>,
     options: RuntimeOptions,
-    /// What the other threads do while the runtime is loaded.
-    load_world: crate::ptrace::World,
-    /// See [`Process::launched_through`].
-    launched_through: Vec<String>,
-    launched: bool,
-    /// Set once the process has run on its own (weft released it).
-    ever_released: bool,
-    exit: Option<ProcessExit>,
-    live_since: Option<Instant>,
-    live_for: Duration,
-    threads_at_attach: usize,
-    /// Final figures of exited threads whose rows were handed back.
-    harvested: Vec<RowSnapshot>,
-    /// Direct branches of each module patched so far, by module path.
-    branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
     /// The exit code installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
     /// The call trace drained from the threads' rings (`-m trace`).
@@ -504,10 +477,6 @@ pub struct Process {
     trace_drainer: Option<crate::trace::Drainer>,
     /// Functions inserted from now on are traced ([`Process::set_trace_calls`]).
     pub(crate) trace_calls: bool,
-    /// Stops of the world by tracers released before the current one.
-    stops_before: u64,
-    /// Rounds of stops given up for a late thread, over every hold so far.
-    stops_given_up: u64,
     /// Call records given back by removed probes (new ones come from the
     /// target's cursor: `ledger::allocate_record`).
     free_records: Vec<u32>,
@@ -517,31 +486,10 @@ pub struct Process {
     /// words any more, which may be given to new probes when the row is
     /// full.
     quiet: Vec<usize>,
-    /// Where the remote-call return stub is in the target, once known.
-    stub_address: Option<u64>,
-    /// Sites planned ahead (by [`Process::prepare`], while the target runs),
-    /// by function address, size and padding; checked against the code
-    /// again, with the world stopped, before they are patched.
-    plans: AddressMap<(u64, u64, u64), Arc<PatchSite>>,
-    /// Points planned by [`Process::check_points`] while the target ran,
-    /// by (function, point address, call-target slots): an insertion reuses a plan whose
-    /// bytes are still those it was made from, instead of decoding the
-    /// function again in the stop (64 KiB for an interpreter's loop).
-    point_plans: std::collections::HashMap<(u64, u64, Option<u32>), PatchSite>,
-    /// Counters built ahead for planned sites (by [`Process::hold`], before
-    /// it stops the world), by the same key.
-    staged: AddressMap<(u64, u64, u64), Staged>,
-    /// `/proc/PID/mem`, read-only, for planning while not held.
-    memory: Option<crate::memory::ProcessMemory>,
-    /// The longest stop of the world of the last hold, once released.
-    longest_stop: StopTime,
     /// Open activations pointed at the sink words, by cell address: the
     /// metric base they had (their self time so far stays their
     /// function's, `open_self`).
     retired_cells: crate::open_self::Retired,
-    /// Functions already searched for points an earlier weft left
-    /// (`remove_leftover_points`: once per function and `Process`).
-    leftovers_checked: AddressSet<u64>,
     /// Probes weft put in for its own use (the loader hook of
     /// `Watcher::defer_at_load`): not in reports.
     unreported: Vec<ProbeId>,
@@ -611,6 +559,83 @@ fn preflight(pid: i32) -> Result<(), Error> {
     Ok(())
 }
 
+/// The target as weft stops and reads it: its pid, its threads' state
+/// across holds, its memory for reading while it runs, and its end.
+#[derive(Debug)]
+struct Target {
+    pid: i32,
+    /// A launched program's ptrace stop at its entry: its first
+    /// [`Process::hold`] takes it instead of attaching (the program has not
+    /// run yet). Otherwise the tracer lives only in a [`Held`].
+    entry_stop: Option<Tracer>,
+    /// Real-time priority from `open` or `hold` until `release` (see
+    /// [`Process::open`]).
+    boost: Option<RealtimeGuard>,
+    /// What the other threads do while the runtime is loaded.
+    load_world: crate::ptrace::World,
+    /// See [`Process::launched_through`].
+    launched_through: Vec<String>,
+    launched: bool,
+    /// Set once the process has run on its own (weft released it).
+    ever_released: bool,
+    exit: Option<ProcessExit>,
+    threads_at_attach: usize,
+    /// Threads moved out of patch sites so far ([`Process::move_threads_out`]).
+    threads_moved: u64,
+    /// Stops of the world by tracers released before the current one.
+    stops_before: u64,
+    /// Rounds of stops given up for a late thread, over every hold so far.
+    stops_given_up: u64,
+    /// The longest stop of the world of the last hold, once released.
+    longest_stop: StopTime,
+    /// `/proc/PID/mem`, read-only, for planning while not held.
+    memory: Option<crate::memory::ProcessMemory>,
+    /// Where the remote-call return stub is in the target, once known.
+    stub_address: Option<u64>,
+}
+
+/// This weft as one of the target's sessions: its identity and slot in the session table, the baselines of the probes it shares, the other sessions' probes as last read, and how long its probes have been live.
+#[derive(Debug)]
+struct Session {
+    /// This weft as the target's session table records it, and its slot
+    /// there once the runtime is loaded.
+    identity: crate::ledger::Identity,
+    slot: Option<usize>,
+    /// Values of borrowed probes' words when this session started sharing
+    /// them, by row (index, generation): subtracted from what it reads.
+    baselines: AddressMap<(u32, u32), Vec<(u32, u64)>>,
+    /// Other sessions' live probes, from the target's directory as of this
+    /// session's last look (refreshed at every insertion): planned around
+    /// like this session's own, and shared where asked for again.
+    foreign: Vec<Probe>,
+    live_since: Option<Instant>,
+    live_for: Duration,
+    /// Final figures of exited threads whose rows were handed back.
+    harvested: Vec<RowSnapshot>,
+    /// Functions already searched for points an earlier weft left
+    /// (`remove_leftover_points`: once per function and `Process`).
+    leftovers_checked: AddressSet<u64>,
+}
+
+/// What weft worked out about the target's code while it ran (`prepare`, `check_points`, `hold`): branch indexes, planned sites and points, trampolines staged ahead.
+#[derive(Debug)]
+struct Planning {
+    /// Direct branches of each module patched so far, by module path.
+    branch_indexes: std::collections::HashMap<std::path::PathBuf, crate::branches::BranchIndex>,
+    /// Sites planned ahead (by [`Process::prepare`], while the target runs),
+    /// by function address, size and padding; checked against the code
+    /// again, with the world stopped, before they are patched.
+    plans: AddressMap<(u64, u64, u64), Arc<PatchSite>>,
+    /// Points planned by [`Process::check_points`] while the target ran,
+    /// by (function, point address, call-target slots): an insertion reuses a plan whose
+    /// bytes are still those it was made from, instead of decoding the
+    /// function again in the stop (64 KiB for an interpreter's loop).
+    point_plans: std::collections::HashMap<(u64, u64, Option<u32>), PatchSite>,
+    /// Counters built ahead for planned sites (by [`Process::hold`], before
+    /// it stops the world), by the same key.
+    staged: AddressMap<(u64, u64, u64), Staged>,
+}
+
 impl Process {
     /// Opens a running process for inspection without stopping it: find
     /// functions and [`Process::prepare`] them first, then [`Process::hold`]
@@ -638,7 +663,7 @@ impl Process {
             return Err(Error::StaticallyLinked(pid));
         }
         let mut process = Process::new(pid, None, image, options, false);
-        process.boost = boost;
+        process.target.boost = boost;
         Ok(process)
     }
 
@@ -650,33 +675,50 @@ impl Process {
         launched: bool,
     ) -> Process {
         Process {
-            pid,
-            threads_at_attach: tracer.as_ref().map_or(0, Tracer::thread_count),
-            entry_stop: tracer,
-            boost: None,
+            planning: Planning {
+                branch_indexes: Default::default(),
+                plans: Default::default(),
+                point_plans: Default::default(),
+                staged: Default::default(),
+            },
+            session: Session {
+                identity: crate::ledger::Identity::own(),
+                slot: None,
+                baselines: AddressMap::default(),
+                foreign: Vec::new(),
+                live_since: None,
+                live_for: Duration::ZERO,
+                harvested: Vec::new(),
+                leftovers_checked: AddressSet::default(),
+            },
+            target: Target {
+                pid,
+                threads_at_attach: tracer.as_ref().map_or(0, Tracer::thread_count),
+                entry_stop: tracer,
+                boost: None,
+                load_world: crate::ptrace::World::WhenWaiting,
+                launched_through: Vec::new(),
+                launched,
+                // A launched program has not run yet; an attached one has.
+                ever_released: !launched,
+                exit: None,
+                threads_moved: 0,
+                stops_before: 0,
+                stops_given_up: 0,
+                longest_stop: StopTime::default(),
+                memory: None,
+                stub_address: None,
+            },
             image,
             runtime: None,
             pool: Pool::default(),
             probes: Vec::new(),
-            identity: crate::ledger::Identity::own(),
-            slot: None,
-            baselines: AddressMap::default(),
-            foreign: Vec::new(),
-            threads_moved: 0,
             pending: undo::Undo::default(),
             request_size: RequestSize::default(),
             free_words: Vec::new(),
             #[cfg(debug_assertions)]
             fault: None,
             options,
-            launched,
-            // A launched program has not run yet; an attached one has.
-            ever_released: !launched,
-            exit: None,
-            live_since: None,
-            live_for: Duration::ZERO,
-            branch_indexes: Default::default(),
-            harvested: Vec::new(),
             exits: None,
             trace: None,
             trace_drainer: None,
@@ -684,21 +726,10 @@ impl Process {
             spare_probes: Vec::new(),
             ties: Vec::new(),
             unreported: Vec::new(),
-            leftovers_checked: AddressSet::default(),
             retired: Vec::new(),
             quiet: Vec::new(),
             free_records: Vec::new(),
-            stops_before: 0,
-            stops_given_up: 0,
-            stub_address: None,
-            plans: Default::default(),
-            point_plans: Default::default(),
-            staged: Default::default(),
-            memory: None,
-            longest_stop: StopTime::default(),
             retired_cells: Default::default(),
-            load_world: crate::ptrace::World::WhenWaiting,
-            launched_through: Vec::new(),
         }
     }
 
@@ -726,7 +757,7 @@ impl Process {
             return Err(Error::StaticallyLinked(pid));
         }
         let mut process = Process::new(pid, Some(tracer), image, RuntimeOptions::default(), true);
-        process.launched_through = through;
+        process.target.launched_through = through;
         Ok(process)
     }
 
@@ -735,17 +766,17 @@ impl Process {
     /// through before the program it stopped at, in order; empty
     /// otherwise.
     pub fn launched_through(&self) -> &[String] {
-        &self.launched_through
+        &self.target.launched_through
     }
 
     /// The process id.
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.target.pid
     }
 
     /// Threads found when weft attached.
     pub fn threads_at_attach(&self) -> usize {
-        self.threads_at_attach
+        self.target.threads_at_attach
     }
 
     /// The probes inserted so far (removed ones included, inactive).
@@ -814,10 +845,10 @@ impl Process {
 
     /// Whether the process is still alive (not exited, not a zombie).
     pub fn is_alive(&self) -> bool {
-        if self.exit.is_some() {
+        if self.target.exit.is_some() {
             return false;
         }
-        match crate::inspect::process_state(self.pid) {
+        match crate::inspect::process_state(self.target.pid) {
             Ok(state) => !state.is_zombie(),
             Err(_) => false,
         }
@@ -826,27 +857,27 @@ impl Process {
     /// For a launched process: waits until it exits (forwarding SIGTERM,
     /// SIGHUP and SIGINT weft receives meanwhile) and returns how it ended.
     pub fn wait_exit(&mut self) -> Result<ProcessExit, Error> {
-        if let Some(exit) = self.exit {
+        if let Some(exit) = self.target.exit {
             return Ok(exit);
         }
-        if !self.launched {
-            return Err(Error::NotOurChild(self.pid));
+        if !self.target.launched {
+            return Err(Error::NotOurChild(self.target.pid));
         }
-        if let Some(mut tracer) = self.entry_stop.take() {
+        if let Some(mut tracer) = self.target.entry_stop.take() {
             // Never held: it runs from its entry uninstrumented, as asked.
             self.let_go(&mut tracer)?;
         }
         // Harvest exited threads' rows while waiting, so that a program that
         // creates many short-lived threads reuses rows instead of running
         // out of them.
-        let exit = crate::launch::wait_child(self.pid, &mut || {
+        let exit = crate::launch::wait_child(self.target.pid, &mut || {
             self.harvest();
         })?;
         // The last threads ended with the process.
         self.harvest();
-        self.exit = Some(exit);
-        if let Some(since) = self.live_since.take() {
-            self.live_for += since.elapsed();
+        self.target.exit = Some(exit);
+        if let Some(since) = self.session.live_since.take() {
+            self.session.live_for += since.elapsed();
         }
         Ok(exit)
     }
@@ -857,26 +888,26 @@ impl Process {
     /// changes was applied in one stop. ([`Held::stops`] counts the current
     /// hold's too.)
     pub fn stops(&self) -> u64 {
-        self.stops_before
+        self.target.stops_before
     }
 
     /// Whether the program has run: false for one [`Process::launch`]
     /// started until its first hold (the stop at its entry) is released.
     pub fn has_run(&self) -> bool {
-        self.ever_released
+        self.target.ever_released
     }
 
     /// How many times a stop of the world (of the holds ended so far) was
     /// given up because a thread was late to stop, and tried again: the
     /// threads that had stopped ran on instead of waiting for it.
     pub fn stops_given_up(&self) -> u64 {
-        self.stops_given_up
+        self.target.stops_given_up
     }
 
     /// How many threads weft found stopped inside the bytes of a patch it
     /// wrote, and moved to the same instruction's copy in the trampoline.
     pub fn threads_moved(&self) -> u64 {
-        self.threads_moved
+        self.target.threads_moved
     }
 
     /// Keeps every stop of the world short, the first one too: the
@@ -887,27 +918,27 @@ impl Process {
     /// for a tool that stops the target many times and promises each stop
     /// is short (`weft diagnose`).
     pub fn prefer_short_stops(&mut self) {
-        self.load_world = crate::ptrace::World::Running;
+        self.target.load_world = crate::ptrace::World::Running;
     }
 
     /// The longest time the target's threads were all stopped at once
     /// during the last hold, from the first interrupt to the last thread
     /// resumed ([`Held::longest_stop`]: during the current one).
     pub fn longest_stop(&self) -> Duration {
-        self.longest_stop.total
+        self.target.longest_stop.total
     }
 
     /// [`Process::longest_stop`], and where its time went: the threads
     /// stopping, weft's work, resuming them.
     pub fn longest_stop_time(&self) -> StopTime {
-        self.longest_stop
+        self.target.longest_stop
     }
 
     /// Reads `len` bytes of the target's memory at `address` (through
     /// `/proc/PID/mem`: the process need not be held, but a running
     /// thread may be changing what is read).
     pub fn read_memory(&self, address: u64, len: usize) -> Result<Vec<u8>, Error> {
-        let memory = crate::memory::ProcessMemory::open(self.pid)?;
+        let memory = crate::memory::ProcessMemory::open(self.target.pid)?;
         Ok(memory.read_vec(address, len)?)
     }
 
@@ -941,7 +972,11 @@ impl Process {
 
     /// Time probes have been live.
     pub fn live_duration(&self) -> Duration {
-        self.live_for + self.live_since.map_or(Duration::ZERO, |s| s.elapsed())
+        self.session.live_for
+            + self
+                .session
+                .live_since
+                .map_or(Duration::ZERO, |s| s.elapsed())
     }
 
     /// The offset from the thread pointer of the runtime's thread-local
@@ -1200,8 +1235,8 @@ impl Drop for Process {
         // (never released): instrumenting it failed or was never done, so
         // it must not run at all (the user asked for it to run
         // instrumented). It is our child, not reaped yet.
-        if let Some(tracer) = self.entry_stop.take() {
-            crate::launch::kill_stopped(self.pid, tracer);
+        if let Some(tracer) = self.target.entry_stop.take() {
+            crate::launch::kill_stopped(self.target.pid, tracer);
         }
         // Otherwise there is nothing to let go of: the tracer lived in a
         // `Held`, which released the process when it ended.

@@ -40,7 +40,7 @@ impl Process {
         rt.region
             .zero_words(word, len)
             .map_err(|e| Error::Internal(format!("cannot reset recycled counters: {e}")))?;
-        for row in &mut self.harvested {
+        for row in &mut self.session.harvested {
             for w in row.words.iter_mut().skip(word as usize).take(len as usize) {
                 *w = 0;
             }
@@ -130,7 +130,7 @@ impl Process {
             return Ok(());
         }
         const MAX_SCAN: u64 = 16 << 20;
-        let maps = crate::inspect::read_maps(self.pid)?;
+        let maps = crate::inspect::read_maps(self.target.pid)?;
         let mut busy = vec![false; self.retired.len()];
         let retired = &self.retired;
         // A thread about to execute a retired probe's call record (its PC

@@ -24,12 +24,12 @@ impl Process {
             }
         }
         // Planning ahead is optional: on any trouble, `insert` plans.
-        let Ok(maps) = crate::inspect::read_maps(self.pid) else {
+        let Ok(maps) = crate::inspect::read_maps(self.target.pid) else {
             return Ok(());
         };
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         for f in functions {
-            if f.kind != FunctionKind::Plain || self.plans.contains_key(&plan_key(f)) {
+            if f.kind != FunctionKind::Plain || self.planning.plans.contains_key(&plan_key(f)) {
                 continue;
             }
             let Ok(memory) = self.reader() else {
@@ -46,7 +46,7 @@ impl Process {
             // Refusals are not kept: the code may change (a debugger's
             // breakpoint removed) before the insertion.
             if let Ok(site) = self.plan(f, &occupied) {
-                self.plans.insert(plan_key(f), Arc::new(site));
+                self.planning.plans.insert(plan_key(f), Arc::new(site));
             }
         }
         Ok(())
@@ -125,11 +125,11 @@ impl Process {
             return Ok(None);
         };
         let path = module.path().to_path_buf();
-        if !self.branch_indexes.contains_key(&path) {
+        if !self.planning.branch_indexes.contains_key(&path) {
             let index = crate::branches::BranchIndex::build(module)?;
-            self.branch_indexes.insert(path.clone(), index);
+            self.planning.branch_indexes.insert(path.clone(), index);
         }
-        Ok(self.branch_indexes.get(&path))
+        Ok(self.planning.branch_indexes.get(&path))
     }
 }
 

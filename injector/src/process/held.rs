@@ -282,7 +282,7 @@ impl<'p> Held<'p> {
 
     /// [`Process::stops`], this hold's stops included.
     pub fn stops(&self) -> u64 {
-        self.process.stops_before + self.tracer.stop_count()
+        self.process.target.stops_before + self.tracer.stop_count()
     }
 
     /// The longest time the target's threads were all stopped at once
@@ -385,12 +385,12 @@ impl Drop for Held<'_> {
         if self.released {
             return;
         }
-        if self.process.launched && !self.process.ever_released {
+        if self.process.target.launched && !self.process.target.ever_released {
             // Stopped at its entry and never run: running it now would run
             // it uninstrumented, which the user did not ask for.
-            crate::launch::kill_traced(self.process.pid, &mut self.tracer);
-            self.process.exit = Some(crate::ptrace::ProcessExit::Signal(libc::SIGKILL));
-            self.process.boost = None;
+            crate::launch::kill_traced(self.process.target.pid, &mut self.tracer);
+            self.process.target.exit = Some(crate::ptrace::ProcessExit::Signal(libc::SIGKILL));
+            self.process.target.boost = None;
             return;
         }
         let _ = self.process.let_go(&mut self.tracer);

@@ -103,7 +103,7 @@ impl Process {
         // A target without weft's runtime has no other session's probes to
         // share or take out: what must be refused is known before the
         // runtime goes in, and a refused request leaves nothing behind.
-        if self.runtime.is_none() && !runtime::is_loaded(self.pid) {
+        if self.runtime.is_none() && !runtime::is_loaded(self.target.pid) {
             let must = must_refuse(&requests, self.plan_request(&requests)?.refused, required);
             if !must.is_empty() {
                 return Err(Error::Refused(must));
@@ -261,7 +261,7 @@ impl Process {
     ) -> Result<(), Error> {
         let unplanned: Vec<Function> = requests
             .iter()
-            .filter(|r| !self.plans.contains_key(&plan_key(&r.function)))
+            .filter(|r| !self.planning.plans.contains_key(&plan_key(&r.function)))
             .map(|r| r.function.clone())
             .collect();
         if !unplanned.is_empty() {
@@ -545,8 +545,8 @@ impl Process {
             .collect();
         self.probes.append(&mut new_probes);
         self.spare_probes = new_probes;
-        if self.live_since.is_none() {
-            self.live_since = Some(Instant::now());
+        if self.session.live_since.is_none() {
+            self.session.live_since = Some(Instant::now());
         }
         Ok(ids)
     }

@@ -28,7 +28,7 @@ impl Process {
             tid,
             self.options,
             0,
-            self.load_world,
+            self.target.load_world,
         )?;
         self.runtime = Some(rt);
         self.join_session(tracer)?;
@@ -111,7 +111,7 @@ impl Process {
     /// starts this session's log of them.
     pub(super) fn ensure_trace_ring(&mut self) -> Result<(), Error> {
         use std::sync::atomic::Ordering;
-        let pid = self.pid;
+        let pid = self.target.pid;
         let mine = self.owner_bit();
         let rt = self.rt()?;
         // One reader per ring: no other live weft may trace too (the
@@ -294,7 +294,7 @@ impl Process {
         let Ok(tid) = self.call_thread(tracer) else {
             return;
         };
-        match runtime::unload(tracer, &mut self.image, tid, loaded, self.load_world) {
+        match runtime::unload(tracer, &mut self.image, tid, loaded, self.target.load_world) {
             Ok(true) => {}
             _ => return,
         }
@@ -313,19 +313,19 @@ impl Process {
         // The remote calls' return stub last.
         let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
         if tracer.remove_return_stub(tid, munmap, cave).is_ok() {
-            self.stub_address = None;
+            self.target.stub_address = None;
         }
         self.runtime = None;
-        self.slot = None;
+        self.session.slot = None;
         self.exits = None;
         self.pool = Pool::default();
-        self.staged = AddressMap::default();
+        self.planning.staged = AddressMap::default();
         self.free_words.clear();
         self.free_records.clear();
         self.retired.clear();
         self.quiet.clear();
-        self.foreign.clear();
-        self.baselines = AddressMap::default();
+        self.session.foreign.clear();
+        self.session.baselines = AddressMap::default();
     }
 
     /// [`Held::load_library`].

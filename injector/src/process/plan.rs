@@ -21,7 +21,7 @@ impl Process {
             .collect();
         let mut sites = AddressSet::default();
         // Built once: the stop of the world may plan a thousand functions.
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         let mut planned = Planned {
             plans: Vec::with_capacity(requests.len()),
             shares: Vec::new(),
@@ -60,7 +60,7 @@ impl Process {
             }
             let cached = over
                 .clone()
-                .or_else(|| self.plans.get(&plan_key(f)).cloned());
+                .or_else(|| self.planning.plans.get(&plan_key(f)).cloned());
             let (site, entered) = match cached {
                 Some(site) => (site, Vec::new()),
                 None => match self.plan_shared(f, &occupied) {
@@ -87,7 +87,11 @@ impl Process {
             }
             // A probe over another's patch overlaps exactly that one.
             if let Some(other) = occupied
-                .overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
+                .overlapping(
+                    &self.probes,
+                    &self.session.foreign,
+                    site.patch_address..site.end(),
+                )
                 .filter(|_| over.is_none())
             {
                 planned.refused.push((
@@ -160,7 +164,7 @@ impl Process {
         let entered = self
             .image
             .module_of(f.address)
-            .and_then(|m| self.branch_indexes.get(m.path()))
+            .and_then(|m| self.planning.branch_indexes.get(m.path()))
             .map(|i| i.all_into_range(site.patch_address, site.end()).collect())
             .unwrap_or_default();
         Ok((site, entered))
@@ -193,7 +197,7 @@ impl Process {
             Vec::new()
         };
         // Instruction points in the body: decode the code as compiled.
-        occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
+        occupied.restore_originals(&self.probes, &self.session.foreign, f.address, &mut code);
         Ok((code, padding))
     }
 
@@ -247,14 +251,14 @@ impl Process {
         let index = self
             .image
             .module_of(branch.source)
-            .and_then(|m| self.branch_indexes.get(m.path()));
+            .and_then(|m| self.planning.branch_indexes.get(m.path()));
         if let Some(other) = index.and_then(|i| i.into_range(range.start, range.end)) {
             return Err(refuse(SharedCode::Entered {
                 from: other.source,
                 patch_address: range.start,
             }));
         }
-        if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range) {
+        if let Some(other) = occupied.overlapping(&self.probes, &self.session.foreign, range) {
             return Err(refuse(SharedCode::InsideProbe {
                 at: other.patch_address,
                 name: self.probe_label(other),
@@ -272,11 +276,11 @@ impl Process {
     /// The target's memory for reading: a read-only handle of our own,
     /// held or not (reading needs no attach, only the right to trace).
     pub(super) fn reader(&mut self) -> Result<&crate::memory::ProcessMemory, Error> {
-        let memory = match self.memory.take() {
+        let memory = match self.target.memory.take() {
             Some(memory) => memory,
-            None => crate::memory::ProcessMemory::open_read_only(self.pid)?,
+            None => crate::memory::ProcessMemory::open_read_only(self.target.pid)?,
         };
-        Ok(self.memory.insert(memory))
+        Ok(self.target.memory.insert(memory))
     }
 
     /// At another session's probe of `request`'s function: shared when it
@@ -288,6 +292,7 @@ impl Process {
     ) -> Result<Option<Result<AtOtherProbe, String>>, Error> {
         let f = &request.function;
         let Some(at) = self
+            .session
             .foreign
             .iter()
             .find(|p| p.is_entry() && p.function.address == f.address)
@@ -322,13 +327,15 @@ impl Process {
         }
         self.branch_index(f.address)?;
         Ok(
-            crate::exits::not_called(&mut self.image, &self.branch_indexes, f).map(|reason| {
-                // `not_called` says "cannot time it" itself.
-                let reason = reason
-                    .strip_prefix("cannot time it: ")
-                    .map_or(reason.clone(), str::to_string);
-                Refusal::NotTimeable(reason)
-            }),
+            crate::exits::not_called(&mut self.image, &self.planning.branch_indexes, f).map(
+                |reason| {
+                    // `not_called` says "cannot time it" itself.
+                    let reason = reason
+                        .strip_prefix("cannot time it: ")
+                        .map_or(reason.clone(), str::to_string);
+                    Refusal::NotTimeable(reason)
+                },
+            ),
         )
     }
 }

@@ -134,7 +134,7 @@ impl Process {
         self.remove_leftover_points(tracer, &functions)?;
         let mut refused = Vec::new();
         let mut plans: Vec<(&PointSpec, PatchSite)> = Vec::with_capacity(specs.len());
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         let mut batch = Batch::new();
         for spec in specs {
             let planned = match self.checked_plan(spec) {
@@ -264,8 +264,8 @@ impl Process {
         }
         let ids = new_probes.iter().map(|p| p.id).collect();
         self.probes.extend(new_probes);
-        if self.live_since.is_none() {
-            self.live_since = Some(Instant::now());
+        if self.session.live_since.is_none() {
+            self.session.live_since = Some(Instant::now());
         }
         Ok(ids)
     }
@@ -279,12 +279,12 @@ impl Process {
     pub fn check_points(&mut self, specs: &[PointSpec]) -> Vec<Option<String>> {
         let mut batch = Batch::new();
         let mut out = Vec::with_capacity(specs.len());
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         for spec in specs {
             match self.plan_point(spec, &batch, &occupied) {
                 Ok(site) => {
                     batch.insert(site.patch_address, (site.end(), spec.address));
-                    self.point_plans.insert(point_key(spec), site);
+                    self.planning.point_plans.insert(point_key(spec), site);
                     out.push(None);
                 }
                 Err(reason) => out.push(Some(reason)),
@@ -382,10 +382,10 @@ impl Process {
             Vec::new()
         };
         // Planned from the code as compiled: this session's patches undone.
-        occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
+        occupied.restore_originals(&self.probes, &self.session.foreign, f.address, &mut code);
         occupied.restore_originals(
             &self.probes,
-            &self.foreign,
+            &self.session.foreign,
             f.address + f.size,
             &mut padding,
         );
@@ -421,7 +421,7 @@ impl Process {
     /// patches are still those it was made from (nothing patched them
     /// since, the code did not change); taken out of the cache either way.
     fn checked_plan(&mut self, spec: &PointSpec) -> Option<PatchSite> {
-        let site = self.point_plans.remove(&point_key(spec))?;
+        let site = self.planning.point_plans.remove(&point_key(spec))?;
         let memory = self.reader().ok()?;
         let now = memory
             .read_vec(site.patch_address, site.original.len())
@@ -439,7 +439,9 @@ impl Process {
         occupied: &Occupied,
     ) -> Result<PatchSite, String> {
         let range = site.patch_address..site.end();
-        if let Some(other) = occupied.overlapping(&self.probes, &self.foreign, range.clone()) {
+        if let Some(other) =
+            occupied.overlapping(&self.probes, &self.session.foreign, range.clone())
+        {
             return Err(format!(
                 "its patch ({:#x}..{:#x}) overlaps probe {} at {:#x} ({}): remove that first",
                 range.start,
@@ -463,7 +465,7 @@ impl Process {
         let index = self
             .image
             .module_of(f.address)
-            .and_then(|m| self.branch_indexes.get(m.path()));
+            .and_then(|m| self.planning.branch_indexes.get(m.path()));
         if let Some(branch) = index.and_then(|i| i.into_range(site.patch_address, site.end())) {
             return Err(super::jumped_into(&branch, &f.module, &site));
         }
@@ -484,13 +486,13 @@ impl Process {
         let todo: Vec<&Function> = functions
             .iter()
             .copied()
-            .filter(|f| f.size > 0 && self.leftovers_checked.insert(f.address))
+            .filter(|f| f.size > 0 && self.session.leftovers_checked.insert(f.address))
             .collect();
         if todo.is_empty() {
             return Ok(());
         }
-        let maps = crate::inspect::read_maps(self.pid)?;
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let maps = crate::inspect::read_maps(self.target.pid)?;
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         let mut leftovers = Vec::new();
         for f in todo {
             // Each restore may bring instructions the jmp hid: decode again.
@@ -498,7 +500,12 @@ impl Process {
                 let mut code = tracer
                     .memory()
                     .read_vec(f.address, f.size.min(MAX_POINT_FUNCTION) as usize)?;
-                occupied.restore_originals(&self.probes, &self.foreign, f.address, &mut code);
+                occupied.restore_originals(
+                    &self.probes,
+                    &self.session.foreign,
+                    f.address,
+                    &mut code,
+                );
                 let found = weft_codegen::analyze_function(f.address, &code)
                     .instructions
                     .iter()
@@ -509,6 +516,7 @@ impl Process {
                 let Some(probe) = found else { break };
                 // Another live session's point (the directory names those).
                 if self
+                    .session
                     .foreign
                     .iter()
                     .any(|p| p.patch_address == probe.patch_address)

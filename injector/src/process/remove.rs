@@ -30,7 +30,7 @@ impl Process {
             })
             .map(|p| p.id)
             .collect();
-        let mine = self.slot.map_or(0, |s| 1u32 << s);
+        let mine = self.session.slot.map_or(0, |s| 1u32 << s);
         let region = self.runtime.as_ref().map(|rt| &rt.region);
         let mut handed_over = Vec::new();
         let mut leaving = Vec::new();
@@ -111,8 +111,8 @@ impl Process {
         self.retired.extend(own);
         self.recycle_trampolines(tracer)?;
         if !self.probes.iter().any(|p| p.active) {
-            if let Some(since) = self.live_since.take() {
-                self.live_for += since.elapsed();
+            if let Some(since) = self.session.live_since.take() {
+                self.session.live_for += since.elapsed();
             }
         }
         Ok(())

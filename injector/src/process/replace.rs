@@ -26,11 +26,13 @@ impl Process {
                 "it is already instrumented: remove its probe first".into(),
             ));
         }
-        let occupied = Occupied::of(&self.probes, &self.foreign);
+        let occupied = Occupied::of(&self.probes, &self.session.foreign);
         let site = self.plan(&f, &occupied).map_err(refuse)?;
-        if let Some(other) =
-            occupied.overlapping(&self.probes, &self.foreign, site.patch_address..site.end())
-        {
+        if let Some(other) = occupied.overlapping(
+            &self.probes,
+            &self.session.foreign,
+            site.patch_address..site.end(),
+        ) {
             return Err(refuse(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
@@ -74,7 +76,7 @@ impl Process {
             return true;
         }
         if maps.is_none() {
-            *maps = Some(crate::inspect::read_maps(self.pid).unwrap_or_default());
+            *maps = Some(crate::inspect::read_maps(self.target.pid).unwrap_or_default());
         }
         let maps = maps.as_deref().unwrap_or_default();
         // Unreadable maps say nothing: the reservation will tell.
@@ -197,9 +199,9 @@ impl Process {
                 "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
             )));
         }
-        if let Some(other) = Occupied::of(&self.probes, &self.foreign).overlapping(
+        if let Some(other) = Occupied::of(&self.probes, &self.session.foreign).overlapping(
             &self.probes,
-            &self.foreign,
+            &self.session.foreign,
             site..site + 5,
         ) {
             return Err(refuse(format!(

@@ -15,11 +15,12 @@ impl Process {
         let Some(rt) = &self.runtime else {
             return Vec::new();
         };
-        let mut rows = self.harvested.clone();
+        let mut rows = self.session.harvested.clone();
         let wall = *weft_rt::clock::WallClock::in_region(rt.region.header());
         let words = crate::ledger::words_used(&rt.region);
         let live = rt.region.snapshot(words).into_iter().filter(|r| {
             !self
+                .session
                 .harvested
                 .iter()
                 .any(|h| h.index == r.index && h.generation == r.generation)
@@ -38,7 +39,8 @@ impl Process {
     /// What borrowed probes' word `word` of row `index` (of `generation`)
     /// held when this session started sharing it (0 for others).
     pub(crate) fn baseline(&self, index: u32, generation: u32, word: u32) -> u64 {
-        self.baselines
+        self.session
+            .baselines
             .get(&(index, generation))
             .and_then(|b| b.iter().find(|&&(w, _)| w == word))
             .map_or(0, |&(_, v)| v)
@@ -47,7 +49,7 @@ impl Process {
     /// Takes out of `row` what borrowed probes had counted before this
     /// session started sharing them.
     pub(super) fn subtract_baseline(&self, row: &mut RowSnapshot) {
-        if let Some(base) = self.baselines.get(&(row.index, row.generation)) {
+        if let Some(base) = self.session.baselines.get(&(row.index, row.generation)) {
             for &(word, value) in base {
                 if let Some(w) = row.words.get_mut(word as usize) {
                     *w = w.saturating_sub(value);
@@ -88,7 +90,7 @@ impl Process {
             let open = open.get_or_insert_with(|| {
                 crate::open_self::row_open_self_ticks(
                     region,
-                    (index, self.pid, &self.retired_cells),
+                    (index, self.target.pid, &self.retired_cells),
                     memory,
                     wall_now,
                 )
@@ -128,7 +130,9 @@ impl Process {
             // /proc read per thread and report at most), then the words
             // again, after it.
             if probe.metrics().cpu && words.cpu_start != 0 && cpu_now.is_none() {
-                cpu_now = weft_rt::clock::thread_cpu_ns_from_outside(self.pid as u32, row.tid).ok();
+                cpu_now =
+                    weft_rt::clock::thread_cpu_ns_from_outside(self.target.pid as u32, row.tid)
+                        .ok();
                 match read(base) {
                     Some(again) => words = again,
                     None => {
@@ -167,11 +171,11 @@ impl Process {
     /// command does, every few milliseconds); without it rows are not
     /// reused. Returns how many rows were harvested.
     pub fn harvest(&mut self) -> usize {
-        let (Some(rt), Some(slot)) = (&self.runtime, self.slot) else {
+        let (Some(rt), Some(slot)) = (&self.runtime, self.session.slot) else {
             return 0;
         };
-        let pid = self.pid;
-        let exited = self.exit.is_some();
+        let pid = self.target.pid;
+        let exited = self.target.exit.is_some();
         let words = crate::ledger::words_used(&rt.region);
         // Trace rings first, then the rows of threads gone, each drained a
         // last time right before its ack lets a new thread take it.
@@ -195,7 +199,8 @@ impl Process {
         for row in &mut rows {
             self.subtract_baseline(row);
         }
-        self.harvested
+        self.session
+            .harvested
             .extend(rows.into_iter().filter(|r| r.words.iter().any(|&w| w != 0)));
         n
     }
@@ -220,7 +225,7 @@ impl Process {
         kernel: &crate::kernel::Session,
     ) -> Result<(), crate::kernel::KernelError> {
         let snapshot = kernel.snapshot()?;
-        let pid = self.pid;
+        let pid = self.target.pid;
         report.add_kernel(
             &snapshot,
             |base| self.function_at_metric_offset(base),
@@ -255,7 +260,7 @@ impl Process {
                 .overflow_threads
                 .load(std::sync::atomic::Ordering::Relaxed)
         });
-        let pid = self.pid;
+        let pid = self.target.pid;
         let rows = self.snapshot();
         // Traced probes hook their exits without timers. Only in a session
         // that traces: a counting probe that borrows another session's timed

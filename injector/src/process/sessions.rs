@@ -73,6 +73,7 @@ impl Process {
         current: Option<[u8; 5]>,
     ) -> Result<AtOtherProbe, String> {
         let here: Vec<&Probe> = self
+            .session
             .foreign
             .iter()
             .filter(|p| p.is_entry() && p.function.address == f.address)
@@ -109,7 +110,8 @@ impl Process {
     /// is chained over: the one whose trampoline that `jmp` enters.
     pub(super) fn link_below(&self, at: u64, original: &[u8]) -> Option<&Probe> {
         let target = crate::chain::jump_target(at, original)?;
-        self.foreign
+        self.session
+            .foreign
             .iter()
             .find(|p| p.patch_address == at && p.trampoline.start == target)
     }
@@ -122,9 +124,9 @@ impl Process {
     pub(super) fn join_session(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         let rt = self.rt()?;
         let orphans = crate::ledger::sweep(&rt.region);
-        if self.slot.is_none() {
-            self.slot = Some(
-                crate::ledger::join(&rt.region, self.identity)
+        if self.session.slot.is_none() {
+            self.session.slot = Some(
+                crate::ledger::join(&rt.region, self.session.identity)
                     .ok_or(Error::TooManySessions(weft_rt::layout::SESSIONS))?,
             );
         }
@@ -135,7 +137,7 @@ impl Process {
 
     /// This session's bit in directory entries' owners.
     pub(super) fn owner_bit(&self) -> u32 {
-        self.slot.map_or(0, |s| 1 << s)
+        self.session.slot.map_or(0, |s| 1 << s)
     }
 
     /// Refreshes [`Process::foreign`] from the directory.
@@ -145,7 +147,7 @@ impl Process {
         };
         let mine = self.owner_bit();
         let own: AddressSet<usize> = self.probes.iter().filter_map(|p| p.entry).collect();
-        self.foreign = crate::ledger::live_entries(&rt.region)
+        self.session.foreign = crate::ledger::live_entries(&rt.region)
             .into_iter()
             .filter(|(i, e)| e.owners & mine == 0 && !own.contains(i))
             .map(|(i, e)| foreign_probe(i, &e))
@@ -321,6 +323,7 @@ impl Process {
         let used = crate::ledger::words_used(&rt.region);
         for row in rt.region.snapshot(used) {
             let base = self
+                .session
                 .baselines
                 .entry((row.index, row.generation))
                 .or_default();
@@ -343,7 +346,7 @@ impl Process {
         tracer: &mut Tracer,
         functions: &[Function],
     ) -> Result<(), Error> {
-        let maps = crate::inspect::read_maps(self.pid)?;
+        let maps = crate::inspect::read_maps(self.target.pid)?;
         let mut leftovers = Vec::new();
         for f in functions {
             // This session's own probes are not leftovers.
@@ -353,7 +356,7 @@ impl Process {
             // After an endbr64, where weft patches, or at the entry; not
             // another live session's probe (the directory names those).
             for at in [f.address, f.address + 4] {
-                if self.foreign.iter().any(|p| p.patch_address == at) {
+                if self.session.foreign.iter().any(|p| p.patch_address == at) {
                     continue;
                 }
                 if let Some(probe) = crate::trampolines::leftover_probe(tracer.memory(), &maps, at)

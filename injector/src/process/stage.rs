@@ -23,10 +23,11 @@ impl Process {
         let (mut use_staged, mut rest) = (Vec::new(), Vec::new());
         for (request, site) in plans {
             let key = plan_key(&request.function);
-            match self.staged.get(&key) {
-                Some(s) if plain(request) && Arc::ptr_eq(&s.site, &site) => {
-                    use_staged.push((request, self.staged.remove(&key).expect("found above")))
-                }
+            match self.planning.staged.get(&key) {
+                Some(s) if plain(request) && Arc::ptr_eq(&s.site, &site) => use_staged.push((
+                    request,
+                    self.planning.staged.remove(&key).expect("found above"),
+                )),
                 _ => rest.push((request, site)),
             }
         }
@@ -114,10 +115,11 @@ impl Process {
             .map(|p| p.patch_address)
             .collect();
         let mut todo: Vec<((u64, u64, u64), Arc<PatchSite>)> = self
+            .planning
             .plans
             .iter()
             .filter(|(key, site)| {
-                !self.staged.contains_key(key) && !active.contains(&site.patch_address)
+                !self.planning.staged.contains_key(key) && !active.contains(&site.patch_address)
             })
             .map(|(key, site)| (*key, site.clone()))
             .collect();
@@ -125,7 +127,7 @@ impl Process {
             return;
         }
         todo.sort_by_key(|(_, site)| site.patch_address);
-        let Ok(maps) = crate::inspect::read_maps(self.pid) else {
+        let Ok(maps) = crate::inspect::read_maps(self.target.pid) else {
             return;
         };
         // One planned area per neighbourhood, for all of its trampolines.
@@ -157,12 +159,12 @@ impl Process {
             let Ok(staged) = self.stage(&site, area, tls_offset) else {
                 return;
             };
-            self.staged.insert(key, staged);
+            self.planning.staged.insert(key, staged);
         }
         // The probes' records of an insertion of them, and their directory
         // entries, in memory touched now rather than in the stop of the
         // world.
-        let staged = self.staged.len();
+        let staged = self.planning.staged.len();
         if let Some(rt) = &self.runtime {
             let used = rt
                 .region
@@ -176,10 +178,11 @@ impl Process {
         // Those in areas already mapped go in now, while the target runs:
         // unreachable until patched, they leave only the patches for the
         // stop of the world. One write per run of neighbours.
-        let Ok(memory) = crate::memory::ProcessMemory::open(self.pid) else {
+        let Ok(memory) = crate::memory::ProcessMemory::open(self.target.pid) else {
             return;
         };
         let mut ready: Vec<&mut Staged> = self
+            .planning
             .staged
             .values_mut()
             .filter(|s| !s.written && self.pool.is_mapped(s.area))
@@ -349,7 +352,7 @@ impl Process {
                 if let Error::Refused(refused) = &e {
                     // Planned from code that has changed since: plan again.
                     for r in refused {
-                        self.plans.remove(&plan_key(&r.function));
+                        self.planning.plans.remove(&plan_key(&r.function));
                     }
                 }
                 if patched {

@@ -22,7 +22,7 @@ impl Process {
             None => tracer
                 .threads()
                 .next()
-                .ok_or(Error::Trace(TraceError::NoSuchProcess(self.pid)))?,
+                .ok_or(Error::Trace(TraceError::NoSuchProcess(self.target.pid)))?,
         };
         self.with_return_stub(tracer, tid)
     }
@@ -36,9 +36,9 @@ impl Process {
             .symbol_address("libc.so", "mmap")
             .ok_or(Error::MissingLibc("mmap"))?;
         let cave = self.code_cave(weft_codegen::BOOTSTRAP_LEN);
-        let known = self.stub_address;
+        let known = self.target.stub_address;
         let stub = tracer.install_return_stub(tid, mmap_fn, cave, known)?;
-        self.stub_address = Some(stub);
+        self.target.stub_address = Some(stub);
         Ok(tid)
     }
 
@@ -96,7 +96,7 @@ impl Process {
                 return Ok(tid);
             }
         }
-        Err(Error::NoSafeThread(self.pid))
+        Err(Error::NoSafeThread(self.target.pid))
     }
 
     /// The innermost return address on `tid`'s stack that leads back into
@@ -106,7 +106,7 @@ impl Process {
     pub(super) fn return_into_user_code(&self, tracer: &Tracer, tid: Tid) -> Option<u64> {
         const SCAN: u64 = 64 * 1024;
         let rsp = tracer.registers(tid).ok()?.rsp & !7;
-        let maps = crate::inspect::read_maps(self.pid).ok()?;
+        let maps = crate::inspect::read_maps(self.target.pid).ok()?;
         let stack = maps.iter().find(|m| m.start <= rsp && rsp < m.end)?;
         let words = tracer
             .memory()
@@ -168,7 +168,7 @@ impl Process {
             }
         }
         if !alive {
-            return Err(Error::Trace(TraceError::NoSuchProcess(self.pid)));
+            return Err(Error::Trace(TraceError::NoSuchProcess(self.target.pid)));
         }
         Ok(outside)
     }
@@ -216,7 +216,7 @@ impl Process {
                 moved += 1;
             }
         }
-        self.threads_moved += moved as u64;
+        self.target.threads_moved += moved as u64;
         Ok(moved)
     }
 
@@ -286,21 +286,21 @@ impl Process {
     /// keep counting, weft is no longer attached (its signals, clones and
     /// exits never wait for weft).
     pub(super) fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
-        self.stops_before += tracer.stop_count();
-        self.stops_given_up += tracer.stops_given_up();
+        self.target.stops_before += tracer.stop_count();
+        self.target.stops_given_up += tracer.stops_given_up();
         let detached = tracer.detach();
-        self.longest_stop = self.longest_stop.max(tracer.longest_stop_time());
+        self.target.longest_stop = self.target.longest_stop.max(tracer.longest_stop_time());
         // Normal priority again, whatever happened.
-        self.boost = None;
+        self.target.boost = None;
         // A session with nothing in place gives its slot back: its acks
         // then hold no row, and the slot is free for another weft.
         if !self.probes.iter().any(|p| p.active) {
-            if let (Some(slot), Some(rt)) = (self.slot.take(), &self.runtime) {
+            if let (Some(slot), Some(rt)) = (self.session.slot.take(), &self.runtime) {
                 crate::ledger::leave(&rt.region, slot);
             }
         }
         detached?;
-        self.ever_released = true;
+        self.target.ever_released = true;
         Ok(())
     }
 
@@ -314,13 +314,13 @@ impl Process {
     /// ([`Process::launch`]). When another weft holds the process, waits up
     /// to 3 s for it to let go ([`Error::HeldByOtherWeft`]).
     pub fn hold(&mut self) -> Result<Held<'_>, Error> {
-        if let Some(tracer) = self.entry_stop.take() {
+        if let Some(tracer) = self.target.entry_stop.take() {
             return Ok(Held::new(self, tracer));
         }
-        if self.boost.is_none() {
-            self.boost = RealtimeGuard::raise();
+        if self.target.boost.is_none() {
+            self.target.boost = RealtimeGuard::raise();
         }
-        self.longest_stop = StopTime::default();
+        self.target.longest_stop = StopTime::default();
         // While the target still runs: what an insertion of the functions
         // `prepare` planned would otherwise build in the pause, and the
         // wall clock a first load of the runtime hands over.
@@ -329,16 +329,16 @@ impl Process {
             runtime::settle_wall_clock();
             runtime::look_up_symbols(&mut self.image);
         }
-        let attached = preflight(self.pid).and_then(|()| self.attach_waiting_for_weft());
+        let attached = preflight(self.target.pid).and_then(|()| self.attach_waiting_for_weft());
         let tracer = match attached {
             Ok(tracer) => tracer,
             Err(e) => {
-                self.boost = None;
+                self.target.boost = None;
                 return Err(e);
             }
         };
-        if self.threads_at_attach == 0 {
-            self.threads_at_attach = tracer.thread_count();
+        if self.target.threads_at_attach == 0 {
+            self.target.threads_at_attach = tracer.thread_count();
         }
         Ok(Held::new(self, tracer))
     }
@@ -351,7 +351,7 @@ impl Process {
     pub(super) fn attach_waiting_for_weft(&self) -> Result<Tracer, Error> {
         let since = Instant::now();
         loop {
-            match Tracer::attach(self.pid) {
+            match Tracer::attach(self.target.pid) {
                 Err(TraceError::AlreadyTraced { pid, tracer })
                     if self.is_weft_session(tracer as u32) =>
                 {
