@@ -12,7 +12,7 @@
 //!   ratios mean anything), the same plus `kernel:vfs_read` by fentry/fexit
 //!   and by kprobe/kretprobe, in the target and in another process.
 //!
-//! `cargo bench -p weft --bench kernel`; `WEFT_BENCH_QUICK=1` for a short
+//! `cargo bench -p weft-cli --bench kernel`; `WEFT_BENCH_QUICK=1` for a short
 //! run (CI). Needs root (BPF); the guest part needs QEMU
 //! (tests/qemu/guest.sh), else it is skipped with the reason.
 

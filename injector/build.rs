@@ -1,8 +1,9 @@
-//! Builds the `weft-rt` cdylib and embeds it in the `weft` binary, so that a
-//! fresh clone's `cargo run --release -- demo` (or an installed `weft`) never
-//! has to find a separate `.so` file. Cargo cannot depend on a cdylib
-//! artifact on stable, hence a nested `cargo build` with its own target
-//! directory (a shared one would deadlock on cargo's build-directory lock).
+//! Builds the `weft-rt` cdylib and embeds it in the `weft` library (and so
+//! in the `weft` binary, `cli/`), so that a fresh clone's `cargo run
+//! --release -- demo` (or an installed `weft`) never has to find a separate
+//! `.so` file. Cargo cannot depend on a cdylib artifact on stable, hence a
+//! nested `cargo build` with its own target directory (a shared one would
+//! deadlock on cargo's build-directory lock).
 
 use std::env;
 use std::path::PathBuf;

@@ -1,12 +1,10 @@
-//! `weft top`: a live full-screen view of a process's instrumented
-//! functions and threads, like `top` or `py-spy top`. Each reading is a
-//! live report (the target is never stopped for it); rates and shares are
-//! the difference between two readings.
-//!
-//! The terminal is restored whatever ends the view: `q`, SIGINT/SIGTERM,
-//! the target's exit, an error, or a panic (the [`Screen`] guard).
+//! `weft top`'s full-screen view (ratatui): the functions and threads
+//! tables between two live readings, the keys, and the terminal, restored
+//! whatever ends the view: `q`, SIGINT/SIGTERM, the target's exit, an
+//! error, or a panic (the [`Screen`] guard).
 
-use crate::{cli_wait, Attached, Measure, Refusals};
+use crate::session::Attached;
+use crate::wait;
 use anyhow::{Context, Result};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::execute;
@@ -18,18 +16,8 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use weft::{RealtimeGuard, Report};
-
-/// What to watch.
-pub enum Target {
-    Pid(i32),
-    /// A program to start instrumented (it runs on, uninstrumented, after
-    /// the view ends; weft waits for it).
-    Launch(String, Vec<String>),
-}
+use weft::Report;
 
 /// How often to read, and for how long.
 pub struct Pace {
@@ -327,7 +315,7 @@ fn human_ns(ns: u64) -> String {
 }
 
 /// The view's state between readings.
-struct View {
+pub struct View {
     pid: i32,
     sort: Sort,
     thread_sort: ThreadSort,
@@ -344,6 +332,25 @@ struct View {
 }
 
 impl View {
+    /// The view of `pid` with `functions` instrumented, before its first
+    /// reading.
+    pub fn new(pid: i32, functions: usize) -> View {
+        View {
+            pid,
+            sort: Sort::Rate,
+            thread_sort: ThreadSort::Rate,
+            paused: false,
+            threads: false,
+            filter: None,
+            now: None,
+            before: None,
+            seconds: 0.0,
+            started: Instant::now(),
+            functions,
+            note: String::new(),
+        }
+    }
+
     fn filter_tid(&self) -> Option<u32> {
         let report = self.now.as_ref()?;
         self.filter
@@ -564,100 +571,22 @@ impl Drop for Screen {
     }
 }
 
-/// `weft top`.
-pub fn top(
-    target: Target,
-    functions: &[String],
-    measure: &Measure,
-    refusals: &Refusals,
-    pace: Pace,
-    boost: Option<RealtimeGuard>,
-) -> Result<ExitCode> {
-    cli_wait::install_stop_handlers();
-    let (mut attached, launched) = match &target {
-        Target::Pid(pid) => {
-            let split = crate::cli_kernel::split(functions)?;
-            if split.user.is_empty() {
-                anyhow::bail!(
-                    "weft top needs at least one user function (-f NAME) next to kernel patterns"
-                );
-            }
-            let caps = crate::cli_kernel::capabilities(&split)?;
-            (
-                Attached::attach(*pid, &split, caps.as_ref(), measure, refusals, false)?,
-                false,
-            )
-        }
-        Target::Launch(program, args) => (
-            Attached::launch(program, args, functions, measure, refusals)
-                .with_context(|| format!("starting {program}"))?,
-            true,
-        ),
-    };
-    // Kept while live: the view is redrawn on time however busy the
-    // target keeps the CPUs (weft sleeps between readings; see `attach`).
-    crate::keep_until_exit(boost);
-    let pid = attached.process.pid();
-    eprintln!(
-        "weft: attached pid={pid} threads={} functions={}",
-        attached.threads, attached.functions
-    );
-    let view = View {
-        pid,
-        sort: Sort::Rate,
-        thread_sort: ThreadSort::Rate,
-        paused: false,
-        threads: false,
-        filter: None,
-        now: None,
-        before: None,
-        seconds: 0.0,
-        started: Instant::now(),
-        functions: attached.functions,
-        note: String::new(),
-    };
-    let outcome = if std::io::stdout().is_terminal() {
-        full_screen(&mut attached, view, &pace)
-    } else {
-        plain(&mut attached, &pace)
-    };
-    let ended = match outcome {
-        Ok(ended) => ended,
-        Err(e) => {
-            // Nothing stays in the target whatever went wrong.
-            let _ = attached.finish(cli_wait::End::Signal);
-            return Err(e);
-        }
-    };
-    let report = attached.finish(ended)?;
-    eprintln!(
-        "weft: detached from {pid} ({} calls counted)",
-        report.functions.iter().map(|f| f.calls).sum::<u64>()
-    );
-    if !launched || ended == cli_wait::End::TargetExited {
-        return Ok(ExitCode::SUCCESS);
-    }
-    // The program weft started runs to its end, uninstrumented now.
-    let code = attached.process.wait_exit().map_or(1, |e| e.shell_code());
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
-}
-
 /// The full-screen view until quit, a signal, `--duration` or the
 /// target's exit.
-fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Result<cli_wait::End> {
+pub fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Result<wait::End> {
     let mut screen = Screen::enter()?;
     let started = Instant::now();
     let mut last_read: Option<Instant> = None;
     loop {
-        if cli_wait::stop_requested() {
-            return Ok(cli_wait::End::Signal);
+        if wait::stop_requested() {
+            return Ok(wait::End::Signal);
         }
         if pace.duration.is_some_and(|d| started.elapsed() >= d) {
-            return Ok(cli_wait::End::Duration);
+            return Ok(wait::End::Duration);
         }
         attached.tick();
         if !attached.process.is_alive() {
-            return Ok(cli_wait::End::TargetExited);
+            return Ok(wait::End::TargetExited);
         }
         let due = last_read.map_or(true, |t| t.elapsed() >= pace.interval);
         if due {
@@ -679,43 +608,10 @@ fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Result<c
         if event::poll(Duration::from_millis(50)).context("reading the keyboard")? {
             if let Event::Key(k) = event::read().context("reading the keyboard")? {
                 if k.kind == KeyEventKind::Press && !view.key(k.code, k.modifiers) {
-                    return Ok(cli_wait::End::Signal);
+                    return Ok(wait::End::Signal);
                 }
             }
         }
-    }
-}
-
-/// Standard output is no terminal: a plain table every interval.
-fn plain(attached: &mut Attached, pace: &Pace) -> Result<cli_wait::End> {
-    let pid = attached.process.pid();
-    let mut next = Instant::now() + pace.interval;
-    let mut failed = None;
-    let started = Instant::now();
-    let ended = cli_wait::wait(pid, pace.duration, &mut || {
-        attached.tick();
-        if Instant::now() >= next && failed.is_none() {
-            next += pace.interval;
-            failed = attached
-                .live_report()
-                .and_then(|r| {
-                    let text = format!(
-                        "weft top: pid {pid}, {:.1} s\n{}\n",
-                        started.elapsed().as_secs_f64(),
-                        r.to_table_with(&weft::report::TableOptions::default())
-                    );
-                    crate::to_stdout(text.as_bytes())
-                })
-                .err();
-            if failed.is_some() {
-                cli_wait::stop_now();
-            }
-        }
-        Some(next)
-    });
-    match failed {
-        Some(e) if !e.is::<crate::StdoutClosed>() => Err(e),
-        _ => Ok(ended),
     }
 }
 

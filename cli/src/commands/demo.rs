@@ -9,6 +9,38 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use weft::{Pattern, Process};
 
+// The arguments of `Command::Demo` (their help is the variant's, in
+// main.rs).
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Requests each worker serves (more takes longer).
+    #[arg(long, default_value_t = 150_000)]
+    requests: u64,
+}
+
+// The arguments of `Command::DemoTarget` (their help is the variant's, in
+// main.rs).
+#[derive(clap::Args, Debug)]
+pub struct DemoTargetArgs {
+    #[arg(long)]
+    threads: usize,
+    #[arg(long)]
+    requests: u64,
+}
+
+/// Runs `weft demo`.
+pub fn exec(args: DemoArgs) -> Result<ExitCode> {
+    demo(args.threads, args.requests)
+}
+
+/// Runs `weft __demo-target`, the demo's server.
+pub fn exec_target(args: DemoTargetArgs) -> Result<ExitCode> {
+    target(args.threads, args.requests)
+}
+
 /// The demo server's request handler: the functions `weft demo` counts.
 #[no_mangle]
 #[inline(never)]
@@ -49,7 +81,7 @@ const FUNCTIONS: [(&str, &str); 3] = [
 /// `weft __demo-target`: waits for `go`, serves requests on worker threads,
 /// prints each worker's own counts as JSON lines, then `done`, and waits for
 /// `exit` (or end of input).
-pub fn target(threads: usize, requests: u64) -> Result<ExitCode> {
+fn target(threads: usize, requests: u64) -> Result<ExitCode> {
     let stdin = std::io::stdin();
     let mut line = String::new();
     println!("ready pid={}", std::process::id());
@@ -102,7 +134,7 @@ impl Drop for TargetGuard {
 }
 
 /// `weft demo`.
-pub fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
+fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
     if threads == 0 || threads > 512 {
         bail!("--threads must be between 1 and 512");
     }

@@ -3,17 +3,152 @@
 //! writes the diagnosis when the search is exhausted, `--duration` ends,
 //! SIGINT/SIGTERM arrives, or the target exits; then takes every probe out.
 
-use crate::cli_wait;
+use crate::args::seconds;
+use crate::session::say_launched;
+use crate::wait;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use weft::diagnose::{Consultant, Diagnosis, Options, Progress};
 use weft::Process;
 
+// The arguments of `Command::Diagnose` (their help is the variant's, in
+// main.rs).
+#[derive(clap::Args, Debug)]
+pub struct DiagnoseArgs {
+    /// The process (or give `-- PROGRAM ARGS` to start one).
+    #[arg(short = 'p', long = "pid")]
+    pid: Option<i32>,
+    /// Stop after this many seconds (partial result).
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    duration: Option<String>,
+    /// Most functions instrumented at once.
+    #[arg(long, default_value_t = 64)]
+    max_probes: usize,
+    /// Threshold of the CPU-bound hypothesis (share of a thread's time).
+    #[arg(long, default_value_t = 0.30)]
+    cpu_threshold: f64,
+    /// Threshold of the synchronization-waiting hypothesis.
+    #[arg(long, default_value_t = 0.20)]
+    sync_threshold: f64,
+    /// Threshold of the I/O-blocking hypothesis.
+    #[arg(long, default_value_t = 0.20)]
+    io_threshold: f64,
+    /// Most the instrumentation may cost, as a share of the target's
+    /// CPU time: a function whose calls alone cost more is taken out
+    /// (its tests skipped, with the reason), and no test starts while
+    /// the total is over.
+    #[arg(long, default_value_t = 0.05)]
+    max_overhead: f64,
+    /// Report waits at the top of a thread's loop (a pool thread
+    /// waiting for work) as bottlenecks, not as idle time.
+    #[arg(long)]
+    report_idle: bool,
+    /// How long a value must hold before a test concludes, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "1")]
+    observe: String,
+    /// A hypothesis of your own, tested next to cpu/sync/io: "the
+    /// threads spend too much time in these functions". NAME=F1,F2…
+    /// with an optional :wall|:cpu|:offcpu (which time, wall by
+    /// default) and @SHARE (threshold, 0.2 by default), e.g.
+    /// 'alloc=malloc,free,realloc:cpu@0.1'. Repeatable, up to 8.
+    #[arg(long = "hypothesis", value_name = "NAME=FUNCTIONS")]
+    hypotheses: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: DiagnoseFormat,
+    /// Write the diagnosis to FILE instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Also write the search's history to FILE as a timeline (Trace
+    /// Event Format JSON, as `--format chrome-trace` writes call
+    /// traces): each test a slice from its first reading to its
+    /// conclusion, per thread, for the Perfetto UI, chrome://tracing
+    /// or speedscope (docs/diagnose.md).
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<PathBuf>,
+    /// A program to start and diagnose, with its arguments (instead
+    /// of -p).
+    #[arg(last = true, value_name = "PROGRAM")]
+    command: Vec<String>,
+}
+
+/// Runs `weft diagnose`: checks the arguments, then [`diagnose`].
+pub fn exec(args: DiagnoseArgs) -> Result<ExitCode> {
+    let DiagnoseArgs {
+        pid,
+        duration,
+        max_probes,
+        cpu_threshold,
+        sync_threshold,
+        io_threshold,
+        max_overhead,
+        report_idle,
+        observe,
+        hypotheses,
+        format,
+        output,
+        timeline,
+        command,
+    } = args;
+    let target = match (pid, command.split_first()) {
+        (Some(pid), None) => Target::Pid(pid),
+        (None, Some((program, args))) => Target::Launch(program.clone(), args.to_vec()),
+        (Some(_), Some(_)) => {
+            bail!("give either -p PID or -- PROGRAM ARGS, not both")
+        }
+        (None, None) => {
+            bail!("nothing to diagnose: give -p PID, or -- PROGRAM ARGS to start a program")
+        }
+    };
+    let duration = seconds("--duration", duration.as_deref(), true)?;
+    let observe = seconds("--observe", Some(&observe), true)?.unwrap_or_default();
+    for (name, t) in [
+        ("--cpu-threshold", cpu_threshold),
+        ("--sync-threshold", sync_threshold),
+        ("--io-threshold", io_threshold),
+    ] {
+        if !(t > 0.0 && t < 1.0) {
+            bail!("{name} {t}: give a share of a thread's time between 0 and 1, e.g. 0.3");
+        }
+    }
+    if !(max_overhead > 0.0 && max_overhead < 1.0) {
+        bail!("--max-overhead {max_overhead}: give a share of the target's CPU time between 0 and 1, e.g. 0.05");
+    }
+    let defaults = weft::diagnose::Options::default();
+    let options = weft::diagnose::Options {
+        max_probes: max_probes.max(1),
+        max_overhead,
+        report_idle,
+        thresholds: weft::diagnose::Thresholds {
+            cpu: cpu_threshold,
+            sync: sync_threshold,
+            io: io_threshold,
+            min_observation: observe,
+            ..defaults.thresholds
+        },
+        custom: hypotheses
+            .iter()
+            .map(|h| parse_hypothesis(h))
+            .collect::<Result<_>>()?,
+        ..defaults
+    };
+    diagnose(
+        target,
+        duration,
+        options,
+        format,
+        Files {
+            output: output.as_deref(),
+            timeline: timeline.as_deref(),
+        },
+    )
+}
+
 /// What to diagnose.
-pub enum Target {
+enum Target {
     /// A running process.
     Pid(i32),
     /// A program weft starts (stopped before `main` until the search's
@@ -31,17 +166,17 @@ pub enum DiagnoseFormat {
 }
 
 /// Where the diagnosis goes.
-pub struct Files<'a> {
+struct Files<'a> {
     /// The diagnosis (standard output if none).
-    pub output: Option<&'a Path>,
+    output: Option<&'a Path>,
     /// The search's history as a Trace Event Format timeline, if asked.
-    pub timeline: Option<&'a Path>,
+    timeline: Option<&'a Path>,
 }
 
 /// Runs the search on `target` until it ends; writes the diagnosis. A
 /// program weft started runs on after the diagnosis; weft waits for it and
 /// exits with its exit code.
-pub fn diagnose(
+fn diagnose(
     target: Target,
     duration: Option<Duration>,
     options: Options,
@@ -57,14 +192,14 @@ pub fn diagnose(
         Target::Launch(program, args) => {
             let process =
                 Process::launch(program, args).with_context(|| format!("starting {program}"))?;
-            crate::say_launched(program, &process);
+            say_launched(program, &process);
             (process, true)
         }
     };
     let pid = process.pid();
     let mut consultant =
         Consultant::new(&mut process, options.clone()).context("preparing the search")?;
-    cli_wait::install_stop_handlers();
+    wait::install_stop_handlers();
     let started = Instant::now();
     let mut why = "the search is exhausted";
     loop {
@@ -91,13 +226,13 @@ pub fn diagnose(
             break;
         }
         let wait = left.map_or(options.interval, |l| l.min(options.interval));
-        match cli_wait::wait(pid, Some(wait), &mut || None) {
-            cli_wait::End::Duration => {}
-            cli_wait::End::Signal => {
+        match wait::wait(pid, Some(wait), &mut || None) {
+            wait::End::Duration => {}
+            wait::End::Signal => {
                 why = "stopped by a signal (partial result)";
                 break;
             }
-            cli_wait::End::TargetExited => {
+            wait::End::TargetExited => {
                 why = "the target exited (partial result)";
                 break;
             }
@@ -258,7 +393,7 @@ fn object_text(b: &weft::diagnose::Bottleneck) -> String {
 }
 
 /// `NAME=F1,F2[:wall|:cpu|:offcpu][@SHARE]` as a custom hypothesis.
-pub fn parse_hypothesis(spec: &str) -> Result<weft::diagnose::CustomHypothesis> {
+fn parse_hypothesis(spec: &str) -> Result<weft::diagnose::CustomHypothesis> {
     use weft::diagnose::{CustomHypothesis, Measure};
     let usage = "give NAME=FUNCTION,FUNCTION…, optionally :wall|:cpu|:offcpu and @SHARE, \
                  e.g. 'alloc=malloc,free:cpu@0.1'";

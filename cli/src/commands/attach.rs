@@ -1,0 +1,278 @@
+//! `weft attach`: attaches to a running process, measures until it exits,
+//! `--duration` ends or SIGINT/SIGTERM arrives (with live reports every
+//! `--interval`, or scrapes of `--serve`), then takes everything out and
+//! detaches.
+
+use crate::args::{check_trace_format, seconds, Measure, Output, Refusals};
+use crate::kernel::{self, Patterns};
+use crate::output::{Sink, StdoutClosed};
+use crate::serve;
+use crate::session::{keep_until_exit, Attached};
+use crate::timing::{monotonic_ns, Timing};
+use crate::wait;
+use anyhow::{bail, Result};
+use std::process::ExitCode;
+use weft::kernel::{Capabilities, Session};
+use weft::{RealtimeGuard, Report};
+
+// The arguments of `Command::Attach` (their help is the variant's, in
+// main.rs).
+#[derive(clap::Args, Debug)]
+pub struct AttachArgs {
+    /// The process to attach to.
+    #[arg(short = 'p', long = "pid")]
+    pid: i32,
+    /// Functions to count (as for `run`).
+    #[arg(
+        short = 'f',
+        long = "function",
+        value_name = "PATTERN",
+        required = true
+    )]
+    functions: Vec<String>,
+    /// Stop after this many seconds.
+    // Taken as text, `-1` too, so that every bad value gets weft's
+    // own error (see `seconds`), not clap's.
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    duration: Option<String>,
+    /// Also write a report every SECS seconds while live (read without
+    /// stopping the target); best with --format jsonl.
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    interval: Option<String>,
+    /// Patterns that match nothing now wait for libraries the process
+    /// loads later (dlopen): each is instrumented as it loads, before
+    /// any of its code runs (the loading thread waits for weft, at
+    /// most a second).
+    #[arg(long)]
+    later: bool,
+    /// Serve the live figures at http://ADDR:PORT/metrics in the
+    /// Prometheus text format (OpenMetrics when the scraper asks for
+    /// it), read from the target on each scrape without stopping it;
+    /// stays attached until SIGINT/SIGTERM or --duration. `PORT` or
+    /// `:PORT` alone is loopback (127.0.0.1); port 0 picks a free one
+    /// (printed). See docs/prometheus.md.
+    #[arg(long, value_name = "ADDR:PORT")]
+    serve: Option<String>,
+    /// Allow a --serve address other than loopback: the metrics name
+    /// the target's functions and threads, for anyone who can reach
+    /// the port.
+    #[arg(long)]
+    serve_public: bool,
+    /// With --serve: an exited thread keeps its own series this many
+    /// seconds, then its figures fold into its functions' `tid="exited"`
+    /// series (bounds the labels of a target whose threads come and go).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "60",
+        allow_hyphen_values = true
+    )]
+    fold_after: String,
+    #[command(flatten)]
+    measure: Measure,
+    #[command(flatten)]
+    refusals: Refusals,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// Runs `weft attach`, keeping `boost` (real-time priority) to the end.
+pub fn exec(args: AttachArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
+    let AttachArgs {
+        pid,
+        functions,
+        duration,
+        interval,
+        later,
+        serve,
+        serve_public,
+        fold_after,
+        measure,
+        refusals,
+        output,
+    } = args;
+    check_trace_format(&measure, &output).and_then(|()| {
+        attach(
+            pid,
+            &functions,
+            Live {
+                duration,
+                interval,
+                later,
+                serve,
+                serve_public,
+                fold_after,
+            },
+            &measure,
+            &refusals,
+            &output,
+            boost,
+        )
+    })
+}
+
+/// How `attach` stays live.
+struct Live {
+    duration: Option<String>,
+    interval: Option<String>,
+    /// `--later`: patterns matching nothing yet wait for libraries loaded
+    /// later.
+    later: bool,
+    /// `--serve ADDR:PORT`: where to serve /metrics.
+    serve: Option<String>,
+    /// `--serve-public`: a non-loopback `--serve` address is meant.
+    serve_public: bool,
+    /// `--fold-after SECS`: how long an exited thread keeps its own series.
+    fold_after: String,
+}
+
+fn attach(
+    pid: i32,
+    functions: &[String],
+    live: Live,
+    measure: &Measure,
+    refusals: &Refusals,
+    output: &Output,
+    boost: Option<RealtimeGuard>,
+) -> Result<ExitCode> {
+    let split = kernel::split(functions)?;
+    let caps = kernel::capabilities(&split)?;
+    let duration = seconds("duration", live.duration.as_deref(), false)?;
+    let interval = seconds("interval", live.interval.as_deref(), true)?;
+    let server = match &live.serve {
+        Some(addr) => Some(serve::Server::start(addr, live.serve_public)?),
+        None => None,
+    };
+    let fold_after = seconds("fold-after", Some(&live.fold_after), false)?.unwrap_or_default();
+    let mut sink = Sink::new(output)?;
+    wait::install_stop_handlers();
+    if let (true, Some(caps)) = (split.user.is_empty(), &caps) {
+        if server.is_some() {
+            bail!("--serve needs at least one user function (-f NAME) next to kernel patterns");
+        }
+        drop(boost);
+        attach_kernel_only(pid, &split, caps, duration, interval, &mut sink)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut attached = Attached::attach(pid, &split, caps.as_ref(), measure, refusals, live.later)?;
+    eprintln!(
+        "weft: attached pid={pid} threads={} functions={}",
+        attached.threads, attached.functions
+    );
+    if std::env::var_os("WEFT_TIMING").is_some() {
+        // For a harness timing the attach from before it started weft.
+        eprintln!(
+            "weft: timing: attached at CLOCK_MONOTONIC {} ns",
+            monotonic_ns()
+        );
+    }
+    if let Some(server) = &server {
+        eprintln!(
+            "weft: serving metrics at http://{}/metrics",
+            server.local_addr()
+        );
+    }
+    // Live, weft keeps its real-time priority to the end (the final
+    // report and the detach included). It sleeps between readings, so this
+    // costs the target only the readings themselves; at normal priority,
+    // behind a target whose threads keep every CPU busy, each report waited
+    // seconds for a turn and held counts already stale (issue #17).
+    keep_until_exit(boost);
+    let mut server = server.map(|s| {
+        let exporter =
+            serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
+        (s, exporter)
+    });
+    let mut next_report = interval.map(|i| std::time::Instant::now() + i);
+    let mut failed = None;
+    let ended = wait::wait(pid, duration, &mut || {
+        attached.tick();
+        if let Some((server, exporter)) = &mut server {
+            server.answer(|openmetrics| {
+                let report = attached.live_report()?;
+                exporter.exposition(&report, openmetrics)
+            });
+        }
+        if let (Some(at), Some(every)) = (next_report, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                // Read live: the target is not stopped.
+                failed = attached
+                    .live_report()
+                    .and_then(|report| sink.write(&report, false))
+                    .err();
+                next_report = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    // Nobody reads any more: detach now.
+                    wait::stop_now();
+                }
+            }
+        }
+        next_report.filter(|_| failed.is_none())
+    });
+    // No scrape is answered from a target being detached.
+    drop(server);
+    let timing = Timing::from_env();
+    timing.note(&format!(
+        "waiting ended at CLOCK_MONOTONIC {} ns",
+        monotonic_ns()
+    ));
+    let report = attached.finish(ended)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    sink.write(&report, true)?;
+    timing.note(&format!(
+        "final report written at CLOCK_MONOTONIC {} ns",
+        monotonic_ns()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `attach` with kernel patterns only: no ptrace, no runtime, any process
+/// (statically linked ones too); live reports every `interval`.
+fn attach_kernel_only(
+    pid: i32,
+    patterns: &Patterns,
+    caps: &Capabilities,
+    duration: Option<std::time::Duration>,
+    interval: Option<std::time::Duration>,
+    sink: &mut Sink,
+) -> Result<()> {
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no process {pid}: give the PID of a running process");
+    }
+    let session = Session::start(pid, &patterns.kernel, caps, None)?;
+    let started = std::time::Instant::now();
+    eprintln!(
+        "weft: attached pid={pid} threads={} functions={}",
+        std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()),
+        session.probes().len()
+    );
+    let report = |session: &Session| -> Result<Report> {
+        Ok(Report::of_kernel(
+            pid,
+            started.elapsed().as_nanos() as u64,
+            &session.snapshot()?,
+        ))
+    };
+    let mut next = interval.map(|i| std::time::Instant::now() + i);
+    let mut failed = None;
+    wait::wait(pid, duration, &mut || {
+        if let (Some(at), Some(every)) = (next, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                failed = report(&session).and_then(|r| sink.write(&r, false)).err();
+                next = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    wait::stop_now();
+                }
+            }
+        }
+        next.filter(|_| failed.is_none())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let last = report(&session)?;
+    drop(session);
+    sink.write(&last, true)
+}

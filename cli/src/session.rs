@@ -1,0 +1,325 @@
+//! The live-session driver `attach`, `top` and `run` share: a target with
+//! weft's probes in it, from the attach (or launch) to the final report.
+
+use crate::args::{Measure, Refusals};
+use crate::kernel;
+use crate::timing::Timing;
+use crate::wait;
+use anyhow::Result;
+use std::fmt::Write as _;
+use weft::{Pattern, Process, RealtimeGuard, Report};
+
+/// Keeps a live session's real-time priority until the process exits.
+/// Dropped at the end of the session, the guard gave back normal priority
+/// before weft's teardown (dropping the session, unmapping the region,
+/// exiting), which then waited 0.2-0.35 s behind a busy target's threads
+/// (200 here) after the final report was written.
+pub fn keep_until_exit(boost: Option<RealtimeGuard>) {
+    std::mem::forget(boost);
+}
+
+/// How long a loading thread may wait for weft to instrument its library
+/// (`--later`).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A target with weft's probes in it, live: what `attach`, `top` and
+/// `--serve` share, from the attach to the final report.
+pub struct Attached {
+    pub process: Process,
+    kernel: Option<weft::kernel::Session>,
+    /// Loads watched for `--later` patterns.
+    watcher: Option<weft::events::Watcher>,
+    /// User functions are instrumented (else kernel probes only).
+    user: bool,
+    /// Functions instrumented (user and kernel).
+    pub functions: usize,
+    /// Threads when attached.
+    pub threads: usize,
+}
+
+impl Attached {
+    /// Attaches to `pid` and puts in the probes `split` asks for: the user
+    /// functions in one stop of the world, then the kernel probes with the
+    /// target running (the verifier's milliseconds are nobody's wait).
+    /// All or nothing: an error leaves nothing in the target.
+    pub fn attach(
+        pid: i32,
+        split: &kernel::Patterns,
+        caps: Option<&weft::kernel::Capabilities>,
+        measure: &Measure,
+        refusals: &Refusals,
+        later: bool,
+    ) -> Result<Attached> {
+        let timing = Timing::from_env();
+        let patterns = &split.user;
+        // Everything that needs no stopped target happens before the pause.
+        let mut process = Process::open(pid)?;
+        // With --later, a pattern that matches nothing yet waits for the
+        // libraries loaded from now on.
+        let (found, pending) = if patterns.is_empty() {
+            (Vec::new(), Vec::new())
+        } else if later {
+            let mut matching = Vec::new();
+            let mut pending = Vec::new();
+            for pattern in patterns {
+                match process.find_functions(std::slice::from_ref(pattern)) {
+                    Ok(_) => matching.push(pattern.clone()),
+                    Err(weft::Error::NoMatch { .. }) => pending.push(pattern.clone()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Searched together: a function several patterns match is one,
+            // its other names its aliases.
+            (process.find_functions(&matching)?, pending)
+        } else {
+            (process.find_functions(patterns)?, Vec::new())
+        };
+        let metrics = measure.metrics_for(found.len());
+        let mut watcher = (!pending.is_empty()).then(|| {
+            let mut w = weft::events::Watcher::new(&process);
+            w.defer(pending.clone(), metrics);
+            w
+        });
+        let mut instrumented = 0;
+        let mut threads = 0;
+        if !patterns.is_empty() {
+            process.prepare(&found)?;
+            timing.mark("found functions and swept their modules (target running)");
+            let mut held = process.hold()?;
+            held.set_trace_calls(measure.metrics.trace);
+            timing.mark("seized and stopped every thread");
+            instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
+            if let Some(w) = &mut watcher {
+                if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
+                    // A weft that gives up leaves nothing in place.
+                    let _ = held.remove_all();
+                    return Err(e.into());
+                }
+                let names: Vec<String> = pending.iter().map(|p| p.to_string()).collect();
+                eprintln!(
+                    "weft: waiting for libraries loaded later for {}",
+                    names.join(", ")
+                );
+            }
+            timing.mark("loaded the runtime and spliced");
+            threads = held.threads_at_attach();
+            held.release()?;
+            timing.mark("detached");
+            timing.note(&format!(
+                "longest stop of the world: {:.2} ms",
+                process.longest_stop().as_secs_f64() * 1e3
+            ));
+        }
+        let kernel = match kernel::start(&process, split, caps) {
+            Ok(k) => k,
+            Err(e) => {
+                if !patterns.is_empty() {
+                    // All or nothing: the user functions come out again.
+                    let mut held = process.hold()?;
+                    held.remove_all()?;
+                    held.release()?;
+                }
+                return Err(e);
+            }
+        };
+        if threads == 0 {
+            threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+        }
+        let functions = instrumented + kernel.as_ref().map_or(0, |k| k.probes().len());
+        Ok(Attached {
+            process,
+            kernel,
+            watcher,
+            user: !patterns.is_empty(),
+            functions,
+            threads,
+        })
+    }
+
+    /// Starts `program` with the probes `functions` ask for in place
+    /// before its first instruction (no call is missed). An error kills
+    /// the program before main.
+    pub fn launch(
+        program: &str,
+        args: &[String],
+        functions: &[String],
+        measure: &Measure,
+        refusals: &Refusals,
+    ) -> Result<Attached> {
+        let split = kernel::split(functions)?;
+        let caps = kernel::capabilities(&split)?;
+        let mut process = Process::launch(program, args)?;
+        say_launched(program, &process);
+        let found = if split.user.is_empty() {
+            Vec::new()
+        } else {
+            process.find_functions(&split.user)?
+        };
+        let metrics = measure.metrics_for(found.len());
+        // Its first hold is the stop at its entry: dropped on an error, it
+        // kills the program before main.
+        let mut held = process.hold()?;
+        held.set_trace_calls(measure.metrics.trace);
+        let instrumented = if found.is_empty() {
+            0
+        } else {
+            instrument(&mut held, &split.user, &found, metrics, refusals)?
+        };
+        // The kernel probes go in while the program is still at its entry.
+        let kernel = kernel::start(&held, &split, caps.as_ref())?;
+        held.release()?;
+        let functions = instrumented + kernel.as_ref().map_or(0, |k| k.probes().len());
+        Ok(Attached {
+            process,
+            kernel,
+            watcher: None,
+            user: !split.user.is_empty(),
+            functions,
+            threads: 1,
+        })
+    }
+
+    /// Runs about every 10 ms while live: instruments libraries loaded
+    /// for `--later` patterns and keeps exited threads' figures.
+    pub fn tick(&mut self) {
+        if let Some(w) = &mut self.watcher {
+            match w.poll(&mut self.process) {
+                Ok(events) => {
+                    for e in events {
+                        if let weft::events::Event::ProbesApplied { path, probes } = e {
+                            eprintln!(
+                                "weft: instrumented {} functions of {}",
+                                probes.len(),
+                                path.display()
+                            );
+                        }
+                    }
+                }
+                Err(e) => eprintln!("weft: warning: a library loaded later: {e}"),
+            }
+        }
+        self.process.harvest();
+    }
+
+    /// A report read live, without stopping the target.
+    pub fn live_report(&self) -> Result<Report> {
+        kernel::report(&self.process, self.kernel.as_ref())
+    }
+
+    /// Takes everything out (unless the target is gone) and detaches;
+    /// returns the final report.
+    pub fn finish(&mut self, ended: wait::End) -> Result<Report> {
+        let process = &mut self.process;
+        let mut report = if ended == wait::End::TargetExited || !process.is_alive() {
+            process.harvest();
+            process.report()
+        } else if !self.user {
+            process.report()
+        } else {
+            if let Some(w) = &mut self.watcher {
+                w.stop_deferring_at_load(process);
+            }
+            let timing = Timing::from_env();
+            let mut held = process.hold()?;
+            timing.mark("at the end: seized and stopped every thread");
+            held.remove_all()?;
+            timing.mark("removed the probes");
+            held.harvest();
+            let report = held.report();
+            timing.mark("read the final report");
+            held.release()?;
+            timing.mark("detached");
+            report
+        };
+        if let Some(k) = &self.kernel {
+            process.add_kernel_to(&mut report, k)?;
+        }
+        // Detaches and unloads the kernel probes.
+        drop(self.kernel.take());
+        Ok(report)
+    }
+}
+
+/// Inserts probes measuring `metrics` into `found` (what `patterns`
+/// matched): with `--strict` all or nothing; else every function that can
+/// be instrumented safely, the others refused with one summary line on
+/// standard error (and each with its reason with `--explain`), unless a
+/// refused one was named exactly (no glob): then nothing is changed and
+/// the error says why. Returns how many functions are instrumented.
+fn instrument(
+    held: &mut weft::Held<'_>,
+    patterns: &[Pattern],
+    found: &[weft::Function],
+    metrics: weft::Metrics,
+    refusals: &Refusals,
+) -> Result<usize> {
+    if refusals.strict {
+        held.insert(found, metrics)?;
+        return Ok(found.len());
+    }
+    let specs: Vec<weft::ProbeSpec> = found
+        .iter()
+        .map(|f| weft::ProbeSpec::measure(f.clone(), metrics))
+        .collect();
+    let named_exactly = |f: &weft::Function| {
+        patterns.iter().any(|p| {
+            p.name().is_literal()
+                && std::iter::once(&f.name)
+                    .chain(&f.aliases)
+                    .any(|n| p.matches_function(n))
+        })
+    };
+    let applied = held.insert_what_is_safe(&specs, named_exactly)?;
+    let refused = applied.refused;
+    let done = found.len() - refused.len();
+    if refused.is_empty() {
+        return Ok(done);
+    }
+    if done == 0 {
+        // Nothing to measure: an error, as all or nothing would say.
+        return Err(weft::Error::Refused(refused).into());
+    }
+    let mut text = format!(
+        "weft: {} of {} functions instrumented; {} refused{}\n",
+        thousands(done),
+        thousands(found.len()),
+        thousands(refused.len()),
+        if refusals.explain {
+            ":"
+        } else {
+            ", see --explain"
+        }
+    );
+    if refusals.explain {
+        for r in &refused {
+            let _ = writeln!(
+                text,
+                "weft:   `{}` ({}, {:#x}): {}",
+                r.function.name, r.function.module, r.function.address, r.reason
+            );
+        }
+    }
+    eprint!("{text}");
+    Ok(done)
+}
+
+/// `n` with a comma between thousands: 1,957 (the reports' grouping).
+fn thousands(n: usize) -> String {
+    weft::report::group_digits(n as u64)
+}
+
+/// Says which program weft stopped at when `program` is a script or an
+/// exec wrapper it followed (`Process::launched_through`).
+pub fn say_launched(program: &str, process: &Process) {
+    let through = process.launched_through();
+    if through.is_empty() {
+        return;
+    }
+    let exe = std::fs::read_link(format!("/proc/{}/exe", process.pid()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "its program".into());
+    eprintln!(
+        "weft: {program} runs {exe} (through {}): measuring that",
+        through.join(", ")
+    );
+}
