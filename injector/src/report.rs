@@ -302,12 +302,7 @@ pub struct RuntimeStats {
     pub rows_reused: u64,
 }
 
-/// A live thread's name (`comm`), `None` once it is gone.
-pub(crate) fn live_thread_name(pid: i32, tid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .ok()
-        .map(|s| s.trim_end().to_string())
-}
+pub(crate) use crate::inspect::procfs::thread_name as live_thread_name;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0

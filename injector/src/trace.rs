@@ -526,7 +526,7 @@ impl TraceLog {
                             .get_or_insert(format!("writing the trace in {}: {e}", spill_dir()));
                     }
                 }
-                let name = crate::report::live_thread_name(self.pid, tid).unwrap_or(name);
+                let name = crate::inspect::procfs::thread_name(self.pid, tid).unwrap_or(name);
                 let base = self.last_dropped.get(&index).copied().unwrap_or(0);
                 self.threads
                     .push(ThreadTrace::new(tid, name, (index, generation), base));

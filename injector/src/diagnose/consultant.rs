@@ -15,10 +15,12 @@
 use super::cost::Cost;
 use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
 use super::graph::StaticCallGraph;
-use super::roots::{add_thread_paths, count_module, stack_edges, thread_paths, SNAPSHOTS};
+use super::roots::{
+    add_thread_paths, count_module, stack_edges, thread_paths, OpenFrame, Stops, SNAPSHOTS,
+};
 use super::search::{Change, NodeId, Search, State};
 use super::waits::{self, WaitSampler};
-use crate::inspect::Pattern;
+use crate::inspect::{procfs, Pattern};
 use crate::sample::Sampler;
 use crate::{Error, Function, Metrics, PointSpec, ProbeId, ProbeSpec, Process};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -309,21 +311,6 @@ struct Baseline {
     waits: (u64, u64, u64),
 }
 
-/// How a test of a frame seen open on its thread's stack is read, decided
-/// at its first reading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum OpenFrame {
-    /// Not read yet.
-    Unknown,
-    /// Its function was not called since the probe went in: the thread
-    /// is still in the activation it was in, so its whole time is the
-    /// function's (CPU from schedstat, waits from the wait samples).
-    Open,
-    /// Called since: a short call the walks kept catching; its timers
-    /// tell.
-    Timed,
-}
-
 /// A search running on a process.
 pub struct Consultant {
     options: Options,
@@ -598,7 +585,7 @@ impl Consultant {
             let node = &nodes[self.history.len()];
             for &tid in &node.focus.threads {
                 if !self.thread_names.contains_key(&tid) {
-                    if let Some(name) = crate::report::live_thread_name(self.pid, tid) {
+                    if let Some(name) = procfs::thread_name(self.pid, tid) {
                         self.thread_names.insert(tid, name);
                     }
                 }
@@ -623,7 +610,7 @@ impl Consultant {
     /// Threads started since the last step get their roots (one short
     /// stop to read their thread pointers), taken as true at once.
     fn adopt_new_threads(&mut self, process: &mut Process) -> Result<(), Error> {
-        if live_threads(process.pid()).is_subset(&self.known_threads) {
+        if procfs::thread_ids(process.pid()).is_subset(&self.known_threads) {
             return Ok(());
         }
         // One walk: a new thread's frames are not watched long enough to
@@ -785,7 +772,7 @@ impl Consultant {
             };
             let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
-                .or_insert_with(|| schedstat(process.pid(), tid));
+                .or_insert_with(|| procfs::schedstat(process.pid(), tid));
             let sampled = waits
                 .get(&tid)
                 .map_or((0, 0, 0), |w| (w.samples, w.sync, w.io));
@@ -1321,54 +1308,6 @@ impl Consultant {
             threads: self.thread_names.clone(),
         }
     }
-}
-
-/// The stops of the world a search made.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Stops {
-    count: usize,
-    longest: crate::StopTime,
-    /// What the longest was for.
-    longest_for: &'static str,
-    /// The process's stops given up, as of the last hold noted.
-    given_up: u64,
-    /// How long a program weft started was held at its entry, before any
-    /// of it ran (not a stop: nothing of the program waited).
-    start_held: Option<std::time::Duration>,
-}
-
-impl Stops {
-    /// Counts the hold `process` just released, made for `what`.
-    pub(super) fn note(&mut self, process: &Process, what: &'static str) {
-        self.count += 1;
-        self.given_up = process.stops_given_up();
-        if process.longest_stop_time() > self.longest {
-            self.longest = process.longest_stop_time();
-            self.longest_for = what;
-        }
-    }
-}
-
-/// The threads of process `pid` now.
-pub(super) fn live_threads(pid: i32) -> BTreeSet<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
-/// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
-pub(super) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
-    let mut f = text
-        .split_whitespace()
-        .map(|v| v.parse::<u64>().unwrap_or(0));
-    let on_cpu = f.next().unwrap_or(0);
-    (f.next().unwrap_or(0), on_cpu)
 }
 
 /// One bottleneck per (hypothesis, function, threads, object): several

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::error::InspectError;
+pub use super::error::MapsParseError;
 
 /// The page size weft assumes for address arithmetic.
 ///
@@ -164,20 +165,6 @@ impl Mapping {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// A line of `/proc/PID/maps` that could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "line {line}: {what}: {content:?} (expected `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`)"
-)]
-pub struct MapsParseError {
-    /// 1-based line number.
-    pub line: usize,
-    /// What was wrong.
-    pub what: &'static str,
-    /// The line (truncated to 200 bytes).
-    pub content: String,
 }
 
 /// Splits the next space-separated field off `rest`.

@@ -13,7 +13,7 @@
 /// function specialisation (`.specialized`) and unique internal names
 /// (`.__uniq`). Each may be followed by a number (`.isra.0`).
 /// `.cold` is not among them: a cold part is a piece of its parent, not a
-/// function of its own ([`crate::exits::cold_part_of`]).
+/// function of its own (`exits::cold_part_of` reads it).
 const CLONE_WORDS: &[&str] = &[
     "isra",
     "constprop",

@@ -1,5 +1,6 @@
 //! Process state from `/proc/PID/stat` and `/proc/PID/status`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::error::InspectError;
@@ -96,6 +97,35 @@ fn parse_nspid(status: &str) -> Option<i32> {
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last())
         .and_then(|v| v.parse().ok())
+}
+
+/// The threads of process `pid` now.
+pub(crate) fn thread_ids(pid: i32) -> BTreeSet<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
+/// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
+pub(crate) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let mut f = text
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let on_cpu = f.next().unwrap_or(0);
+    (f.next().unwrap_or(0), on_cpu)
+}
+
+/// A live thread's name (`comm`), `None` once it is gone.
+pub(crate) fn thread_name(pid: i32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
 }
 
 #[cfg(test)]

@@ -293,7 +293,7 @@ impl Tracer {
         if let Some(stub) = &self.return_stub {
             return Ok(stub.regs_at - weft_codegen::STUB_REGS);
         }
-        let save = crate::trampolines::vector_save();
+        let save = crate::cpu::vector_save();
         // The stub must hold the thread's whole XSAVE image (11,008 bytes
         // with AVX-512 and AMX tiles): a stub too small for it would leave
         // calls unprotected.

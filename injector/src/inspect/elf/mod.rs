@@ -18,12 +18,14 @@ use object::read::elf::VersionTable;
 use object::read::elf::{FileHeader, Rela as _, SectionHeader, SectionTable, Sym, SymbolTable};
 use object::{Endianness, SymbolIndex};
 
-use super::names::SourceNames;
+pub(crate) mod debugfile;
 
-use super::debugfile::{self, DebugInfo, DebugSource, Origin};
-use super::error::InspectError;
-use super::lines::{LineTable, SourceLine};
-use super::maps::{page_down, Mapping};
+use crate::inspect::names::SourceNames;
+
+use crate::inspect::error::InspectError;
+use crate::inspect::lines::{LineTable, SourceLine};
+use crate::inspect::maps::{page_down, Mapping};
+use debugfile::{DebugInfo, DebugSource, Origin};
 
 type Elf64 = elf::FileHeader64<Endianness>;
 type Result<T> = std::result::Result<T, InspectError>;
@@ -641,7 +643,7 @@ impl ElfImage {
         let names = self
             .functions()?
             .iter()
-            .map(|f| super::names::source_names(&f.name))
+            .map(|f| crate::inspect::names::source_names(&f.name))
             .collect();
         Ok(self.source_names.get_or_init(|| names))
     }
@@ -791,7 +793,7 @@ impl ElfImage {
     /// Where this file's symbols and source lines come from: its own
     /// `.symtab`, a separate debug file or its MiniDebugInfo (searched in
     /// the order of `docs/debug-files.md`, in the directories of
-    /// [`debug_dirs`](super::debug_dirs) at the first call), or nothing.
+    /// [`debug_dirs`](crate::inspect::debug_dirs) at the first call), or nothing.
     /// Candidates that were found but not used are in
     /// [`DebugInfo::ignored`].
     pub fn debug_info(&self) -> Result<&DebugInfo> {
@@ -1465,7 +1467,7 @@ fn relr_slots(entries: impl Iterator<Item = u64>) -> Vec<u64> {
 /// `CAP_SYS_ADMIN`. Returns the open file and the path that worked.
 pub fn open_mapped_file(pid: i32, mapping: &Mapping) -> Result<(File, PathBuf)> {
     use std::os::unix::fs::MetadataExt as _;
-    let super::maps::MappingPath::File { path, deleted } = &mapping.path else {
+    let crate::inspect::maps::MappingPath::File { path, deleted } = &mapping.path else {
         return Err(InspectError::NotReadable {
             path: PathBuf::from(format!("{:#x}", mapping.start)),
             reason: "the mapping is not file-backed".into(),
