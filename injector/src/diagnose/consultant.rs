@@ -1151,6 +1151,28 @@ impl Consultant {
 
     /// The diagnosis so far.
     pub fn diagnosis(&self) -> Diagnosis {
+        let mut by_path = self.bottlenecks_by_path();
+        self.add_wait_objects(&mut by_path);
+        self.add_thread_names(&mut by_path);
+        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
+            merge_paths(by_path.into_values().collect())
+                .into_iter()
+                .partition(|b| !self.options.report_idle && is_idle_wait(b));
+        bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
+        idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+        Diagnosis {
+            bottlenecks,
+            idle,
+            summary: self.summary(),
+            nodes: self.node_reports(),
+            threads: self.thread_names.clone(),
+        }
+    }
+
+    /// The bottlenecks found, one per (hypothesis, path): the true nodes
+    /// with a value, their threads and call rates added up, at their
+    /// largest value.
+    fn bottlenecks_by_path(&self) -> BTreeMap<(String, Vec<String>), Bottleneck> {
         let mut by_path: BTreeMap<(String, Vec<String>), Bottleneck> = BTreeMap::new();
         for id in self.search.bottlenecks() {
             let n = self.search.node(id);
@@ -1195,6 +1217,12 @@ impl Consultant {
                 });
             }
         }
+        by_path
+    }
+
+    /// What each wait bottleneck waits on (the lock or the file its threads
+    /// waited on most), its bytes per call and whether it is small I/O.
+    fn add_wait_objects(&self, by_path: &mut BTreeMap<(String, Vec<String>), Bottleneck>) {
         let waits = self.waits.snapshot();
         for b in by_path.values_mut() {
             let sync = b.hypothesis == Hypothesis::SyncWaiting.name();
@@ -1227,6 +1255,10 @@ impl Consultant {
                 && b.bytes_per_call.is_some_and(|n| n < SMALL_IO_BYTES)
                 && b.calls_per_s.is_some_and(|r| r > SMALL_IO_RATE);
         }
+    }
+
+    /// Each bottleneck's threads, sorted, and their names.
+    fn add_thread_names(&self, by_path: &mut BTreeMap<(String, Vec<String>), Bottleneck>) {
         for b in by_path.values_mut() {
             b.threads.sort_unstable();
             b.thread_names = b
@@ -1239,15 +1271,12 @@ impl Consultant {
                 })
                 .collect();
         }
-        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
-            merge_paths(by_path.into_values().collect())
-                .into_iter()
-                .partition(|b| !self.options.report_idle && is_idle_wait(b));
-        bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
-        idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+    }
+
+    /// Every test of the search, as reported.
+    fn node_reports(&self) -> Vec<NodeReport> {
         let times = |i: usize| self.history.get(i).copied().unwrap_or_default();
-        let nodes = self
-            .search
+        self.search
             .nodes()
             .iter()
             .enumerate()
@@ -1279,33 +1308,31 @@ impl Consultant {
                 true_at: times(i).true_at.map(|d| d.as_secs_f64()),
                 ended: times(i).ended.map(|d| d.as_secs_f64()),
             })
-            .collect();
-        Diagnosis {
-            bottlenecks,
-            idle,
-            summary: Summary {
-                tests: self.tests,
-                peak_probes: self.peak_probes,
-                functions_probed: self.probed_ever.len(),
-                functions_reachable: self.module_functions.values().sum(),
-                executable_functions: self.executable_functions,
-                stops: self.stops.count,
-                longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
-                longest_stop_for: self.stops.longest_for.to_string(),
-                longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
-                longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
-                longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
-                longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
-                stops_given_up: self.stops.given_up,
-                start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
-                stack_walks: self.unarmable.values().sum(),
-                exhausted: self.search.exhausted(),
-                seconds: self.started.elapsed().as_secs_f64(),
-                overhead: self.cost.total_share(),
-                cost_per_call_ns: self.cost.per_call_ns,
-            },
-            nodes,
-            threads: self.thread_names.clone(),
+            .collect()
+    }
+
+    /// The search's summary: its tests, probes, stops and cost.
+    fn summary(&self) -> Summary {
+        Summary {
+            tests: self.tests,
+            peak_probes: self.peak_probes,
+            functions_probed: self.probed_ever.len(),
+            functions_reachable: self.module_functions.values().sum(),
+            executable_functions: self.executable_functions,
+            stops: self.stops.count,
+            longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
+            longest_stop_for: self.stops.longest_for.to_string(),
+            longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
+            longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
+            longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
+            longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
+            stops_given_up: self.stops.given_up,
+            start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
+            stack_walks: self.unarmable.values().sum(),
+            exhausted: self.search.exhausted(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            overhead: self.cost.total_share(),
+            cost_per_call_ns: self.cost.per_call_ns,
         }
     }
 }

@@ -45,93 +45,15 @@ impl Report {
         live_name: impl Fn(u32) -> Option<String>,
         hooked: &[u32],
     ) -> Report {
-        // A function instrumented several times in a session (probes
-        // inserted and removed again, maybe under another of its names) is
-        // one entry: its probes' figures add up.
-        let mut entry_of = Vec::with_capacity(probes.len());
-        let mut firsts: Vec<&ProbeInfo> = Vec::new();
-        let mut aliases: Vec<Vec<String>> = Vec::new();
-        // Names as people write them, per entry, and the linkage names of
-        // the clones an entry sums.
-        let mut shown: Vec<String> = Vec::new();
-        let mut clones: Vec<Vec<String>> = Vec::new();
-        // Entries by address: a libc-wide glob has thousands of functions.
-        let mut at: std::collections::HashMap<(&str, u64), Vec<usize>> =
-            std::collections::HashMap::new();
-        // The first entry of each source name, by module, and whether an
-        // entry holds a compiler clone: a function's clones are one entry.
-        let mut by_source: std::collections::HashMap<(&str, String), usize> =
-            std::collections::HashMap::new();
-        let mut has_clone: Vec<bool> = Vec::new();
-        for p in probes {
-            let same = |q: &ProbeInfo| {
-                q.name == p.name || q.aliases.contains(&p.name) || p.aliases.contains(&q.name)
-            };
-            let display = display_name_cached(&p.name);
-            let is_clone = crate::inspect::names::split_clone(&p.name).1.is_some();
-            let candidates = at.entry((p.module.as_str(), p.address)).or_default();
-            let found = candidates.iter().copied().find(|&e| same(firsts[e]));
-            let group_key = (p.module.as_str(), display.clone());
-            // Joins the entry of the same source name when one of the two
-            // is a clone: two static functions of one name in two files
-            // are no clones of each other.
-            let found = found.or_else(|| {
-                let &e = by_source.get(&group_key)?;
-                (is_clone || has_clone[e]).then_some(e)
-            });
-            let e = found.unwrap_or_else(|| {
-                firsts.push(p);
-                aliases.push(Vec::new());
-                shown.push(display);
-                clones.push(Vec::new());
-                has_clone.push(false);
-                candidates.push(firsts.len() - 1);
-                firsts.len() - 1
-            });
-            by_source.entry(group_key).or_insert(e);
-            has_clone[e] |= is_clone;
-            let linkage_names = [&firsts[e].name, &p.name];
-            if firsts[e].address != p.address && linkage_names[0] != linkage_names[1] {
-                for name in linkage_names {
-                    if !clones[e].contains(name) {
-                        clones[e].push(name.clone());
-                    }
-                }
-            }
-            // Clones (other addresses) are listed as clones, not aliases.
-            let same_address = firsts[e].address == p.address;
-            for name in std::iter::once(&p.name).chain(&p.aliases) {
-                if same_address && *name != firsts[e].name && !aliases[e].contains(name) {
-                    aliases[e].push(name.clone());
-                }
-            }
-            entry_of.push(e);
-        }
+        let Entries {
+            entry_of,
+            firsts,
+            aliases,
+            shown,
+            clones,
+        } = Entries::of(probes);
         let names = display_names(&firsts, &shown);
-        let mut functions: Vec<FunctionReport> = firsts
-            .iter()
-            .zip(&names)
-            .zip(aliases.into_iter().zip(clones))
-            .map(|((p, name), (aliases, clones))| FunctionReport {
-                mangled: Some(p.name.clone()),
-                clones,
-                aliases,
-                ..FunctionReport::empty(name.clone(), p.module.clone(), format!("{:#x}", p.address))
-            })
-            .collect();
-        for (p, &e) in probes.iter().zip(&entry_of) {
-            let f = &mut functions[e];
-            if p.metrics.wall {
-                f.wall_ns.get_or_insert(0);
-                f.self_ns.get_or_insert(0);
-            }
-            if p.metrics.keeps_histogram() {
-                f.histogram.get_or_insert_with(Histogram::empty);
-            }
-            if p.metrics.cpu {
-                f.cpu_ns.get_or_insert(0);
-            }
-        }
+        let mut functions = empty_functions(probes, &entry_of, &firsts, &names, aliases, clones);
         let mut threads = Vec::new();
         let mut called = vec![false; functions.len()];
         for row in rows {
@@ -152,77 +74,15 @@ impl Report {
                     called[i] = true;
                     functions[i].threads += 1;
                 }
-                let mut c = Counts {
-                    calls,
-                    ..Counts::default()
-                };
-                functions[i].calls += calls;
-                if probe.metrics.hooks_exit() || hooked.contains(&probe.calls_word) {
-                    c.exits = Some(word(timer_word(weft_codegen::METRIC_EXITS)));
-                    c.unwound = Some(word(timer_word(weft_codegen::METRIC_UNWOUND)));
-                    c.unhooked = Some(word(timer_word(weft_codegen::METRIC_UNHOOKED)));
-                }
-                if probe.metrics.wall {
-                    let w = word(timer_word(weft_codegen::METRIC_WALL_TOTAL));
-                    c.wall_ns = Some(w);
-                    *functions[i].wall_ns.get_or_insert(0) += w;
-                    let own = word(timer_word(weft_codegen::METRIC_SELF_TOTAL));
-                    c.self_ns = Some(own);
-                    *functions[i].self_ns.get_or_insert(0) += own;
-                }
-                if probe.metrics.keeps_histogram() {
-                    let first = timer_word(weft_codegen::METRIC_HIST);
-                    let h = Histogram {
-                        counts: (0..weft_codegen::HIST_BUCKETS)
-                            .map(|b| word(first + b))
-                            .collect(),
-                    };
-                    functions[i]
-                        .histogram
-                        .get_or_insert_with(Histogram::empty)
-                        .add(&h);
-                    c.histogram = Some(h);
-                }
-                if probe.metrics.cpu {
-                    let w = word(timer_word(weft_codegen::METRIC_CPU_TOTAL));
-                    c.cpu_ns = Some(w);
-                    *functions[i].cpu_ns.get_or_insert(0) += w;
-                }
-                let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-                };
-                let merged = counts.entry(names[i].clone()).or_default();
-                merged.calls += c.calls;
-                merged.exits = add(merged.exits, c.exits);
-                merged.unwound = add(merged.unwound, c.unwound);
-                merged.unhooked = add(merged.unhooked, c.unhooked);
-                merged.wall_ns = add(merged.wall_ns, c.wall_ns);
-                merged.cpu_ns = add(merged.cpu_ns, c.cpu_ns);
-                merged.self_ns = add(merged.self_ns, c.self_ns);
-                if let Some(h) = &c.histogram {
-                    merged.histogram.get_or_insert_with(Histogram::empty).add(h);
-                }
+                let hooks_exit = probe.metrics.hooks_exit() || hooked.contains(&probe.calls_word);
+                let c = probe_counts(probe.metrics, hooks_exit, calls, word, &mut functions[i]);
+                add_counts(counts.entry(names[i].clone()).or_default(), &c);
             }
 
             if counts.is_empty() {
                 continue;
             }
-            let exited = row.state != layout::ROW_LIVE;
-            let overflow = row.state == layout::ROW_OVERFLOW;
-            let name = if overflow {
-                "(overflow)".to_string()
-            } else if exited {
-                row.name.clone()
-            } else {
-                live_name(row.tid).unwrap_or_else(|| row.name.clone())
-            };
-            threads.push(ThreadReport {
-                tid: if overflow { 0 } else { row.tid },
-                name,
-                exited: exited && !overflow,
-                functions: counts,
-            });
+            threads.push(thread_report(row, counts, &live_name));
         }
         functions.iter_mut().for_each(FunctionReport::set_per_call);
         let metrics = probes
@@ -384,4 +244,216 @@ fn display_names(probes: &[&ProbeInfo], shown: &[String]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The probes grouped into report entries: a function instrumented
+/// several times in a session (probes inserted and removed again, maybe
+/// under another of its names) is one entry, its probes' figures add up;
+/// so are a function's compiler clones.
+struct Entries<'p> {
+    /// The entry of each probe.
+    entry_of: Vec<usize>,
+    /// Each entry's first probe.
+    firsts: Vec<&'p ProbeInfo>,
+    aliases: Vec<Vec<String>>,
+    /// Names as people write them, per entry.
+    shown: Vec<String>,
+    /// The linkage names of the clones an entry sums.
+    clones: Vec<Vec<String>>,
+}
+
+impl<'p> Entries<'p> {
+    fn of(probes: &'p [ProbeInfo]) -> Entries<'p> {
+        let mut entry_of = Vec::with_capacity(probes.len());
+        let mut firsts: Vec<&ProbeInfo> = Vec::new();
+        let mut aliases: Vec<Vec<String>> = Vec::new();
+        let mut shown: Vec<String> = Vec::new();
+        let mut clones: Vec<Vec<String>> = Vec::new();
+        // Entries by address: a libc-wide glob has thousands of functions.
+        let mut at: std::collections::HashMap<(&str, u64), Vec<usize>> =
+            std::collections::HashMap::new();
+        // The first entry of each source name, by module, and whether an
+        // entry holds a compiler clone: a function's clones are one entry.
+        let mut by_source: std::collections::HashMap<(&str, String), usize> =
+            std::collections::HashMap::new();
+        let mut has_clone: Vec<bool> = Vec::new();
+        for p in probes {
+            let same = |q: &ProbeInfo| {
+                q.name == p.name || q.aliases.contains(&p.name) || p.aliases.contains(&q.name)
+            };
+            let display = display_name_cached(&p.name);
+            let is_clone = crate::inspect::names::split_clone(&p.name).1.is_some();
+            let candidates = at.entry((p.module.as_str(), p.address)).or_default();
+            let found = candidates.iter().copied().find(|&e| same(firsts[e]));
+            let group_key = (p.module.as_str(), display.clone());
+            // Joins the entry of the same source name when one of the two
+            // is a clone: two static functions of one name in two files
+            // are no clones of each other.
+            let found = found.or_else(|| {
+                let &e = by_source.get(&group_key)?;
+                (is_clone || has_clone[e]).then_some(e)
+            });
+            let e = found.unwrap_or_else(|| {
+                firsts.push(p);
+                aliases.push(Vec::new());
+                shown.push(display);
+                clones.push(Vec::new());
+                has_clone.push(false);
+                candidates.push(firsts.len() - 1);
+                firsts.len() - 1
+            });
+            by_source.entry(group_key).or_insert(e);
+            has_clone[e] |= is_clone;
+            let linkage_names = [&firsts[e].name, &p.name];
+            if firsts[e].address != p.address && linkage_names[0] != linkage_names[1] {
+                for name in linkage_names {
+                    if !clones[e].contains(name) {
+                        clones[e].push(name.clone());
+                    }
+                }
+            }
+            // Clones (other addresses) are listed as clones, not aliases.
+            let same_address = firsts[e].address == p.address;
+            for name in std::iter::once(&p.name).chain(&p.aliases) {
+                if same_address && *name != firsts[e].name && !aliases[e].contains(name) {
+                    aliases[e].push(name.clone());
+                }
+            }
+            entry_of.push(e);
+        }
+        Entries {
+            entry_of,
+            firsts,
+            aliases,
+            shown,
+            clones,
+        }
+    }
+}
+
+/// The report's functions, one per entry, with no call counted yet: the
+/// figures their probes keep are there (zero), the others absent.
+fn empty_functions(
+    probes: &[ProbeInfo],
+    entry_of: &[usize],
+    firsts: &[&ProbeInfo],
+    names: &[String],
+    aliases: Vec<Vec<String>>,
+    clones: Vec<Vec<String>>,
+) -> Vec<FunctionReport> {
+    let mut functions: Vec<FunctionReport> = firsts
+        .iter()
+        .zip(names)
+        .zip(aliases.into_iter().zip(clones))
+        .map(|((p, name), (aliases, clones))| FunctionReport {
+            mangled: Some(p.name.clone()),
+            clones,
+            aliases,
+            ..FunctionReport::empty(name.clone(), p.module.clone(), format!("{:#x}", p.address))
+        })
+        .collect();
+    for (p, &e) in probes.iter().zip(entry_of) {
+        let f = &mut functions[e];
+        if p.metrics.wall {
+            f.wall_ns.get_or_insert(0);
+            f.self_ns.get_or_insert(0);
+        }
+        if p.metrics.keeps_histogram() {
+            f.histogram.get_or_insert_with(Histogram::empty);
+        }
+        if p.metrics.cpu {
+            f.cpu_ns.get_or_insert(0);
+        }
+    }
+    functions
+}
+
+/// One probe's figures in one thread (its row's words, read by `word`,
+/// `calls` the first), added to its entry's totals `f` as they are read.
+/// `hooks_exit`: its exits are counted.
+fn probe_counts(
+    metrics: crate::exits::Metrics,
+    hooks_exit: bool,
+    calls: u64,
+    word: impl Fn(usize) -> u64,
+    f: &mut FunctionReport,
+) -> Counts {
+    let mut c = Counts {
+        calls,
+        ..Counts::default()
+    };
+    f.calls += calls;
+    if hooks_exit {
+        c.exits = Some(word(timer_word(weft_codegen::METRIC_EXITS)));
+        c.unwound = Some(word(timer_word(weft_codegen::METRIC_UNWOUND)));
+        c.unhooked = Some(word(timer_word(weft_codegen::METRIC_UNHOOKED)));
+    }
+    if metrics.wall {
+        let w = word(timer_word(weft_codegen::METRIC_WALL_TOTAL));
+        c.wall_ns = Some(w);
+        *f.wall_ns.get_or_insert(0) += w;
+        let own = word(timer_word(weft_codegen::METRIC_SELF_TOTAL));
+        c.self_ns = Some(own);
+        *f.self_ns.get_or_insert(0) += own;
+    }
+    if metrics.keeps_histogram() {
+        let first = timer_word(weft_codegen::METRIC_HIST);
+        let h = Histogram {
+            counts: (0..weft_codegen::HIST_BUCKETS)
+                .map(|b| word(first + b))
+                .collect(),
+        };
+        f.histogram.get_or_insert_with(Histogram::empty).add(&h);
+        c.histogram = Some(h);
+    }
+    if metrics.cpu {
+        let w = word(timer_word(weft_codegen::METRIC_CPU_TOTAL));
+        c.cpu_ns = Some(w);
+        *f.cpu_ns.get_or_insert(0) += w;
+    }
+    c
+}
+
+/// Adds `c` to `merged` (a thread's figures of one reported name, which
+/// several probes may share); a figure absent from both stays absent.
+fn add_counts(merged: &mut Counts, c: &Counts) {
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    merged.calls += c.calls;
+    merged.exits = add(merged.exits, c.exits);
+    merged.unwound = add(merged.unwound, c.unwound);
+    merged.unhooked = add(merged.unhooked, c.unhooked);
+    merged.wall_ns = add(merged.wall_ns, c.wall_ns);
+    merged.cpu_ns = add(merged.cpu_ns, c.cpu_ns);
+    merged.self_ns = add(merged.self_ns, c.self_ns);
+    if let Some(h) = &c.histogram {
+        merged.histogram.get_or_insert_with(Histogram::empty).add(h);
+    }
+}
+
+/// A thread's report from its row and `counts`; a live thread is named
+/// by `live_name` when it can be, the runtime's overflow row is
+/// `(overflow)`.
+fn thread_report(
+    row: &RowSnapshot,
+    counts: BTreeMap<String, Counts>,
+    live_name: impl Fn(u32) -> Option<String>,
+) -> ThreadReport {
+    let exited = row.state != layout::ROW_LIVE;
+    let overflow = row.state == layout::ROW_OVERFLOW;
+    let name = if overflow {
+        "(overflow)".to_string()
+    } else if exited {
+        row.name.clone()
+    } else {
+        live_name(row.tid).unwrap_or_else(|| row.name.clone())
+    };
+    ThreadReport {
+        tid: if overflow { 0 } else { row.tid },
+        name,
+        exited: exited && !overflow,
+        functions: counts,
+    }
 }
