@@ -730,7 +730,7 @@ fn spill_dir() -> String {
 }
 
 fn process_name(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+    std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_else(|_| format!("pid {pid}"))
 }

@@ -1264,8 +1264,8 @@ impl Consultant {
             b.thread_names = b
                 .threads
                 .iter()
-                .map(|t| {
-                    std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", self.pid))
+                .map(|&t| {
+                    procfs::thread_name(self.pid, t)
                         .map(|n| n.trim().to_string())
                         .unwrap_or_default()
                 })

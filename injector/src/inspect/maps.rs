@@ -243,7 +243,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<Mapping>, MapsParseError> {
 /// vector. Paths that are not valid UTF-8 are converted lossily (such files
 /// then fail to open with a clear error).
 pub fn read_maps(pid: i32) -> Result<Vec<Mapping>, InspectError> {
-    let path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let path = PathBuf::from(crate::inspect::procfs::pid_file(pid, "maps"));
     let bytes =
         std::fs::read(&path).map_err(|e| InspectError::from_proc_io(pid, path.clone(), e))?;
     let text = String::from_utf8_lossy(&bytes);

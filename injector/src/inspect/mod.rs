@@ -660,7 +660,7 @@ impl ProcessImage {
             return Some(f.address);
         };
         let slots = self.ifunc_slots(f).ok()?;
-        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        let mem = std::fs::File::open(crate::inspect::procfs::pid_file(self.pid, "mem")).ok()?;
         let module = self.modules.iter().find(|m| m.path() == f.module_path)?;
         slots.into_iter().find_map(|slot| {
             let mut buf = [0u8; 8];

@@ -1,4 +1,6 @@
-//! Process state from `/proc/PID/stat` and `/proc/PID/status`.
+//! `/proc`: the one module that spells its paths and reads its files
+//! (process state from `/proc/PID/stat` and `/proc/PID/status`, threads,
+//! their names and CPU times, ...).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -63,8 +65,32 @@ pub fn parse_stat_state(stat: &str) -> Option<ProcState> {
     c.is_ascii_alphabetic().then(|| ProcState::from_letter(c))
 }
 
+/// `/proc/PID/FILE` (`FILE` may hold slashes: `task`, `net/tcp`, `root`).
+pub(crate) fn pid_file(pid: impl std::fmt::Display, file: &str) -> String {
+    format!("/proc/{pid}/{file}")
+}
+
+/// `/proc/PID/task/TID/FILE`.
+pub(crate) fn task_file(
+    pid: impl std::fmt::Display,
+    tid: impl std::fmt::Display,
+    file: &str,
+) -> String {
+    format!("/proc/{pid}/task/{tid}/{file}")
+}
+
+/// `/proc/PID/fd/FD`.
+pub(crate) fn fd_file(pid: impl std::fmt::Display, fd: impl std::fmt::Display) -> String {
+    format!("/proc/{pid}/fd/{fd}")
+}
+
+/// `/proc/NAME`, a file of the whole system (`kallsyms`, `config.gz`).
+pub(crate) fn system_file(name: &str) -> String {
+    format!("/proc/{name}")
+}
+
 fn read_proc(pid: i32, file: &str) -> Result<(PathBuf, String), InspectError> {
-    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    let path = PathBuf::from(pid_file(pid, file));
     let bytes =
         std::fs::read(&path).map_err(|e| InspectError::from_proc_io(pid, path.clone(), e))?;
     // comm may hold arbitrary bytes; only ASCII fields are parsed.

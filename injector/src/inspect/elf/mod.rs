@@ -462,7 +462,8 @@ impl ElfImage {
             image.origin = Origin {
                 path: Some(seen.to_path_buf()),
                 dir: seen.parent().map(|d| {
-                    Path::new(&format!("/proc/{pid}/root")).join(d.strip_prefix("/").unwrap_or(d))
+                    Path::new(&crate::inspect::procfs::pid_file(pid, "root"))
+                        .join(d.strip_prefix("/").unwrap_or(d))
                 }),
             };
         }
@@ -896,8 +897,8 @@ pub fn open_mapped_file(pid: i32, mapping: &Mapping) -> Result<(File, PathBuf)> 
     if *deleted {
         reasons.push("the file was deleted".to_string());
     } else {
-        let rooted =
-            Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path));
+        let rooted = Path::new(&crate::inspect::procfs::pid_file(pid, "root"))
+            .join(path.strip_prefix("/").unwrap_or(path));
         match File::open(&rooted) {
             Ok(f) => match f.metadata() {
                 Ok(md) if mapping.inode == 0 || md.ino() == mapping.inode => {
@@ -917,9 +918,9 @@ pub fn open_mapped_file(pid: i32, mapping: &Mapping) -> Result<(File, PathBuf)> 
             Err(e) => reasons.push(format!("{}: {e}", rooted.display())),
         }
     }
-    let mf = PathBuf::from(format!(
-        "/proc/{pid}/map_files/{:x}-{:x}",
-        mapping.start, mapping.end
+    let mf = PathBuf::from(crate::inspect::procfs::pid_file(
+        pid,
+        &format!("map_files/{:x}-{:x}", mapping.start, mapping.end),
     ));
     match File::open(&mf) {
         Ok(f) => return Ok((f, mf)),
