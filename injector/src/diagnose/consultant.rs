@@ -13,7 +13,7 @@
 //! instrumentation is bounded by functions, not by tests.
 
 use super::cost::Cost;
-use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
+use super::decision::{Hypothesis, HypothesisName, Reading, Thresholds, Verdict, MAX_CUSTOM};
 use super::graph::StaticCallGraph;
 use super::roots::{
     add_thread_paths, count_module, stack_edges, thread_paths, OpenFrame, Stops, SNAPSHOTS,
@@ -110,9 +110,9 @@ impl Default for Options {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Progress {
     /// Tests started (hypothesis name, path, thread).
-    Testing(Vec<(String, Vec<String>, u32)>),
+    Testing(Vec<(HypothesisName, Vec<String>, u32)>),
     /// A test concluded: (hypothesis, path, thread, true?, value).
-    Concluded(String, Vec<String>, u32, bool, f64),
+    Concluded(HypothesisName, Vec<String>, u32, bool, f64),
     /// A function's probe was taken out because it costs too much: (its
     /// name, its share of the target's CPU).
     TooCostly(String, f64),
@@ -121,8 +121,8 @@ pub enum Progress {
 /// One bottleneck: a deepest true test, the threads it holds for.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Bottleneck {
-    /// `cpu`, `sync` or `io`.
-    pub hypothesis: String,
+    /// `cpu`, `sync`, `io` or a custom hypothesis's name.
+    pub hypothesis: HypothesisName,
     /// The call path from a root.
     pub path: Vec<String>,
     /// The path's last function.
@@ -192,8 +192,8 @@ pub enum TestState {
 /// A test as reported.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct NodeReport {
-    /// `cpu`, `sync` or `io`.
-    pub hypothesis: String,
+    /// `cpu`, `sync`, `io` or a custom hypothesis's name.
+    pub hypothesis: HypothesisName,
     /// The call path.
     pub path: Vec<String>,
     /// The thread.
@@ -514,14 +514,17 @@ impl Consultant {
     }
 
     /// A hypothesis's name in reports (a custom one's own name).
-    fn name_of(&self, h: Hypothesis) -> String {
+    fn name_of(&self, h: Hypothesis) -> HypothesisName {
         match h {
-            Hypothesis::Custom(i) => self
-                .options
-                .custom
-                .get(usize::from(i))
-                .map_or_else(|| "custom".to_string(), |c| c.name.clone()),
-            h => h.name().to_string(),
+            Hypothesis::CpuBound => HypothesisName::Cpu,
+            Hypothesis::SyncWaiting => HypothesisName::Sync,
+            Hypothesis::IoBlocking => HypothesisName::Io,
+            Hypothesis::Custom(i) => HypothesisName::from_name(
+                self.options
+                    .custom
+                    .get(usize::from(i))
+                    .map_or(h.name(), |c| &c.name),
+            ),
         }
     }
 
@@ -1172,8 +1175,8 @@ impl Consultant {
     /// The bottlenecks found, one per (hypothesis, path): the true nodes
     /// with a value, their threads and call rates added up, at their
     /// largest value.
-    fn bottlenecks_by_path(&self) -> BTreeMap<(String, Vec<String>), Bottleneck> {
-        let mut by_path: BTreeMap<(String, Vec<String>), Bottleneck> = BTreeMap::new();
+    fn bottlenecks_by_path(&self) -> BTreeMap<(HypothesisName, Vec<String>), Bottleneck> {
+        let mut by_path: BTreeMap<(HypothesisName, Vec<String>), Bottleneck> = BTreeMap::new();
         for id in self.search.bottlenecks() {
             let n = self.search.node(id);
             if n.value().is_none() {
@@ -1222,11 +1225,11 @@ impl Consultant {
 
     /// What each wait bottleneck waits on (the lock or the file its threads
     /// waited on most), its bytes per call and whether it is small I/O.
-    fn add_wait_objects(&self, by_path: &mut BTreeMap<(String, Vec<String>), Bottleneck>) {
+    fn add_wait_objects(&self, by_path: &mut BTreeMap<(HypothesisName, Vec<String>), Bottleneck>) {
         let waits = self.waits.snapshot();
         for b in by_path.values_mut() {
-            let sync = b.hypothesis == Hypothesis::SyncWaiting.name();
-            if !sync && b.hypothesis != Hypothesis::IoBlocking.name() {
+            let sync = b.hypothesis == HypothesisName::Sync;
+            if !sync && b.hypothesis != HypothesisName::Io {
                 continue;
             }
             let mut objects: HashMap<u64, (u64, u64, u64)> = HashMap::new();
@@ -1258,7 +1261,7 @@ impl Consultant {
     }
 
     /// Each bottleneck's threads, sorted, and their names.
-    fn add_thread_names(&self, by_path: &mut BTreeMap<(String, Vec<String>), Bottleneck>) {
+    fn add_thread_names(&self, by_path: &mut BTreeMap<(HypothesisName, Vec<String>), Bottleneck>) {
         for b in by_path.values_mut() {
             b.threads.sort_unstable();
             b.thread_names = b
@@ -1386,11 +1389,7 @@ const READINESS_WAITS: &[&str] = &[
 /// start routine, or `main`), or a readiness wait anywhere (an event
 /// loop's `epoll_wait`).
 fn is_idle_wait(b: &Bottleneck) -> bool {
-    [
-        Hypothesis::SyncWaiting.name(),
-        Hypothesis::IoBlocking.name(),
-    ]
-    .contains(&b.hypothesis.as_str())
+    matches!(b.hypothesis, HypothesisName::Sync | HypothesisName::Io)
         && (b.path.len() == 2 || READINESS_WAITS.contains(&b.function.as_str()))
 }
 
