@@ -18,7 +18,7 @@ use super::graph::StaticCallGraph;
 use super::roots::{
     add_thread_paths, count_module, stack_edges, thread_paths, OpenFrame, Stops, SNAPSHOTS,
 };
-use super::search::{Change, NodeId, Search, State};
+use super::search::{Change, NodeId, Search, Setback, State};
 use super::waits::{self, WaitSampler};
 use crate::inspect::{procfs, Pattern};
 use crate::sample::Sampler;
@@ -206,7 +206,7 @@ pub struct NodeReport {
     pub threshold: f64,
     /// Why it was deferred or skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Setback>,
     /// For a test that was true and fell: when it was true, in seconds
     /// from the test's start.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -649,20 +649,17 @@ impl Consultant {
         let max_overhead = self.options.max_overhead;
         let started = self.search.start(|node| {
             if over > max_overhead {
-                return Err(format!(
-                    "the instrumentation costs {:.1}% of the target's CPU, over --max-overhead {:.1}%",
-                    over * 100.0,
-                    max_overhead * 100.0
-                ));
+                return Err(Setback::Overhead {
+                    share: over,
+                    max: max_overhead,
+                });
             }
             let f = node.focus.function();
             if probes.contains_key(f) || planned.contains(f) {
                 return Ok(());
             }
             if live + planned.len() >= max {
-                return Err(format!(
-                    "{max} functions instrumented at once (--max-probes)"
-                ));
+                return Err(Setback::ProbesFull { max });
             }
             planned.insert(f.to_string());
             Ok(())
@@ -737,7 +734,7 @@ impl Consultant {
                 }
                 None => {
                     self.search
-                        .skip(id, format!("{f} is not a function of the executable"));
+                        .skip(id, Setback::NotInExecutable { function: f });
                     continue;
                 }
             }
@@ -924,14 +921,7 @@ impl Consultant {
         for (name, share) in costly {
             let users: Vec<NodeId> = self.probes[&name].1.iter().copied().collect();
             for id in users {
-                self.search.skip(
-                    id,
-                    format!(
-                        "its calls cost {:.1}% of the target's CPU, over --max-overhead {:.1}%",
-                        share * 100.0,
-                        max * 100.0
-                    ),
-                );
+                self.search.skip(id, Setback::TooCostly { share, max });
             }
             progress.push(Progress::TooCostly(name, share));
         }

@@ -22,4 +22,4 @@ pub use decision::{
     Decision, Hypothesis, HypothesisName, Reading, Thresholds, Verdict, MAX_CUSTOM,
 };
 pub use graph::{Calls, StaticCallGraph};
-pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, State};
+pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, Setback, State};
