@@ -125,9 +125,9 @@ fn parse_nspid(status: &str) -> Option<i32> {
         .and_then(|v| v.parse().ok())
 }
 
-/// The threads of process `pid` now.
-pub(crate) fn thread_ids(pid: i32) -> BTreeSet<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
+/// The threads of process `pid` now (`/proc/PID/task`), none if it is gone.
+pub(crate) fn thread_ids<T: std::str::FromStr + Ord>(pid: i32) -> BTreeSet<T> {
+    std::fs::read_dir(pid_file(pid, "task"))
         .map(|dir| {
             dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
                 .collect()
@@ -138,8 +138,7 @@ pub(crate) fn thread_ids(pid: i32) -> BTreeSet<u32> {
 /// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
 /// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
 pub(crate) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let text = std::fs::read_to_string(task_file(pid, tid, "schedstat")).unwrap_or_default();
     let mut f = text
         .split_whitespace()
         .map(|v| v.parse::<u64>().unwrap_or(0));
@@ -149,7 +148,7 @@ pub(crate) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
 
 /// A live thread's name (`comm`), `None` once it is gone.
 pub(crate) fn thread_name(pid: i32, tid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+    std::fs::read_to_string(task_file(pid, tid, "comm"))
         .ok()
         .map(|s| s.trim_end().to_string())
 }
