@@ -358,12 +358,7 @@ fn futex_wake(word: &std::sync::atomic::AtomicU32) {
 }
 
 fn threads_of(pid: i32) -> BTreeSet<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::inspect::procfs::thread_ids(pid)
 }
 
 /// The shared libraries mapped (file-backed executable mappings at offset

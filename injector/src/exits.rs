@@ -390,7 +390,7 @@ pub fn hooks(
     hooks
         .with_exit_probes(ExitProbes {
             table: header.exit_probes,
-            save: crate::trampolines::vector_save(),
+            save: crate::cpu::vector_save(),
             row_index: ROW_INDEX as i32,
         })
         .map_err(internal)?

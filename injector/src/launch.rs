@@ -279,11 +279,12 @@ fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<Strin
     }
     let mut through = Vec::new();
     loop {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
-            Followed::Failed(Error::Internal(format!(
-                "reading process {pid}'s executable: {e}"
-            )))
-        })?;
+        let exe =
+            std::fs::read_link(crate::inspect::procfs::pid_file(pid, "exe")).map_err(|e| {
+                Followed::Failed(Error::Internal(format!(
+                    "reading process {pid}'s executable: {e}"
+                )))
+            })?;
         let name = name_of(&exe);
         if !EXEC_WRAPPERS.contains(&name.as_str()) && !SHELLS.contains(&name.as_str()) {
             return Ok(through);
@@ -340,7 +341,7 @@ fn follow_launchers(program: &str, path: &CString, pid: i32) -> Result<Vec<Strin
 }
 
 fn run_to_entry(tracer: &mut Tracer, pid: i32) -> Result<(), Error> {
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv"))
+    let auxv = std::fs::read(crate::inspect::procfs::pid_file(pid, "auxv"))
         .map_err(|e| Error::Internal(format!("reading auxv: {e}")))?;
     let entry = auxv
         .chunks_exact(16)

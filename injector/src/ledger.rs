@@ -43,7 +43,7 @@ impl Identity {
 /// field 22), None when it is gone or a zombie (a killed weft its parent
 /// has not reaped yet is no session any more).
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "stat")).ok()?;
     // The command name may hold spaces and parentheses: fields start after
     // the last ')'. The state is the first after it, field 22 the 20th.
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();

@@ -36,6 +36,7 @@
 mod branches;
 mod chain;
 pub mod code;
+mod cpu;
 pub mod diagnose;
 pub mod error;
 pub mod events;

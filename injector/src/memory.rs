@@ -50,7 +50,7 @@ impl ProcessMemory {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .open(format!("/proc/{pid}/mem"))
+            .open(crate::inspect::procfs::pid_file(pid, "mem"))
             .map_err(|source| MemoryError::Open { pid, source })?;
         Ok(ProcessMemory { pid, file })
     }
@@ -58,7 +58,7 @@ impl ProcessMemory {
     /// Opens `/proc/PID/mem` for reading only (which needs no attach, only
     /// the right to trace the process).
     pub fn open_read_only(pid: i32) -> Result<Self, MemoryError> {
-        let file = File::open(format!("/proc/{pid}/mem"))
+        let file = File::open(crate::inspect::procfs::pid_file(pid, "mem"))
             .map_err(|source| MemoryError::Open { pid, source })?;
         Ok(ProcessMemory { pid, file })
     }

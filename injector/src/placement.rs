@@ -75,8 +75,10 @@ impl AddressSpace {
     /// Reads the target's limit and size from `/proc/PID/limits` and
     /// `/proc/PID/status`; a file that cannot be read counts as no limit.
     pub fn of(pid: i32, threads: usize) -> AddressSpace {
-        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let limits = std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "limits"))
+            .unwrap_or_default();
+        let status = std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "status"))
+            .unwrap_or_default();
         AddressSpace {
             threads,
             limit: address_space_limit(&limits),

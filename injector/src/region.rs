@@ -87,7 +87,7 @@ impl Region {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(format!("/proc/{pid}/fd/{fd}"))
+            .open(crate::inspect::procfs::fd_file(pid, fd))
             .map_err(map_err)?;
         Region::map(pid, fd, file)
     }

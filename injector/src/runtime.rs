@@ -255,7 +255,7 @@ pub fn warm_up(first_load: bool) {
 /// in `/proc/PID/maps`); false when that cannot be read.
 pub fn is_loaded(pid: i32) -> bool {
     let wanted = format!("/memfd:{MEMFD_NAME}");
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+    std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "maps"))
         .is_ok_and(|maps| maps.lines().any(|l| l.contains(&wanted)))
 }
 
@@ -373,7 +373,7 @@ pub fn load(
             let fd = negative_errno_libc(tracer, image, tid, "memfd_create", fd)? as i32;
             let written = std::fs::OpenOptions::new()
                 .write(true)
-                .open(format!("/proc/{pid}/fd/{fd}"))
+                .open(crate::inspect::procfs::fd_file(pid, fd))
                 .and_then(|mut f| f.write_all(&bytes));
             // The path the loader records for the library (its link_map
             // name) is what debuggers open to read its symbols. Not
@@ -389,7 +389,7 @@ pub fn load(
                     tracer,
                     image,
                     tid,
-                    format!("/proc/{own_pid}/fd/{fd}\0").into_bytes(),
+                    format!("{}\0", crate::inspect::procfs::fd_file(own_pid, fd)).into_bytes(),
                     dlopen_world,
                 ),
                 Err(_) => Ok(Some(Ok(0))),

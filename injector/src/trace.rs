@@ -526,7 +526,7 @@ impl TraceLog {
                             .get_or_insert(format!("writing the trace in {}: {e}", spill_dir()));
                     }
                 }
-                let name = crate::report::live_thread_name(self.pid, tid).unwrap_or(name);
+                let name = crate::inspect::procfs::thread_name(self.pid, tid).unwrap_or(name);
                 let base = self.last_dropped.get(&index).copied().unwrap_or(0);
                 self.threads
                     .push(ThreadTrace::new(tid, name, (index, generation), base));
@@ -730,7 +730,7 @@ fn spill_dir() -> String {
 }
 
 fn process_name(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+    std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_else(|_| format!("pid {pid}"))
 }

@@ -13,12 +13,14 @@
 //! instrumentation is bounded by functions, not by tests.
 
 use super::cost::Cost;
-use super::decision::{Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
+use super::decision::{Hypothesis, HypothesisName, Reading, Thresholds, Verdict, MAX_CUSTOM};
 use super::graph::StaticCallGraph;
-use super::roots::{add_thread_paths, count_module, stack_edges, thread_paths, SNAPSHOTS};
-use super::search::{Change, NodeId, Search, State};
+use super::roots::{
+    add_thread_paths, count_module, stack_edges, thread_paths, OpenFrame, Stops, SNAPSHOTS,
+};
+use super::search::{Change, NodeId, Search, Setback, State};
 use super::waits::{self, WaitSampler};
-use crate::inspect::Pattern;
+use crate::inspect::{procfs, Pattern};
 use crate::sample::Sampler;
 use crate::{Error, Function, Metrics, PointSpec, ProbeId, ProbeSpec, Process};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -108,9 +110,9 @@ impl Default for Options {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Progress {
     /// Tests started (hypothesis name, path, thread).
-    Testing(Vec<(String, Vec<String>, u32)>),
+    Testing(Vec<(HypothesisName, Vec<String>, u32)>),
     /// A test concluded: (hypothesis, path, thread, true?, value).
-    Concluded(String, Vec<String>, u32, bool, f64),
+    Concluded(HypothesisName, Vec<String>, u32, bool, f64),
     /// A function's probe was taken out because it costs too much: (its
     /// name, its share of the target's CPU).
     TooCostly(String, f64),
@@ -119,8 +121,8 @@ pub enum Progress {
 /// One bottleneck: a deepest true test, the threads it holds for.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Bottleneck {
-    /// `cpu`, `sync` or `io`.
-    pub hypothesis: String,
+    /// `cpu`, `sync`, `io` or a custom hypothesis's name.
+    pub hypothesis: HypothesisName,
     /// The call path from a root.
     pub path: Vec<String>,
     /// The path's last function.
@@ -190,8 +192,8 @@ pub enum TestState {
 /// A test as reported.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct NodeReport {
-    /// `cpu`, `sync` or `io`.
-    pub hypothesis: String,
+    /// `cpu`, `sync`, `io` or a custom hypothesis's name.
+    pub hypothesis: HypothesisName,
     /// The call path.
     pub path: Vec<String>,
     /// The thread.
@@ -204,7 +206,7 @@ pub struct NodeReport {
     pub threshold: f64,
     /// Why it was deferred or skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Setback>,
     /// For a test that was true and fell: when it was true, in seconds
     /// from the test's start.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -307,21 +309,6 @@ struct Baseline {
     thread_cpu_ns: u64,
     /// The thread's wait samples so far: (all, sync, I/O).
     waits: (u64, u64, u64),
-}
-
-/// How a test of a frame seen open on its thread's stack is read, decided
-/// at its first reading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum OpenFrame {
-    /// Not read yet.
-    Unknown,
-    /// Its function was not called since the probe went in: the thread
-    /// is still in the activation it was in, so its whole time is the
-    /// function's (CPU from schedstat, waits from the wait samples).
-    Open,
-    /// Called since: a short call the walks kept catching; its timers
-    /// tell.
-    Timed,
 }
 
 /// A search running on a process.
@@ -527,14 +514,17 @@ impl Consultant {
     }
 
     /// A hypothesis's name in reports (a custom one's own name).
-    fn name_of(&self, h: Hypothesis) -> String {
+    fn name_of(&self, h: Hypothesis) -> HypothesisName {
         match h {
-            Hypothesis::Custom(i) => self
-                .options
-                .custom
-                .get(usize::from(i))
-                .map_or_else(|| "custom".to_string(), |c| c.name.clone()),
-            h => h.name().to_string(),
+            Hypothesis::CpuBound => HypothesisName::Cpu,
+            Hypothesis::SyncWaiting => HypothesisName::Sync,
+            Hypothesis::IoBlocking => HypothesisName::Io,
+            Hypothesis::Custom(i) => HypothesisName::from_name(
+                self.options
+                    .custom
+                    .get(usize::from(i))
+                    .map_or(h.name(), |c| &c.name),
+            ),
         }
     }
 
@@ -598,7 +588,7 @@ impl Consultant {
             let node = &nodes[self.history.len()];
             for &tid in &node.focus.threads {
                 if !self.thread_names.contains_key(&tid) {
-                    if let Some(name) = crate::report::live_thread_name(self.pid, tid) {
+                    if let Some(name) = procfs::thread_name(self.pid, tid) {
                         self.thread_names.insert(tid, name);
                     }
                 }
@@ -623,7 +613,7 @@ impl Consultant {
     /// Threads started since the last step get their roots (one short
     /// stop to read their thread pointers), taken as true at once.
     fn adopt_new_threads(&mut self, process: &mut Process) -> Result<(), Error> {
-        if live_threads(process.pid()).is_subset(&self.known_threads) {
+        if procfs::thread_ids(process.pid()).is_subset(&self.known_threads) {
             return Ok(());
         }
         // One walk: a new thread's frames are not watched long enough to
@@ -659,20 +649,17 @@ impl Consultant {
         let max_overhead = self.options.max_overhead;
         let started = self.search.start(|node| {
             if over > max_overhead {
-                return Err(format!(
-                    "the instrumentation costs {:.1}% of the target's CPU, over --max-overhead {:.1}%",
-                    over * 100.0,
-                    max_overhead * 100.0
-                ));
+                return Err(Setback::Overhead {
+                    share: over,
+                    max: max_overhead,
+                });
             }
             let f = node.focus.function();
             if probes.contains_key(f) || planned.contains(f) {
                 return Ok(());
             }
             if live + planned.len() >= max {
-                return Err(format!(
-                    "{max} functions instrumented at once (--max-probes)"
-                ));
+                return Err(Setback::ProbesFull { max });
             }
             planned.insert(f.to_string());
             Ok(())
@@ -747,7 +734,7 @@ impl Consultant {
                 }
                 None => {
                     self.search
-                        .skip(id, format!("{f} is not a function of the executable"));
+                        .skip(id, Setback::NotInExecutable { function: f });
                     continue;
                 }
             }
@@ -785,7 +772,7 @@ impl Consultant {
             };
             let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
-                .or_insert_with(|| schedstat(process.pid(), tid));
+                .or_insert_with(|| procfs::schedstat(process.pid(), tid));
             let sampled = waits
                 .get(&tid)
                 .map_or((0, 0, 0), |w| (w.samples, w.sync, w.io));
@@ -934,14 +921,7 @@ impl Consultant {
         for (name, share) in costly {
             let users: Vec<NodeId> = self.probes[&name].1.iter().copied().collect();
             for id in users {
-                self.search.skip(
-                    id,
-                    format!(
-                        "its calls cost {:.1}% of the target's CPU, over --max-overhead {:.1}%",
-                        share * 100.0,
-                        max * 100.0
-                    ),
-                );
+                self.search.skip(id, Setback::TooCostly { share, max });
             }
             progress.push(Progress::TooCostly(name, share));
         }
@@ -1164,7 +1144,29 @@ impl Consultant {
 
     /// The diagnosis so far.
     pub fn diagnosis(&self) -> Diagnosis {
-        let mut by_path: BTreeMap<(String, Vec<String>), Bottleneck> = BTreeMap::new();
+        let mut by_path = self.bottlenecks_by_path();
+        self.add_wait_objects(&mut by_path);
+        self.add_thread_names(&mut by_path);
+        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
+            merge_paths(by_path.into_values().collect())
+                .into_iter()
+                .partition(|b| !self.options.report_idle && is_idle_wait(b));
+        bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
+        idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+        Diagnosis {
+            bottlenecks,
+            idle,
+            summary: self.summary(),
+            nodes: self.node_reports(),
+            threads: self.thread_names.clone(),
+        }
+    }
+
+    /// The bottlenecks found, one per (hypothesis, path): the true nodes
+    /// with a value, their threads and call rates added up, at their
+    /// largest value.
+    fn bottlenecks_by_path(&self) -> BTreeMap<(HypothesisName, Vec<String>), Bottleneck> {
+        let mut by_path: BTreeMap<(HypothesisName, Vec<String>), Bottleneck> = BTreeMap::new();
         for id in self.search.bottlenecks() {
             let n = self.search.node(id);
             if n.value().is_none() {
@@ -1208,10 +1210,16 @@ impl Consultant {
                 });
             }
         }
+        by_path
+    }
+
+    /// What each wait bottleneck waits on (the lock or the file its threads
+    /// waited on most), its bytes per call and whether it is small I/O.
+    fn add_wait_objects(&self, by_path: &mut BTreeMap<(HypothesisName, Vec<String>), Bottleneck>) {
         let waits = self.waits.snapshot();
         for b in by_path.values_mut() {
-            let sync = b.hypothesis == Hypothesis::SyncWaiting.name();
-            if !sync && b.hypothesis != Hypothesis::IoBlocking.name() {
+            let sync = b.hypothesis == HypothesisName::Sync;
+            if !sync && b.hypothesis != HypothesisName::Io {
                 continue;
             }
             let mut objects: HashMap<u64, (u64, u64, u64)> = HashMap::new();
@@ -1240,27 +1248,28 @@ impl Consultant {
                 && b.bytes_per_call.is_some_and(|n| n < SMALL_IO_BYTES)
                 && b.calls_per_s.is_some_and(|r| r > SMALL_IO_RATE);
         }
+    }
+
+    /// Each bottleneck's threads, sorted, and their names.
+    fn add_thread_names(&self, by_path: &mut BTreeMap<(HypothesisName, Vec<String>), Bottleneck>) {
         for b in by_path.values_mut() {
             b.threads.sort_unstable();
             b.thread_names = b
                 .threads
                 .iter()
-                .map(|t| {
-                    std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", self.pid))
+                .map(|&t| {
+                    procfs::thread_name(self.pid, t)
                         .map(|n| n.trim().to_string())
                         .unwrap_or_default()
                 })
                 .collect();
         }
-        let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
-            merge_paths(by_path.into_values().collect())
-                .into_iter()
-                .partition(|b| !self.options.report_idle && is_idle_wait(b));
-        bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
-        idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+    }
+
+    /// Every test of the search, as reported.
+    fn node_reports(&self) -> Vec<NodeReport> {
         let times = |i: usize| self.history.get(i).copied().unwrap_or_default();
-        let nodes = self
-            .search
+        self.search
             .nodes()
             .iter()
             .enumerate()
@@ -1292,83 +1301,33 @@ impl Consultant {
                 true_at: times(i).true_at.map(|d| d.as_secs_f64()),
                 ended: times(i).ended.map(|d| d.as_secs_f64()),
             })
-            .collect();
-        Diagnosis {
-            bottlenecks,
-            idle,
-            summary: Summary {
-                tests: self.tests,
-                peak_probes: self.peak_probes,
-                functions_probed: self.probed_ever.len(),
-                functions_reachable: self.module_functions.values().sum(),
-                executable_functions: self.executable_functions,
-                stops: self.stops.count,
-                longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
-                longest_stop_for: self.stops.longest_for.to_string(),
-                longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
-                longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
-                longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
-                longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
-                stops_given_up: self.stops.given_up,
-                start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
-                stack_walks: self.unarmable.values().sum(),
-                exhausted: self.search.exhausted(),
-                seconds: self.started.elapsed().as_secs_f64(),
-                overhead: self.cost.total_share(),
-                cost_per_call_ns: self.cost.per_call_ns,
-            },
-            nodes,
-            threads: self.thread_names.clone(),
+            .collect()
+    }
+
+    /// The search's summary: its tests, probes, stops and cost.
+    fn summary(&self) -> Summary {
+        Summary {
+            tests: self.tests,
+            peak_probes: self.peak_probes,
+            functions_probed: self.probed_ever.len(),
+            functions_reachable: self.module_functions.values().sum(),
+            executable_functions: self.executable_functions,
+            stops: self.stops.count,
+            longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
+            longest_stop_for: self.stops.longest_for.to_string(),
+            longest_stop_stopping_ms: self.stops.longest.stopping.as_secs_f64() * 1e3,
+            longest_stop_resuming_ms: self.stops.longest.resuming.as_secs_f64() * 1e3,
+            longest_stop_weft_cpu_ms: self.stops.longest.weft_cpu.as_secs_f64() * 1e3,
+            longest_stop_remote_calls_ms: self.stops.longest.remote_calls.as_secs_f64() * 1e3,
+            stops_given_up: self.stops.given_up,
+            start_held_ms: self.stops.start_held.map(|d| d.as_secs_f64() * 1e3),
+            stack_walks: self.unarmable.values().sum(),
+            exhausted: self.search.exhausted(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            overhead: self.cost.total_share(),
+            cost_per_call_ns: self.cost.per_call_ns,
         }
     }
-}
-
-/// The stops of the world a search made.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Stops {
-    count: usize,
-    longest: crate::StopTime,
-    /// What the longest was for.
-    longest_for: &'static str,
-    /// The process's stops given up, as of the last hold noted.
-    given_up: u64,
-    /// How long a program weft started was held at its entry, before any
-    /// of it ran (not a stop: nothing of the program waited).
-    start_held: Option<std::time::Duration>,
-}
-
-impl Stops {
-    /// Counts the hold `process` just released, made for `what`.
-    pub(super) fn note(&mut self, process: &Process, what: &'static str) {
-        self.count += 1;
-        self.given_up = process.stops_given_up();
-        if process.longest_stop_time() > self.longest {
-            self.longest = process.longest_stop_time();
-            self.longest_for = what;
-        }
-    }
-}
-
-/// The threads of process `pid` now.
-pub(super) fn live_threads(pid: i32) -> BTreeSet<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
-/// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
-pub(super) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
-    let mut f = text
-        .split_whitespace()
-        .map(|v| v.parse::<u64>().unwrap_or(0));
-    let on_cpu = f.next().unwrap_or(0);
-    (f.next().unwrap_or(0), on_cpu)
 }
 
 /// One bottleneck per (hypothesis, function, threads, object): several
@@ -1420,11 +1379,7 @@ const READINESS_WAITS: &[&str] = &[
 /// start routine, or `main`), or a readiness wait anywhere (an event
 /// loop's `epoll_wait`).
 fn is_idle_wait(b: &Bottleneck) -> bool {
-    [
-        Hypothesis::SyncWaiting.name(),
-        Hypothesis::IoBlocking.name(),
-    ]
-    .contains(&b.hypothesis.as_str())
+    matches!(b.hypothesis, HypothesisName::Sync | HypothesisName::Io)
         && (b.path.len() == 2 || READINESS_WAITS.contains(&b.function.as_str()))
 }
 

@@ -2,7 +2,7 @@
 //! probes count, times the measured cost of one timed call, against the
 //! target's CPU time over the same span.
 
-use super::consultant::{live_threads, schedstat};
+use crate::inspect::procfs::{schedstat, thread_ids};
 use crate::ProbeId;
 use std::collections::HashMap;
 
@@ -86,7 +86,7 @@ impl Cost {
 
 /// The target's CPU time so far, ns: the sum of its threads' schedstat.
 fn process_cpu_ns(pid: i32) -> u64 {
-    live_threads(pid)
+    thread_ids(pid)
         .into_iter()
         .map(|tid| schedstat(pid, tid).1)
         .sum()

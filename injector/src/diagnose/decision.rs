@@ -28,6 +28,88 @@ pub enum Hypothesis {
     Custom(u8),
 }
 
+/// A hypothesis as reported: one of weft's own, or a custom one by its
+/// name. Serialized, shown and ordered as its name (`cpu`, `sync`, `io`,
+/// the custom one's own), as the reports always spelled it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HypothesisName {
+    /// [`Hypothesis::CpuBound`]: `cpu`.
+    Cpu,
+    /// [`Hypothesis::SyncWaiting`]: `sync`.
+    Sync,
+    /// [`Hypothesis::IoBlocking`]: `io`.
+    Io,
+    /// A custom hypothesis, by its name (never one of the three above:
+    /// [`HypothesisName::from_name`] makes a custom hypothesis named
+    /// like a built-in one that one, as their names compared equal).
+    Custom(String),
+}
+
+impl HypothesisName {
+    /// The hypothesis reported as `name`.
+    pub fn from_name(name: &str) -> HypothesisName {
+        match name {
+            n if n == Hypothesis::CpuBound.name() => HypothesisName::Cpu,
+            n if n == Hypothesis::SyncWaiting.name() => HypothesisName::Sync,
+            n if n == Hypothesis::IoBlocking.name() => HypothesisName::Io,
+            n => HypothesisName::Custom(n.to_string()),
+        }
+    }
+
+    /// The name in reports and JSON.
+    pub fn as_str(&self) -> &str {
+        match self {
+            HypothesisName::Cpu => Hypothesis::CpuBound.name(),
+            HypothesisName::Sync => Hypothesis::SyncWaiting.name(),
+            HypothesisName::Io => Hypothesis::IoBlocking.name(),
+            HypothesisName::Custom(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Display for HypothesisName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl serde::Serialize for HypothesisName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// By name, as the reports ordered the names they were.
+impl Ord for HypothesisName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for HypothesisName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl From<&str> for HypothesisName {
+    fn from(name: &str) -> Self {
+        HypothesisName::from_name(name)
+    }
+}
+
+impl PartialEq<str> for HypothesisName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for HypothesisName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Most custom hypotheses one search tests.
 pub const MAX_CUSTOM: usize = 8;
 

@@ -18,6 +18,8 @@ pub use consultant::{
     Bottleneck, Consultant, CustomHypothesis, Diagnosis, Measure, NodeReport, Options, Progress,
     Summary, TestState, SMALL_IO_BYTES, SMALL_IO_RATE,
 };
-pub use decision::{Decision, Hypothesis, Reading, Thresholds, Verdict, MAX_CUSTOM};
+pub use decision::{
+    Decision, Hypothesis, HypothesisName, Reading, Thresholds, Verdict, MAX_CUSTOM,
+};
 pub use graph::{Calls, StaticCallGraph};
-pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, State};
+pub use search::{CallGraph, Change, Focus, Node, NodeId, Search, Setback, State};

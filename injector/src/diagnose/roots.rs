@@ -5,7 +5,6 @@
 //! are where a real program's threads spend their lives; an inclusive
 //! timer cannot see into them, the stack can.
 
-use super::consultant::{OpenFrame, Stops};
 use super::graph::{self, StaticCallGraph};
 use super::search::{CallGraph, NodeId, Search};
 use super::Hypothesis;
@@ -306,4 +305,45 @@ fn is_c_library(f: &Function) -> bool {
     ["libc.so", "libc-", "ld-linux", "libpthread"]
         .iter()
         .any(|p| file.starts_with(p))
+}
+
+/// How a test of a frame seen open on its thread's stack is read, decided
+/// at its first reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpenFrame {
+    /// Not read yet.
+    Unknown,
+    /// Its function was not called since the probe went in: the thread
+    /// is still in the activation it was in, so its whole time is the
+    /// function's (CPU from schedstat, waits from the wait samples).
+    Open,
+    /// Called since: a short call the walks kept catching; its timers
+    /// tell.
+    Timed,
+}
+
+/// The stops of the world a search made.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Stops {
+    pub(super) count: usize,
+    pub(super) longest: crate::StopTime,
+    /// What the longest was for.
+    pub(super) longest_for: &'static str,
+    /// The process's stops given up, as of the last hold noted.
+    pub(super) given_up: u64,
+    /// How long a program weft started was held at its entry, before any
+    /// of it ran (not a stop: nothing of the program waited).
+    pub(super) start_held: Option<std::time::Duration>,
+}
+
+impl Stops {
+    /// Counts the hold `process` just released, made for `what`.
+    pub(super) fn note(&mut self, process: &Process, what: &'static str) {
+        self.count += 1;
+        self.given_up = process.stops_given_up();
+        if process.longest_stop_time() > self.longest {
+            self.longest = process.longest_stop_time();
+            self.longest_for = what;
+        }
+    }
 }

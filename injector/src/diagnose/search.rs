@@ -37,15 +37,78 @@ impl Focus {
     }
 }
 
+/// Why a test was put off or given up. Shown, and serialized in the
+/// report's `reason`, as the sentence the reports always gave.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Setback {
+    /// The instrumentation costs `share` of the target's CPU, over the
+    /// bound `max` (`--max-overhead`).
+    Overhead {
+        /// Its share of the target's CPU.
+        share: f64,
+        /// The bound.
+        max: f64,
+    },
+    /// `max` functions are instrumented already (`--max-probes`).
+    ProbesFull {
+        /// The bound.
+        max: usize,
+    },
+    /// The focus's function is not one of the executable's.
+    NotInExecutable {
+        /// The function.
+        function: String,
+    },
+    /// The function's calls cost `share` of the target's CPU, over the
+    /// bound `max` (`--max-overhead`): its probe was taken out.
+    TooCostly {
+        /// Its calls' share of the target's CPU.
+        share: f64,
+        /// The bound.
+        max: f64,
+    },
+}
+
+impl std::fmt::Display for Setback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Setback::Overhead { share, max } => write!(
+                f,
+                "the instrumentation costs {:.1}% of the target's CPU, over --max-overhead {:.1}%",
+                share * 100.0,
+                max * 100.0
+            ),
+            Setback::ProbesFull { max } => {
+                write!(f, "{max} functions instrumented at once (--max-probes)")
+            }
+            Setback::NotInExecutable { function } => {
+                write!(f, "{function} is not a function of the executable")
+            }
+            Setback::TooCostly { share, max } => write!(
+                f,
+                "its calls cost {:.1}% of the target's CPU, over --max-overhead {:.1}%",
+                share * 100.0,
+                max * 100.0
+            ),
+        }
+    }
+}
+
+impl serde::Serialize for Setback {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// What became of a node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum State {
     /// Waiting for the driver to start it.
     Queued,
     /// Not started: the driver could not afford it (the reason).
-    Deferred(String),
+    Deferred(Setback),
     /// Given up: the driver cannot measure it (the reason).
-    Skipped(String),
+    Skipped(Setback),
     /// Instrumented and being decided.
     Testing(Decision),
     /// Concluded (the decision keeps the value and interval).
@@ -303,7 +366,7 @@ impl Search {
     /// `afford` accepts them; a node it refuses is deferred with its reason
     /// and the ones after it wait for the next call. Returns the started
     /// nodes: the driver instruments them and reads them from now on.
-    pub fn start(&mut self, mut afford: impl FnMut(&Node) -> Result<(), String>) -> Vec<NodeId> {
+    pub fn start(&mut self, mut afford: impl FnMut(&Node) -> Result<(), Setback>) -> Vec<NodeId> {
         let mut started = Vec::new();
         while let Some(&id) = self.queue.front() {
             match afford(&self.nodes[id.0]) {
@@ -333,7 +396,7 @@ impl Search {
 
     /// Gives up on node `id` (started, but the driver cannot measure its
     /// focus: a function it cannot instrument), with the reason.
-    pub fn skip(&mut self, id: NodeId, reason: String) {
+    pub fn skip(&mut self, id: NodeId, reason: Setback) {
         self.nodes[id.0].state = State::Skipped(reason);
     }
 
@@ -523,7 +586,7 @@ mod tests {
             let mut room = budget.saturating_sub(active);
             let started = s.start(|_| {
                 if room == 0 {
-                    return Err("over the probe budget".into());
+                    return Err(Setback::ProbesFull { max: budget });
                 }
                 room -= 1;
                 Ok(())

@@ -138,12 +138,13 @@ impl Drop for WaitSampler {
 
 /// One look at every thread: what each is blocked in, if anything.
 fn sample_once(pid: i32) -> Vec<(u32, Option<Blocked>)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(dir) = std::fs::read_dir(crate::inspect::procfs::pid_file(pid, "task")) else {
         return Vec::new();
     };
     dir.filter_map(|e| {
         let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+        let line =
+            std::fs::read_to_string(crate::inspect::procfs::task_file(pid, tid, "syscall")).ok()?;
         // "running": on a CPU (or about to be); a thread stopped by weft
         // reads like the call it was in.
         Some((tid, classify(&line)))
@@ -154,7 +155,7 @@ fn sample_once(pid: i32) -> Vec<(u32, Option<Blocked>)> {
 /// What file descriptor `fd` of `pid` is, for a report: its path, or for
 /// a TCP socket its peer (`socket 127.0.0.1:11211 -> 127.0.0.1:40112`).
 pub fn describe_fd(pid: i32, fd: i32) -> String {
-    let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+    let Ok(link) = std::fs::read_link(crate::inspect::procfs::fd_file(pid, fd)) else {
         return format!("fd {fd}");
     };
     let link = link.to_string_lossy().into_owned();
@@ -172,7 +173,11 @@ pub fn describe_fd(pid: i32, fd: i32) -> String {
 /// The local and remote addresses of the TCP socket with `inode`.
 fn tcp_peer(pid: i32, inode: &str) -> Option<String> {
     for table in ["tcp", "tcp6"] {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+        let text = std::fs::read_to_string(crate::inspect::procfs::pid_file(
+            pid,
+            &format!("net/{table}"),
+        ))
+        .ok()?;
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.get(9) == Some(&inode) {

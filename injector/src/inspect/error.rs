@@ -1,10 +1,8 @@
-//! The error type of the `inspect` module.
+//! The error types of the `inspect` module: a leaf the other `inspect`
+//! modules depend on, depending on none of them.
 
 use std::io;
 use std::path::PathBuf;
-
-use super::maps::MapsParseError;
-use super::pattern::PatternError;
 
 /// Everything that can go wrong while inspecting a process or an ELF file.
 ///
@@ -191,4 +189,41 @@ impl InspectError {
             what: what.to_string(),
         }
     }
+}
+
+/// A line of `/proc/PID/maps` that could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "line {line}: {what}: {content:?} (expected `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`)"
+)]
+pub struct MapsParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What was wrong.
+    pub what: &'static str,
+    /// The line (truncated to 200 bytes).
+    pub content: String,
+}
+
+/// An invalid pattern.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Nothing to match.
+    #[error(
+        "empty function pattern; write NAME or MODULE:NAME, e.g. `work_*` or `libc.so.6:malloc`"
+    )]
+    Empty,
+    /// `MODULE:` with nothing after it, or `:NAME`.
+    #[error(
+        "pattern `{0}` has an empty module or function part; write MODULE:NAME, e.g. `libc:malloc`"
+    )]
+    EmptyPart(String),
+    /// A `[` without its `]`.
+    #[error(
+        "pattern `{0}`: unclosed `[` character class; close it with `]` or escape it as `\\[`"
+    )]
+    UnclosedClass(String),
+    /// A `\` at the end.
+    #[error("pattern `{0}` ends with a lone `\\`; remove it or escape it as `\\\\`")]
+    TrailingEscape(String),
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::error::InspectError;
+pub use super::error::MapsParseError;
 
 /// The page size weft assumes for address arithmetic.
 ///
@@ -166,20 +167,6 @@ impl Mapping {
     }
 }
 
-/// A line of `/proc/PID/maps` that could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "line {line}: {what}: {content:?} (expected `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`)"
-)]
-pub struct MapsParseError {
-    /// 1-based line number.
-    pub line: usize,
-    /// What was wrong.
-    pub what: &'static str,
-    /// The line (truncated to 200 bytes).
-    pub content: String,
-}
-
 /// Splits the next space-separated field off `rest`.
 fn field<'a>(rest: &mut &'a str) -> Option<&'a str> {
     let s = rest.trim_start_matches(' ');
@@ -256,7 +243,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<Mapping>, MapsParseError> {
 /// vector. Paths that are not valid UTF-8 are converted lossily (such files
 /// then fail to open with a clear error).
 pub fn read_maps(pid: i32) -> Result<Vec<Mapping>, InspectError> {
-    let path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let path = PathBuf::from(crate::inspect::procfs::pid_file(pid, "maps"));
     let bytes =
         std::fs::read(&path).map_err(|e| InspectError::from_proc_io(pid, path.clone(), e))?;
     let text = String::from_utf8_lossy(&bytes);

@@ -13,7 +13,6 @@
 //! file's own address space (what `readelf` prints); a *runtime address* is
 //! where it lives in the process, `vaddr + bias` ([`Module::bias`]).
 
-pub(crate) mod debugfile;
 pub(crate) mod elf;
 pub(crate) mod error;
 pub(crate) mod lines;
@@ -30,7 +29,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use debugfile::{
+pub use elf::debugfile::{
     debug_dirs, set_debug_dirs, DebugInfo, DebugSource, LinkKind, DEBUG_DIRS_ENV, DEFAULT_DEBUG_DIR,
 };
 pub use elf::{
@@ -661,7 +660,7 @@ impl ProcessImage {
             return Some(f.address);
         };
         let slots = self.ifunc_slots(f).ok()?;
-        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        let mem = std::fs::File::open(crate::inspect::procfs::pid_file(self.pid, "mem")).ok()?;
         let module = self.modules.iter().find(|m| m.path() == f.module_path)?;
         slots.into_iter().find_map(|slot| {
             let mut buf = [0u8; 8];

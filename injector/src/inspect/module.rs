@@ -231,7 +231,9 @@ fn read_header(
         Err(_) => {
             let m = group.iter().find(|m| m.offset == 0 && m.perms.read)?;
             let mem = mem
-                .get_or_insert_with(|| File::open(format!("/proc/{pid}/mem")).ok())
+                .get_or_insert_with(|| {
+                    File::open(crate::inspect::procfs::pid_file(pid, "mem")).ok()
+                })
                 .as_ref()?
                 .try_clone()
                 .ok()?;
@@ -311,7 +313,7 @@ pub(crate) fn read_soname(
 /// (`redis-server *:6379`) is taken by the first word; a login shell's
 /// leading `-` (`-bash`) is dropped.
 fn started_as(pid: i32) -> Vec<String> {
-    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+    let Ok(raw) = std::fs::read(crate::inspect::procfs::pid_file(pid, "cmdline")) else {
         return Vec::new();
     };
     let argv0 = raw.split(|&b| b == 0).next().unwrap_or_default();
@@ -370,7 +372,7 @@ pub fn modules_from_maps(pid: i32, maps: &[Mapping]) -> Vec<Module> {
         groups[i].push(m.clone());
     }
 
-    let exe_inode = std::fs::metadata(format!("/proc/{pid}/exe"))
+    let exe_inode = std::fs::metadata(crate::inspect::procfs::pid_file(pid, "exe"))
         .ok()
         .map(|m| m.ino());
     let mut mem = None;

@@ -3,31 +3,9 @@
 
 use std::fmt;
 
+pub use super::error::PatternError;
 use super::module::Module;
 use super::names::{scope_tails, source_names, SourceNames};
-
-/// An invalid pattern.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PatternError {
-    /// Nothing to match.
-    #[error(
-        "empty function pattern; write NAME or MODULE:NAME, e.g. `work_*` or `libc.so.6:malloc`"
-    )]
-    Empty,
-    /// `MODULE:` with nothing after it, or `:NAME`.
-    #[error(
-        "pattern `{0}` has an empty module or function part; write MODULE:NAME, e.g. `libc:malloc`"
-    )]
-    EmptyPart(String),
-    /// A `[` without its `]`.
-    #[error(
-        "pattern `{0}`: unclosed `[` character class; close it with `]` or escape it as `\\[`"
-    )]
-    UnclosedClass(String),
-    /// A `\` at the end.
-    #[error("pattern `{0}` ends with a lone `\\`; remove it or escape it as `\\\\`")]
-    TrailingEscape(String),
-}
 
 /// One element of a compiled glob.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,5 +1,8 @@
-//! Process state from `/proc/PID/stat` and `/proc/PID/status`.
+//! `/proc`: the one module that spells its paths and reads its files
+//! (process state from `/proc/PID/stat` and `/proc/PID/status`, threads,
+//! their names and CPU times, ...).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::error::InspectError;
@@ -62,8 +65,32 @@ pub fn parse_stat_state(stat: &str) -> Option<ProcState> {
     c.is_ascii_alphabetic().then(|| ProcState::from_letter(c))
 }
 
+/// `/proc/PID/FILE` (`FILE` may hold slashes: `task`, `net/tcp`, `root`).
+pub(crate) fn pid_file(pid: impl std::fmt::Display, file: &str) -> String {
+    format!("/proc/{pid}/{file}")
+}
+
+/// `/proc/PID/task/TID/FILE`.
+pub(crate) fn task_file(
+    pid: impl std::fmt::Display,
+    tid: impl std::fmt::Display,
+    file: &str,
+) -> String {
+    format!("/proc/{pid}/task/{tid}/{file}")
+}
+
+/// `/proc/PID/fd/FD`.
+pub(crate) fn fd_file(pid: impl std::fmt::Display, fd: impl std::fmt::Display) -> String {
+    format!("/proc/{pid}/fd/{fd}")
+}
+
+/// `/proc/NAME`, a file of the whole system (`kallsyms`, `config.gz`).
+pub(crate) fn system_file(name: &str) -> String {
+    format!("/proc/{name}")
+}
+
 fn read_proc(pid: i32, file: &str) -> Result<(PathBuf, String), InspectError> {
-    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    let path = PathBuf::from(pid_file(pid, file));
     let bytes =
         std::fs::read(&path).map_err(|e| InspectError::from_proc_io(pid, path.clone(), e))?;
     // comm may hold arbitrary bytes; only ASCII fields are parsed.
@@ -96,6 +123,34 @@ fn parse_nspid(status: &str) -> Option<i32> {
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last())
         .and_then(|v| v.parse().ok())
+}
+
+/// The threads of process `pid` now (`/proc/PID/task`), none if it is gone.
+pub(crate) fn thread_ids<T: std::str::FromStr + Ord>(pid: i32) -> BTreeSet<T> {
+    std::fs::read_dir(pid_file(pid, "task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
+/// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
+pub(crate) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(task_file(pid, tid, "schedstat")).unwrap_or_default();
+    let mut f = text
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let on_cpu = f.next().unwrap_or(0);
+    (f.next().unwrap_or(0), on_cpu)
+}
+
+/// A live thread's name (`comm`), `None` once it is gone.
+pub(crate) fn thread_name(pid: i32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(task_file(pid, tid, "comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
 }
 
 #[cfg(test)]

@@ -688,12 +688,12 @@ fn objcopy(args: &[&std::ffi::OsStr]) {
 
 #[test]
 fn debug_file_by_build_id_is_used_only_when_it_belongs() {
-    use super::debugfile::{find, Origin, Stripped};
+    use super::elf::debugfile::{find, Origin, Stripped};
     use std::ffi::OsStr;
     let dir = TempDir::new("debugfile");
     let exe = gcc(&dir.0, "prog", &["-g", "-Wl,--build-id"]);
     let other = gcc(&dir.0, "other", &["-g", "-Wl,--build-id", "-O0"]);
-    let id = super::debugfile::build_id(&std::fs::read(&exe).unwrap()).unwrap();
+    let id = super::elf::debugfile::build_id(&std::fs::read(&exe).unwrap()).unwrap();
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let place = dir
         .0

@@ -278,7 +278,7 @@ fn steal_state() -> Result<(), String> {
 /// there.
 fn kernel_config(name: &str) -> Option<bool> {
     use std::io::Read;
-    let text = std::fs::File::open("/proc/config.gz")
+    let text = std::fs::File::open(crate::inspect::procfs::system_file("config.gz"))
         .ok()
         .and_then(|f| {
             let mut text = String::new();
@@ -288,7 +288,10 @@ fn kernel_config(name: &str) -> Option<bool> {
                 .map(|_| text)
         })
         .or_else(|| {
-            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+            let release = std::fs::read_to_string(crate::inspect::procfs::system_file(
+                "sys/kernel/osrelease",
+            ))
+            .ok()?;
             std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()
         })?;
     let set = format!("{name}=y");
@@ -334,7 +337,7 @@ pub(crate) fn kprobe_candidates() -> Vec<String> {
                 .collect();
         }
     }
-    std::fs::read_to_string("/proc/kallsyms")
+    std::fs::read_to_string(crate::inspect::procfs::system_file("kallsyms"))
         .map(|text| {
             text.lines()
                 .filter_map(|l| {

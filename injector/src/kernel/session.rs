@@ -256,6 +256,284 @@ pub fn check(patterns: &[KernelPattern], caps: &Capabilities) -> Result<(), Kern
     resolve(patterns, caps, Btf::vmlinux().ok().as_ref()).map(drop)
 }
 
+/// Creates a map for a session; its error says what failed.
+fn create_map(
+    kind: u32,
+    name: &str,
+    key: u32,
+    value: u32,
+    entries: u32,
+) -> Result<Map, KernelError> {
+    Map::create(kind, name, key, value, entries).map_err(|source| KernelError::Map {
+        what: "create",
+        source,
+    })
+}
+
+/// How the programs find the instrumented user function a thread is
+/// innermost in: the runtime's thread-local row pointer (`tls_offset`)
+/// read through the task's `fsbase` (BTF tells where); `None` without
+/// either.
+fn attribution(tls_offset: Option<i64>, btf: Option<&Btf>) -> Option<Attribution> {
+    match (tls_offset, btf) {
+        (Some(tls), Some(btf)) => {
+            match (
+                btf.offset_of("task_struct", &["thread", "fsbase"]),
+                i32::try_from(tls),
+            ) {
+                (Some(task_fsbase), Ok(tls_offset)) => Some(Attribution {
+                    task_fsbase,
+                    tls_offset,
+                    row_cells: weft_rt::layout::ROW_CELLS as i16,
+                    cell_metric_from_end: (weft_codegen::CELL_METRIC
+                        - weft_codegen::CELL_SIZE as i32)
+                        as i16,
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The error of attaching `what`.
+fn attach_err(what: &str) -> impl FnOnce(std::io::Error) -> KernelError {
+    let what = what.to_string();
+    move |source| KernelError::Attach { what, source }
+}
+
+/// What a session has loaded and attached so far, and what its programs
+/// are built with. Dropped on an error, it detaches the links, then
+/// unloads the programs (fields drop in order).
+struct Loader {
+    tgid: u32,
+    attribution: Option<Attribution>,
+    maps: Maps,
+    steal: Option<progs::Steal>,
+    links: Vec<OwnedFd>,
+    programs: Vec<Program>,
+}
+
+impl Loader {
+    /// Loads a program of `kind` named for this session and `short`;
+    /// `what` names it in errors.
+    fn load(
+        &self,
+        kind: ProgType,
+        short: &str,
+        what: &str,
+        insns: Result<Vec<weft_codegen::bpf::asm::Insn>, weft_codegen::bpf::asm::AsmError>,
+        tracing: Option<TracingTarget>,
+    ) -> Result<Program, KernelError> {
+        let insns = insns.map_err(|e| KernelError::Load {
+            what: what.to_string(),
+            source: std::io::Error::other(e.to_string()),
+            log: String::new(),
+        })?;
+        let name = format!("{PROGRAM_PREFIX}{}_{short}", self.tgid);
+        Program::load(kind, &name, &insns, tracing).map_err(|e| KernelError::Load {
+            what: what.to_string(),
+            source: e.error,
+            log: e.log,
+        })
+    }
+
+    /// Counts the target's threads' CPU time from the scheduler's
+    /// switches, when BTF tells where the fields are; whether it does.
+    fn count_switches(&mut self, btf: &Btf) -> Result<bool, KernelError> {
+        let offsets = (
+            btf.tracepoint_arg("sched_switch", "next"),
+            btf.offset_of("task_struct", &["pid"]),
+            btf.offset_of("task_struct", &["tgid"]),
+        );
+        let (Some(next_arg), Some(task_pid), Some(task_tgid)) = offsets else {
+            return Ok(false);
+        };
+        let p = self.load(
+            ProgType::RawTracepoint,
+            "sw",
+            "sched_switch",
+            progs::switch_program(&SwitchProgram {
+                tgid: self.tgid,
+                next_arg,
+                task_pid,
+                task_tgid,
+                clocks: self.maps.clocks,
+                steal: self.steal,
+            }),
+            None,
+        )?;
+        self.links.push(
+            sys::raw_tracepoint_open(&p, Some("sched_switch"))
+                .map_err(attach_err("sched_switch"))?,
+        );
+        self.programs.push(p);
+        Ok(true)
+    }
+
+    /// Probes the system calls `syscalls` (name, number) with one pair of
+    /// programs on `sys_enter`/`sys_exit`, adding their probes to
+    /// `probes`; returns the table of the calls wanted.
+    fn probe_syscalls(
+        &mut self,
+        syscalls: &[(&String, u32)],
+        probes: &mut Vec<ProbeInfo>,
+    ) -> Result<Map, KernelError> {
+        let wanted = create_map(sys::MAP_ARRAY, "weft_syscalls", 4, 4, MAX_SYSCALLS)?;
+        for (name, number) in syscalls {
+            let probe = probes.len() as u32;
+            wanted
+                .update(&number.to_ne_bytes(), &(probe + 1).to_ne_bytes())
+                .map_err(|source| KernelError::Map {
+                    what: "update",
+                    source,
+                })?;
+            probes.push(ProbeInfo {
+                name: name.to_string(),
+                module: "syscall",
+                mechanism: Mechanism::SyscallTracepoints,
+                timed: true,
+            });
+        }
+        let enter = self.load(
+            ProgType::RawTracepoint,
+            "se",
+            "sys_enter",
+            progs::entry_program(&EntryProgram {
+                tgid: self.tgid,
+                trigger: Trigger::Syscalls {
+                    wanted: wanted.raw(),
+                },
+                timed: true,
+                attribution: self.attribution,
+                maps: self.maps,
+                steal: self.steal,
+            }),
+            None,
+        )?;
+        let exit = self.load(
+            ProgType::RawTracepoint,
+            "sx",
+            "sys_exit",
+            progs::exit_program(&ExitProgram {
+                tgid: self.tgid,
+                slot: None,
+                maps: self.maps,
+                steal: self.steal,
+            }),
+            None,
+        )?;
+        // The exit first: an entry without its exit would leave open
+        // activations behind.
+        self.links.push(
+            sys::raw_tracepoint_open(&exit, Some("sys_exit")).map_err(attach_err("sys_exit"))?,
+        );
+        self.links.push(
+            sys::raw_tracepoint_open(&enter, Some("sys_enter")).map_err(attach_err("sys_enter"))?,
+        );
+        self.programs.extend([enter, exit]);
+        Ok(wanted)
+    }
+
+    /// Probes kernel function `name` (at `offset` into it, if any) as
+    /// probe number `probe`, by `mechanism`; returns what the report says
+    /// of it.
+    fn probe_function(
+        &mut self,
+        name: &String,
+        offset: Option<u64>,
+        mechanism: Mechanism,
+        probe: u32,
+        btf: Option<&Btf>,
+    ) -> Result<ProbeInfo, KernelError> {
+        let shown = match offset {
+            Some(o) => format!("{name}+{o:#x}"),
+            None => name.clone(),
+        };
+        let timed = mechanism != Mechanism::KprobeOffset;
+        let entry = progs::entry_program(&EntryProgram {
+            tgid: self.tgid,
+            trigger: Trigger::Probe(probe),
+            timed,
+            attribution: self.attribution,
+            maps: self.maps,
+            steal: self.steal,
+        });
+        let exit = progs::exit_program(&ExitProgram {
+            tgid: self.tgid,
+            slot: Some(probe),
+            maps: self.maps,
+            steal: self.steal,
+        });
+        let what = format!("kernel:{shown}");
+        match mechanism {
+            Mechanism::Fentry => {
+                let id = btf
+                    .and_then(|b| b.function(name))
+                    .expect("resolve chose fentry from BTF");
+                let target = |attach_type| {
+                    Some(TracingTarget {
+                        attach_type,
+                        btf_id: id,
+                    })
+                };
+                let x = self.load(
+                    ProgType::Tracing,
+                    "fx",
+                    &what,
+                    exit,
+                    target(sys::ATTACH_FEXIT),
+                )?;
+                let e = self.load(
+                    ProgType::Tracing,
+                    "fe",
+                    &what,
+                    entry,
+                    target(sys::ATTACH_FENTRY),
+                )?;
+                self.links
+                    .push(sys::raw_tracepoint_open(&x, None).map_err(attach_err(&what))?);
+                self.links
+                    .push(sys::raw_tracepoint_open(&e, None).map_err(attach_err(&what))?);
+                self.programs.extend([e, x]);
+            }
+            Mechanism::Kprobe => {
+                let x = self.load(ProgType::Kprobe, "kx", &what, exit, None)?;
+                let e = self.load(ProgType::Kprobe, "ke", &what, entry, None)?;
+                self.links
+                    .push(sys::attach_kprobe(&x, name, 0, true).map_err(attach_err(&what))?);
+                self.links
+                    .push(sys::attach_kprobe(&e, name, 0, false).map_err(attach_err(&what))?);
+                self.programs.extend([e, x]);
+            }
+            Mechanism::KprobeOffset => {
+                let e = self.load(ProgType::Kprobe, "ko", &what, entry, None)?;
+                self.links.push(
+                    sys::attach_kprobe(&e, name, offset.unwrap_or(0), false).map_err(|source| {
+                        match source.raw_os_error() {
+                            Some(libc::EILSEQ) => KernelError::NotAnInstruction {
+                                pattern: what.clone(),
+                            },
+                            _ => KernelError::Attach {
+                                what: what.clone(),
+                                source,
+                            },
+                        }
+                    })?,
+                );
+                self.programs.push(e);
+            }
+            Mechanism::SyscallTracepoints => unreachable!("functions are not system calls"),
+        }
+        Ok(ProbeInfo {
+            name: shown,
+            module: "kernel",
+            mechanism,
+            timed,
+        })
+    }
+}
+
 impl Session {
     /// Resolves `patterns`, then loads and attaches the programs for the
     /// threads of process `tgid`. With `tls_offset` (the runtime's
@@ -272,115 +550,48 @@ impl Session {
         let btf = Btf::vmlinux().ok();
         let targets = resolve(patterns, caps, btf.as_ref())?;
         let tgid = tgid as u32;
-        let map = |kind, name: &str, key: u32, value: u32, entries: u32| {
-            Map::create(kind, name, key, value, entries).map_err(|source| KernelError::Map {
-                what: "create",
-                source,
-            })
-        };
-        let clocks = map(sys::MAP_HASH, "weft_clocks", 4, clock::SIZE, THREADS)?;
-        let open_map = map(
+        let clocks = create_map(sys::MAP_HASH, "weft_clocks", 4, clock::SIZE, THREADS)?;
+        let open_map = create_map(
             sys::MAP_HASH,
             "weft_open",
             open::KEY_SIZE,
             open::SIZE,
             OPEN_SLOTS,
         )?;
-        let stats_map = map(
+        let stats_map = create_map(
             sys::MAP_HASH,
             "weft_totals",
             stats::KEY_SIZE,
             stats::SIZE,
             TOTALS,
         )?;
-        let lost = map(sys::MAP_ARRAY, "weft_lost", 4, 8, 1)?;
+        let lost = create_map(sys::MAP_ARRAY, "weft_lost", 4, 8, 1)?;
         let maps = Maps {
             clocks: clocks.raw(),
             open: open_map.raw(),
             stats: stats_map.raw(),
             lost: lost.raw(),
         };
-        let attribution = match (tls_offset, btf.as_ref()) {
-            (Some(tls), Some(btf)) => {
-                match (
-                    btf.offset_of("task_struct", &["thread", "fsbase"]),
-                    i32::try_from(tls),
-                ) {
-                    (Some(task_fsbase), Ok(tls_offset)) => Some(Attribution {
-                        task_fsbase,
-                        tls_offset,
-                        row_cells: weft_rt::layout::ROW_CELLS as i16,
-                        cell_metric_from_end: (weft_codegen::CELL_METRIC
-                            - weft_codegen::CELL_SIZE as i32)
-                            as i16,
-                    }),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
-        let mut programs = Vec::new();
-        let mut links = Vec::new();
-        let mut probes = Vec::new();
-        let name = |kind: &str| format!("{PROGRAM_PREFIX}{tgid}_{kind}");
-        let load = |kind: ProgType,
-                    short: &str,
-                    what: &str,
-                    insns: Result<Vec<weft_codegen::bpf::asm::Insn>, _>,
-                    tracing: Option<TracingTarget>| {
-            let insns = insns.map_err(|e: weft_codegen::bpf::asm::AsmError| KernelError::Load {
-                what: what.to_string(),
-                source: std::io::Error::other(e.to_string()),
-                log: String::new(),
-            })?;
-            Program::load(kind, &name(short), &insns, tracing).map_err(|e| KernelError::Load {
-                what: what.to_string(),
-                source: e.error,
-                log: e.log,
-            })
-        };
-        let attach_err = |what: &str| {
-            let what = what.to_string();
-            move |source| KernelError::Attach { what, source }
-        };
         let any_timed = targets.iter().any(|(_, m)| *m != Mechanism::KprobeOffset);
-        // Stolen time out of CPU time where the kernel leaves it out of its
-        // threads' (the capability says whether the read loads here).
-        let steal = match (&caps.steal, btf.as_ref()) {
-            (Ok(()), Some(btf)) => caps::steal_counter(btf).ok(),
-            _ => None,
+        let mut loader = Loader {
+            tgid,
+            attribution: attribution(tls_offset, btf.as_ref()),
+            maps,
+            // Stolen time out of CPU time where the kernel leaves it out of
+            // its threads' (the capability says whether the read loads here).
+            steal: match (&caps.steal, btf.as_ref()) {
+                (Ok(()), Some(btf)) => caps::steal_counter(btf).ok(),
+                _ => None,
+            },
+            links: Vec::new(),
+            programs: Vec::new(),
         };
+        let mut probes = Vec::new();
         // CPU time: the scheduler's switches of the target's threads.
-        let mut cpu = false;
-        if let (true, Ok(()), Some(btf)) = (any_timed, &caps.sched_switch, btf.as_ref()) {
-            let offsets = (
-                btf.tracepoint_arg("sched_switch", "next"),
-                btf.offset_of("task_struct", &["pid"]),
-                btf.offset_of("task_struct", &["tgid"]),
-            );
-            if let (Some(next_arg), Some(task_pid), Some(task_tgid)) = offsets {
-                let p = load(
-                    ProgType::RawTracepoint,
-                    "sw",
-                    "sched_switch",
-                    progs::switch_program(&SwitchProgram {
-                        tgid,
-                        next_arg,
-                        task_pid,
-                        task_tgid,
-                        clocks: maps.clocks,
-                        steal,
-                    }),
-                    None,
-                )?;
-                links.push(
-                    sys::raw_tracepoint_open(&p, Some("sched_switch"))
-                        .map_err(attach_err("sched_switch"))?,
-                );
-                programs.push(p);
-                cpu = true;
-            }
-        }
+        let cpu = match (any_timed, &caps.sched_switch, btf.as_ref()) {
+            (true, Ok(()), Some(btf)) => loader.count_switches(btf)?,
+            _ => false,
+        };
         // System calls: one pair of programs for all, a table says which.
         let syscalls: Vec<(&String, u32)> = targets
             .iter()
@@ -391,151 +602,19 @@ impl Session {
             .collect();
         let mut wanted_map = None;
         if !syscalls.is_empty() {
-            let wanted = map(sys::MAP_ARRAY, "weft_syscalls", 4, 4, MAX_SYSCALLS)?;
-            for (name, number) in &syscalls {
-                let probe = probes.len() as u32;
-                wanted
-                    .update(&number.to_ne_bytes(), &(probe + 1).to_ne_bytes())
-                    .map_err(|source| KernelError::Map {
-                        what: "update",
-                        source,
-                    })?;
-                probes.push(ProbeInfo {
-                    name: name.to_string(),
-                    module: "syscall",
-                    mechanism: Mechanism::SyscallTracepoints,
-                    timed: true,
-                });
-            }
-            let enter = load(
-                ProgType::RawTracepoint,
-                "se",
-                "sys_enter",
-                progs::entry_program(&EntryProgram {
-                    tgid,
-                    trigger: Trigger::Syscalls {
-                        wanted: wanted.raw(),
-                    },
-                    timed: true,
-                    attribution,
-                    maps,
-                    steal,
-                }),
-                None,
-            )?;
-            let exit = load(
-                ProgType::RawTracepoint,
-                "sx",
-                "sys_exit",
-                progs::exit_program(&ExitProgram {
-                    tgid,
-                    slot: None,
-                    maps,
-                    steal,
-                }),
-                None,
-            )?;
-            // The exit first: an entry without its exit would leave open
-            // activations behind.
-            links.push(
-                sys::raw_tracepoint_open(&exit, Some("sys_exit"))
-                    .map_err(attach_err("sys_exit"))?,
-            );
-            links.push(
-                sys::raw_tracepoint_open(&enter, Some("sys_enter"))
-                    .map_err(attach_err("sys_enter"))?,
-            );
-            programs.extend([enter, exit]);
-            wanted_map = Some(wanted);
+            wanted_map = Some(loader.probe_syscalls(&syscalls, &mut probes)?);
         }
         for (target, mechanism) in &targets {
             let Target::Function { name, offset } = target else {
                 continue;
             };
             let probe = probes.len() as u32;
-            let shown = match offset {
-                Some(o) => format!("{name}+{o:#x}"),
-                None => name.clone(),
-            };
-            let timed = *mechanism != Mechanism::KprobeOffset;
-            let entry = progs::entry_program(&EntryProgram {
-                tgid,
-                trigger: Trigger::Probe(probe),
-                timed,
-                attribution,
-                maps,
-                steal,
-            });
-            let exit = progs::exit_program(&ExitProgram {
-                tgid,
-                slot: Some(probe),
-                maps,
-                steal,
-            });
-            let what = format!("kernel:{shown}");
-            match mechanism {
-                Mechanism::Fentry => {
-                    let id = btf
-                        .as_ref()
-                        .and_then(|b| b.function(name))
-                        .expect("resolve chose fentry from BTF");
-                    let target = |attach_type| {
-                        Some(TracingTarget {
-                            attach_type,
-                            btf_id: id,
-                        })
-                    };
-                    let x = load(
-                        ProgType::Tracing,
-                        "fx",
-                        &what,
-                        exit,
-                        target(sys::ATTACH_FEXIT),
-                    )?;
-                    let e = load(
-                        ProgType::Tracing,
-                        "fe",
-                        &what,
-                        entry,
-                        target(sys::ATTACH_FENTRY),
-                    )?;
-                    links.push(sys::raw_tracepoint_open(&x, None).map_err(attach_err(&what))?);
-                    links.push(sys::raw_tracepoint_open(&e, None).map_err(attach_err(&what))?);
-                    programs.extend([e, x]);
-                }
-                Mechanism::Kprobe => {
-                    let x = load(ProgType::Kprobe, "kx", &what, exit, None)?;
-                    let e = load(ProgType::Kprobe, "ke", &what, entry, None)?;
-                    links.push(sys::attach_kprobe(&x, name, 0, true).map_err(attach_err(&what))?);
-                    links.push(sys::attach_kprobe(&e, name, 0, false).map_err(attach_err(&what))?);
-                    programs.extend([e, x]);
-                }
-                Mechanism::KprobeOffset => {
-                    let e = load(ProgType::Kprobe, "ko", &what, entry, None)?;
-                    links.push(
-                        sys::attach_kprobe(&e, name, offset.unwrap_or(0), false).map_err(
-                            |source| match source.raw_os_error() {
-                                Some(libc::EILSEQ) => KernelError::NotAnInstruction {
-                                    pattern: what.clone(),
-                                },
-                                _ => KernelError::Attach {
-                                    what: what.clone(),
-                                    source,
-                                },
-                            },
-                        )?,
-                    );
-                    programs.push(e);
-                }
-                Mechanism::SyscallTracepoints => unreachable!("functions are not system calls"),
-            }
-            probes.push(ProbeInfo {
-                name: shown,
-                module: "kernel",
-                mechanism: *mechanism,
-                timed,
-            });
+            let info = loader.probe_function(name, *offset, *mechanism, probe, btf.as_ref())?;
+            probes.push(info);
         }
+        let Loader {
+            links, programs, ..
+        } = loader;
         let mut kept = vec![open_map];
         kept.extend(wanted_map);
         Ok(Session {

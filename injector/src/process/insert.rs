@@ -308,7 +308,7 @@ impl Process {
         Ok(BuildContext {
             trace,
             hooks,
-            save: crate::trampolines::vector_save(),
+            save: crate::cpu::vector_save(),
             tls_offset,
             register_fn,
             mmap_fn,

@@ -156,7 +156,7 @@ impl Process {
             return Err(Error::Refused(refused));
         }
         self.ensure_runtime(tracer)?;
-        let save = crate::trampolines::vector_save();
+        let save = crate::cpu::vector_save();
         let header = self.runtime.as_ref().expect("loaded above").region.header();
         let register_stub_fn = header.register_fn;
         let tls_offset = i32::try_from(header.tls_offset)

@@ -281,7 +281,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// Kernel thread ids of `pid`, from `/proc/PID/task`.
 pub fn list_threads(pid: i32) -> Result<Vec<Tid>, TraceError> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+    let dir = std::fs::read_dir(crate::inspect::procfs::pid_file(pid, "task"))
         .map_err(|_| TraceError::NoSuchProcess(pid))?;
     let mut tids: Vec<Tid> = dir
         .filter_map(|e| e.ok())
@@ -293,7 +293,7 @@ pub fn list_threads(pid: i32) -> Result<Vec<Tid>, TraceError> {
 
 /// The tracer of `pid` per `/proc/PID/status`, if any.
 pub fn tracer_of(pid: i32) -> Option<i32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = std::fs::read_to_string(crate::inspect::procfs::pid_file(pid, "status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("TracerPid:"))
@@ -597,8 +597,9 @@ impl Tracer {
     /// disk or network file system read), and resuming the others does not
     /// delay it.
     fn blocked(&self, tid: Tid) -> bool {
-        let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", self.pid))
-            .unwrap_or_default();
+        let stat =
+            std::fs::read_to_string(crate::inspect::procfs::task_file(self.pid, tid, "stat"))
+                .unwrap_or_default();
         // The state follows the parenthesised name, which may hold spaces
         // and parentheses itself: the last `)`.
         let state = stat
@@ -786,7 +787,11 @@ impl Tracer {
             Ok(None) => return Ok(None),
             Ok(Some(tid))
                 if self.threads.contains_key(&tid)
-                    || std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists() =>
+                    || std::path::Path::new(&crate::inspect::procfs::pid_file(
+                        self.pid,
+                        &format!("task/{tid}"),
+                    ))
+                    .exists() =>
             {
                 return self.poll(tid);
             }
@@ -1088,8 +1093,10 @@ fn signal_pending(pid: i32, tid: Tid) -> bool {
         });
         mask != Some(0)
     };
-    pending(format!("/proc/{pid}/task/{tid}/status"), "SigPnd:")
-        || pending(format!("/proc/{pid}/status"), "ShdPnd:")
+    pending(
+        crate::inspect::procfs::task_file(pid, tid, "status"),
+        "SigPnd:",
+    ) || pending(crate::inspect::procfs::pid_file(pid, "status"), "ShdPnd:")
 }
 
 impl Drop for Tracer {

@@ -293,7 +293,7 @@ impl Tracer {
         if let Some(stub) = &self.return_stub {
             return Ok(stub.regs_at - weft_codegen::STUB_REGS);
         }
-        let save = crate::trampolines::vector_save();
+        let save = crate::cpu::vector_save();
         // The stub must hold the thread's whole XSAVE image (11,008 bytes
         // with AVX-512 and AMX tiles): a stub too small for it would leave
         // calls unprotected.
@@ -640,6 +640,9 @@ impl Tracer {
         first
     }
 
+    /// Calls `call` on thread `tid` (its registers `saved`), the other
+    /// threads as `world` says, returning through `stub` if there is one
+    /// (else to a fault at [`RETURN_ADDRESS`]); the call's result.
     fn run_call(
         &mut self,
         tid: Tid,
@@ -649,6 +652,21 @@ impl Tracer {
         stub: Option<&StubInfo>,
     ) -> Result<u64, RemoteError> {
         let return_address = stub.map_or(RETURN_ADDRESS, |s| s.entry);
+        self.set_up_call(tid, call, saved, return_address)?;
+        let (others, follow_syscalls) = self.start_call(tid, world, stub)?;
+        self.wait_for_return(tid, call, stub, others, follow_syscalls)
+    }
+
+    /// Puts `call`'s arguments (bytes below the red zone) and
+    /// `return_address` on thread `tid`'s stack and its registers at the
+    /// call's first instruction, per the System V ABI.
+    fn set_up_call(
+        &mut self,
+        tid: Tid,
+        call: &RemoteCall,
+        saved: &sys::Registers,
+        return_address: u64,
+    ) -> Result<(), RemoteError> {
         let mut sp = (saved.rsp - STACK_GAP) & !15;
         let mut values = Vec::with_capacity(call.args.len());
         for arg in &call.args {
@@ -685,7 +703,18 @@ impl Tracer {
             *slot = value;
         }
         self.set_registers(tid, &regs)?;
+        Ok(())
+    }
 
+    /// Lets thread `tid` run the call set up, the others running or not
+    /// as `world` says; the others' state and whether system-call stops
+    /// are followed.
+    fn start_call(
+        &mut self,
+        tid: Tid,
+        world: World,
+        stub: Option<&StubInfo>,
+    ) -> Result<(Others, bool), RemoteError> {
         // A signal the thread was stopped for waits until the call is over:
         // `call` puts the thread back in that very stop afterwards, and it is
         // delivered when the thread resumes (not also withheld: that
@@ -695,7 +724,7 @@ impl Tracer {
                 thread.state = ThreadState::Stopped(Stop::Trap);
             }
         }
-        let mut others = Others {
+        let others = Others {
             run: world == World::Running,
             for_syscall: false,
             for_good: world != World::WhenWaiting,
@@ -715,7 +744,20 @@ impl Tracer {
             let ms = ms.to_str().and_then(|s| s.parse().ok()).unwrap_or(0);
             std::thread::sleep(Duration::from_millis(ms));
         }
+        Ok((others, follow_syscalls))
+    }
 
+    /// Waits for the call on thread `tid` to return (its result), crash,
+    /// or outlast its timeout, dispatching the stops on the way; lets the
+    /// others run if it seems to wait for one of them.
+    fn wait_for_return(
+        &mut self,
+        tid: Tid,
+        call: &RemoteCall,
+        stub: Option<&StubInfo>,
+        mut others: Others,
+        follow_syscalls: bool,
+    ) -> Result<u64, RemoteError> {
         let deadline = Instant::now() + call.timeout;
         loop {
             let watch_progress = !others.run && !others.for_good;

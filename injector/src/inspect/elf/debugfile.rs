@@ -22,8 +22,8 @@ use std::sync::{Arc, RwLock};
 use object::read::elf::ElfFile64;
 use object::{Endianness, Object as _, ObjectSection as _};
 
-use super::elf::ElfImage;
-use super::error::InspectError;
+use super::ElfImage;
+use crate::inspect::error::InspectError;
 
 /// The environment variable listing debug directories, colon-separated. It
 /// replaces the default ([`DEFAULT_DEBUG_DIR`]).
