@@ -126,7 +126,9 @@ fn check_refusal(ctx: &Ctx, error: &str, cold: &str, parent: &str) {
         format!("`{cold}`"),
         format!("entered by a jump from {parent}+0x"),
         "not called".to_string(),
-        "it can be counted (-m calls) but not timed".to_string(),
+        "it can be counted but not timed".to_string(),
+        // The library's words, and the command line's flag for them.
+        "(`-m calls` counts what cannot be timed)".to_string(),
         "nothing was changed".to_string(),
     ] {
         ctx.check(error.contains(&want), || {

@@ -153,6 +153,7 @@ impl Output {
             sort: self.sort,
             by_thread: self.by_thread,
             histograms: self.histogram_of.clone(),
+            hints: crate::hints::table(),
         }
     }
 }

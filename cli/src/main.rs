@@ -8,6 +8,7 @@
 
 mod args;
 mod commands;
+mod hints;
 mod kernel;
 mod output;
 mod serve;
@@ -114,7 +115,7 @@ fn main() -> ExitCode {
         // weft stops writing and ends quietly, after removing its probes.
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("weft: error: {}", one_line(&e));
+            eprintln!("weft: error: {}", hints::with_hint(one_line(&e), &e));
             ExitCode::from(1)
         }
     }
@@ -168,7 +169,7 @@ fn run(cli: Cli, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
     };
     refuse_setuid()?;
     weft::inspect::set_debug_dirs(cli.debug_dirs);
-    weft::inspect::set_debug_note_reporter(|note| eprintln!("weft: {note}"));
+    weft::inspect::set_debug_note_reporter(|note| eprintln!("weft: {}", hints::debug_note(note)));
     dispatch(cli.command, boost)
 }
 

@@ -294,8 +294,12 @@ fn instrument(
         for r in &refused {
             let _ = writeln!(
                 text,
-                "weft:   `{}` ({}, {:#x}): {}",
-                r.function.name, r.function.module, r.function.address, r.reason
+                "weft:   `{}` ({}, {:#x}): {}{}",
+                r.function.name,
+                r.function.module,
+                r.function.address,
+                r.reason,
+                crate::hints::for_refusal(r).map_or(String::new(), |h| format!(" ({h})"))
             );
         }
     }

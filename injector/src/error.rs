@@ -2,8 +2,6 @@
 //! errors of the layers it wraps (its variants' sources): every message says
 //! what happened and what to do.
 
-use crate::inspect::FoundFunction;
-
 pub use crate::code::CodeError;
 pub use crate::inspect::{InspectError, MapsParseError, PatternError};
 pub use crate::library::LibraryError;
@@ -13,14 +11,7 @@ pub use crate::region::RegionError;
 pub use crate::runtime::RuntimeError;
 pub use crate::trampolines::PoolError;
 
-/// A function that could not be instrumented, and why.
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The function.
-    pub function: FoundFunction,
-    /// Why, in words for the user.
-    pub reason: String,
-}
+pub use crate::refusal::{Refusal, Refused, SharedCode};
 
 /// Anything that can go wrong in weft.
 #[derive(Debug, thiserror::Error)]
@@ -225,11 +216,10 @@ impl Room {
     fn advice(&self) -> &'static str {
         match self {
             Room::MetricWords => {
-                "a counted function takes 1 word, a timed one 11 (51 with --histogram): \
-                 instrument fewer functions, or \
-                 count some (-m calls) instead of timing them"
+                "a counted function takes 1 word, a timed one 11 (51 with a latency \
+                 histogram): instrument fewer functions, or count some instead of timing them"
             }
-            Room::CallRecords => "time fewer functions at once; count the others with -m calls",
+            Room::CallRecords => "time fewer functions at once, and count the others",
             Room::Probes => "instrument fewer functions, or remove probes first",
         }
     }

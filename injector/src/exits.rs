@@ -116,7 +116,7 @@ impl Metrics {
                 "" => continue,
                 other => {
                     return Err(format!(
-                    "unknown metric `{other}`: choose from calls, wall, cpu, trace (e.g. -m calls,wall)"
+                    "unknown metric `{other}`: choose from calls, wall, cpu, trace (e.g. `calls,wall`)"
                 ))
                 }
             }
@@ -202,7 +202,7 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
     if returns_twice.contains(&name) {
         return Some(
             "it returns twice or saves its return address for later, and a redirected return \
-             address would be used after its slot is reused; measure it with -m calls",
+             address would be used after its slot is reused; count its calls instead",
         );
     }
     let inspects_caller = [
@@ -220,18 +220,18 @@ pub fn never_hook_exit(name: &str) -> Option<&'static str> {
     ];
     if inspects_caller.contains(&name) {
         return Some(
-            "it looks at its caller's address (which a hooked exit replaces); measure it with -m calls",
+            "it looks at its caller's address (which a hooked exit replaces); count its calls instead",
         );
     }
     if name == "__restore_rt" {
         return Some(
             "it is the signal trampoline, entered by a signal handler's return on the signal \
-             frame, not called; measure it with -m calls",
+             frame, not called; count its calls instead",
         );
     }
     if name.starts_with("_Unwind_") || name.starts_with("__gxx_personality") {
         return Some(
-            "it is part of the unwinder that walks through hooked frames; measure it with -m calls",
+            "it is part of the unwinder that walks through hooked frames; count its calls instead",
         );
     }
     None
@@ -288,8 +288,7 @@ pub fn not_called(
         None => "entered by a jump".to_string(),
     };
     Some(format!(
-        "cannot time it: `{}` is {from}, not called: it can be counted (-m calls) but not \
-         timed; {evidence}",
+        "cannot time it: `{}` is {from}, not called: it can be counted but not timed; {evidence}",
         f.name
     ))
 }
@@ -313,7 +312,7 @@ pub fn never_hook_exit_in(image: &ProcessImage, f: &Function) -> Option<String> 
     let uncalled = |why: &str| {
         format!(
             "`{}` is {why}, not called: there is no return address on top of its stack to \
-             hook; measure it with -m calls",
+             hook; count its calls instead",
             f.name
         )
     };
@@ -342,7 +341,7 @@ pub fn never_hook_exit_in(image: &ProcessImage, f: &Function) -> Option<String> 
         format!(
             "{} is Go code, and Go's runtime aborts (\"unexpected return pc\") when it walks a \
              goroutine's stack (garbage collection, preemption, runtime.Callers) through the \
-             return address a timer replaces; measure it with -m calls",
+             return address a timer replaces; count its calls instead",
             module.name()
         )
     })

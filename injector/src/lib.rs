@@ -51,6 +51,7 @@ mod open_self;
 mod placement;
 mod process;
 mod ptrace;
+mod refusal;
 mod region;
 pub mod report;
 mod runtime;

@@ -50,11 +50,11 @@ use weft_codegen::{
 
 mod held;
 mod points;
-mod refusal;
+
 mod undo;
+pub use crate::refusal::{Refusal, SharedCode};
 pub use held::{Applied, Held};
 pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
-pub use refusal::{Refusal, SharedCode};
 #[cfg(debug_assertions)]
 #[doc(hidden)]
 pub use undo::Fault;
@@ -517,15 +517,18 @@ pub(crate) fn patch_for(site: &PatchSite, at: u64) -> Result<([u8; 5], [u8; 5]),
 
 /// Why a patch is refused when other code jumps into the bytes it would
 /// overwrite (entries and instruction points say it the same way).
-pub(crate) fn jumped_into(branch: &weft_codegen::Branch, module: &str, site: &PatchSite) -> String {
-    format!(
-        "code at {:#x} elsewhere in {module} jumps to {:#x}, inside the {} bytes the patch at \
-         {:#x} would overwrite",
-        branch.source,
-        branch.target,
-        site.original.len(),
-        site.patch_address
-    )
+pub(crate) fn jumped_into(
+    branch: &weft_codegen::Branch,
+    module: &str,
+    site: &PatchSite,
+) -> Refusal {
+    Refusal::JumpedInto {
+        from: branch.source,
+        target: branch.target,
+        module: module.to_string(),
+        len: site.original.len(),
+        patch_address: site.patch_address,
+    }
 }
 
 /// Table entries an insertion needs ([`Error::OutOfRoom`]).

@@ -145,7 +145,7 @@ pub enum CallTraceError {
     #[error("another weft (pid {0}) is tracing calls in this process, and the threads' trace rings have one reader: stop that weft first, or leave trace out of -m")]
     OtherWeft(u32),
     /// No trace was recorded.
-    #[error("no call trace was recorded: add `trace` to the metrics (-m calls,trace)")]
+    #[error("no call trace was recorded: add `trace` to the metrics (`calls,trace`)")]
     NotTraced,
 }
 

@@ -212,7 +212,12 @@ fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
         process.harvest();
         if Instant::now() >= next_table {
             println!("\n--- live, {:.1} s ---", started.elapsed().as_secs_f64());
-            print!("{}", process.report().to_table());
+            print!(
+                "{}",
+                process
+                    .report()
+                    .to_table_with(&crate::hints::table_options())
+            );
             next_table += Duration::from_secs(1);
         }
     }
@@ -222,7 +227,7 @@ fn demo(threads: usize, requests: u64) -> Result<ExitCode> {
     let report = held.report();
     held.release()?;
     println!("\n--- final (instrumentation removed, weft detached) ---");
-    print!("{}", report.to_table());
+    print!("{}", report.to_table_with(&crate::hints::table_options()));
 
     let mut mismatches = 0;
     let mut total = 0u64;

@@ -180,7 +180,7 @@ fn plain(attached: &mut Attached, pace: &Pace) -> Result<wait::End> {
                     let text = format!(
                         "weft top: pid {pid}, {:.1} s\n{}\n",
                         started.elapsed().as_secs_f64(),
-                        r.to_table_with(&weft::report::TableOptions::default())
+                        r.to_table_with(&crate::hints::table_options())
                     );
                     to_stdout(text.as_bytes())
                 })

@@ -74,19 +74,19 @@ impl std::fmt::Display for Setback {
         match self {
             Setback::Overhead { share, max } => write!(
                 f,
-                "the instrumentation costs {:.1}% of the target's CPU, over --max-overhead {:.1}%",
+                "the instrumentation costs {:.1}% of the target's CPU, over the bound of {:.1}%",
                 share * 100.0,
                 max * 100.0
             ),
             Setback::ProbesFull { max } => {
-                write!(f, "{max} functions instrumented at once (--max-probes)")
+                write!(f, "{max} functions instrumented at once (the limit)")
             }
             Setback::NotInExecutable { function } => {
                 write!(f, "{function} is not a function of the executable")
             }
             Setback::TooCostly { share, max } => write!(
                 f,
-                "its calls cost {:.1}% of the target's CPU, over --max-overhead {:.1}%",
+                "its calls cost {:.1}% of the target's CPU, over the bound of {:.1}%",
                 share * 100.0,
                 max * 100.0
             ),

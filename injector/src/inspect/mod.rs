@@ -166,8 +166,8 @@ impl std::fmt::Display for DebugNote {
             DebugNote::NoDebugFile { module } => write!(
                 f,
                 "{module}: stripped, no debug file found; functions named fun_<addr> from \
-                 .eh_frame (install its debug package, or point --debug-dir or {DEBUG_DIRS_ENV} \
-                 at a directory holding its .build-id/ tree)"
+                 .eh_frame (install its debug package, or add a directory holding its .build-id/ tree \
+                 to the debug directories, set_debug_dirs or {DEBUG_DIRS_ENV})"
             ),
             DebugNote::Ignored { module, error } => write!(f, "{module}: {error}"),
         }

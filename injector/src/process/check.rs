@@ -143,9 +143,6 @@ pub(super) fn must_refuse(
     refused
         .into_iter()
         .filter(|(k, _)| required(&requests[*k].function))
-        .map(|(k, why)| Refused {
-            function: requests[k].function.clone(),
-            reason: why.to_string(),
-        })
+        .map(|(k, why)| Refused::new(requests[k].function.clone(), why))
         .collect()
 }

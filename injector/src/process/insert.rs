@@ -125,10 +125,7 @@ impl Process {
         }
         let refused: Vec<Refused> = refused
             .into_iter()
-            .map(|(k, why)| Refused {
-                function: requests[k].function.clone(),
-                reason: why.to_string(),
-            })
+            .map(|(k, why)| Refused::new(requests[k].function.clone(), why))
             .collect();
         if plans.is_empty() && shares.is_empty() {
             return Ok(Applied {
@@ -219,13 +216,10 @@ impl Process {
                 exit_predicate,
                 Some(weft_codegen::Predicate::ArgEquals { .. })
             ) {
-                return Err(Error::Refused(vec![Refused {
-                    function: spec.function.clone(),
-                    reason: "an exit probe's predicate can only name a thread: the arguments \
-                             are gone at an exit (test them in an entry probe, or the return \
-                             value in the exit probe itself)"
-                        .into(),
-                }]));
+                return Err(Error::Refused(vec![Refused::new(
+                    spec.function.clone(),
+                    Refusal::ArgumentsAtExit,
+                )]));
             }
         }
         Ok(())
@@ -368,12 +362,8 @@ impl Process {
             },
             snippets: &snippets,
         };
-        let trampoline = build_trampoline(&spec).map_err(|e| {
-            Error::Refused(vec![Refused {
-                function: f.clone(),
-                reason: e.to_string(),
-            }])
-        })?;
+        let trampoline = build_trampoline(&spec)
+            .map_err(|e| Error::Refused(vec![Refused::new(f.clone(), e.into())]))?;
         let (patch, original) = patch_for(site, at)?;
         // The record lets a later weft take this probe out if this weft
         // dies while it is live; it goes out with the trampoline, in one
@@ -471,12 +461,8 @@ impl Process {
             site.patch_address,
             len,
         )?;
-        let relocated = weft_codegen::relocate(&site, at).map_err(|e| {
-            Error::Refused(vec![Refused {
-                function: c.function.clone(),
-                reason: e.to_string(),
-            }])
-        })?;
+        let relocated = weft_codegen::relocate(&site, at)
+            .map_err(|e| Error::Refused(vec![Refused::new(c.function.clone(), e.into())]))?;
         let (patch, original) = patch_for(&site, at)?;
         let offsets: Vec<(u32, u32)> = relocated
             .instruction_offsets

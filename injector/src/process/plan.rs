@@ -136,8 +136,8 @@ impl Process {
         &mut self,
         f: &Function,
         occupied: &Occupied,
-    ) -> Result<weft_codegen::PatchSite, String> {
-        let (site, entered) = self.plan_shared(f, occupied).map_err(|e| e.to_string())?;
+    ) -> Result<weft_codegen::PatchSite, Refusal> {
+        let (site, entered) = self.plan_shared(f, occupied)?;
         match entered.first() {
             Some(branch) => Err(jumped_into(branch, &f.module, &site)),
             None => Ok(site),

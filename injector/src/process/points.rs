@@ -13,6 +13,7 @@ use super::{
     Error, Function, Occupied, Probe, ProbeId, ProbeKind, Process, Refused, UserProbe, Words,
 };
 use crate::ptrace::Tracer;
+use crate::refusal::Refusal;
 use std::time::Instant;
 use weft_codegen::cfg::{CallSite, Flow};
 use weft_codegen::{
@@ -146,10 +147,11 @@ impl Process {
                     batch.insert(site.patch_address, (site.end(), spec.address));
                     plans.push((spec, site));
                 }
-                Err(reason) => refused.push(Refused {
-                    function: spec.function.clone(),
-                    reason: format!("{}: {reason}", point_name(&spec.function, spec.address)),
-                }),
+                Err(why) => refused.push(Refused::at_point(
+                    spec.function.clone(),
+                    &point_name(&spec.function, spec.address),
+                    why,
+                )),
             }
         }
         if !refused.is_empty() {
@@ -213,10 +215,11 @@ impl Process {
                     snippets: &snippets,
                 })
                 .map_err(|e| {
-                    Error::Refused(vec![Refused {
-                        function: spec.function.clone(),
-                        reason: format!("{}: {e}", point_name(&spec.function, spec.address)),
-                    }])
+                    Error::Refused(vec![Refused::at_point(
+                        spec.function.clone(),
+                        &point_name(&spec.function, spec.address),
+                        e.into(),
+                    )])
                 })?;
                 let (patch, original) = super::patch_for(site, at)?;
                 moves.extend(super::resumes(site, at, &trampoline.instruction_offsets));
@@ -287,7 +290,7 @@ impl Process {
                     self.planning.point_plans.insert(point_key(spec), site);
                     out.push(None);
                 }
-                Err(reason) => out.push(Some(reason)),
+                Err(why) => out.push(Some(why.to_string())),
             }
         }
         out
@@ -344,36 +347,37 @@ impl Process {
         spec: &PointSpec,
         batch: &Batch,
         occupied: &Occupied,
-    ) -> Result<PatchSite, String> {
+    ) -> Result<PatchSite, Refusal> {
         let f = &spec.function;
         if let Some(slots) = spec.call_targets {
             if slots == 0 || slots > MAX_CALL_TARGET_SLOTS {
-                return Err(format!(
+                return Err(Refusal::Point(format!(
                     "a call-target table has 1 to {MAX_CALL_TARGET_SLOTS} slots, not {slots}"
-                ));
+                )));
             }
         }
         if f.size == 0 {
-            return Err(
+            return Err(Refusal::Point(
                 "the function's size is unknown (no symbol size, no unwind entry), so its \
                  instructions cannot be told apart from what follows it"
                     .into(),
-            );
+            ));
         }
         let size = f.size.min(MAX_POINT_FUNCTION);
         if spec.address < f.address || spec.address >= f.address + size {
-            return Err(format!(
+            return Err(Refusal::Point(format!(
                 "{:#x} is outside the function ({:#x}..{:#x})",
                 spec.address,
                 f.address,
                 f.address + f.size
-            ));
+            )));
         }
-        self.branch_index(f.address).map_err(|e| e.to_string())?;
-        let memory = self.reader().map_err(|e| e.to_string())?;
+        let unreadable = |e: Error| Refusal::Unreadable(e.to_string());
+        self.branch_index(f.address).map_err(unreadable)?;
+        let memory = self.reader().map_err(unreadable)?;
         let mut code = memory
             .read_vec(f.address, size as usize)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Refusal::Unreadable(e.to_string()))?;
         let mut padding = if f.padding > 0 {
             memory
                 .read_vec(f.address + f.size, f.padding.min(64) as usize)
@@ -396,8 +400,7 @@ impl Process {
                 padding: &padding,
             },
             spec.address,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         if spec.call_targets.is_some() {
             let here = weft_codegen::analyze_function(f.address, &code)
                 .instruction_at(spec.address)
@@ -406,12 +409,12 @@ impl Process {
                 here,
                 Some((Flow::IndirectCall { .. } | Flow::IndirectJump { .. }, _))
             ) {
-                return Err(format!(
+                return Err(Refusal::Point(format!(
                     "call targets are recorded at an indirect call or jump (`call reg`, \
                      `call [mem]`, a PLT stub's `jmp [rip + slot]`), and the instruction there \
                      is {}",
                     here.map_or("unknown".to_string(), |(_, m)| format!("a {m:?}"))
-                ));
+                )));
             }
         }
         self.place_point(f, site, batch, occupied)
@@ -437,29 +440,29 @@ impl Process {
         site: PatchSite,
         batch: &Batch,
         occupied: &Occupied,
-    ) -> Result<PatchSite, String> {
+    ) -> Result<PatchSite, Refusal> {
         let range = site.patch_address..site.end();
         if let Some(other) =
             occupied.overlapping(&self.probes, &self.session.foreign, range.clone())
         {
-            return Err(format!(
+            return Err(Refusal::Overlaps(format!(
                 "its patch ({:#x}..{:#x}) overlaps probe {} at {:#x} ({}): remove that first",
                 range.start,
                 range.end,
                 other.id.0,
                 other.patch_address,
                 probe_name(other)
-            ));
+            )));
         }
         // The batch's patches are disjoint: only the last one starting
         // before this one ends can overlap it.
         if let Some((_, &(end, other))) = batch.range(..range.end).next_back() {
             if end > range.start {
-                return Err(format!(
+                return Err(Refusal::Overlaps(format!(
                     "its patch ({:#x}..{:#x}) overlaps that of the point at {other:#x} in the \
                      same batch",
                     range.start, range.end
-                ));
+                )));
             }
         }
         let index = self

@@ -15,16 +15,9 @@ impl Process {
         };
         self.begin_change(tracer)?;
         self.remove_leftover_probes(tracer, std::slice::from_ref(&f))?;
-        let refuse = |reason: String| {
-            Error::Refused(vec![Refused {
-                function: f.clone(),
-                reason,
-            }])
-        };
+        let refuse = |why: Refusal| Error::Refused(vec![Refused::new(f.clone(), why)]);
         if self.probes.iter().any(|p| p.is_live_entry_of(&f)) {
-            return Err(refuse(
-                "it is already instrumented: remove its probe first".into(),
-            ));
+            return Err(refuse(Refusal::AlreadyInstrumented));
         }
         let occupied = Occupied::of(&self.probes, &self.session.foreign);
         let site = self.plan(&f, &occupied).map_err(refuse)?;
@@ -33,16 +26,16 @@ impl Process {
             &self.session.foreign,
             site.patch_address..site.end(),
         ) {
-            return Err(refuse(format!(
+            return Err(refuse(Refusal::Overlaps(format!(
                 "its entry's patch overlaps the probe at {:#x} ({}): remove that first",
                 other.patch_address,
                 self.probe_label(other)
-            )));
+            ))));
         }
         let len = weft_codegen::max_redirect_len(&site) as u64;
         let at = self.reserve_near(tracer, site.patch_address, len)?;
         let redirect =
-            weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.to_string()))?;
+            weft_codegen::build_redirect(at, &site, with).map_err(|e| refuse(e.into()))?;
         let (patch, original) = patch_for(&site, at)?;
         let record =
             crate::trampolines::record(site.patch_address, original, redirect.bytes.len() as u64);
@@ -186,30 +179,23 @@ impl Process {
             padding: 0,
             aliases: Vec::new(),
         });
-        let refuse = |reason: String| {
-            Error::Refused(vec![Refused {
-                function: f.clone(),
-                reason,
-            }])
-        };
+        let refuse = |why: Refusal| Error::Refused(vec![Refused::new(f.clone(), why)]);
         let mut bytes = [0u8; 5];
         tracer.memory().read(site, &mut bytes)?;
         if bytes[0] != 0xe8 {
-            return Err(refuse(format!(
-                "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
-            )));
+            return Err(refuse(Refusal::NotADirectCall { site }));
         }
         if let Some(other) = Occupied::of(&self.probes, &self.session.foreign).overlapping(
             &self.probes,
             &self.session.foreign,
             site..site + 5,
         ) {
-            return Err(refuse(format!(
+            return Err(refuse(Refusal::Overlaps(format!(
                 "the call at {site:#x} is already changed, or inside the patch of the probe at \
                  {:#x} ({}): remove that first",
                 other.patch_address,
                 self.probe_label(other)
-            )));
+            ))));
         }
         Ok((f, bytes))
     }

@@ -497,12 +497,10 @@ pub(super) fn splice(
         for &i in members {
             let off = (probes[i].patch_address - lo) as usize;
             if current[off..off + originals[i].len()] != *originals[i] {
-                changed.push(Refused {
-                    function: probes[i].function.clone(),
-                    reason: "its code changed while weft prepared the patch (another tool, or \
-                             a library loaded again?): nothing was changed; try again"
-                        .into(),
-                });
+                changed.push(Refused::new(
+                    probes[i].function.clone(),
+                    Refusal::CodeChanged,
+                ));
             }
             patched[off..off + 5].copy_from_slice(&probes[i].patch);
         }

@@ -12,7 +12,8 @@ mod table;
 mod text;
 
 pub use table::{
-    SortKey, TableOptions, COMPACT_MAX_FUNCTIONS, DEFAULT_TOP, HISTOGRAMS_SHOWN, TABLE_WIDTH,
+    SortKey, TableHints, TableOptions, COMPACT_MAX_FUNCTIONS, DEFAULT_TOP, HISTOGRAMS_SHOWN,
+    TABLE_WIDTH,
 };
 pub use text::{ellipsize, group_digits, human_ns};
 

@@ -67,11 +67,12 @@ impl Report {
         if let Some(t) = &self.trace {
             let _ = writeln!(
                 out,
-                "trace: {} calls recorded on {} thread(s), {} events dropped, {} not kept (--format chrome-trace or flamegraph writes them)",
+                "trace: {} calls recorded on {} thread(s), {} events dropped, {} not kept{}",
                 t.calls,
                 t.threads.len(),
                 t.dropped_events,
-                t.discarded_events
+                t.discarded_events,
+                hint(options.hints.write_trace)
             );
         }
         if self.overflow_threads > 0 {
@@ -246,7 +247,7 @@ impl Report {
             }
         );
         columns.render(&rows, true, out);
-        left_out(&all[shown.len()..], out);
+        left_out(&all[shown.len()..], &options.hints, out);
         if options.by_thread {
             for t in &self.threads {
                 let _ = writeln!(out);
@@ -280,32 +281,34 @@ impl Report {
                 if kept.len() < mine.len() {
                     let _ = writeln!(
                         out,
-                        "… {} more function(s) of this thread not shown (--top 0 shows all)",
-                        mine.len() - kept.len()
+                        "… {} more function(s) of this thread not shown{}",
+                        mine.len() - kept.len(),
+                        hint(options.hints.show_all)
                     );
                 }
             }
         } else {
-            self.thread_summary(key, top, out);
+            self.thread_summary(key, top, &options.hints, out);
         }
         shown
     }
 
     /// One line per thread: its calls, the functions it called and its
     /// first function by `key`.
-    fn thread_summary(&self, key: SortKey, top: usize, out: &mut String) {
+    fn thread_summary(&self, key: SortKey, top: usize, hints: &TableHints, out: &mut String) {
         let mut threads: Vec<&ThreadReport> = self.threads.iter().collect();
         let calls = |t: &ThreadReport| t.functions.values().map(|c| c.calls).sum::<u64>();
         threads.sort_by(|a, b| calls(b).cmp(&calls(a)).then(a.tid.cmp(&b.tid)));
         let kept = limit(&threads, top);
         let _ = writeln!(
             out,
-            "\nthreads by calls{} (--by-thread: each thread's functions):",
+            "\nthreads by calls{}{}:",
             if kept.len() < threads.len() {
                 format!(", top {} of {}", kept.len(), threads.len())
             } else {
                 String::new()
-            }
+            },
+            hint(hints.by_thread)
         );
         let mut table = vec![vec![
             "TID".to_string(),
@@ -360,8 +363,9 @@ impl Report {
         if kept.len() < threads.len() {
             let _ = writeln!(
                 out,
-                "… {} more thread(s) not shown (--top 0 shows all)",
-                threads.len() - kept.len()
+                "… {} more thread(s) not shown{}",
+                threads.len() - kept.len(),
+                hint(hints.show_all)
             );
         }
     }
@@ -389,8 +393,9 @@ impl Report {
                 None => {
                     let _ = writeln!(
                         out,
-                        "no latency histogram of {} (kept with -m wall and --histogram)",
-                        f.name
+                        "no latency histogram of {}{}",
+                        f.name,
+                        hint(options.hints.keep_histogram)
                     );
                 }
             }
@@ -417,7 +422,7 @@ fn limit<T>(v: &[T], top: usize) -> &[T] {
 }
 
 /// The line saying what the long table left out.
-fn left_out(rest: &[&FunctionReport], out: &mut String) {
+fn left_out(rest: &[&FunctionReport], hints: &TableHints, out: &mut String) {
     if rest.is_empty() {
         return;
     }
@@ -425,10 +430,11 @@ fn left_out(rest: &[&FunctionReport], out: &mut String) {
     let wall: Option<u64> = rest.iter().map(|f| f.wall_ns).sum();
     let _ = writeln!(
         out,
-        "… {} more function(s) not shown: {} calls{} (--top N, --top 0 shows all)",
+        "… {} more function(s) not shown: {} calls{}{}",
         rest.len(),
         group_digits(calls),
-        wall.map_or(String::new(), |w| format!(", {} wall", human_ns(w)))
+        wall.map_or(String::new(), |w| format!(", {} wall", human_ns(w))),
+        hint(hints.show_all)
     );
 }
 
@@ -486,6 +492,28 @@ pub struct TableOptions {
     /// Functions whose latency histogram to show (empty: the first
     /// [`HISTOGRAMS_SHOWN`] rows that have one).
     pub histograms: Vec<String>,
+    /// How the caller's user asks for what the table leaves out.
+    pub hints: TableHints,
+}
+
+/// How the caller's user asks for what a table leaves out, added in
+/// parentheses to each line that leaves something out. A command line
+/// puts its own flags here (the library knows none); None adds nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableHints {
+    /// How to show every row (what `top: Some(0)` does).
+    pub show_all: Option<&'static str>,
+    /// How to show each thread's functions (what `by_thread` does).
+    pub by_thread: Option<&'static str>,
+    /// How to write out a call trace the report only counts.
+    pub write_trace: Option<&'static str>,
+    /// How to keep a latency histogram.
+    pub keep_histogram: Option<&'static str>,
+}
+
+/// ` (how)`, or nothing.
+fn hint(how: Option<&str>) -> String {
+    how.map_or(String::new(), |h| format!(" ({h})"))
 }
 
 impl TableOptions {

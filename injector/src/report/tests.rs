@@ -309,6 +309,7 @@ fn two_thousand_functions_fit_120_columns() {
             sort: Some(SortKey::SelfTime),
             top: Some(0),
             histograms: vec!["f3".into(), "nope".into()],
+            ..TableOptions::default()
         },
     ] {
         let table = r.to_table_with(&options);
@@ -626,4 +627,34 @@ fn digits_are_grouped() {
     assert_eq!(group_digits(999), "999");
     assert_eq!(group_digits(1000), "1,000");
     assert_eq!(group_digits(1234567), "1,234,567");
+}
+
+/// The library's table names no command-line flag; a caller's hints go in
+/// parentheses on each line that leaves something out.
+#[test]
+fn table_hints_come_from_the_caller() {
+    let r = big_report(2_000, 3);
+    let plain = r.to_table_with(&TableOptions {
+        by_thread: true,
+        histograms: vec!["f3".into()],
+        ..TableOptions::default()
+    });
+    assert!(plain.contains("more function(s) not shown"), "{plain}");
+    assert!(
+        !plain.contains("--"),
+        "a flag in the library's table: {plain}"
+    );
+    let hints = TableHints {
+        show_all: Some("SHOW ALL"),
+        by_thread: Some("BY THREAD"),
+        write_trace: Some("WRITE TRACE"),
+        keep_histogram: Some("KEEP HISTOGRAM"),
+    };
+    let hinted = r.to_table_with(&TableOptions {
+        by_thread: false,
+        hints,
+        ..TableOptions::default()
+    });
+    assert!(hinted.contains("not shown: "), "{hinted}");
+    assert!(hinted.contains("(SHOW ALL)"), "{hinted}");
 }

@@ -1,6 +1,6 @@
 //! Why a function cannot be instrumented as asked, as a type: what a
-//! dry run ([`Process::check`](super::Process::check)) answers, and what
-//! an insertion's [`Refused`](super::Refused) says in words.
+//! dry run (`Process::check`) answers, and what an insertion's
+//! [`Refused`](crate::error::Refused) carries beside its words.
 
 /// Why a function cannot be instrumented (as asked). Every message says
 /// what was found and what to do; [`Refusal::kind`] groups them.
@@ -32,6 +32,25 @@ pub enum Refusal {
         /// Why no companion can carry the jump.
         why: SharedCode,
     },
+    /// Code elsewhere in the module jumps into the bytes the patch would
+    /// overwrite (where no companion is tried: replacements, instruction
+    /// points).
+    #[error(
+        "code at {from:#x} elsewhere in {module} jumps to {target:#x}, inside the {len} bytes the \
+         patch at {patch_address:#x} would overwrite"
+    )]
+    JumpedInto {
+        /// The jump.
+        from: u64,
+        /// Where it lands.
+        target: u64,
+        /// The module.
+        module: String,
+        /// Bytes the patch would overwrite.
+        len: usize,
+        /// Where the patch would go.
+        patch_address: u64,
+    },
     /// Timers were asked, and its exit must not be hooked.
     #[error("cannot time it: {0}")]
     NotTimeable(String),
@@ -41,6 +60,40 @@ pub enum Refusal {
     /// Another weft has a probe there that this one cannot share.
     #[error("{0}")]
     OtherWeft(String),
+    /// It already has a probe this change cannot go beside.
+    #[error("it is already instrumented: remove its probe first")]
+    AlreadyInstrumented,
+    /// Its bytes changed between planning and patching.
+    #[error(
+        "its code changed while weft prepared the patch (another tool, or a library loaded \
+         again?): nothing was changed; try again"
+    )]
+    CodeChanged,
+    /// An exit probe's predicate tests an argument.
+    #[error(
+        "an exit probe's predicate can only name a thread: the arguments are gone at an exit \
+         (test them in an entry probe, or the return value in the exit probe itself)"
+    )]
+    ArgumentsAtExit,
+    /// Its trampoline could not be built.
+    #[error(transparent)]
+    Build(#[from] weft_codegen::BuildError),
+    /// The instructions its patch displaces cannot be moved to where its
+    /// trampoline is.
+    #[error(transparent)]
+    Relocate(#[from] weft_codegen::RelocError),
+    /// A call site to redirect or remove is not a direct call.
+    #[error(
+        "{site:#x} is not a direct call (`call rel32`, e8): only those can be redirected or removed"
+    )]
+    NotADirectCall {
+        /// The address asked for.
+        site: u64,
+    },
+    /// An instruction point that cannot be probed as asked (outside the
+    /// function, not an indirect call, a bad table size, ...).
+    #[error("{0}")]
+    Point(String),
     /// An IFUNC whose implementation the process has not chosen yet: a dry
     /// run cannot know which code would be patched (an insertion calls the
     /// resolver and plans the implementation it returns).
@@ -55,7 +108,8 @@ pub enum Refusal {
     /// Every address within reach of its entry is mapped, so no
     /// trampoline can be placed where its `jmp` reaches.
     #[error(
-        "no free address range within 1 GiB of {patch_address:#x} for its trampoline (the          process has mapped all the memory around it): unmap or move what surrounds its module"
+        "no free address range within 1 GiB of {patch_address:#x} for its trampoline (the \
+         process has mapped all the memory around it): unmap or move what surrounds its module"
     )]
     NoRoomNearby {
         /// Where the patch would go.
@@ -134,12 +188,59 @@ impl Refusal {
                 SharedCode::InsideProbe { .. } => "shared code: the jump is in another probe",
                 SharedCode::OverlapsRequest { .. } => "shared code: overlaps another request",
             },
+            Refusal::JumpedInto { .. } => "shared code: other code jumps into the patch",
             Refusal::NotTimeable(_) => "its exit cannot be hooked",
+            Refusal::AlreadyInstrumented => "already instrumented",
+            Refusal::CodeChanged => "its code changed meanwhile",
+            Refusal::ArgumentsAtExit => "an argument tested at an exit",
+            Refusal::Build(_) => "its trampoline cannot be built",
+            Refusal::Relocate(_) => "displaced code cannot be moved",
+            Refusal::NotADirectCall { .. } => "not a direct call",
+            Refusal::Point(_) => "not a usable instruction point",
             Refusal::Overlaps(_) => "overlaps another probe",
             Refusal::OtherWeft(_) => "another weft's probe",
             Refusal::UnresolvedIfunc => "unresolved IFUNC",
             Refusal::Unreadable(_) => "unreadable",
             Refusal::NoRoomNearby { .. } => "no room for a trampoline nearby",
+        }
+    }
+}
+
+/// A function that could not be instrumented, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The function.
+    pub function: crate::inspect::FoundFunction,
+    /// Why, as a type (its [`Refusal::kind`] groups refusals).
+    pub why: Refusal,
+    /// Why, in words for the user: `why`'s message, after the instruction
+    /// point's name for a point.
+    pub reason: String,
+}
+
+impl Refused {
+    /// `function` refused because of `why`.
+    pub fn new(function: crate::inspect::FoundFunction, why: Refusal) -> Refused {
+        let reason = why.to_string();
+        Refused {
+            function,
+            why,
+            reason,
+        }
+    }
+
+    /// The point `point` (its name, `function+offset`) in `function`
+    /// refused because of `why`.
+    pub(crate) fn at_point(
+        function: crate::inspect::FoundFunction,
+        point: &str,
+        why: Refusal,
+    ) -> Refused {
+        let reason = format!("{point}: {why}");
+        Refused {
+            function,
+            why,
+            reason,
         }
     }
 }
