@@ -18,6 +18,7 @@
 //! gap is marked on the thread's timeline, as are the events the threads
 //! dropped themselves (a full ring).
 
+pub(crate) mod chrome;
 mod drain;
 mod output;
 mod store;

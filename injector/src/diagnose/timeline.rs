@@ -10,6 +10,7 @@
 //! running at once, named after it.
 
 use super::consultant::{Diagnosis, NodeReport, TestState};
+use crate::trace::chrome::ChromeTrace;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -39,10 +40,7 @@ fn chrome_trace(
         }
     }
     let us = |s: f64| (s * 1e6 * 1000.0).round() / 1000.0;
-    let mut events = vec![json!({
-        "ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-        "args": {"name": format!("weft diagnose: {process}")},
-    })];
+    let mut events = Vec::new();
     let mut lane_tid = FIRST_LANE_TID;
     for (thread, mut nodes) in by_thread {
         nodes.sort_by(|a, b| a.began.unwrap_or(0.0).total_cmp(&b.began.unwrap_or(0.0)));
@@ -111,17 +109,24 @@ fn chrome_trace(
             }
         }
     }
-    let trace: Value = json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "tool": "weft diagnose",
-            "tests": diagnosis.summary.tests,
-            "seconds": end,
-            "exhausted": diagnosis.summary.exhausted,
-        },
+    let other = json!({
+        "tool": "weft diagnose",
+        "tests": diagnosis.summary.tests,
+        "seconds": end,
+        "exhausted": diagnosis.summary.exhausted,
     });
-    trace.to_string()
+    write(pid, &format!("weft diagnose: {process}"), &events, &other)
+        .expect("writing JSON to memory cannot fail")
+}
+
+/// The events as one Trace Event Format object (the writer call traces use).
+fn write(pid: i32, process: &str, events: &[Value], other: &Value) -> std::io::Result<String> {
+    let mut trace = ChromeTrace::begin(Vec::new(), pid, process)?;
+    for event in events {
+        trace.event(event)?;
+    }
+    let bytes = trace.finish("ms", other)?;
+    String::from_utf8(bytes).map_err(std::io::Error::other)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! call path as the records are read. Neither holds more than a thread's
 //! open calls and the distinct call paths.
 
+use super::chrome::{json_string, ChromeTrace};
 use super::store::Record;
 use super::{CallEnd, CallTraceError, ThreadTrace, TraceLog};
 use std::collections::HashMap;
@@ -152,23 +153,15 @@ impl TraceLog {
     /// only callee the same start and end, and viewers nest such `X`
     /// slices either way round.
     pub fn write_chrome_trace(&self, out: &mut dyn Write) -> Result<(), CallTraceError> {
-        let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+        let out = std::io::BufWriter::with_capacity(64 * 1024, out);
         let pid = self.pid;
         let origin = self.origin();
-        write!(
-            out,
-            "{{\"traceEvents\":[\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{pid},\"args\":{{\"name\":{}}}}}",
-            json_string(&self.process)
-        )?;
+        let mut out = ChromeTrace::begin(out, pid, &self.process)?;
         // Each function's name, escaped once.
         let mut names: HashMap<u32, String> = HashMap::new();
         for t in &self.threads {
             let tid = t.tid;
-            write!(
-                out,
-                ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
-                json_string(&t.name)
-            )?;
+            out.thread_name(pid, u64::from(tid), &t.name)?;
             self.replay(t, origin, |s| {
                 let (name, ph, ns, args) = match s {
                     Step::Begin {
@@ -185,11 +178,10 @@ impl TraceLog {
                         let name = json_string(&gap_name(count));
                         let args = format!(",\"args\":{{\"lost_events\":{count}}}");
                         for (ph, ns) in [("B", from), ("E", to)] {
-                            write!(
-                                out,
-                                ",\n{{\"name\":{name},\"cat\":\"weft-gap\",\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}{args}}}",
+                            out.raw(format_args!(
+                                "{{\"name\":{name},\"cat\":\"weft-gap\",\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}{args}}}",
                                 Micros(ns)
-                            )?;
+                            ))?;
                         }
                         return Ok(());
                     }
@@ -197,11 +189,10 @@ impl TraceLog {
                 let name = names
                     .entry(name)
                     .or_insert_with(|| json_string(&self.function_name(name)));
-                write!(
-                    out,
-                    ",\n{{\"name\":{name},\"cat\":\"weft\",\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}{args}}}",
+                out.raw(format_args!(
+                    "{{\"name\":{name},\"cat\":\"weft\",\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid}{args}}}",
                     Micros(ns)
-                )
+                ))
             })?;
         }
         let summary = self.summary();
@@ -216,11 +207,7 @@ impl TraceLog {
             "drain_realtime": summary.drain_realtime,
             "threads": summary.threads,
         });
-        writeln!(
-            out,
-            "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{other}}}"
-        )?;
-        out.flush()?;
+        out.finish("ns", &other)?;
         Ok(())
     }
 
@@ -385,10 +372,6 @@ impl std::fmt::Display for Micros {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
     }
-}
-
-fn json_string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
 }
 
 fn xml_escape(s: &str) -> String {
