@@ -877,7 +877,11 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
         // threads running on meanwhile (tests/late_stop.rs). What no one
         // can bound is a hypervisor taking the vCPU away mid-stop (one of
         // 7.0 ms, 0.1 ms of it stopping, while the machine's steal was
-        // high): with the vCPUs visibly stolen, 50 ms; else 5 ms.
+        // high), nor other programs' load keeping the target's threads
+        // from a CPU (a stop of 13.7 ms, 12.3 ms of it for the threads to
+        // be scheduled and stop, with a build running beside: the main
+        // thread ran 45% of its runnable time): with the vCPUs visibly
+        // stolen or the target waiting for CPUs, 50 ms; else 5 ms.
         let longest_stop = s["longest_stop_ms"].as_f64().unwrap_or(f64::MAX);
         let part = |k: &str| s[k].as_f64().unwrap_or(f64::MAX);
         let (stopping, resuming, weft_cpu, remote) = (
@@ -886,7 +890,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
             part("longest_stop_weft_cpu_ms"),
             part("longest_stop_remote_calls_ms"),
         );
-        let quiet = steal <= STEAL_QUIET;
+        let quiet = steal <= STEAL_QUIET && tested.own_ratio >= 0.95;
         eprintln!(
             "run {run}: {} stops ({} given up for a late thread), the longest {longest_stop:.1} ms \
              {} ({stopping:.1} ms for the threads to stop, {resuming:.1} ms to resume them, \
@@ -897,7 +901,7 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
             if quiet {
                 ""
             } else {
-                " [the hypervisor stole: bound 50 ms]"
+                " [the hypervisor stole, or other load kept the target from a CPU: bound 50 ms]"
             },
         );
         let bound = if quiet { 5.0 } else { 50.0 };
