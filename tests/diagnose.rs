@@ -406,6 +406,12 @@ fn a_function_too_costly_to_time_is_skipped() {
     ctx.check(err.contains("weft: tick: taken out"), || {
         format!("tick was not taken out:\n{err}")
     });
+    // Its other tests (the other worker, the path through polish) are
+    // skipped, not probed again.
+    let taken_out = err.matches("weft: tick: taken out").count();
+    ctx.check(taken_out == 1, || {
+        format!("tick was probed and taken out {taken_out} times:\n{err}")
+    });
     let crunch = bottleneck(&d, &["worker", "crunch"]);
     ctx.check(crunch.is_some_and(|b| b["hypothesis"] == "cpu"), || {
         format!("crunch not the bottleneck: {}", d["bottlenecks"])

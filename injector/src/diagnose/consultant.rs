@@ -333,6 +333,12 @@ pub struct Consultant {
     /// Live probes by function name, with the tests that use them.
     probes: HashMap<String, (ProbeId, BTreeSet<NodeId>)>,
     probed_ever: BTreeSet<String>,
+    /// Functions whose probe was taken out as too costly, with the share
+    /// their calls cost: a later test of one (another thread, another
+    /// path) is skipped at once, not probed again (on CPython the same
+    /// allocator function went in and out 285 times in a minute, and each
+    /// trial cost the target its calls' time until it was read).
+    too_costly: HashMap<String, f64>,
     peak_probes: usize,
     baselines: HashMap<NodeId, Baseline>,
     sampler: Sampler,
@@ -492,6 +498,7 @@ impl Consultant {
             cost: Cost::new(process.pid()),
             probes: HashMap::new(),
             probed_ever: BTreeSet::new(),
+            too_costly: HashMap::new(),
             peak_probes: 0,
             baselines: HashMap::new(),
             sampler: Sampler::new(),
@@ -647,6 +654,14 @@ impl Consultant {
         let probes = &self.probes;
         let over = self.cost.recent_share();
         let max_overhead = self.options.max_overhead;
+        let too_costly = &self.too_costly;
+        self.search.skip_queued(|node| {
+            let share = *too_costly.get(node.focus.function())?;
+            Some(Setback::TooCostly {
+                share,
+                max: max_overhead,
+            })
+        });
         let started = self.search.start(|node| {
             if over > max_overhead {
                 return Err(Setback::Overhead {
@@ -923,6 +938,7 @@ impl Consultant {
             for id in users {
                 self.search.skip(id, Setback::TooCostly { share, max });
             }
+            self.too_costly.insert(name.clone(), share);
             progress.push(Progress::TooCostly(name, share));
         }
     }

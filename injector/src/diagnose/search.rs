@@ -385,6 +385,20 @@ impl Search {
         started
     }
 
+    /// Skips every queued node `never` gives a reason for (a focus the
+    /// driver will not measure again, such as a function found too costly
+    /// to time), without starting it; the others keep their places.
+    pub fn skip_queued(&mut self, mut never: impl FnMut(&Node) -> Option<Setback>) {
+        let nodes = &mut self.nodes;
+        self.queue.retain(|&id| match never(&nodes[id.0]) {
+            Some(why) => {
+                nodes[id.0].state = State::Skipped(why);
+                false
+            }
+            None => true,
+        });
+    }
+
     /// Takes queued node `id` as true without testing it (see
     /// [`Decision::assumed_true`]) and refines it at once.
     pub fn assume_true(&mut self, id: NodeId, graph: &dyn CallGraph) -> Change {
@@ -643,6 +657,39 @@ mod tests {
                 assert_eq!(n.verdict(), Verdict::False { was_true: None });
             }
         }
+    }
+
+    /// A queued node whose function the driver will not measure again is
+    /// skipped with the reason; the rest of the queue still starts.
+    #[test]
+    fn skipped_queued_nodes_leave_the_queue_and_the_rest_start() {
+        let mut s = Search::new(
+            Thresholds::default(),
+            &[Hypothesis::CpuBound],
+            &[
+                ("costly".to_string(), vec![1]),
+                ("costly".to_string(), vec![2]),
+                ("fine".to_string(), vec![1]),
+            ],
+        );
+        s.skip_queued(|n| {
+            (n.focus.function() == "costly").then_some(Setback::TooCostly {
+                share: 0.2,
+                max: 0.05,
+            })
+        });
+        let started = s.start(|_| Ok(()));
+        let functions: Vec<&str> = started
+            .iter()
+            .map(|&id| s.node(id).focus.function())
+            .collect();
+        assert_eq!(functions, ["fine"]);
+        let skipped = s
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.state, State::Skipped(Setback::TooCostly { .. })))
+            .count();
+        assert_eq!(skipped, 2);
     }
 
     #[test]
