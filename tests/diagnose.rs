@@ -303,6 +303,33 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     ctx.check(!writer, || {
         format!("the writer reported: {}", d["bottlenecks"])
     });
+    // Each wait primitive in one class: no test of read under sync, nor
+    // of the mutex under io, and no sleep under either.
+    let crossed: Vec<&serde_json::Value> = d["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            let last = n["path"]
+                .as_array()
+                .and_then(|p| p.last())
+                .and_then(|f| f.as_str());
+            match (n["hypothesis"].as_str(), last) {
+                (Some("sync"), Some(f)) => ["read", "write", "nanosleep", "usleep"].contains(&f),
+                (Some("io"), Some(f)) => [
+                    "pthread_mutex_lock",
+                    "pthread_cond_wait",
+                    "nanosleep",
+                    "usleep",
+                ]
+                .contains(&f),
+                _ => false,
+            }
+        })
+        .collect();
+    ctx.check(crossed.is_empty(), || {
+        format!("wait primitives tested under the other class: {crossed:?}")
+    });
     // The pool thread waits for work at the top of its loop: idle.
     let pool = |list: &serde_json::Value| {
         list.as_array()
@@ -328,6 +355,41 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     t.wait_exit();
 }
 
+/// The machine's CPU pressure (`/proc/pressure/cpu`, "some"): how long
+/// runnable tasks waited for a CPU, read at a start.
+struct CpuPressure {
+    at: std::time::Instant,
+    stalled_us: Option<u64>,
+}
+
+impl CpuPressure {
+    fn now() -> CpuPressure {
+        CpuPressure {
+            at: std::time::Instant::now(),
+            stalled_us: Self::read(),
+        }
+    }
+
+    fn read() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+        let some = text.lines().find(|l| l.starts_with("some "))?;
+        some.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("total="))?
+            .parse()
+            .ok()
+    }
+
+    /// The share of the time since the start during which some task
+    /// waited for a CPU (0 when the kernel does not tell).
+    fn share_since(&self) -> f64 {
+        let (Some(before), Some(after)) = (self.stalled_us, Self::read()) else {
+            return 0.0;
+        };
+        let wall = self.at.elapsed().as_micros().max(1) as f64;
+        after.saturating_sub(before) as f64 / wall
+    }
+}
+
 /// `weft diagnose -- PROGRAM`: the program starts under weft, its worker
 /// thread (started after the search began) is searched too, the
 /// diagnosis comes out, and weft waits for the program and exits with its
@@ -340,6 +402,7 @@ fn diagnoses_a_program_it_starts() {
     let file = std::env::temp_dir().join(format!("weft-diagnosis-{}.json", std::process::id()));
     // The threshold is lowered: this test is about starting the program,
     // the planted share (~0.4) is checked by the tests above.
+    let pressure = CpuPressure::now();
     let mut w = ctx.weft(&[
         "diagnose",
         "--cpu-threshold",
@@ -385,7 +448,17 @@ fn diagnoses_a_program_it_starts() {
     // (Not compared with the hold: on a loaded machine stopping the two
     // running threads alone took 23 ms, longer than the 15 ms hold.)
     ctx.check(held > 0.0, || format!("no start hold reported: {s}"));
-    ctx.check(longest < 25.0, || {
+    // A stop lasts until every thread was scheduled to enter it: with
+    // other programs' tasks waiting for the CPUs most of the time (a load
+    // average of 44 on 2 CPUs: stops of 200-222 ms, nearly all of it for
+    // the threads to stop), that is the kernel's, not weft's.
+    let stalled = pressure.share_since();
+    let bound = if stalled < 0.25 { 25.0 } else { 250.0 };
+    eprintln!(
+        "tasks waited for a CPU {:.0}% of the run: bound {bound} ms",
+        stalled * 100.0
+    );
+    ctx.check(longest < bound, || {
         format!("a stop of the search took {longest} ms: {s}")
     });
     ctx.check(s["longest_stop_for"] != "loading the runtime", || {

@@ -94,6 +94,32 @@ pub const IO_FUNCTIONS: &[&str] = &[
     "sendfile",
 ];
 
+/// Library functions that sleep for a time: neither waiting for another
+/// thread nor for a device, so under no waiting hypothesis (a thread that
+/// sleeps between rounds of work is paced, not blocked).
+pub const SLEEP_FUNCTIONS: &[&str] = &[
+    "nanosleep",
+    "__nanosleep",
+    "clock_nanosleep",
+    "__clock_nanosleep",
+    "usleep",
+    "sleep",
+    "pause",
+];
+
+/// Whether `function` sleeps for a time ([`SLEEP_FUNCTIONS`]).
+pub fn is_sleep(function: &str) -> bool {
+    SLEEP_FUNCTIONS.contains(&function)
+}
+
+/// Whether `function` can be under waiting hypothesis `class`: not a wait
+/// primitive of the other class (a blocking `read` is I/O, never
+/// synchronization, and a lock never I/O) and not a sleep. Each wait
+/// primitive belongs to one class.
+pub fn may_wait_as(class: Hypothesis, function: &str) -> bool {
+    !is_sleep(function) && wait_class(function).map_or(true, |c| c == class)
+}
+
 /// The hypothesis a library wait function belongs to, if any.
 pub fn wait_class(function: &str) -> Option<Hypothesis> {
     if SYNC_FUNCTIONS.contains(&function) {
@@ -252,11 +278,12 @@ impl CallGraph for StaticCallGraph {
             // it is called: down to the function itself. A function with an
             // indirect call not yet resolved may reach one too.
             class => {
-                self.reaches(class, function, &mut BTreeSet::new())
-                    || self
-                        .calls
-                        .get(function)
-                        .is_some_and(|c| !c.indirect_sites.is_empty())
+                may_wait_as(class, function)
+                    && (self.reaches(class, function, &mut BTreeSet::new())
+                        || self
+                            .calls
+                            .get(function)
+                            .is_some_and(|c| !c.indirect_sites.is_empty()))
             }
         }
     }
@@ -276,5 +303,50 @@ impl CallGraph for StaticCallGraph {
         let mut callees: Vec<String> = c.learnt.iter().cloned().collect();
         callees.extend(c.direct.iter().filter(|d| !c.learnt.contains(*d)).cloned());
         callees
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(calls: &[(&str, &[&str], usize)]) -> StaticCallGraph {
+        let mut g = StaticCallGraph::new();
+        for &(caller, callees, indirect) in calls {
+            g.calls.insert(
+                caller.to_string(),
+                Calls {
+                    direct: callees.iter().map(|c| c.to_string()).collect(),
+                    indirect_sites: vec![0x1000; indirect],
+                    learnt: BTreeSet::new(),
+                },
+            );
+        }
+        g
+    }
+
+    /// A blocking read is I/O only, a lock sync only, a sleep neither,
+    /// even where a library function's unresolved indirect calls would
+    /// otherwise let it reach anything.
+    #[test]
+    fn each_wait_primitive_belongs_to_one_class() {
+        let g = graph(&[
+            ("reader", &["read"], 0),
+            ("read", &[], 2),
+            ("nanosleep", &[], 2),
+            ("pacer", &["nanosleep"], 0),
+            ("locker", &["pthread_mutex_lock"], 0),
+        ]);
+        let (sync, io) = (Hypothesis::SyncWaiting, Hypothesis::IoBlocking);
+        assert!(g.relevant(io, "read"));
+        assert!(!g.relevant(sync, "read"));
+        assert!(g.relevant(io, "reader"));
+        assert!(!g.relevant(sync, "reader"));
+        assert!(g.relevant(sync, "pthread_mutex_lock"));
+        assert!(!g.relevant(io, "pthread_mutex_lock"));
+        for h in [sync, io] {
+            assert!(!g.relevant(h, "nanosleep"));
+            assert!(!g.relevant(h, "pacer"));
+        }
     }
 }

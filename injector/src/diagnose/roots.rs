@@ -253,6 +253,18 @@ pub(super) fn add_thread_paths(
                     search.add_open_path(h, &seen, &[tid], graph);
                 }
             }
+            // A thread stopped in a wait primitive of the other class, or
+            // asleep, is not tested there for this hypothesis: a blocking
+            // read is I/O only (it read true as sync too), a sleep neither.
+            let mut names = names.clone();
+            while names.len() > 1
+                && names.last().is_some_and(|f| match h {
+                    Hypothesis::SyncWaiting | Hypothesis::IoBlocking => !graph::may_wait_as(h, f),
+                    _ => false,
+                })
+            {
+                names.pop();
+            }
             let nodes = search.add_open_path(h, &names, &[tid], graph);
             open.extend(nodes.into_iter().skip(1).map(|id| (id, OpenFrame::Unknown)));
         }
