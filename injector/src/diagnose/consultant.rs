@@ -1253,11 +1253,11 @@ impl Consultant {
                 .iter()
                 .max_by_key(|(&what, &(n, ..))| (n, std::cmp::Reverse(what)))
             {
-                b.object = Some(if sync {
-                    format!("{what:#x}")
+                b.object = if sync {
+                    Some(format!("{what:#x}"))
                 } else {
                     waits::describe_fd(self.pid, what as i32)
-                });
+                };
                 b.bytes_per_call = (transfers > 0).then(|| bytes / transfers);
             }
             b.small_io = !sync

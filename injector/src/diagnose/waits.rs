@@ -21,9 +21,11 @@ pub enum Blocked {
     /// Waiting on a futex word at this address (a mutex, condition
     /// variable, semaphore, Rust's and Go's locks).
     Sync(u64),
-    /// Waiting on file descriptor `fd` (read, write, poll…); `bytes` is
-    /// what a transfer asked for (0 for a readiness wait).
-    Io { fd: i32, bytes: u64 },
+    /// Waiting on file descriptor `fd` (read, write, poll…), None when
+    /// the call names no one descriptor (`select`, a `poll` of several,
+    /// `openat` relative to the working directory); `bytes` is what a
+    /// transfer asked for (0 for a readiness wait).
+    Io { fd: Option<i32>, bytes: u64 },
 }
 
 /// One thread's samples.
@@ -40,8 +42,17 @@ pub struct ThreadWaits {
     pub objects: HashMap<(bool, u64), (u64, u64, u64)>,
 }
 
-/// Classifies one `/proc/PID/task/TID/syscall` line.
+/// Classifies one `/proc/PID/task/TID/syscall` line (a `poll` of one
+/// descriptor is told as waiting on none: see [`classify_in`]).
 pub fn classify(line: &str) -> Option<Blocked> {
+    classify_in(line, |_| None)
+}
+
+/// Classifies one `/proc/PID/task/TID/syscall` line, reading each call's
+/// descriptor from the argument that holds one; `poll_fd(address)` reads
+/// the `fd` of the `struct pollfd` at `address` in the target (a `poll`
+/// or `ppoll` of a single descriptor names it only there).
+pub fn classify_in(line: &str, poll_fd: impl Fn(u64) -> Option<i32>) -> Option<Blocked> {
     let mut it = line.split_whitespace();
     let nr: i64 = it.next()?.parse().ok()?;
     let args: Vec<u64> = it
@@ -49,20 +60,37 @@ pub fn classify(line: &str) -> Option<Blocked> {
         .filter_map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
         .collect();
     let arg = |i: usize| args.get(i).copied().unwrap_or(0);
-    let fd = arg(0) as i32;
+    // A descriptor is a small non-negative int: anything else in the
+    // argument (AT_FDCWD, a pointer) names none.
+    let fd = |v: u64| i32::try_from(v).ok().filter(|&fd| fd >= 0);
     Some(match nr {
         // futex, futex_waitv (its first argument is an array: the first
         // waiter's address is not read here).
         202 | 449 => Blocked::Sync(arg(0)),
         // read, write, pread64, pwrite64, sendto, recvfrom: the third
         // argument is the size asked for.
-        0 | 1 | 17 | 18 | 44 | 45 => Blocked::Io { fd, bytes: arg(2) },
-        // readv, writev, recvmsg, sendmsg, accept, connect, accept4, poll,
-        // select, pselect6, ppoll, epoll_wait, epoll_pwait, epoll_pwait2,
-        // fsync, fdatasync, openat (dirfd), sendfile, splice, recvmmsg,
-        // sendmmsg, io_uring_enter, sync_file_range.
-        19 | 20 | 46 | 47 | 43 | 42 | 288 | 7 | 23 | 270 | 271 | 232 | 281 | 441 | 74 | 75
-        | 257 | 40 | 275 | 299 | 307 | 426 | 277 => Blocked::Io { fd, bytes: 0 },
+        0 | 1 | 17 | 18 | 44 | 45 => Blocked::Io {
+            fd: fd(arg(0)),
+            bytes: arg(2),
+        },
+        // readv, writev, recvmsg, sendmsg, accept, connect, accept4,
+        // epoll_wait, epoll_pwait, epoll_pwait2 (the epoll descriptor),
+        // fsync, fdatasync, openat (dirfd), sendfile (out), splice (in),
+        // recvmmsg, sendmmsg, io_uring_enter, sync_file_range: the first
+        // argument is the descriptor.
+        19 | 20 | 46 | 47 | 43 | 42 | 288 | 232 | 281 | 441 | 74 | 75 | 257 | 40 | 275 | 299
+        | 307 | 426 | 277 => Blocked::Io {
+            fd: fd(arg(0)),
+            bytes: 0,
+        },
+        // poll, ppoll: an array of `struct pollfd` and its length; one
+        // descriptor is named, several are not one object.
+        7 | 271 => Blocked::Io {
+            fd: (arg(1) == 1).then(|| poll_fd(arg(0))).flatten(),
+            bytes: 0,
+        },
+        // select, pselect6: a count and bit sets, no one descriptor.
+        23 | 270 => Blocked::Io { fd: None, bytes: 0 },
         _ => return None,
     })
 }
@@ -96,7 +124,7 @@ impl WaitSampler {
                                 }
                                 Some(Blocked::Io { fd, bytes }) => {
                                     t.io += 1;
-                                    Some(((false, fd as u64), bytes))
+                                    fd.map(|fd| ((false, fd as u64), bytes))
                                 }
                                 None => None,
                             };
@@ -147,27 +175,36 @@ fn sample_once(pid: i32) -> Vec<(u32, Option<Blocked>)> {
             std::fs::read_to_string(crate::inspect::procfs::task_file(pid, tid, "syscall")).ok()?;
         // "running": on a CPU (or about to be); a thread stopped by weft
         // reads like the call it was in.
-        Some((tid, classify(&line)))
+        Some((tid, classify_in(&line, |at| read_i32(pid, at))))
     })
     .collect()
 }
 
+/// The `int` at `address` in process `pid`, read without stopping it.
+fn read_i32(pid: i32, address: u64) -> Option<i32> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(crate::inspect::procfs::pid_file(pid, "mem")).ok()?;
+    let mut word = [0u8; 4];
+    mem.read_exact_at(&mut word, address).ok()?;
+    Some(i32::from_le_bytes(word))
+}
+
 /// What file descriptor `fd` of `pid` is, for a report: its path, or for
-/// a TCP socket its peer (`socket 127.0.0.1:11211 -> 127.0.0.1:40112`).
-pub fn describe_fd(pid: i32, fd: i32) -> String {
-    let Ok(link) = std::fs::read_link(crate::inspect::procfs::fd_file(pid, fd)) else {
-        return format!("fd {fd}");
-    };
+/// a TCP socket its peer (`socket 127.0.0.1:11211 -> 127.0.0.1:40112`);
+/// None when the process has no such descriptor (closed since, or never
+/// one: an object weft cannot name is left out, not guessed).
+pub fn describe_fd(pid: i32, fd: i32) -> Option<String> {
+    let link = std::fs::read_link(crate::inspect::procfs::fd_file(pid, fd)).ok()?;
     let link = link.to_string_lossy().into_owned();
     if let Some(inode) = link
         .strip_prefix("socket:[")
         .and_then(|s| s.strip_suffix(']'))
     {
         if let Some(peer) = tcp_peer(pid, inode) {
-            return format!("fd {fd} {peer}");
+            return Some(format!("fd {fd} {peer}"));
         }
     }
-    format!("fd {fd} {link}")
+    Some(format!("fd {fd} {link}"))
 }
 
 /// The local and remote addresses of the TCP socket with `inode`.
@@ -227,11 +264,41 @@ mod tests {
         );
         assert_eq!(
             classify("0 0x3 0x7ffd10 0x10 0x0 0x0 0x0 0x7ffd 0x7f00"),
-            Some(Blocked::Io { fd: 3, bytes: 16 })
+            Some(Blocked::Io {
+                fd: Some(3),
+                bytes: 16
+            })
         );
         assert_eq!(
             classify("232 0x5 0x7ffd10 0x20 0xffffffff 0x0 0x0 0x7ffd 0x7f00"),
-            Some(Blocked::Io { fd: 5, bytes: 0 })
+            Some(Blocked::Io {
+                fd: Some(5),
+                bytes: 0
+            })
+        );
+        // poll's first argument is a pointer, not a descriptor (it read
+        // as "fd -871298776"): the one pollfd's fd is read from memory.
+        let poll = "7 0x7ffdcc1a2b28 0x1 0xffffffff 0x0 0x0 0x0 0x7ffd 0x7f00";
+        assert_eq!(
+            classify_in(poll, |at| (at == 0x7ffd_cc1a_2b28).then_some(9)),
+            Some(Blocked::Io {
+                fd: Some(9),
+                bytes: 0
+            })
+        );
+        let poll_many = "7 0x7ffdcc1a2b28 0x3 0xffffffff 0x0 0x0 0x0 0x7ffd 0x7f00";
+        assert_eq!(
+            classify_in(poll_many, |_| Some(9)),
+            Some(Blocked::Io { fd: None, bytes: 0 })
+        );
+        // select's first argument is a count; openat's AT_FDCWD no fd.
+        assert_eq!(
+            classify("23 0x8 0x7ffd10 0x0 0x0 0x0 0x0 0x7ffd 0x7f00"),
+            Some(Blocked::Io { fd: None, bytes: 0 })
+        );
+        assert_eq!(
+            classify("257 0xffffffffffffff9c 0x7ffd10 0x0 0x0 0x0 0x0 0x7ffd 0x7f00"),
+            Some(Blocked::Io { fd: None, bytes: 0 })
         );
         assert_eq!(classify("running"), None);
         assert_eq!(classify("-1 0x7ffd 0x7f00"), None);
