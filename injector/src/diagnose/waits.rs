@@ -42,12 +42,6 @@ pub struct ThreadWaits {
     pub objects: HashMap<(bool, u64), (u64, u64, u64)>,
 }
 
-/// Classifies one `/proc/PID/task/TID/syscall` line (a `poll` of one
-/// descriptor is told as waiting on none: see [`classify_in`]).
-pub fn classify(line: &str) -> Option<Blocked> {
-    classify_in(line, |_| None)
-}
-
 /// Classifies one `/proc/PID/task/TID/syscall` line, reading each call's
 /// descriptor from the argument that holds one; `poll_fd(address)` reads
 /// the `fd` of the `struct pollfd` at `address` in the target (a `poll`
@@ -255,6 +249,11 @@ fn hex_address(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`classify_in`] where no memory can be read.
+    fn classify(line: &str) -> Option<Blocked> {
+        classify_in(line, |_| None)
+    }
 
     #[test]
     fn classifies_waits_from_the_syscall_file() {
