@@ -108,3 +108,26 @@ fn go_timers_refused_with_the_reason() {
         });
     }
 }
+
+/// `weft diagnose` on a Go program says what it could not test: Go code
+/// cannot be timed, so every test is given up, and the diagnosis counts
+/// those refusals with an example reason instead of a bare "no
+/// bottleneck found" (issue 31 §3). The program runs to its end unharmed.
+#[test]
+fn go_diagnosis_says_what_it_could_not_test() {
+    let ctx = Ctx::new("go_diagnosis_says_what_it_could_not_test");
+    let exe = go_compute().to_str().unwrap().to_string();
+    // About 3 s of calls: the search starts long before the program ends.
+    let calls = (600 * CALLS).to_string();
+    let mut weft = ctx.weft(&["diagnose", "--duration", "5", "--", &exe, &calls]);
+    weft.wait_code(0);
+    let out = weft.stdout_text();
+    ctx.check(out.contains("c=42 walks=ok"), || {
+        format!("the Go program's output under diagnose: {out:?}")
+    });
+    ctx.check(
+        out.contains("could not be timed, so their tests were given up")
+            && out.contains("is Go code"),
+        || format!("the diagnosis does not say Go code could not be timed:\n{out}"),
+    );
+}

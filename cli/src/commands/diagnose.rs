@@ -301,6 +301,24 @@ fn to_text(d: &Diagnosis) -> String {
     if d.bottlenecks.is_empty() {
         s.push_str("no bottleneck found\n");
     }
+    // What could not be tested is said, not left to look like health.
+    let refused: usize = d.summary.refused.values().sum();
+    if refused > 0 {
+        let kinds: Vec<String> = d
+            .summary
+            .refused
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        s.push_str(&format!(
+            "{refused} function(s) could not be timed, so their tests were given up ({}){}\n",
+            kinds.join(", "),
+            d.summary
+                .refused_example
+                .as_ref()
+                .map_or(String::new(), |e| format!("; e.g. {e}"))
+        ));
+    }
     for b in &d.bottlenecks {
         s.push_str(&format!(
             "{:>4.0}%  {:<4}  {}  threads {}{}\n",

@@ -277,6 +277,12 @@ pub struct Summary {
     pub overhead: f64,
     /// The measured cost of one timed call, ns.
     pub cost_per_call_ns: f64,
+    /// Functions weft refused to time (so their tests were given up), by
+    /// the kind of reason (`Refusal::kind`): all of a Go program's code,
+    /// a `.cold` part, code another jump enters.
+    pub refused: BTreeMap<String, usize>,
+    /// One of those refusals in full (`function: reason`), for the user.
+    pub refused_example: Option<String>,
 }
 
 /// The diagnosis.
@@ -339,6 +345,8 @@ pub struct Consultant {
     /// allocator function went in and out 285 times in a minute, and each
     /// trial cost the target its calls' time until it was read).
     too_costly: HashMap<String, f64>,
+    /// Functions weft refused to time: (kind of reason, reason).
+    refused: BTreeMap<String, (&'static str, String)>,
     peak_probes: usize,
     baselines: HashMap<NodeId, Baseline>,
     sampler: Sampler,
@@ -499,6 +507,7 @@ impl Consultant {
             probes: HashMap::new(),
             probed_ever: BTreeSet::new(),
             too_costly: HashMap::new(),
+            refused: BTreeMap::new(),
             peak_probes: 0,
             baselines: HashMap::new(),
             sampler: Sampler::new(),
@@ -727,6 +736,10 @@ impl Consultant {
                     }
                     Err(Error::Refused(refused)) => {
                         batch.retain(|f| !refused.iter().any(|r| r.function.address == f.address));
+                        for r in refused {
+                            self.refused
+                                .insert(r.function.name.clone(), (r.why.kind(), r.reason));
+                        }
                     }
                     Err(e) => return Err(e),
                 }
@@ -748,8 +761,14 @@ impl Consultant {
                     users.insert(id);
                 }
                 None => {
-                    self.search
-                        .skip(id, Setback::NotInExecutable { function: f });
+                    let why = match self.refused.get(&f) {
+                        Some((_, reason)) => Setback::Refused {
+                            function: f,
+                            reason: reason.clone(),
+                        },
+                        None => Setback::NotInExecutable { function: f },
+                    };
+                    self.search.skip(id, why);
                     continue;
                 }
             }
@@ -1342,6 +1361,18 @@ impl Consultant {
             seconds: self.started.elapsed().as_secs_f64(),
             overhead: self.cost.total_share(),
             cost_per_call_ns: self.cost.per_call_ns,
+            refused: self
+                .refused
+                .values()
+                .fold(BTreeMap::new(), |mut by_kind, (kind, _)| {
+                    *by_kind.entry(kind.to_string()).or_insert(0) += 1;
+                    by_kind
+                }),
+            refused_example: self
+                .refused
+                .iter()
+                .next()
+                .map(|(function, (_, reason))| format!("{function}: {reason}")),
         }
     }
 }

@@ -59,6 +59,14 @@ pub enum Setback {
         /// The function.
         function: String,
     },
+    /// weft refused to time the focus's function (Go code, a `.cold`
+    /// part…), with the reason it gave.
+    Refused {
+        /// The function.
+        function: String,
+        /// Why, as the refusal says it.
+        reason: String,
+    },
     /// The function's calls cost `share` of the target's CPU, over the
     /// bound `max` (`--max-overhead`): its probe was taken out.
     TooCostly {
@@ -83,6 +91,9 @@ impl std::fmt::Display for Setback {
             }
             Setback::NotInExecutable { function } => {
                 write!(f, "{function} is not a function of the executable")
+            }
+            Setback::Refused { function, reason } => {
+                write!(f, "weft cannot time {function}: {reason}")
             }
             Setback::TooCostly { share, max } => write!(
                 f,
