@@ -350,6 +350,26 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     ctx.check(idle_wait, || {
         format!("the pool thread's wait not idle: {}", d["idle"])
     });
+    // The manager waits one level deeper, in a loop it never leaves: idle
+    // too (MariaDB's handle_manager was reported at 100% sync).
+    let manager = |list: &serde_json::Value| {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .any(|b| b["path"][0] == "manager")
+    };
+    ctx.check(!manager(&d["bottlenecks"]), || {
+        format!(
+            "the idle manager thread reported as a bottleneck: {}",
+            d["bottlenecks"]
+        )
+    });
+    let manager_idle = d["idle"].as_array().into_iter().flatten().any(|b| {
+        b["path"] == serde_json::json!(["manager", "handle_manager", "pthread_cond_wait"])
+    });
+    ctx.check(manager_idle, || {
+        format!("the manager's wait not idle: {}", d["idle"])
+    });
     ctx.check(t.is_running(), || "the target stopped".into());
     t.close_stdin();
     t.wait_exit();

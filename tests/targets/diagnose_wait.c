@@ -4,7 +4,10 @@
  * that a `writer` thread fills slowly (the reader blocks ~90% of its time
  * in read). A `pool_worker` waits for work at the top of its loop (a
  * condition variable the writer signals now and then): idle, not a
- * bottleneck. Prints "ready". */
+ * bottleneck. So is a `manager` thread whose `handle_manager` loops
+ * forever around a condition variable the writer signals rarely (as
+ * MariaDB's manager thread does): its wait is one level deeper, in a loop
+ * the thread never leaves. Prints "ready". */
 #include <pthread.h>
 #include <stdio.h>
 #include <time.h>
@@ -61,6 +64,24 @@ __attribute__((noinline)) void *pool_worker(void *arg) {
     return arg;
 }
 
+static pthread_mutex_t manager_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t manager_work = PTHREAD_COND_INITIALIZER;
+static int manager_jobs;
+
+__attribute__((noinline)) void handle_manager(void) {
+    for (;;) {
+        pthread_mutex_lock(&manager_lock);
+        while (manager_jobs == 0) pthread_cond_wait(&manager_work, &manager_lock);
+        manager_jobs--;
+        pthread_mutex_unlock(&manager_lock);
+        sink++;
+    }
+}
+__attribute__((noinline)) void *manager(void *arg) {
+    handle_manager();
+    return arg;
+}
+
 __attribute__((noinline)) void *writer(void *arg) {
     char rec[16] = "record";
     for (int i = 0;; i++) {
@@ -70,6 +91,12 @@ __attribute__((noinline)) void *writer(void *arg) {
             pool_jobs++;
             pthread_cond_signal(&pool_work);
             pthread_mutex_unlock(&pool_lock);
+        }
+        if (i % 200 == 0) {
+            pthread_mutex_lock(&manager_lock);
+            manager_jobs++;
+            pthread_cond_signal(&manager_work);
+            pthread_mutex_unlock(&manager_lock);
         }
         usleep(2000);
     }
@@ -84,6 +111,7 @@ int main(void) {
     pthread_create(&t, 0, reader, 0);
     pthread_create(&t, 0, writer, 0);
     pthread_create(&t, 0, pool_worker, 0);
+    pthread_create(&t, 0, manager, 0);
     printf("ready\n");
     fflush(stdout);
     char c;

@@ -285,6 +285,9 @@ pub struct Summary {
     pub refused_example: Option<String>,
 }
 
+/// A bottleneck's identity: its hypothesis and call path.
+type PathKey = (HypothesisName, Vec<String>);
+
 /// The diagnosis.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Diagnosis {
@@ -1179,13 +1182,17 @@ impl Consultant {
 
     /// The diagnosis so far.
     pub fn diagnosis(&self) -> Diagnosis {
-        let mut by_path = self.bottlenecks_by_path();
+        let (mut by_path, never_left) = self.bottlenecks_by_path();
         self.add_wait_objects(&mut by_path);
         self.add_thread_names(&mut by_path);
         let (mut idle, mut bottlenecks): (Vec<Bottleneck>, Vec<Bottleneck>) =
             merge_paths(by_path.into_values().collect())
                 .into_iter()
-                .partition(|b| !self.options.report_idle && is_idle_wait(b));
+                .partition(|b| {
+                    !self.options.report_idle
+                        && (is_idle_wait(b)
+                            || never_left.contains(&(b.hypothesis.clone(), b.path.clone())))
+                });
         bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
         idle.sort_by(|a, b| b.value.total_cmp(&a.value));
         Diagnosis {
@@ -1197,11 +1204,37 @@ impl Consultant {
         }
     }
 
+    /// Whether the wait tested at node `id` is where its thread waits for
+    /// work: every frame between the thread's root and the wait was open
+    /// when the search began and was never left while it ran (a loop the
+    /// thread never leaves, at any depth: MariaDB's `handle_manager`
+    /// under its start routine, an event loop's dispatcher), so the
+    /// thread only ever comes back to this wait. A worker's wait under a
+    /// function it keeps calling (`step > update_shared > lock`) is not.
+    fn in_a_loop_never_left(&self, id: NodeId) -> bool {
+        let n = self.search.node(id);
+        if n.hypothesis == Hypothesis::CpuBound || n.focus.path.len() < 3 {
+            return false;
+        }
+        let path = &n.focus.path;
+        (2..path.len()).all(|k| {
+            self.search.nodes().iter().enumerate().any(|(i, m)| {
+                m.hypothesis == n.hypothesis
+                    && m.focus.threads == n.focus.threads
+                    && m.focus.path[..] == path[..k]
+                    && self.open.get(&NodeId(i)) == Some(&OpenFrame::Open)
+            })
+        })
+    }
+
     /// The bottlenecks found, one per (hypothesis, path): the true nodes
     /// with a value, their threads and call rates added up, at their
     /// largest value.
-    fn bottlenecks_by_path(&self) -> BTreeMap<(HypothesisName, Vec<String>), Bottleneck> {
-        let mut by_path: BTreeMap<(HypothesisName, Vec<String>), Bottleneck> = BTreeMap::new();
+    /// Also returns those whose wait is in a loop its threads never leave
+    /// ([`Consultant::in_a_loop_never_left`]).
+    fn bottlenecks_by_path(&self) -> (BTreeMap<PathKey, Bottleneck>, BTreeSet<PathKey>) {
+        let mut by_path: BTreeMap<PathKey, Bottleneck> = BTreeMap::new();
+        let mut never_left = BTreeSet::new();
         for id in self.search.bottlenecks() {
             let n = self.search.node(id);
             if n.value().is_none() {
@@ -1216,6 +1249,9 @@ impl Consultant {
                 continue;
             }
             let key = (self.name_of(n.hypothesis), n.focus.path.clone());
+            if self.in_a_loop_never_left(id) {
+                never_left.insert(key.clone());
+            }
             let b = by_path.entry(key).or_insert_with(|| Bottleneck {
                 hypothesis: self.name_of(n.hypothesis),
                 path: n.focus.path.clone(),
@@ -1245,7 +1281,7 @@ impl Consultant {
                 });
             }
         }
-        by_path
+        (by_path, never_left)
     }
 
     /// What each wait bottleneck waits on (the lock or the file its threads
