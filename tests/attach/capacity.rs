@@ -3,7 +3,7 @@
 //! says a thread costs (its row grows with the words handed out, not with
 //! the row's limit).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! `weft::events::Watcher`, and probes deferred for a library are applied
 //! when it is loaded and count its calls exactly.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

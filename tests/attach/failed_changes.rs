@@ -6,7 +6,7 @@
 //! entries its shared region has handed out, and its threads' registers.
 //! Failures are injected through a hook that exists in debug builds only.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::internals::Fault;

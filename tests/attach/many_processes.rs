@@ -3,7 +3,7 @@
 //! `waitpid(-1)`), so two held targets do not take each other's events and
 //! a child of the tool that exits meanwhile is still there to be reaped.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::{Metrics, Pattern, Process};

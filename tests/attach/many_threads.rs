@@ -10,7 +10,7 @@
 //! ~125 such threads could not be attached at all: the 32 GiB region sat
 //! next to the runtime between the stacks, and nothing near it was free.)
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

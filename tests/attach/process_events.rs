@@ -5,7 +5,7 @@
 //! the report of the old one), and a target stopped by SIGSTOP when weft
 //! attaches (weft works, and leaves it stopped).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use support::*;

@@ -5,7 +5,7 @@
 //! window, none corrupts another's, and whatever a dead one left is taken
 //! out by the next.
 
-mod support;
+use crate::support;
 
 use nix::sys::signal::Signal;
 use support::*;

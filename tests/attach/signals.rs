@@ -4,7 +4,7 @@
 //! exactly once (none lost, none duplicated by weft's stops), the handler's
 //! instrumented calls all happen, and the workers' results are unchanged.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

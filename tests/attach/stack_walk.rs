@@ -2,7 +2,7 @@
 //! from the blocking call out to each thread's start, through code built
 //! without frame pointers, and leaving the target running unchanged.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::Process;

@@ -4,7 +4,7 @@
 //! it splices, or while the probes are live. Every target must finish with
 //! its correct output and exit status, untraced and unstopped.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

@@ -1,6 +1,6 @@
 //! `weft attach` and `weft list` against running workers targets.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use support::*;

@@ -4,7 +4,7 @@
 //! exact `tick` counts. And the first attach (weft's `dlopen` of its
 //! runtime) while threads hold the dynamic loader's lock.
 
-mod support;
+use crate::support;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

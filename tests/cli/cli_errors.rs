@@ -1,7 +1,7 @@
 //! Error cases: one `weft: error:` line (plus optional `weft:` hints),
 //! non-zero exit, and the target keeps running unharmed.
 
-mod support;
+use crate::support;
 
 use nix::sys::ptrace;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};

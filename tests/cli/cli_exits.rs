@@ -6,7 +6,7 @@
 //! unwound or unhooked; a `backtrace()` through instrumented frames still
 //! sees their callers.
 
-mod support;
+use crate::support;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

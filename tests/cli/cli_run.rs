@@ -1,7 +1,7 @@
 //! `weft run`: instrument from before `main`, pass the program's output
 //! through, report after it exits, propagate its exit code.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use support::*;

@@ -2,7 +2,7 @@
 //! patterns, bad `--duration`/`--interval` values, only the clocks of the
 //! metrics asked, a closed pipe, and the final marker of `--format jsonl`.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use support::*;

@@ -3,7 +3,7 @@
 //! the fields each metric selection adds, and bounded memory under thread
 //! churn with every metric on.
 
-mod support;
+use crate::support;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

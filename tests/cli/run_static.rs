@@ -3,7 +3,7 @@
 //! running (it used to be detached at its entry point and run on,
 //! orphaned, after weft had already reported the error).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! libc-wide glob leaves out `.cold` parts and times >= 99 % of its
 //! functions.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

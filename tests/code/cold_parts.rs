@@ -6,7 +6,7 @@
 //! Such code is now refused for timing with the reason (nothing is
 //! changed, as for any refusal); counting it still works, exactly.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

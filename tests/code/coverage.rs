@@ -19,7 +19,7 @@
 //! weft's 29,682 symbols 99.5% (99.99% both). Without the debug file libc
 //! is 1,955 functions: 99.85% at entry, 99.18% with timers.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use support::*;

@@ -8,7 +8,7 @@
 //! test (or to nothing), so that what is installed in /usr/lib/debug plays
 //! no part.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! restores all or nothing; a refused function named exactly still fails
 //! the request.
 
-mod support;
+use crate::support;
 
 use support::*;
 

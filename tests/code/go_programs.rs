@@ -6,7 +6,7 @@
 //! runtime dies ("unexpected return pc") when it walks a stack through the
 //! return address an exit hook replaces.
 
-mod support;
+use crate::support;
 
 use support::*;
 

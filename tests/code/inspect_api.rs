@@ -2,7 +2,7 @@
 //! function's instructions, blocks, call sites with their resolved targets
 //! and exit points, source lines from DWARF, demangled names.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::code::{demangle, function_code, source_line};

@@ -2,7 +2,7 @@
 //! matches a library's soname, the executable's `exe` and the name it was
 //! started as through a symlink, and a misspelled module gets suggestions.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! through a companion: a mempcpy call is never counted as a memcpy call,
 //! and neither function breaks.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -5,7 +5,7 @@
 //! checked against the ground truth the target's workers print; refusals
 //! that change nothing; the code as it was after removal.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use support::*;

@@ -6,7 +6,7 @@
 //! `rsp` and its own frame inside `checked`, and the return value,
 //! callee-saved registers and `rsp` after it returns.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::{Metrics, Pattern, ProbeSpec, Process, UserProbe};

@@ -9,7 +9,7 @@
 //! installed with the raw `rt_sigaction`); it still counts them, exactly.
 //! Named and stripped (`fun_<addr>` from `.eh_frame`) alike.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -5,7 +5,7 @@
 //! after removal. Checked from inside the target: the probes write to its
 //! own stdout, between the lines the target prints itself.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::inspect::ProcessImage;

@@ -4,7 +4,7 @@
 //! thread with about the share the target measures itself, reports no
 //! decoy, and leaves the target running unchanged.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use support::*;

@@ -4,7 +4,7 @@
 //! with full instrumentation. (A Rust program's threads, python3 and
 //! memcached are not diagnosed yet: docs/diagnose.md, "Measured".)
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

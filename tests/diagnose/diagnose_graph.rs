@@ -3,7 +3,7 @@
 //! `-fno-plt`, their GOT slots), indirect call sites left open until their
 //! targets are learnt at run time.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use support::*;

@@ -6,7 +6,7 @@
 //! Their loops were entered before the search: it starts from where each
 //! thread's stack says it lives.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -14,7 +14,7 @@
 //! functions; times agree with the target's clocks; the other process is
 //! nowhere in the report.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@
 //! (kprobes and fentry/fexit need a kernel that allows them: see
 //! kernel_guest.rs, which boots Debian's stock kernel under QEMU.)
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@
 //! Without QEMU (or without network for the first download) the test says
 //! why and passes, unless `CI` is set: CI must have the guest.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! even after letting it run 50 times"). Every attach succeeds, counts are
 //! exact, and the target's results never change.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use support::*;

@@ -5,7 +5,7 @@
 //! stop up (the threads that stopped run on), waits for the late thread
 //! alone and stops the world again.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

@@ -8,7 +8,7 @@
 //! reading is newer than the previous report) and what it had made when
 //! this one arrived (weft counts no call that was not made).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::*;

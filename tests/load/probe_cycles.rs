@@ -6,7 +6,7 @@
 //! counted, results unchanged; a function whose code changed since it was
 //! planned makes the insertion change nothing.
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::{Metrics, Pattern, Process};

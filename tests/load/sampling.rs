@@ -3,7 +3,7 @@
 //! counts, running timers grow, and rows whose threads did nothing are not
 //! read again (the row's activity word).
 
-mod support;
+use crate::support;
 
 use support::*;
 use weft::{Metrics, Pattern, Process, Sampler};

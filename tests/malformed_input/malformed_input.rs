@@ -21,7 +21,7 @@
 //! xorshift, and each reported variant lists the exact edits applied to the
 //! named base file.
 
-mod support;
+use crate::support;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashSet};

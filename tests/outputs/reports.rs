@@ -4,7 +4,7 @@
 //! to the calls and put 1 ms and 10 µs sleeps where they belong; the long
 //! table of a few hundred functions within 120 columns.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;

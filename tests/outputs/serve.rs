@@ -3,7 +3,7 @@
 //! `weft_calls_total` it stored equal the target's own counts, and
 //! `promtool check metrics` accepts the exposition.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! and ended here) runs a shell, the test types into it (send-keys) and
 //! reads the screen (capture-pane).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@
 //! happens and prints its log per thread: the reference the trace must
 //! match letter for letter.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -46,7 +46,7 @@
 //! thread of the server is traced or stopped, and the first bytes of the
 //! three functions in the server's memory are libc's, from the file.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

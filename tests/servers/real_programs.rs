@@ -3,7 +3,7 @@
 //! work: their output is byte-identical to an uninstrumented run, they exit
 //! the same way, and weft's reports count their calls.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

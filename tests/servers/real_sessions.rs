@@ -48,7 +48,7 @@
 //! its value, its own `stats` must show exactly the commands the test sent,
 //! and no thread of it may be traced or stopped.
 
-mod support;
+use crate::support;
 
 use nix::sys::signal::Signal;
 use std::collections::{BTreeMap, BTreeSet};
