@@ -9,9 +9,9 @@ use crate::support;
 use std::path::PathBuf;
 use support::*;
 
-/// One search at a time: each target keeps a CPU busy, and the planted
-/// shares are meant for a machine not also running the other test.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// One search at a time (support::one_at_a_time, the binary's turn): each
+// target keeps a CPU busy, and the planted shares are meant for a machine
+// not also running the other test.
 
 fn target() -> PathBuf {
     build_c_target("diagnose_cpu", &["-O1", "-fno-inline"])
@@ -63,7 +63,7 @@ fn own_shares(text: &str) -> Option<(f64, f64)> {
 
 #[test]
 fn finds_the_cpu_bottleneck_behind_a_function_pointer_table() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("finds_the_cpu_bottleneck_behind_a_function_pointer_table");
     let timeline = scratch_dir("diagnose_timeline").join("timeline.json");
     let (mut t, d, err) =
@@ -265,7 +265,7 @@ fn bottleneck<'a>(d: &'a serde_json::Value, path: &[&str]) -> Option<&'a serde_j
 /// `read_records` (io, that thread only).
 #[test]
 fn finds_lock_contention_and_io_blocking_per_thread() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("finds_lock_contention_and_io_blocking_per_thread");
     let exe = build_c_target("diagnose_wait", &["-O1", "-fno-inline"]);
     let (mut t, d, _) = diagnose(&ctx, &exe);
@@ -334,7 +334,7 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
 /// code.
 #[test]
 fn diagnoses_a_program_it_starts() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("diagnoses_a_program_it_starts");
     let exe = target();
     let file = std::env::temp_dir().join(format!("weft-diagnosis-{}.json", std::process::id()));
@@ -399,7 +399,7 @@ fn diagnoses_a_program_it_starts() {
 /// cost over the search stays under the bound.
 #[test]
 fn a_function_too_costly_to_time_is_skipped() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("a_function_too_costly_to_time_is_skipped");
     let exe = build_c_target("diagnose_costly", &["-O1", "-fno-inline"]);
     let (mut t, d, err) = diagnose(&ctx, &exe);
@@ -427,7 +427,7 @@ fn a_function_too_costly_to_time_is_skipped() {
 #[test]
 fn a_custom_hypothesis_through_the_library() {
     use weft::diagnose::{Consultant, CustomHypothesis, Measure, Options};
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("a_custom_hypothesis_through_the_library");
     let exe = build_c_target("diagnose_custom", &["-O1", "-fno-inline", "-pthread"]);
     let mut t = ctx.target(&exe, &[]);

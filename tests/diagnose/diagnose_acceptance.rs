@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::*;
 
-/// One target at a time: the planted shares are meant for a machine not
-/// also running the other tests' targets.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// One target at a time (support::one_at_a_time, the binary's turn): the
+// planted shares are meant for a machine not also running the other tests'
+// targets.
 
 /// The tree's node names: `t` then one digit 0..3 per level (`t0`,
 /// `t01`, … `t012010`).
@@ -665,7 +665,7 @@ const STEAL_HEAVY: f64 = 0.10;
 /// (slowdown and distortion printed; only the probe counts asserted).
 #[test]
 fn acceptance_tree_planted_bottlenecks_every_run() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("acceptance_tree_planted_bottlenecks_every_run");
     let exe = tree_target();
     let mut t = ctx.target(&exe, &[]);

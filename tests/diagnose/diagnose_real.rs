@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// One search at a time (each keeps a CPU busy).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// One search at a time (each keeps a CPU busy): support::one_at_a_time,
+// the binary's turn.
 
 /// Runs `weft diagnose -p PID` for `secs` seconds (JSON); returns the
 /// diagnosis and weft's stderr.
@@ -141,6 +141,8 @@ fn rust_calls_through_relocated_pointers_reach_the_lock() {
 
 fn rust_calls_reach_the_lock(name: &str, exe: &Path) {
     use weft::diagnose::{CallGraph, Hypothesis, StaticCallGraph};
+    // Its target's threads contend all along: not beside a search.
+    let _one = one_at_a_time();
     let ctx = Ctx::new(name);
     let mut t = ctx.target(exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
@@ -181,7 +183,7 @@ fn rust_calls_reach_the_lock(name: &str, exe: &Path) {
 
 #[test]
 fn rust_std_mutex_contention_is_found_with_its_mutex() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("rust_std_mutex_contention_is_found_with_its_mutex");
     let mut t = ctx.target(diag_mutex(), &[]);
     let workers = target_workers(&mut t);
@@ -269,7 +271,7 @@ print("done", flush=True)
 
 #[test]
 fn python3_threads_contending_a_lock() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("python3_threads_contending_a_lock");
     let script = scratch_dir("python3_lock").join("lock.py");
     std::fs::write(&script, PYTHON_LOCK).expect("write the script");
@@ -340,7 +342,7 @@ fn ask(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Result<Vec<u8>, String> {
 
 #[test]
 fn memcached_under_a_bounded_load_is_idle_not_slow() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let ctx = Ctx::new("memcached_under_a_bounded_load_is_idle_not_slow");
     let port = free_port();
     let mut cmd = std::process::Command::new("memcached");

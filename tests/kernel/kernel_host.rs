@@ -17,12 +17,8 @@ use std::time::{Duration, Instant};
 use support::kernel_calls::*;
 use support::*;
 
-/// One test at a time: the timing comparisons need the two CPUs.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+// One test at a time (support::one_at_a_time, the binary's turn): the
+// timing comparisons need the two CPUs.
 
 /// A test that needs root (BPF), alone on the machine; `None` (skipped,
 /// said on stderr) when not root.

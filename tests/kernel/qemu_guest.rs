@@ -44,6 +44,8 @@ const ENV_VALUE: &str = "a value with spaces and 'quotes'";
 
 #[test]
 fn guest_runs_host_programs_on_debian_kernel() {
+    // QEMU keeps a CPU busy, and the other tests here time calls.
+    let _alone = support::one_at_a_time();
     if let Some(why) = guest_unavailable() {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set, but the QEMU guest is unavailable: {why}");

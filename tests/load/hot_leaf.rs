@@ -14,12 +14,8 @@ use weft::{Metrics, Pattern, Process};
 
 const THREADS: usize = 200;
 
-/// The two tests each saturate the machine: they take turns.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The two tests each saturate the machine: they take turns
+// (support::one_at_a_time, the binary's turn).
 
 /// Parks every worker and returns each one's calls so far (by TID),
 /// checking that no call returned a wrong result.
@@ -60,7 +56,7 @@ fn counted(process: &Process, word: u32) -> BTreeMap<u32, u64> {
 /// probe is live are counted exactly, per thread.
 #[test]
 fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
-    let _turn = turn();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("attaches_to_a_leaf_two_hundred_threads_spin_through");
     let threads = THREADS.to_string();
     let mut t = ctx.target(hotleaf(), &[&threads]);
@@ -133,7 +129,7 @@ fn attaches_to_a_leaf_two_hundred_threads_spin_through() {
 /// every one succeeds, and the workers' results stay right.
 #[test]
 fn thousand_cycles_on_a_leaf_two_hundred_threads_spin_through() {
-    let _turn = turn();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("thousand_cycles_on_a_leaf_two_hundred_threads_spin_through");
     let threads = THREADS.to_string();
     let mut t = ctx.target(hotleaf(), &[&threads]);

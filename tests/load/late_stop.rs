@@ -15,6 +15,8 @@ const HOLDS: usize = 20;
 
 #[test]
 fn a_thread_late_to_stop_does_not_pause_the_others() {
+    // Stops are timed: not beside another test's busy threads.
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("a_thread_late_to_stop_does_not_pause_the_others");
     let exe = build_c_target("latestop", &["-O1"]);
     let mut t = ctx.target(&exe, &["30"]);

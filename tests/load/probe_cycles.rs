@@ -13,13 +13,9 @@ use weft::{Metrics, Pattern, Process};
 
 const CYCLES: u32 = 1_000;
 
-/// The tests in this file load the machine (busy threads on every core):
-/// they take turns, so that each measures what it means to.
-static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The tests in this file load the machine (busy threads on every core):
+// they take turns (support::one_at_a_time, the binary's turn), so that
+// each measures what it means to.
 
 /// Calls counted in the probe's word over every thread right now.
 fn calls(process: &Process, word: u32) -> u64 {
@@ -32,7 +28,7 @@ fn calls(process: &Process, word: u32) -> u64 {
 
 #[test]
 fn thousand_insert_remove_cycles_under_load() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("thousand_insert_remove_cycles_under_load");
     let mut t = ctx.target(cycles(), &[]);
     let (pid, _) = wait_ready(&mut t);
@@ -120,7 +116,7 @@ fn thousand_insert_remove_cycles_under_load() {
 /// only once none is in it.
 #[test]
 fn remove_while_many_threads_spin_through_the_function() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("remove_while_many_threads_spin_through_the_function");
     let mut t = ctx.target(cycles(), &["48"]);
     let (pid, _) = wait_ready(&mut t);
@@ -153,7 +149,7 @@ fn remove_while_many_threads_spin_through_the_function() {
 /// stopped once, by `hold`, and resumed once), and every one counts.
 #[test]
 fn thousand_probes_in_one_stop() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("thousand_probes_in_one_stop");
     let exe = many_functions(1001);
     let mut t = ctx.target(&exe, &["2"]);
@@ -289,7 +285,7 @@ fn planned_with_runtime(ctx: &Ctx, pid: u32) -> (Process, Vec<weft::Function>, w
 /// puts every byte back.
 #[test]
 fn two_hundred_planned_functions_in_one_stop() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("two_hundred_planned_functions_in_one_stop");
     let mut t = ctx.target(many_spare(), &["2"]);
     let (pid, _) = wait_ready(&mut t);
@@ -348,7 +344,7 @@ fn two_hundred_planned_functions_in_one_stop() {
 #[test]
 fn code_changed_since_prepare_is_refused() {
     use std::os::unix::fs::FileExt;
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("code_changed_since_prepare_is_refused");
     let mut t = ctx.target(many_spare(), &["2"]);
     let (pid, _) = wait_ready(&mut t);

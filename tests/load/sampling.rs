@@ -8,13 +8,9 @@ use crate::support;
 use support::*;
 use weft::{Metrics, Pattern, Process, Sampler};
 
-/// The tests in this file load the machine (busy threads on every core):
-/// they take turns, so that each measures what it means to.
-static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_tracer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The tests in this file load the machine (busy threads on every core):
+// they take turns (support::one_at_a_time, the binary's turn), so that
+// each measures what it means to.
 
 /// Calls counted in `word` per thread (tid → calls), from a full snapshot.
 fn snapshot_calls(process: &Process, word: u32) -> std::collections::HashMap<u32, u64> {
@@ -49,7 +45,7 @@ fn instrument(ctx: &Ctx, pid: u32, name: &str, metrics: Metrics) -> (Process, u3
 /// has stopped, the sample is the final snapshot.
 #[test]
 fn samples_agree_with_snapshots_and_the_targets_own_counts() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("samples_agree_with_snapshots_and_the_targets_own_counts");
     let mut t = ctx.target(cycles(), &["4"]);
     let (pid, _) = wait_ready(&mut t);
@@ -127,7 +123,7 @@ fn samples_agree_with_snapshots_and_the_targets_own_counts() {
 /// counts.
 #[test]
 fn unchanged_rows_are_not_read_again() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("unchanged_rows_are_not_read_again");
     let mut t = ctx.target(blocking(), &["--rounds", "3", "--sleep-ms", "20"]);
     let (pid, _) = wait_ready(&mut t);
@@ -192,7 +188,7 @@ fn json_field(line: &str, key: &str) -> Option<u64> {
 /// each lies between the reports read just before and after the sample.
 #[test]
 fn samples_count_a_running_calls_self_time_as_reports_do() {
-    let _turn = one_tracer();
+    let _turn = one_at_a_time();
     let ctx = Ctx::new("samples_count_a_running_calls_self_time_as_reports_do");
     let exe = build_c_target("opencalls", &["-O2", "-g"]);
     let mut t = ctx.target(&exe, &["30"]);

@@ -101,6 +101,16 @@ pub fn machine_steal_share(a: (u64, u64), b: (u64, u64)) -> f64 {
     b.0.saturating_sub(a.0) as f64 / b.1.saturating_sub(a.1).max(1) as f64
 }
 
+/// The binary's turn, held for a whole test: a test that loads both CPUs,
+/// or times what a loaded machine would slow, takes it so that no other
+/// such test of its binary runs meanwhile (libtest runs a binary's tests
+/// on parallel threads; the binaries themselves run one after another).
+/// One lock per test binary, since each compiles this module once.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Builds `tests/targets/NAME.c` with `gcc FLAGS -pthread` into this test
 /// binary's build directory (once per variant of flags) and returns the
 /// executable.
