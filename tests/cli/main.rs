@@ -6,6 +6,8 @@
 //! One module per test file; tests/README.md says how the tests are
 //! grouped into binaries and how to run one.
 
+// Public, as in every binary: each uses a part of support, and rustc does
+// not report a public module's public items as dead code (support/mod.rs).
 #[path = "../support/mod.rs"]
 pub mod support;
 

@@ -19,7 +19,6 @@ pub const WORKER_FUNCS: [&str; 3] = ["work_a", "work_b", "lib_work"];
 /// for its exit and checks that each of its `workers` reported results
 /// unchanged by instrumentation (`"ok":true`). `what` names the moment in
 /// the failure message.
-#[allow(dead_code)]
 pub fn stop_cycles(t: &mut Proc, workers: usize, what: &str) {
     t.send("stop");
     t.expect_stdout("`done`", |l| l == "done");

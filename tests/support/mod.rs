@@ -8,7 +8,16 @@
 //! One module per job; their items are re-exported here, so that a test
 //! reaches them all with `use support::*`. The modules of a few tests
 //! only are reached by name (`support::qemu::run_in_guest`).
-#![allow(dead_code)]
+//!
+//! # Dead code
+//!
+//! Each test binary compiles this module once, and uses a part of it. It
+//! declares it `pub mod support`, so that rustc does not report the public
+//! items a binary leaves unused (a public module's public items are the
+//! crate's exports, even in a test crate); what is private here is still
+//! reported. An item public here must be used by some test:
+//! `tests/support/unused.sh` (a step of scripts/test) lists the public
+//! items that no binary uses.
 
 mod checks;
 mod process;

@@ -3,7 +3,6 @@
 
 /// A random generator seeded from `$var` when set (to rerun a failure),
 /// else from the clock; the seed is printed either way.
-#[allow(dead_code)]
 pub fn rng_from_env(var: &str) -> Rng {
     let seed = std::env::var(var)
         .ok()

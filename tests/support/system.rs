@@ -39,7 +39,6 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// Waits until process `pid` (one the test started) has its C library
 /// mapped: a program attached to while its dynamic loader still runs has
 /// no `malloc` to find yet.
-#[allow(dead_code)]
 pub fn wait_libc_mapped(ctx: &Ctx, pid: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {

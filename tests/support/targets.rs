@@ -55,7 +55,6 @@ fn gcc(args: &[&str], extra: &[&str]) -> Command {
 /// Builds `tests/targets/NAME.c` with `gcc FLAGS -pthread` into this test
 /// binary's build directory (once per variant of flags) and returns the
 /// executable.
-#[allow(dead_code)]
 pub fn build_c_target(name: &str, flags: &[&str]) -> PathBuf {
     // One build at a time, into a file renamed when complete: a test
     // running in parallel otherwise saw the executable exist while the
@@ -211,7 +210,6 @@ pub fn blocking() -> &'static Path {
 }
 
 /// Many short-lived threads, few alive at once (`churn TOTAL ALIVE`).
-#[allow(dead_code)]
 pub fn churn() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("churn", "churn.c", &[]))
@@ -226,7 +224,6 @@ pub fn timers() -> &'static Path {
 
 /// A known call tree for self times and histograms (`calltree [THREADS]`,
 /// tests/targets/calltree.c).
-#[allow(dead_code)]
 pub fn calltree() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("calltree", "calltree.c", &[]))
@@ -246,7 +243,6 @@ pub fn brkloop() -> &'static Path {
 
 /// Threads holding glibc's loader lock most of the time, in a callback of
 /// `dl_iterate_phdr` (see tests/targets/loaderlock.c).
-#[allow(dead_code)]
 pub fn loaderlock() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("loaderlock", "loaderlock.c", &[]))
@@ -255,7 +251,6 @@ pub fn loaderlock() -> &'static Path {
 /// 200 small functions `f0`..`f199` threads call in turn, checking every
 /// result, and `spare`, which nothing calls (`many_spare THREADS`, see
 /// tests/targets/many_spare.c).
-#[allow(dead_code)]
 pub fn many_spare() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("many_spare", "many_spare.c", &[]))
@@ -283,7 +278,6 @@ pub fn signals() -> &'static Path {
 
 /// Threads with the smallest stack allowed calling `work`
 /// (`smallstack [THREADS] [CALLS]`).
-#[allow(dead_code)]
 pub fn smallstack() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("smallstack", "smallstack.c", &[]))
@@ -292,7 +286,6 @@ pub fn smallstack() -> &'static Path {
 /// A target with `n` functions `f0`..: each of its THREADS threads
 /// (`many THREADS`, default 2) calls all of them every 10 ms, until stdin
 /// closes. Prints "ready pid=P threads=T" once every thread made a round.
-#[allow(dead_code)]
 pub fn many_functions(n: usize) -> PathBuf {
     let dir = variant_dir(&format!("many_{n}"));
     let src = dir.join("many.c");
@@ -342,7 +335,6 @@ pub fn many_functions(n: usize) -> PathBuf {
 
 /// A target that dlopens a library and starts threads on command (see
 /// tests/targets/lateload.c), and libwork.so for it to load.
-#[allow(dead_code)]
 pub fn lateload() -> (&'static Path, &'static Path) {
     static P: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     let (exe, lib) = P.get_or_init(|| {
@@ -366,7 +358,6 @@ pub fn lateload() -> (&'static Path, &'static Path) {
 
 /// Functions with integer, pointer and floating-point arguments, called
 /// in rounds on command (see tests/targets/probed.c).
-#[allow(dead_code)]
 pub fn probed() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("probed", "probed.c", &[]))
@@ -374,14 +365,12 @@ pub fn probed() -> &'static Path {
 
 /// Worker threads making indirect and virtual calls in rounds on command,
 /// printing their ground truth (see tests/targets/points.c).
-#[allow(dead_code)]
 pub fn points() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("points", "points.c", &[]))
 }
 
 /// The user probes of tests/targets/probe_lib.c, as a shared library.
-#[allow(dead_code)]
 pub fn probe_lib() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
@@ -411,7 +400,6 @@ pub fn cycles() -> &'static Path {
 }
 
 /// Many threads spinning through `leaf`, a 4-instruction function.
-#[allow(dead_code)]
 pub fn hotleaf() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("hotleaf", "hotleaf.c", &[]))
@@ -424,7 +412,6 @@ pub fn sessions() -> &'static Path {
 }
 
 /// A thread blocked inside `inner` called by `outer`, for gdb (`-g`).
-#[allow(dead_code)]
 pub fn gdbwait() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| build_simple_c("gdbwait", "gdbwait.c", &["-g"]))
@@ -547,7 +534,6 @@ pub fn symbol_address(symbols: &str, name: &str) -> Option<u64> {
 
 /// A program that has mapped all the memory within 2 GiB of its library
 /// `libcrowded.so` (see tests/targets/crowded.c).
-#[allow(dead_code)]
 pub fn crowded() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
