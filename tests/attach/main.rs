@@ -1,8 +1,8 @@
 //! A process held and changed while it lives: as many threads as servers
 //! run, 100,000 counted functions, several sessions at once, signals,
-//! threads and libraries that come and go, `fork` and `exec`, weft killed
-//! at any moment, a change that fails half-way, several processes held by
-//! one program, and their stacks walked.
+//! threads and libraries that come and go, weft killed at any moment, a
+//! change that fails half-way, several processes held by one program, and
+//! their stacks walked.
 //!
 //! One module per test file; tests/README.md says how the tests are
 //! grouped into binaries and how to run one.
@@ -17,7 +17,6 @@ mod events;
 mod failed_changes;
 mod many_processes;
 mod many_threads;
-mod process_events;
 mod sessions;
 mod signals;
 mod stack_walk;

@@ -1,7 +1,8 @@
 //! `weft` the command: `run` and `attach` against the workers targets,
 //! `list`, its errors and exit codes, exit hooks and timers, threads
 //! blocked in system calls while it attaches, the small things users hit,
-//! `weft demo`, and statically linked programs.
+//! `weft demo`, statically linked programs, and targets that fork, exec or
+//! are stopped while weft's probes are live.
 //!
 //! One module per test file; tests/README.md says how the tests are
 //! grouped into binaries and how to run one.
@@ -19,4 +20,5 @@ mod cli_exits;
 mod cli_run;
 mod cli_small;
 mod cli_timers;
+mod process_events;
 mod run_static;
