@@ -159,7 +159,7 @@ fn repeated_attach_detach_while_blocked() {
 /// target: its threads blocked in read/nanosleep/futex see no EINTR and no
 /// short sleep, nothing stays stopped or traced, and its output is right.
 ///
-/// The first attach runs to completion here (tests/weft_killed.rs kills
+/// The first attach runs to completion here (tests/attach/weft_killed.rs kills
 /// first attaches too).
 #[test]
 fn weft_killed_mid_attach_leaves_target_healthy() {

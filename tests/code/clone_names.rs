@@ -45,7 +45,7 @@ fn run(program: &str, args: &[&str]) -> String {
 /// Builds `exe` with `compiler` and `flags` from `sources`, and a copy
 /// `exe-stripped` without symbols whose `.gnu_debuglink` names
 /// `exe-stripped.debug` next to it (`objcopy --only-keep-debug`, then
-/// `--strip-all --add-gnu-debuglink`, as tests/debug_files.rs does).
+/// `--strip-all --add-gnu-debuglink`, as tests/code/debug_files.rs does).
 /// Returns both and `exe`'s linkage names (`nm`).
 fn build(
     compiler: &str,
