@@ -16,8 +16,11 @@
 //! run (CI). Needs root (BPF); the guest part needs QEMU
 //! (tests/qemu/guest.sh), else it is skipped with the reason.
 
+// The tests' QEMU guest harness. Public, as support is in the tests: this
+// bench uses a part of it, and rustc does not report a public module's
+// public items as dead code.
 #[path = "../tests/support/qemu.rs"]
-mod qemu;
+pub mod qemu;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -77,9 +77,10 @@ pub use trampolines::AREA_SIZE as TRAMPOLINE_AREA_SIZE;
 pub use weft_codegen::Predicate;
 
 /// Internals that weft's own integration tests exercise directly: the
-/// parsers `tests/malformed_input.rs` feeds malformed input, the branch
-/// index (`tests/cold_parts.rs`), the sampling bench's memory floor, and fault injection in debug builds
-/// (`tests/failed_changes.rs`). Not part of the API.
+/// parsers `tests/malformed_input/malformed_input.rs` feeds malformed
+/// input, the branch index (`tests/code/cold_parts.rs`), the sampling
+/// bench's memory floor, and fault injection in debug builds
+/// (`tests/attach/failed_changes.rs`). Not part of the API.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::branches::BranchIndex;

@@ -6,7 +6,6 @@
 //! [`guest_unavailable`] says whether the guest can run here (QEMU installed
 //! and the kernel cached, downloading it the first time); [`run_in_guest`]
 //! boots it once for one command.
-#![allow(dead_code)]
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -16,8 +15,6 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The exit status guest.sh gives when its timeout killed QEMU.
-pub const GUEST_TIMED_OUT: i32 = 124;
 /// The exit status guest.sh gives when the guest stopped (kernel panic,
 /// failed boot) without reporting the command's exit status.
 pub const GUEST_FAILED: i32 = 125;
@@ -31,9 +28,9 @@ pub struct GuestOutput {
     /// guest.sh's own messages: why the guest failed or timed out, with the
     /// console's last lines.
     pub stderr: String,
-    /// The command's exit status; [`GUEST_TIMED_OUT`] or [`GUEST_FAILED`]
-    /// (with `stderr` saying so) when the guest did not report one, -1 if
-    /// guest.sh itself was killed.
+    /// The command's exit status; 124 (guest.sh's timeout killed QEMU) or
+    /// [`GUEST_FAILED`] (with `stderr` saying so) when the guest did not
+    /// report one, -1 if guest.sh itself was killed.
     pub status: i32,
 }
 
@@ -129,7 +126,7 @@ fn read_all(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
 /// path, absolute guest path; directories too) and the shared libraries
 /// their ELF files need copied in, and `env` exported. `timeout` bounds the
 /// whole boot and run (a boot takes ~5 s); past it QEMU is killed and the
-/// status is [`GUEST_TIMED_OUT`].
+/// status is 124.
 ///
 /// A guest whose kernel reports a soft lockup (it panics at once, see
 /// guest.sh) is booted once more, its output printed to stderr: under

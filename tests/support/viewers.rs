@@ -1,7 +1,6 @@
 //! Real viewers for weft's timelines and flame graphs: speedscope's web
 //! app (fetched from npm by tests/viewers/fetch.sh) and Chromium
 //! (Debian's chromium-headless-shell), driven by tests/viewers/chromium.py.
-#![allow(dead_code)]
 
 use super::{weft_bin, Ctx};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-/* A known call tree for self-time and histogram checks (tests/reports.rs).
+/* A known call tree for self-time and histogram checks (tests/outputs/reports.rs).
  * Each of THREADS threads (argv[1], default 2) runs outer() and rec(6)
  * ROUNDS times, then naps: nap_ms() 5 times (1 ms), nap_us() 20 times
  * (10 µs). Every instrumented function has exactly one caller function:

@@ -1,5 +1,5 @@
 /* A threaded log-record indexer, written the ordinary way, whose helpers
- * gcc -O2 turns into clones (tests/clone_names.rs): `weigh` reads two
+ * gcc -O2 turns into clones (tests/code/clone_names.rs): `weigh` reads two
  * fields of the record it is given (IPA-SRA: `weigh.isra.0`), `scale` is
  * always called with the same factor and returns early for a factor of 0
  * or less (`scale.part.0.constprop.0`), and `lookup` returns early for key

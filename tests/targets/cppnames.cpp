@@ -1,5 +1,5 @@
 // A threaded C++ cache service, written the ordinary way, for
-// tests/clone_names.rs: a class in a namespace with overloaded methods,
+// tests/code/clone_names.rs: a class in a namespace with overloaded methods,
 // a function template instantiated twice (`app::largest<int>`,
 // `app::largest<double>`), and a method gcc -O2 clones: the file's own
 // `(anonymous namespace)::Eviction::score` reads two fields of the entry

@@ -1,4 +1,4 @@
-/* Target of tests/debug_files.rs: a program that is stripped and given its
+/* Target of tests/code/debug_files.rs: a program that is stripped and given its
  * symbols back through a separate debug file.
  *
  *   debugfiles run N   two threads each call dbg_work_a N times,

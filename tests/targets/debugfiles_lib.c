@@ -1,4 +1,4 @@
-/* libdbgwork.so for tests/debug_files.rs: dbg_lib_hidden is not exported,
+/* libdbgwork.so for tests/code/debug_files.rs: dbg_lib_hidden is not exported,
  * so only the library's debug file names it. */
 static volatile int lib_sink;
 

@@ -5,7 +5,7 @@
 //! seconds: `truth w0=B/E w1=B/E`. Ends when stdin closes.
 //!
 //! Also prints `mutex ADDR SIZE`: where the mutex is, so a diagnosis can
-//! be checked to name it. Used by tests/diagnose_real.rs.
+//! be checked to name it. Used by tests/diagnose/diagnose_real.rs.
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

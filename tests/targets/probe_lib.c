@@ -37,7 +37,7 @@ long add3_times10(long a, long b, long c) { return 10 * add3_original(a, b, c); 
 /* Where a redirected call site of probed's scale lands instead. */
 double scale_negated(double x, const double *k) { return -(x * *k); }
 
-/* An instruction point's probe (tests/points.rs): the registers there. */
+/* An instruction point's probe (tests/code/points.rs): the registers there. */
 void on_point(const struct weft_probe *p)
 {
     dprintf(1, "probe point user=%lu arg0=%ld arg1=%ld ret=%ld point=%u at=%#lx\n",
@@ -45,7 +45,7 @@ void on_point(const struct weft_probe *p)
             (unsigned long)p->function);
 }
 
-/* A probe that leaves every caller-saved register changed (tests/registers.rs):
+/* A probe that leaves every caller-saved register changed (tests/code/registers.rs):
  * the instrumented function's caller must not see any of it. */
 void on_clobber(const struct weft_probe *p)
 {

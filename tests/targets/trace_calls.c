@@ -1,4 +1,4 @@
-/* A known call sequence per thread, for call traces (tests/trace.rs).
+/* A known call sequence per thread, for call traces (tests/outputs/trace.rs).
  *
  * trace_calls THREADS ROUNDS [wait]
  *

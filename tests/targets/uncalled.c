@@ -1,4 +1,4 @@
-/* Code that nothing calls, for tests/uncalled_code.rs, which times every
+/* Code that nothing calls, for tests/code/uncalled_code.rs, which times every
  * function here: the program's entry point (`_start`, where the kernel
  * leaves argc on top of the stack, not a return address), a signal
  * restorer of the program's own (entered by each handler's return, on the

@@ -1,4 +1,4 @@
-// gocompute: a cgo-linked Go program for tests/go_programs.rs.
+// gocompute: a cgo-linked Go program for tests/code/go_programs.rs.
 //
 // Usage: gocompute CALLS
 //
