@@ -375,41 +375,6 @@ fn finds_lock_contention_and_io_blocking_per_thread() {
     t.wait_exit();
 }
 
-/// The machine's CPU pressure (`/proc/pressure/cpu`, "some"): how long
-/// runnable tasks waited for a CPU, read at a start.
-struct CpuPressure {
-    at: std::time::Instant,
-    stalled_us: Option<u64>,
-}
-
-impl CpuPressure {
-    fn now() -> CpuPressure {
-        CpuPressure {
-            at: std::time::Instant::now(),
-            stalled_us: Self::read(),
-        }
-    }
-
-    fn read() -> Option<u64> {
-        let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
-        let some = text.lines().find(|l| l.starts_with("some "))?;
-        some.split_whitespace()
-            .find_map(|kv| kv.strip_prefix("total="))?
-            .parse()
-            .ok()
-    }
-
-    /// The share of the time since the start during which some task
-    /// waited for a CPU (0 when the kernel does not tell).
-    fn share_since(&self) -> f64 {
-        let (Some(before), Some(after)) = (self.stalled_us, Self::read()) else {
-            return 0.0;
-        };
-        let wall = self.at.elapsed().as_micros().max(1) as f64;
-        after.saturating_sub(before) as f64 / wall
-    }
-}
-
 /// `weft diagnose -- PROGRAM`: the program starts under weft, its worker
 /// thread (started after the search began) is searched too, the
 /// diagnosis comes out, and weft waits for the program and exits with its

@@ -23,6 +23,7 @@ fn a_thread_late_to_stop_does_not_pause_the_others() {
     let (pid, _) = wait_ready(&mut t);
     let mut process = Process::open(pid as i32).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     let steal_before = steal_ticks();
+    let pressure = CpuPressure::now();
     let mut stops = Vec::new();
     for i in 0..HOLDS {
         let held = process
@@ -34,14 +35,17 @@ fn a_thread_late_to_stop_does_not_pause_the_others() {
         std::thread::sleep(Duration::from_millis(7));
     }
     let steal = machine_steal_share(steal_before, steal_ticks());
+    let stalled = pressure.share_since();
     let given_up = process.stops_given_up();
     let longest = stops.iter().max().copied().unwrap_or_default();
     eprintln!(
         "{HOLDS} holds, {given_up} stops given up for the late thread; longest stop {:.2} ms \
-         ({:.2} ms stopping), the machine's steal {:.1}%",
+         ({:.2} ms stopping), the machine's steal {:.1}%, tasks waited for a CPU {:.0}% of \
+         the time",
         longest.total.as_secs_f64() * 1e3,
         longest.stopping.as_secs_f64() * 1e3,
-        steal * 100.0
+        steal * 100.0,
+        stalled * 100.0
     );
     // The vforker spends all but microseconds of every 30 ms in vfork: a
     // stop nearly always finds it there.
@@ -49,7 +53,15 @@ fn a_thread_late_to_stop_does_not_pause_the_others() {
         format!("only {given_up} of {HOLDS} stops were given up: the late thread was not late?")
     });
     // Waiting for it would make stops of ~15 ms on average, up to 30 ms.
-    let bound = if steal <= 0.02 { 5.0 } else { 25.0 };
+    // A stop also waits for each thread to be scheduled into it: with
+    // other programs' tasks waiting for the CPUs most of the time (a load
+    // average of 44: a stop of 37 ms, all of it stopping), that is the
+    // kernel's, as a hypervisor's steal is.
+    let bound = if steal <= 0.02 && stalled < 0.25 {
+        5.0
+    } else {
+        25.0
+    };
     ctx.check(longest.total.as_secs_f64() * 1e3 <= bound, || {
         format!("a stop of the world of {longest:?} (bound {bound} ms): the others waited for the late thread")
     });

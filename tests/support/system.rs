@@ -1,10 +1,46 @@
 //! The machine and its processes as /proc shows them (only ever processes
 //! the test started): mappings, threads, tracers, listening sockets,
-//! stolen time; and the binary's turn for tests that need the machine.
+//! stolen time, tasks waiting for a CPU; and the binary's turn for tests
+//! that need the machine.
 
 use super::process::Ctx;
 use std::path::Path;
 use std::sync::Mutex;
+
+/// The machine's CPU pressure (`/proc/pressure/cpu`, "some"): how long
+/// runnable tasks waited for a CPU, read at a start.
+pub struct CpuPressure {
+    at: std::time::Instant,
+    stalled_us: Option<u64>,
+}
+
+impl CpuPressure {
+    pub fn now() -> CpuPressure {
+        CpuPressure {
+            at: std::time::Instant::now(),
+            stalled_us: Self::read(),
+        }
+    }
+
+    fn read() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+        let some = text.lines().find(|l| l.starts_with("some "))?;
+        some.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("total="))?
+            .parse()
+            .ok()
+    }
+
+    /// The share of the time since the start during which some task
+    /// waited for a CPU (0 when the kernel does not tell).
+    pub fn share_since(&self) -> f64 {
+        let (Some(before), Some(after)) = (self.stalled_us, Self::read()) else {
+            return 0.0;
+        };
+        let wall = self.at.elapsed().as_micros().max(1) as f64;
+        after.saturating_sub(before) as f64 / wall
+    }
+}
 
 /// (steal, all) clock ticks of the whole machine so far (`/proc/stat`).
 /// A hypervisor that takes the vCPUs away shows in the steal column.
