@@ -302,6 +302,9 @@ fn to_text(d: &Diagnosis) -> String {
         s.push_str("no bottleneck found\n");
     }
     // What could not be tested is said, not left to look like health.
+    if let Some(what) = &d.summary.cannot_time {
+        s.push_str(&format!("{what}\n"));
+    }
     let refused: usize = d.summary.refused.values().sum();
     if refused > 0 {
         let kinds: Vec<String> = d

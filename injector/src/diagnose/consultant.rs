@@ -283,6 +283,9 @@ pub struct Summary {
     pub refused: BTreeMap<String, usize>,
     /// One of those refusals in full (`function: reason`), for the user.
     pub refused_example: Option<String>,
+    /// What of the program weft cannot time at all, known before the
+    /// search (a Go executable), said whatever the search reached.
+    pub cannot_time: Option<String>,
 }
 
 /// A bottleneck's identity: its hypothesis and call path.
@@ -330,6 +333,7 @@ pub struct Consultant {
     /// instrumentation of those modules would probe.
     module_functions: BTreeMap<std::path::PathBuf, usize>,
     executable_functions: usize,
+    cannot_time: Option<String>,
     /// The stops of the world the search made.
     stops: Stops,
     /// The executable's functions by entry address (to recognize a
@@ -492,6 +496,19 @@ impl Consultant {
             module_functions.insert(exe.module_path.clone(), functions.len());
         }
         let open = add_thread_paths(&mut search, &mut graph, process, found, &options.hypotheses);
+        // Said up front, whatever the search reaches before it ends.
+        let cannot_time = process
+            .image()
+            .executable()
+            .filter(|m| m.image().is_ok_and(|elf| elf.is_go()))
+            .map(|m| {
+                format!(
+                    "{} is Go code, which weft cannot time (Go's runtime aborts on the return \
+                     address a timer replaces): its functions' tests are given up, and only \
+                     waits in C libraries are measured",
+                    m.name()
+                )
+            });
         for id in open.keys() {
             if let Some(f) = graph.function(search.node(*id).focus.function()) {
                 count_module(process, &mut module_functions, f);
@@ -503,6 +520,7 @@ impl Consultant {
             graph,
             module_functions,
             executable_functions: functions.len(),
+            cannot_time,
             stops,
             entries,
             known_threads,
@@ -1395,6 +1413,7 @@ impl Consultant {
             functions_probed: self.probed_ever.len(),
             functions_reachable: self.module_functions.values().sum(),
             executable_functions: self.executable_functions,
+            cannot_time: self.cannot_time.clone(),
             stops: self.stops.count,
             longest_stop_ms: self.stops.longest.total.as_secs_f64() * 1e3,
             longest_stop_for: self.stops.longest_for.to_string(),
