@@ -10,6 +10,10 @@
 //! not seen), at a rule it cannot follow (a DWARF expression, as in a
 //! signal frame or a PLT stub), or when the stack stops growing upward.
 //!
+//! A return address an exit hook replaced (a timed function's open
+//! activation) is read back from the thread's activation cells
+//! (`Held::copy_stack` takes them), so the walk goes on to the real caller.
+//!
 //! While the thread is stopped only its registers and the top of its
 //! stack are copied (a [`StackCopy`], microseconds); the walk runs on
 //! the copy after the thread runs again, so a walk adds next to nothing
@@ -57,6 +61,9 @@ const COPY_LIMIT: usize = 128 * 1024;
 pub struct StackCopy {
     regs: Registers,
     bytes: Vec<u8>,
+    /// The thread's open hooked activations: (the stack slot whose return
+    /// address an exit hook replaced, the original return address).
+    hooked: Vec<(u64, u64)>,
 }
 
 impl StackCopy {
@@ -83,13 +90,34 @@ impl StackCopy {
             bytes.extend_from_slice(&buf);
             at += len as u64;
         }
-        StackCopy { regs, bytes }
+        StackCopy {
+            regs,
+            bytes,
+            hooked: Vec::new(),
+        }
     }
 
     fn read_u64(&self, address: u64) -> Option<u64> {
         let off = usize::try_from(address.checked_sub(self.regs.rsp)?).ok()?;
         let word = self.bytes.get(off..off.checked_add(8)?)?;
         Some(u64::from_le_bytes(word.try_into().ok()?))
+    }
+
+    /// The same copy, knowing which return addresses exit hooks replaced
+    /// (slot, original): the walk reads through them to the caller
+    /// instead of into weft's exit code.
+    pub(crate) fn with_hooked(mut self, hooked: Vec<(u64, u64)>) -> StackCopy {
+        self.hooked = hooked;
+        self
+    }
+
+    /// The return address at stack slot `slot` as the program put it
+    /// there: the original where an exit hook replaced it.
+    fn return_address_at(&self, slot: u64) -> Option<u64> {
+        let found = self.hooked.iter().find(|&&(at, _)| at == slot);
+        found
+            .map(|&(_, original)| original)
+            .or_else(|| self.read_u64(slot))
     }
 
     /// Walks at most `max` frames, innermost first.
@@ -131,7 +159,7 @@ fn walk(image: &mut ProcessImage, stack: &StackCopy, max: usize) -> Vec<Frame> {
         frames.push(Frame { pc, cfa });
         let read = |offset: i64| stack.read_u64(cfa.wrapping_add_signed(offset));
         let return_address = match rule.return_address {
-            SavedAt::Cfa(offset) => read(offset),
+            SavedAt::Cfa(offset) => stack.return_address_at(cfa.wrapping_add_signed(offset)),
             SavedAt::Undefined | SavedAt::Unchanged => None,
         };
         let Some(return_address) = return_address.filter(|&a| a != 0) else {

@@ -94,3 +94,57 @@ fn walk_and_check(ctx: &Ctx, exe: &std::path::Path) {
     t.expect_stdout("done", |l| l.starts_with("done "));
     t.wait_exit();
 }
+
+/// A thread asleep inside a timed function: the exit hook replaced the
+/// return address on its stack, and the walk reads through it (from the
+/// runtime's activation cells) to the caller and the thread's start, not
+/// into weft's exit code (a CPython thread's path once began at
+/// `weft_rt_call_records`).
+#[test]
+fn walks_through_a_frame_whose_exit_is_hooked() {
+    let ctx = Ctx::new("walks_through_a_frame_whose_exit_is_hooked");
+    let exe = build_c_target(
+        "stackwalk_hooked",
+        &["-O2", "-fno-optimize-sibling-calls", "-pthread"],
+    );
+    let mut t = ctx.target(&exe, &[]);
+    t.expect_stdout("ready", |l| l == "ready");
+    let pid = t.pid as i32;
+    let mut process = Process::open(pid).expect("open the target");
+    let mut held = process.hold().expect("hold");
+    let nap = held
+        .find_functions(&[weft::Pattern::parse("nap").unwrap()])
+        .expect("find nap");
+    let ids = held.insert(&nap, weft::Metrics::ALL).expect("time nap");
+    held.release().expect("release");
+    // Several naps begin under the hook; the walks catch one asleep.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut checked = 0;
+    for _ in 0..5 {
+        let mut held = process.hold().expect("hold");
+        let worker = held.threads().into_iter().find(|&tid| tid != pid);
+        if let Some(tid) = worker {
+            let stack = names(&mut held, tid);
+            if stack.iter().any(|n| n == "nap") {
+                ctx.check(
+                    in_order(&stack, &["nap", "tick", "worker_main", "start_thread"]),
+                    || format!("the walk through nap's hooked exit: {stack:?}"),
+                );
+                ctx.check(!stack.iter().any(|n| n.contains("weft_rt")), || {
+                    format!("the walk went into weft's runtime: {stack:?}")
+                });
+                checked += 1;
+            }
+        }
+        held.release().expect("release");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    ctx.check(checked > 0, || "no walk found the worker inside nap".into());
+    let mut held = process.hold().expect("hold");
+    held.remove(&ids).expect("remove");
+    held.release().expect("release");
+    drop(process);
+    t.close_stdin();
+    t.expect_stdout("done", |l| l.starts_with("done "));
+    t.wait_exit();
+}

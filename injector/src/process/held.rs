@@ -255,7 +255,8 @@ impl<'p> Held<'p> {
     pub fn copy_stack(&self, tid: Tid) -> Result<crate::stack::StackCopy, Error> {
         let regs = self.registers(tid)?;
         let memory = crate::memory::ProcessMemory::open_read_only(self.process.pid())?;
-        Ok(crate::stack::StackCopy::take(&memory, regs))
+        let hooked = self.process.hooked_returns(&memory, tid);
+        Ok(crate::stack::StackCopy::take(&memory, regs).with_hooked(hooked))
     }
 
     /// The functions thread `tid` is inside of now, innermost first: its

@@ -270,6 +270,64 @@ impl Process {
         Ok(())
     }
 
+    /// Thread `tid`'s open activations whose return address an exit hook
+    /// replaced: (the stack slot, the original return address), from its
+    /// activation cells. A stack walk reads through them; without them it
+    /// saw weft's exit code as the caller (a CPython thread's path came
+    /// out as `weft_rt_call_records > _PyEval_EvalFrameDefault`). Empty
+    /// when the runtime is not loaded or the thread has no row.
+    pub(crate) fn hooked_returns(
+        &self,
+        memory: &crate::memory::ProcessMemory,
+        tid: crate::ptrace::Tid,
+    ) -> Vec<(u64, u64)> {
+        use std::sync::atomic::Ordering;
+        use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_LIVE, ROW_TOP};
+        let Some(rt) = self.runtime.as_ref() else {
+            return Vec::new();
+        };
+        let region = &rt.region;
+        let rows = region
+            .header()
+            .rows_used
+            .load(Ordering::Acquire)
+            .min(region.geometry().max_rows);
+        let Some(index) = (0..rows).find(|&i| {
+            let h = region.row_header(i);
+            h.state.load(Ordering::Acquire) == ROW_LIVE
+                && h.tid.load(Ordering::Acquire) == tid as u32
+        }) else {
+            return Vec::new();
+        };
+        let cells = region.load_word(index, ROW_CELLS);
+        let top = region.load_word(index, ROW_TOP);
+        let end = region.load_word(index, ROW_CELLS_END);
+        if cells == 0 || top <= cells || top > end {
+            return Vec::new();
+        }
+        let size = u64::from(weft_codegen::CELL_SIZE);
+        let mut hooked = Vec::new();
+        let mut cell = cells;
+        while cell < top {
+            let word = |offset: i32| {
+                let mut bytes = [0u8; 8];
+                memory
+                    .read(cell.wrapping_add_signed(i64::from(offset)), &mut bytes)
+                    .ok()
+                    .map(|()| u64::from_le_bytes(bytes))
+            };
+            let (Some(original), Some(slot)) = (
+                word(weft_codegen::CELL_RETURN_ADDRESS),
+                word(weft_codegen::CELL_ENTRY_RSP),
+            ) else {
+                break; // the thread and its cells are gone
+            };
+            hooked.push((slot, original));
+            cell += size;
+        }
+        hooked
+    }
+
     /// After a failed change that loaded the runtime: it goes back out
     /// when nothing ever ran it (no thread took a row) and no probe of any
     /// session is in, so that a failed first attach leaves nothing of
