@@ -7,6 +7,7 @@ use crate::timing::Timing;
 use crate::wait;
 use anyhow::Result;
 use std::fmt::Write as _;
+use weft::report::group_digits;
 use weft::{Pattern, Process, RealtimeGuard, Report};
 
 /// Keeps a live session's real-time priority until the process exits.
@@ -281,9 +282,9 @@ fn instrument(
     }
     let mut text = format!(
         "weft: {} of {} functions instrumented; {} refused{}\n",
-        thousands(done),
-        thousands(found.len()),
-        thousands(refused.len()),
+        group_digits(done as u64),
+        group_digits(found.len() as u64),
+        group_digits(refused.len() as u64),
         if refusals.explain {
             ":"
         } else {
@@ -305,11 +306,6 @@ fn instrument(
     }
     eprint!("{text}");
     Ok(done)
-}
-
-/// `n` with a comma between thousands: 1,957 (the reports' grouping).
-fn thousands(n: usize) -> String {
-    weft::report::group_digits(n as u64)
 }
 
 /// Says which program weft stopped at when `program` is a script or an

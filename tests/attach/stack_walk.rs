@@ -103,11 +103,14 @@ fn walk_and_check(ctx: &Ctx, exe: &std::path::Path) {
 #[test]
 fn walks_through_a_frame_whose_exit_is_hooked() {
     let ctx = Ctx::new("walks_through_a_frame_whose_exit_is_hooked");
-    let exe = build_c_target(
-        "stackwalk_hooked",
-        &["-O2", "-fno-optimize-sibling-calls", "-pthread"],
-    );
-    let mut t = ctx.target(&exe, &[]);
+    for compiler in ["gcc", "clang"] {
+        let exe = build_c_target_with(compiler, "stackwalk_hooked", &["-O2", "-g", "-pthread"]);
+        walk_through_hooked_nap(&ctx, &exe);
+    }
+}
+
+fn walk_through_hooked_nap(ctx: &Ctx, exe: &std::path::Path) {
+    let mut t = ctx.target(exe, &[]);
     t.expect_stdout("ready", |l| l == "ready");
     let pid = t.pid as i32;
     let mut process = Process::open(pid).expect("open the target");
@@ -128,7 +131,12 @@ fn walks_through_a_frame_whose_exit_is_hooked() {
             if stack.iter().any(|n| n == "nap") {
                 ctx.check(
                     in_order(&stack, &["nap", "tick", "worker_main", "start_thread"]),
-                    || format!("the walk through nap's hooked exit: {stack:?}"),
+                    || {
+                        format!(
+                            "{}: the walk through nap's hooked exit: {stack:?}",
+                            exe.display()
+                        )
+                    },
                 );
                 ctx.check(!stack.iter().any(|n| n.contains("weft_rt")), || {
                     format!("the walk went into weft's runtime: {stack:?}")

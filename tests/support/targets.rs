@@ -56,12 +56,19 @@ fn gcc(args: &[&str], extra: &[&str]) -> Command {
 /// binary's build directory (once per variant of flags) and returns the
 /// executable.
 pub fn build_c_target(name: &str, flags: &[&str]) -> PathBuf {
+    build_c_target_with("gcc", name, flags)
+}
+
+/// [`build_c_target`] with another C compiler (`clang`): users build
+/// with both.
+pub fn build_c_target_with(compiler: &str, name: &str, flags: &[&str]) -> PathBuf {
     // One build at a time, into a file renamed when complete: a test
     // running in parallel otherwise saw the executable exist while the
     // linker still wrote it, and its exec failed with ETXTBSY.
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = variant_dir(&format!("{name}{}", flags.join("")));
+    let variant = if compiler == "gcc" { "" } else { compiler };
+    let dir = variant_dir(&format!("{name}{variant}{}", flags.join("")));
     let exe = dir.join(name);
     if !exe.exists() {
         let source = src(&format!("{name}.c"));
@@ -73,7 +80,9 @@ pub fn build_c_target(name: &str, flags: &[&str]) -> PathBuf {
             partial.to_str().unwrap(),
             source.to_str().unwrap(),
         ]);
-        run_build(gcc(&args, &[]));
+        let mut build = Command::new(compiler);
+        build.args(&args);
+        run_build(build);
         std::fs::rename(&partial, &exe)
             .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", partial.display(), exe.display()));
     }

@@ -80,6 +80,9 @@ pub struct Held<'p> {
     tracer: Tracer,
     /// Set by [`Held::release`]: the drop then has nothing left to do.
     released: bool,
+    /// The live threads' rows, by thread ID, looked up once per hold by
+    /// the first stack copy (a walk reads hooked return addresses there).
+    rows: std::cell::OnceCell<std::collections::HashMap<u32, u32>>,
 }
 
 impl<'p> Held<'p> {
@@ -88,6 +91,7 @@ impl<'p> Held<'p> {
             process,
             tracer,
             released: false,
+            rows: std::cell::OnceCell::new(),
         }
     }
 
@@ -255,7 +259,11 @@ impl<'p> Held<'p> {
     pub fn copy_stack(&self, tid: Tid) -> Result<crate::stack::StackCopy, Error> {
         let regs = self.registers(tid)?;
         let memory = crate::memory::ProcessMemory::open_read_only(self.process.pid())?;
-        let hooked = self.process.hooked_returns(&memory, tid);
+        let rows = self.rows.get_or_init(|| self.process.live_rows());
+        let hooked = rows
+            .get(&(tid as u32))
+            .map(|&row| self.process.hooked_returns(&memory, row))
+            .unwrap_or_default();
         Ok(crate::stack::StackCopy::take(&memory, regs).with_hooked(hooked))
     }
 

@@ -270,21 +270,12 @@ impl Process {
         Ok(())
     }
 
-    /// Thread `tid`'s open activations whose return address an exit hook
-    /// replaced: (the stack slot, the original return address), from its
-    /// activation cells. A stack walk reads through them; without them it
-    /// saw weft's exit code as the caller (a CPython thread's path came
-    /// out as `weft_rt_call_records > _PyEval_EvalFrameDefault`). Empty
-    /// when the runtime is not loaded or the thread has no row.
-    pub(crate) fn hooked_returns(
-        &self,
-        memory: &crate::memory::ProcessMemory,
-        tid: crate::ptrace::Tid,
-    ) -> Vec<(u64, u64)> {
+    /// The rows of the threads live now, by thread ID (empty before the
+    /// runtime is loaded): built once per hold, not once per thread.
+    pub(crate) fn live_rows(&self) -> std::collections::HashMap<u32, u32> {
         use std::sync::atomic::Ordering;
-        use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_LIVE, ROW_TOP};
         let Some(rt) = self.runtime.as_ref() else {
-            return Vec::new();
+            return Default::default();
         };
         let region = &rt.region;
         let rows = region
@@ -292,40 +283,50 @@ impl Process {
             .rows_used
             .load(Ordering::Acquire)
             .min(region.geometry().max_rows);
-        let Some(index) = (0..rows).find(|&i| {
-            let h = region.row_header(i);
-            h.state.load(Ordering::Acquire) == ROW_LIVE
-                && h.tid.load(Ordering::Acquire) == tid as u32
-        }) else {
+        (0..rows)
+            .filter(|&i| {
+                region.row_header(i).state.load(Ordering::Acquire) == weft_rt::layout::ROW_LIVE
+            })
+            .map(|i| (region.row_header(i).tid.load(Ordering::Acquire), i))
+            .collect()
+    }
+
+    /// The open activations of the thread in row `row` whose return
+    /// address an exit hook replaced: (the stack slot, the original return
+    /// address), from its activation cells, read in one go. A stack walk
+    /// reads through them; without them it saw weft's exit code as the
+    /// caller (a CPython thread's path came out as `weft_rt_call_records >
+    /// _PyEval_EvalFrameDefault`).
+    pub(crate) fn hooked_returns(
+        &self,
+        memory: &crate::memory::ProcessMemory,
+        row: u32,
+    ) -> Vec<(u64, u64)> {
+        use weft_rt::layout::{ROW_CELLS, ROW_CELLS_END, ROW_TOP};
+        let Some(rt) = self.runtime.as_ref() else {
             return Vec::new();
         };
-        let cells = region.load_word(index, ROW_CELLS);
-        let top = region.load_word(index, ROW_TOP);
-        let end = region.load_word(index, ROW_CELLS_END);
+        let cells = rt.region.load_word(row, ROW_CELLS);
+        let top = rt.region.load_word(row, ROW_TOP);
+        let end = rt.region.load_word(row, ROW_CELLS_END);
         if cells == 0 || top <= cells || top > end {
             return Vec::new();
         }
-        let size = u64::from(weft_codegen::CELL_SIZE);
-        let mut hooked = Vec::new();
-        let mut cell = cells;
-        while cell < top {
-            let word = |offset: i32| {
-                let mut bytes = [0u8; 8];
-                memory
-                    .read(cell.wrapping_add_signed(i64::from(offset)), &mut bytes)
-                    .ok()
-                    .map(|()| u64::from_le_bytes(bytes))
-            };
-            let (Some(original), Some(slot)) = (
-                word(weft_codegen::CELL_RETURN_ADDRESS),
-                word(weft_codegen::CELL_ENTRY_RSP),
-            ) else {
-                break; // the thread and its cells are gone
-            };
-            hooked.push((slot, original));
-            cell += size;
-        }
-        hooked
+        let Ok(bytes) = memory.read_vec(cells, (top - cells) as usize) else {
+            return Vec::new(); // the thread and its cells are gone
+        };
+        let word = |cell: &[u8], offset: i32| {
+            let at = usize::try_from(offset).ok()?;
+            Some(u64::from_le_bytes(cell.get(at..at + 8)?.try_into().ok()?))
+        };
+        bytes
+            .chunks_exact(weft_codegen::CELL_SIZE as usize)
+            .filter_map(|cell| {
+                let original = word(cell, weft_codegen::CELL_RETURN_ADDRESS)?;
+                let slot = word(cell, weft_codegen::CELL_ENTRY_RSP)?;
+                Some((slot, original))
+            })
+            .collect()
     }
 
     /// After a failed change that loaded the runtime: it goes back out
