@@ -51,7 +51,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 /// `b"WEFTRT01"` as a little-endian `u64`: identifies a weft region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTRT01");
 /// Bumped whenever the layout below changes incompatibly.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Byte offset of `user` in a user probe's context: the code generator lays
 /// its `ProbeContext` out around it (`weft_codegen::CTX_USER`, checked with
 /// `offset_of!` there) and `weft_rt_library_event` reads its constant here.
@@ -269,6 +269,10 @@ pub const METRIC_HISTOGRAM: u32 = 4;
 /// [`ProbeEntry::metrics`]: call traces (entry and exit events in the
 /// thread's trace ring).
 pub const METRIC_TRACE: u32 = 8;
+/// [`ProbeEntry::metrics`]: counts only inside other probes' functions (a
+/// constrained probe): its words are not the function's, so it is never
+/// shared (a probe can still be chained over it).
+pub const METRIC_INSIDE: u32 = 16;
 /// [`ProbeEntry::record`] of a probe without a call record.
 pub const NO_RECORD: u32 = u32::MAX;
 

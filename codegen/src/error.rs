@@ -32,6 +32,9 @@ pub enum BuildError {
         /// The size given.
         area_size: u32,
     },
+    /// A probe's constraint cannot be tested (see [`Inside`](crate::Inside)).
+    #[error("a probe's constraint cannot be built: {0}")]
+    Constraint(String),
     /// The encoder rejected generated code; this is a bug in weft.
     #[error("internal error: cannot encode generated code: {0}")]
     Encode(String),

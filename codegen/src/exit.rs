@@ -101,6 +101,7 @@ use crate::cells::{
     CELL_CHAIN, CELL_ENTRY_RSP, CELL_FLAGS, CELL_HISTOGRAM, CELL_METRIC, CELL_PROBE,
     CELL_RECORD_SHIFT, CELL_RETURN_ADDRESS, CELL_SELF_BASE, CELL_SIZE, CELL_TIMED, CELL_TRACE,
 };
+use crate::inside::Inside;
 use crate::slow_paths::SlowPaths;
 use crate::timer::TimerSpec;
 use crate::{disp, BuildError};
@@ -558,11 +559,12 @@ pub(crate) fn enter_snippet(
     hooks: &ExitHooks,
     metric: i32,
     record: u32,
+    inside: &Inside,
     activity: Option<i32>,
     ip: u64,
 ) -> Result<Vec<u8>, BuildError> {
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
-    enter_asm(&mut a, hooks, metric, record, activity).map_err(asm_err)?;
+    enter_asm(&mut a, hooks, metric, record, inside, activity).map_err(asm_err)?;
     a.assemble(ip).map_err(asm_err)
 }
 
@@ -572,9 +574,11 @@ pub(crate) fn enter_snippet_len(
     hooks: &ExitHooks,
     metric: i32,
     record: u32,
+    inside: &Inside,
     activity: Option<i32>,
 ) -> usize {
-    enter_snippet(hooks, metric, record, activity.map(|_| 1 << 20), 0).map_or(0, |b| b.len())
+    enter_snippet(hooks, metric, record, inside, activity.map(|_| 1 << 20), 0)
+        .map_or(0, |b| b.len())
 }
 
 fn enter_asm(
@@ -582,17 +586,25 @@ fn enter_asm(
     h: &ExitHooks,
     metric: i32,
     record: u32,
+    inside: &Inside,
     activity: Option<i32>,
 ) -> Result<(), IcedError> {
     let m = i64::from(metric);
     let row = h.row;
     let mut push = a.create_label();
     let mut unhooked = a.create_label();
+    // Constrained: the entry counts only once the stale activations are
+    // closed and the constraint holds (see the `inside` module).
+    let guarded = !inside.is_always();
+    let mut test = if guarded { a.create_label() } else { push };
+    let mut outside = a.create_label();
     let mut slow = SlowPaths::new();
     let record_lit = slow.literal(a, h.records.address(record));
     let stale_lit = slow.literal(a, h.exit_code + EXIT_CODE_STALE_ENTRY);
 
-    a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
+    if !guarded {
+        a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
+    }
     for r in [rdx, rsi, rdi, r8] {
         a.push(r)?;
     }
@@ -602,11 +614,16 @@ fn enter_asm(
     a.jae(unhooked)?;
     a.lea(rax, qword_ptr(rsp + 48))?;
     a.cmp(rdi, q(rcx, row.cells))?;
-    a.je(push)?;
+    a.je(test)?;
     a.jb(unhooked)?; // a corrupt top: never write outside the cells
     a.cmp(q(rdi, CELL_ENTRY_RSP - CELL_SIZE as i32), rax)?;
-    a.ja(push)?;
+    a.ja(test)?;
     a.call(qword_ptr(stale_lit))?;
+    if guarded {
+        a.set_label(&mut test)?;
+        crate::inside::emit_test(a, inside, outside)?;
+        a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
+    }
 
     a.set_label(&mut push)?;
     a.mov(q(rdi, CELL_ENTRY_RSP), rax)?;
@@ -650,7 +667,14 @@ fn enter_asm(
     slow.emit(a)?;
 
     a.set_label(&mut unhooked)?;
+    if guarded {
+        // No cell to close stale activations with: the constraint as the
+        // last hooked entry left it.
+        crate::inside::emit_test(a, inside, outside)?;
+        a.inc(qword_ptr(rcx + (m + i64::from(METRIC_ENTRIES))))?;
+    }
     a.inc(qword_ptr(rcx + (m + i64::from(METRIC_UNHOOKED))))?;
+    a.set_label(&mut outside)?;
     a.mov(eax, esi)?;
     for r in [r8, rdi, rsi, rdx] {
         a.pop(r)?;
@@ -1185,9 +1209,11 @@ mod tests {
                 iced_x86::DecoderOptions::NONE,
             );
             assert_eq!(dec.decode().code(), Code::Lea_r64_m);
-            let len = enter_snippet_len(&hooks, 256, 3, Some(48));
-            let built = enter_snippet(&hooks, 256, 3, Some(48), 0x5000).unwrap();
-            assert!(built.len() <= len, "{} > {len}", built.len());
+            for inside in [Inside::ALWAYS, Inside::new(&[512, 1024]).unwrap()] {
+                let len = enter_snippet_len(&hooks, 256, 3, &inside, Some(48));
+                let built = enter_snippet(&hooks, 256, 3, &inside, Some(48), 0x5000).unwrap();
+                assert!(built.len() <= len, "{} > {len}", built.len());
+            }
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod cfg;
 mod encode;
 mod error;
 mod exit;
+mod inside;
 mod probe;
 mod relocate;
 mod remote_stub;
@@ -46,6 +47,7 @@ pub use exit::{
     LayoutError, EXIT_CODE_STALE_ENTRY, EXIT_PROBE_SIZE, METRIC_ENTRIES, METRIC_EXITS, METRIC_LEN,
     METRIC_UNHOOKED, METRIC_UNWOUND, RECORD_RETURN, RECORD_SIZE,
 };
+pub use inside::{Inside, MAX_INSIDE};
 pub use probe::{
     CallTargets, Predicate, ProbeCall, ProbeContext, CTX_ARGS, CTX_FARGS, CTX_FRET, CTX_FUNCTION,
     CTX_POINT, CTX_RET, CTX_RET2, CTX_RSP, CTX_SIZE, CTX_THREAD, CTX_USER, POINT_ENTRY, POINT_EXIT,

@@ -66,6 +66,10 @@ pub enum Snippet {
         record: u32,
         /// The exit-hook layout (and timers).
         hooks: crate::ExitHooks,
+        /// Count (and hook, and time) only calls made while the thread is
+        /// inside these functions ([`Inside`](crate::Inside)); other calls
+        /// run the function plainly.
+        inside: crate::Inside,
     },
     /// Calls a user probe function with the function's arguments (see the
     /// `probe` module and [`ProbeCall`](crate::ProbeCall)); skipped when
@@ -88,7 +92,8 @@ impl Snippet {
                 metric,
                 record,
                 hooks,
-            } => crate::exit::enter_snippet_len(hooks, *metric, *record, Some(0)),
+                inside,
+            } => crate::exit::enter_snippet_len(hooks, *metric, *record, inside, Some(0)),
             Snippet::CallProbe(call) => crate::probe::entry_snippet_len(call),
             // Per slot: two compares, branches, an inc and a store; then the
             // operand's evaluation.
@@ -382,8 +387,10 @@ fn emit_snippet(
             metric,
             record,
             ref hooks,
+            ref inside,
         } => {
-            let code = crate::exit::enter_snippet(hooks, metric, record, row.activity, e.ip())?;
+            let code =
+                crate::exit::enter_snippet(hooks, metric, record, inside, row.activity, e.ip())?;
             e.raw(&code);
         }
         Snippet::CallProbe(ref call) => {

@@ -342,7 +342,8 @@ struct Jmp {
 
 const THROWER_SPIN: u64 = 3 * MS;
 
-fn build_jmp(lab: &mut Lab) -> Jmp {
+/// With `inside_f1`, f2 and g count and time only inside f1.
+fn build_jmp(lab: &mut Lab, inside_f1: bool) -> Jmp {
     let thrower = lab.assemble(|a, end| {
         a.push(rdi).unwrap();
         a.mov(rdi, THROWER_SPIN as i64).unwrap();
@@ -364,15 +365,19 @@ fn build_jmp(lab: &mut Lab) -> Jmp {
         })
     };
     let f2 = calls(lab, thrower.0);
-    let m_f2 = lab.hook(f2);
     let f1 = calls(lab, f2.0);
     let m_f1 = lab.hook(f1);
+    let inside = match inside_f1 {
+        true => Inside::new(&[m_f1 + METRIC_NESTING]).unwrap(),
+        false => Inside::ALWAYS,
+    };
+    let m_f2 = lab.hook_inside(f2, inside);
     let g = lab.assemble(|a, end| {
         a.mov(eax, 10).unwrap();
         a.ret().unwrap();
         a.set_label(end).unwrap();
     });
-    let m_g = lab.hook(g);
+    let m_g = lab.hook_inside(g, inside);
     let catcher = lab.assemble(|a, end| {
         let mut resume = a.create_label();
         let mut out = a.create_label();
@@ -417,7 +422,7 @@ fn call_jb(f: u64) -> i64 {
 #[test]
 fn longjmp_closes_timers_when_detected() {
     let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
-    let j = build_jmp(&mut lab);
+    let j = build_jmp(&mut lab, false);
     let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
 
     // 1. Skipped frames stay open (and timing) until the next entry.
@@ -998,4 +1003,91 @@ fn histogram_buckets_outermost_wall_times() {
     assert_eq!(histogram_bucket(1), 0);
     assert_eq!(histogram_bucket(1_000_000), 19);
     assert_eq!(histogram_bucket(u64::MAX), HIST_BUCKETS - 1);
+}
+
+// ---- Constrained timers (`Inside`) ----
+
+/// A helper shared by two callers, constrained to one of them: it counts
+/// and times only the calls made inside that one, and a function
+/// constrained to the helper's (constrained) probe only the calls under
+/// that path — `a > shared > leaf`, not `b > shared > leaf`.
+#[test]
+fn constrained_timers_count_only_inside_their_path() {
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
+    let leaf = caller(&mut lab, &[], 50 * US);
+    let shared = caller(&mut lab, &[leaf.0], 200 * US);
+    let a = caller(&mut lab, &[shared.0], 100 * US);
+    let b = caller(&mut lab, &[shared.0, shared.0], 100 * US);
+    let [ma, mb] = [a, b].map(|f| lab.hook(f));
+    let m_shared = lab.hook_inside(shared, Inside::new(&[ma + METRIC_NESTING]).unwrap());
+    let m_leaf = lab.hook_inside(leaf, Inside::new(&[m_shared + METRIC_NESTING]).unwrap());
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
+    const CALLS: u64 = 3;
+    for _ in 0..CALLS {
+        fn1(a.0)(0);
+        fn1(b.0)(0);
+        fn1(shared.0)(0);
+        fn1(leaf.0)(0);
+    }
+    assert_eq!(depth(), 0);
+    assert_eq!(counts(ma), [CALLS, CALLS, 0, 0]);
+    assert_eq!(counts(mb), [CALLS, CALLS, 0, 0]);
+    assert_eq!(counts(m_shared), [CALLS, CALLS, 0, 0]);
+    assert_eq!(counts(m_leaf), [CALLS, CALLS, 0, 0]);
+    for m in [ma, mb, m_shared, m_leaf] {
+        assert_eq!(word(m + METRIC_NESTING), 0);
+    }
+    // The constrained CPU times: shared's spin and leaf's under `a` only
+    // (`b` ran shared twice as often), and no more than a's own time.
+    let (wall_a, cpu_a, _) = totals(ma);
+    let (wall_s, cpu_s, _) = totals(m_shared);
+    let (wall_l, cpu_l, _) = totals(m_leaf);
+    assert!(
+        cpu_s >= CALLS * 250 * US && cpu_s <= cpu_a,
+        "shared cpu {cpu_s}, a {cpu_a}"
+    );
+    assert!(wall_s <= wall_a, "shared wall {wall_s}, a {wall_a}");
+    assert!(
+        cpu_l >= CALLS * 50 * US && cpu_l <= cpu_s,
+        "leaf cpu {cpu_l}, shared {cpu_s}"
+    );
+    assert!(wall_l <= wall_s, "leaf wall {wall_l}, shared {wall_s}");
+    // Unconstrained, shared would hold a's and b's three calls each (and
+    // the direct ones): 9 x 250 us of CPU at least.
+    assert!(cpu_s < 2 * CALLS * 250 * US, "shared cpu {cpu_s}");
+}
+
+/// A constraining frame left by longjmp: the next entry closes it first,
+/// so a constrained function called after it does not count.
+#[test]
+fn a_constraint_left_by_longjmp_no_longer_holds() {
+    let mut lab = timed_lab(BOTH, wall(WallPreference::Auto));
+    let j = build_jmp(&mut lab, true);
+    let _setup = install_auto_row(lab.cells(), Some(CpuPreference::Auto));
+    assert_eq!(call_jb(j.catcher), 2);
+    assert_eq!(depth(), 2);
+    assert_eq!(word(j.m_f1 + METRIC_NESTING), 1);
+    assert_eq!(fn1(j.g)(0), 10); // closes f2 and f1, then tests f1's nesting
+    assert_eq!(depth(), 0);
+    assert_eq!(counts(j.m_f1), [1, 0, 1, 0]);
+    assert_eq!(counts(j.m_f2), [1, 0, 1, 0]);
+    assert_eq!(counts(j.m_g), [0, 0, 0, 0]);
+    assert!(totals(j.m_f2).1 + 200 * US >= THROWER_SPIN);
+    // Inside f1 again (outer > catcher > f1 > f2), f2 counts again.
+    assert_eq!(call_jb(j.outer), 2);
+    assert_eq!(fn1(j.g)(0), 10);
+    assert_eq!(counts(j.m_f2), [2, 0, 2, 0]);
+    assert_eq!(counts(j.m_g), [0, 0, 0, 0]);
+    assert_eq!(depth(), 0);
+}
+
+#[test]
+fn constraints_are_checked_when_built() {
+    assert!(Inside::new(&[12]).is_err());
+    assert!(Inside::new(&[-8]).is_err());
+    let nine: Vec<i32> = (0..9).map(|i| i * 8).collect();
+    assert!(Inside::new(&nine).is_err());
+    // Duplicates are tested once.
+    assert_eq!(Inside::new(&[8, 8, 16]).unwrap().words(), &[8, 16]);
+    assert!(Inside::new(&[]).unwrap().is_always());
 }

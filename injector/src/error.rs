@@ -124,6 +124,18 @@ pub enum Error {
          indirect call (and read it before its words go to a later probe)"
     )]
     NotACallTargetPoint(u32),
+    /// A probe to remove constrains live probes that stay
+    /// ([`ProbeSpec::inside`](crate::ProbeSpec::inside)).
+    #[error(
+        "the probe on {function} constrains the probes on {}: remove them first, or with it",
+        by.join(", ")
+    )]
+    ConstraintInUse {
+        /// The constraining probe's function.
+        function: String,
+        /// The functions of the probes it constrains.
+        by: Vec<String>,
+    },
     /// A bug in weft.
     #[error("internal error: {0} (please report it)")]
     Internal(String),

@@ -145,6 +145,9 @@ pub struct Probe {
     /// are not this session's to reuse, and its figures are reported from
     /// this session's start on ([`Process::snapshot`]).
     pub(crate) borrowed: bool,
+    /// The probes it counts inside ([`ProbeSpec::inside`]); empty: every
+    /// call.
+    pub inside: Vec<ProbeId>,
 }
 
 /// A function redirected to another ([`Held::replace_function`]).
@@ -389,6 +392,14 @@ pub struct ProbeSpec {
     /// the function is called through a record, see
     /// `docs/exits-and-timers.md`); the probe sees the return values.
     pub on_exit: Option<UserProbe>,
+    /// Count and time only the calls made while the thread is inside the
+    /// functions of these probes (this session's timed probes; empty:
+    /// every call), Paradyn's constrained metrics. Each constraining probe
+    /// counts what its own constraint lets in, so constraining each probe
+    /// of a call path `A > B > F` to the one before measures F under that
+    /// path only. A constrained probe times (wall or CPU): its exits are
+    /// hooked. See `docs/exits-and-timers.md`, "Constraints".
+    pub inside: Vec<ProbeId>,
 }
 
 impl ProbeSpec {
@@ -399,7 +410,15 @@ impl ProbeSpec {
             metrics,
             on_entry: None,
             on_exit: None,
+            inside: Vec::new(),
         }
+    }
+
+    /// The same, counting only inside the functions of `probes` (see
+    /// [`ProbeSpec::inside`]).
+    pub fn inside(mut self, probes: &[ProbeId]) -> ProbeSpec {
+        self.inside = probes.to_vec();
+        self
     }
 
     /// Whether its exit is hooked, in a session that traces calls when
@@ -1281,6 +1300,7 @@ mod tests {
             },
             entry: None,
             borrowed: false,
+            inside: Vec::new(),
         }
     }
 

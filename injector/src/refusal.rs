@@ -63,6 +63,10 @@ pub enum Refusal {
     /// It already has a probe this change cannot go beside.
     #[error("it is already instrumented: remove its probe first")]
     AlreadyInstrumented,
+    /// It was asked to count only inside other probes' functions, and
+    /// that cannot be done (see [`ProbeSpec::inside`](crate::ProbeSpec::inside)).
+    #[error("cannot constrain it: {0}")]
+    Constraint(String),
     /// Its bytes changed between planning and patching.
     #[error(
         "its code changed while weft prepared the patch (another tool, or a library loaded \
@@ -191,6 +195,7 @@ impl Refusal {
             Refusal::JumpedInto { .. } => "shared code: other code jumps into the patch",
             Refusal::NotTimeable(_) => "its exit cannot be hooked",
             Refusal::AlreadyInstrumented => "already instrumented",
+            Refusal::Constraint(_) => "its constraint cannot be tested",
             Refusal::CodeChanged => "its code changed meanwhile",
             Refusal::ArgumentsAtExit => "an argument tested at an exit",
             Refusal::Build(_) => "its trampoline cannot be built",

@@ -14,6 +14,7 @@ pub mod support;
 
 mod clone_names;
 mod cold_parts;
+mod constrained;
 mod coverage;
 mod debug_files;
 mod globs;

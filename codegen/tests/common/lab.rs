@@ -434,6 +434,18 @@ impl Lab {
     /// Patches the function with an exit-hooking trampoline built from
     /// `hooks` (the lab's, changed per function); returns its metric base.
     pub fn hook_as(&mut self, f: (u64, usize), hooks: ExitHooks) -> i32 {
+        self.hook_with(f, hooks, Inside::ALWAYS)
+    }
+
+    /// Patches the function with the lab's exit-hooking trampoline,
+    /// counting only calls made while `inside` holds; returns its metric
+    /// base.
+    pub fn hook_inside(&mut self, f: (u64, usize), inside: Inside) -> i32 {
+        let hooks = self.hooks;
+        self.hook_with(f, hooks, inside)
+    }
+
+    fn hook_with(&mut self, f: (u64, usize), hooks: ExitHooks, inside: Inside) -> i32 {
         let record = next_record();
         self.last_record = record;
         let metric = self.next_metric;
@@ -441,6 +453,7 @@ impl Lab {
             metric,
             record,
             hooks,
+            inside,
         };
         self.patch(f, snippet, hooks.metric_len())
     }

@@ -342,7 +342,10 @@ impl Process {
         let below = self.link_below(site.patch_address, &site.original);
         let chained = below.is_some();
         let compiled_below = below.map(|p| p.compiled);
-        let snippets = snippets_for(build, request, offset, record, chained);
+        let inside = self
+            .constraint(request)
+            .map_err(|why| Error::Refused(vec![Refused::new(f.clone(), why)]))?;
+        let snippets = snippets_for(build, request, offset, record, chained, inside);
         let len = weft_codegen::max_trampoline_len(site, &snippets) as u64;
         let (at, stub) = self.reserve_logged(
             tracer,
@@ -394,6 +397,7 @@ impl Process {
             kind: request.kind(Words::fresh(word, words), record),
             entry: None,
             borrowed: false,
+            inside: request.inside.clone(),
         };
         Ok((probe, trampoline.instruction_offsets))
     }
@@ -491,6 +495,7 @@ impl Process {
             kind: ProbeKind::Companion { of: *of },
             entry: None,
             borrowed: false,
+            inside: Vec::new(),
         })
     }
 
@@ -569,6 +574,7 @@ fn snippets_for(
     offset: i32,
     record: Option<u32>,
     chained: bool,
+    inside: weft_codegen::Inside,
 ) -> Vec<Snippet> {
     let mut snippets = Vec::with_capacity(2);
     if let Some(entry) = request.on_entry {
@@ -595,6 +601,7 @@ fn snippets_for(
             }
             .tracing(build.trace)
             .chained(chained),
+            inside,
         },
         _ => Snippet::CountCall { offset },
     });

@@ -58,6 +58,10 @@ impl Process {
                 planned.refused.push((k, reason));
                 continue;
             }
+            if let Err(reason) = self.constraint(request) {
+                planned.refused.push((k, reason));
+                continue;
+            }
             let cached = over
                 .clone()
                 .or_else(|| self.planning.plans.get(&plan_key(f)).cloned());
@@ -307,6 +311,52 @@ impl Process {
             f,
             readable.then_some(current),
         )))
+    }
+
+    /// The row words `request`'s entry tests to count only inside its
+    /// constraining probes, or why they cannot be tested: each must be
+    /// this session's live, timed probe at a function's entry (its nesting
+    /// word is the constraint), and the request must hook its exit.
+    pub(super) fn constraint(&self, request: &ProbeSpec) -> Result<weft_codegen::Inside, Refusal> {
+        if request.inside.is_empty() {
+            return Ok(weft_codegen::Inside::ALWAYS);
+        }
+        if !request.metrics.hooks_exit() {
+            return Err(Refusal::Constraint(
+                "a constrained probe hooks the function's exit: ask for wall or CPU time too"
+                    .into(),
+            ));
+        }
+        let mut words = Vec::with_capacity(request.inside.len());
+        for id in &request.inside {
+            let Some(p) = self.probes.iter().find(|p| p.id == *id) else {
+                return Err(Refusal::Constraint(format!(
+                    "probe {} is not one of this session's",
+                    id.0
+                )));
+            };
+            let label = &p.function.name;
+            if !p.active || !p.is_entry() {
+                return Err(Refusal::Constraint(format!(
+                    "the probe on {label} is not live at a function's entry"
+                )));
+            }
+            if p.function.address == request.function.address {
+                return Err(Refusal::Constraint(format!(
+                    "{label} cannot be constrained to its own probe"
+                )));
+            }
+            let timed = p.metrics().hooks_exit() && !p.borrowed;
+            let Some(w) = p.own_words().filter(|_| timed) else {
+                return Err(Refusal::Constraint(format!(
+                    "the probe on {label} does not time its calls (its nesting word is the \
+                     constraint): insert it with wall or CPU time"
+                )));
+            };
+            let base = weft_rt::layout::Geometry::metric_offset(w.first) as i32;
+            words.push(base + weft_codegen::METRIC_NESTING);
+        }
+        weft_codegen::Inside::new(&words).map_err(|e| Refusal::Constraint(e.to_string()))
     }
 
     /// Why `request`, which times its function (or hooks its exit), cannot

@@ -251,6 +251,7 @@ impl Process {
                     },
                     entry: None,
                     borrowed: false,
+                    inside: Vec::new(),
                 });
                 originals.push(site.original.clone());
             }

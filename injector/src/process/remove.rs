@@ -30,6 +30,22 @@ impl Process {
             })
             .map(|p| p.id)
             .collect();
+        // A constrained probe's entry tests its constraints' nesting words:
+        // they go with it or after it, never before.
+        for p in self.probes.iter().filter(|p| ids.contains(&p.id)) {
+            let by: Vec<String> = self
+                .probes
+                .iter()
+                .filter(|q| q.active && !ids.contains(&q.id) && q.inside.contains(&p.id))
+                .map(|q| q.function.name.clone())
+                .collect();
+            if !by.is_empty() {
+                return Err(Error::ConstraintInUse {
+                    function: p.function.name.clone(),
+                    by,
+                });
+            }
+        }
         let mine = self.session.slot.map_or(0, |s| 1u32 << s);
         let region = self.runtime.as_ref().map(|rt| &rt.region);
         let mut handed_over = Vec::new();

@@ -37,10 +37,23 @@ impl Process {
         // theirs does (`borrow`).
         let covered = theirs.union(request.metrics.with_histogram(false)) == theirs;
         let traced = !self.trace_calls || entry.metrics & weft_rt::layout::METRIC_TRACE != 0;
-        if entry.kind == weft_rt::layout::KIND_MEASURE && measures_only && covered && traced {
+        // A constrained probe counts only some calls: never shared, either
+        // way (the one asked goes over the other).
+        let constrained =
+            !request.inside.is_empty() || entry.metrics & weft_rt::layout::METRIC_INSIDE != 0;
+        if entry.kind == weft_rt::layout::KIND_MEASURE
+            && measures_only
+            && covered
+            && traced
+            && !constrained
+        {
             return Ok(index);
         }
-        let how = if entry.kind != weft_rt::layout::KIND_MEASURE {
+        let how = if constrained {
+            "counting only some of its calls (a constraint): stop that weft first, or ask for \
+             the same"
+                .to_string()
+        } else if entry.kind != weft_rt::layout::KIND_MEASURE {
             "with its own probe or replacement: stop that weft first".to_string()
         } else if !measures_only {
             "(it measures it): a user probe cannot share it; stop that weft first".to_string()
@@ -425,5 +438,6 @@ pub(super) fn foreign_probe(index: usize, e: &weft_rt::layout::ProbeEntry) -> Pr
         },
         entry: Some(index),
         borrowed: true,
+        inside: Vec::new(),
     }
 }

@@ -86,6 +86,7 @@ impl Process {
                 },
                 entry: None,
                 borrowed: false,
+                inside: Vec::new(),
             });
             sites.push(s.site);
         }
@@ -285,6 +286,7 @@ impl Process {
             kind,
             entry: None,
             borrowed: false,
+            inside: Vec::new(),
         }];
         self.enter_in_directory(&mut probe, &[])?;
         tracer.memory().write(at, &patch)?;
@@ -432,7 +434,12 @@ pub(super) fn directory_entry(
             } else {
                 0
             }
-            | if traced { l::METRIC_TRACE } else { 0 },
+            | if traced { l::METRIC_TRACE } else { 0 }
+            | if probe.inside.is_empty() {
+                0
+            } else {
+                l::METRIC_INSIDE
+            },
         first_word: words.first,
         words: words.len,
         record: probe.record().unwrap_or(l::NO_RECORD),

@@ -1,0 +1,207 @@
+//! Constrained metrics (`ProbeSpec::inside`): a shared function counted
+//! and timed only under one caller, checked against the target's own
+//! account of where each call was made — a helper shared by a hot and a
+//! cold caller, a qsort comparator under one of two sorts, recursion
+//! through a shared helper, and a longjmp out of the constraining frame.
+//! Built with gcc and clang at -O2 -g; threads with default attributes.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use support::*;
+use weft::{Error, Metrics, Pattern, ProbeId, ProbeSpec, Process};
+
+const WORKERS: usize = 3;
+const ROUNDS: u32 = 40;
+
+/// One worker's own account of a run.
+#[derive(Debug, Default)]
+struct Truth {
+    spin_in_parse: u64,
+    spin_in_parse_cpu: u64,
+    cmp_in_rebuild: u64,
+    step_in_recurse: u64,
+    parse: u64,
+}
+
+fn truths(ctx: &Ctx, text: &str) -> BTreeMap<u32, Truth> {
+    let mut all = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("truth ")) {
+        let mut tid = 0;
+        let mut t = Truth::default();
+        for field in line.split_whitespace().skip(1) {
+            let (k, v) = field
+                .split_once('=')
+                .unwrap_or_else(|| ctx.fail(format!("bad truth line {line:?}")));
+            let v: u64 = v.parse().unwrap();
+            match k {
+                "tid" => tid = v as u32,
+                "spin_in_parse" => t.spin_in_parse = v,
+                "spin_in_parse_cpu" => t.spin_in_parse_cpu = v,
+                "cmp_in_rebuild" => t.cmp_in_rebuild = v,
+                "step_in_recurse" => t.step_in_recurse = v,
+                "parse" => t.parse = v,
+                _ => ctx.fail(format!("unknown field in {line:?}")),
+            }
+        }
+        all.insert(tid, t);
+    }
+    all
+}
+
+fn find(ctx: &Ctx, process: &mut Process, name: &str) -> weft::Function {
+    let mut found = process
+        .find_functions(&[Pattern::parse(name).unwrap()])
+        .unwrap_or_else(|e| ctx.fail(format!("find {name}: {e}")));
+    ctx.check(found.len() == 1, || format!("{name}: found {found:?}"));
+    found.remove(0)
+}
+
+fn insert(ctx: &Ctx, process: &mut Process, specs: &[ProbeSpec]) -> Vec<ProbeId> {
+    let mut held = process.hold().unwrap();
+    let ids = held
+        .insert_probes(specs)
+        .unwrap_or_else(|e| ctx.fail(format!("insert: {e}")));
+    held.release().unwrap();
+    ids
+}
+
+#[test]
+fn shared_functions_counted_and_timed_only_inside_their_callers() {
+    let ctx = Ctx::new("shared_functions_counted_and_timed_only_inside_their_callers");
+    for compiler in ["gcc", "clang"] {
+        let exe = build_c_target_with(compiler, "constrained", &["-O2", "-g", "-pthread"]);
+        check_against_the_targets_account(&ctx, compiler, &exe);
+    }
+}
+
+fn check_against_the_targets_account(ctx: &Ctx, compiler: &str, exe: &std::path::Path) {
+    let workers = WORKERS.to_string();
+    let mut t = ctx.target(exe, &[&workers]);
+    let (pid, _) = wait_ready(&mut t);
+    let mut process = Process::open(pid as i32).unwrap();
+    let [parse, rebuild, recurse, spin, cmp, step] = [
+        "parse_request",
+        "rebuild_index",
+        "recurse",
+        "spin_for",
+        "cmp_keys",
+        "step",
+    ]
+    .map(|n| find(ctx, &mut process, n));
+
+    // A constraint must be a live timed probe of this session, inserted
+    // before: asked in one batch, the constrained probe is refused.
+    let early = {
+        let mut held = process.hold().unwrap();
+        let r = held.insert_probes(&[
+            ProbeSpec::measure(spin.clone(), Metrics::ALL).inside(&[ProbeId(u32::MAX)])
+        ]);
+        held.release().unwrap();
+        r
+    };
+    ctx.check(
+        matches!(&early, Err(Error::Refused(r)) if r[0].reason.contains("not one of this session's")),
+        || format!("{compiler}: a constraint that is no probe: {early:?}"),
+    );
+
+    let outer = insert(
+        ctx,
+        &mut process,
+        &[
+            ProbeSpec::measure(parse, Metrics::ALL),
+            ProbeSpec::measure(rebuild, Metrics::ALL),
+            ProbeSpec::measure(recurse, Metrics::ALL),
+        ],
+    );
+    let inner = insert(
+        ctx,
+        &mut process,
+        &[
+            ProbeSpec::measure(spin, Metrics::ALL).inside(&[outer[0]]),
+            ProbeSpec::measure(cmp, Metrics::ALL).inside(&[outer[1]]),
+            ProbeSpec::measure(step, Metrics::ALL).inside(&[outer[2]]),
+        ],
+    );
+    let before = t.stdout_text().len();
+    t.send(&format!("go {ROUNDS}"));
+    t.expect_stdout("`done`", |l| l == "done");
+    let truth = truths(ctx, &t.stdout_text()[before..]);
+    ctx.check(truth.len() == WORKERS, || {
+        format!("{compiler}: {} truth lines", truth.len())
+    });
+
+    let mut sampler = weft::sample::Sampler::new();
+    let sampled: BTreeMap<u32, Vec<weft::sample::Value>> = sampler
+        .sample(&process)
+        .map(|t| (t.tid, t.values.to_vec()))
+        .collect();
+    let column = |id: ProbeId| {
+        process
+            .probes()
+            .iter()
+            .filter(|p| p.calls_word().is_some())
+            .position(|p| p.id == id)
+            .unwrap()
+    };
+    let [c_parse, c_spin, c_cmp, c_step] = [outer[0], inner[0], inner[1], inner[2]].map(column);
+    for (tid, want) in &truth {
+        let Some(got) = sampled.get(tid) else {
+            ctx.fail(format!("{compiler}: no row for worker {tid}"));
+        };
+        let calls = |c: usize| got[c].calls;
+        ctx.check(calls(c_parse) == want.parse, || {
+            format!(
+                "{compiler} {tid}: parse_request {} calls, the target made {}",
+                calls(c_parse),
+                want.parse
+            )
+        });
+        // Exact: only the calls made inside the constraint; a longjmp out
+        // of parse_request ends it at once.
+        ctx.check(calls(c_spin) == want.spin_in_parse, || {
+            format!(
+                "{compiler} {tid}: spin_for inside parse_request {} calls, the target made {} \
+                 (and more elsewhere)",
+                calls(c_spin),
+                want.spin_in_parse
+            )
+        });
+        ctx.check(calls(c_cmp) == want.cmp_in_rebuild, || {
+            format!(
+                "{compiler} {tid}: cmp_keys inside rebuild_index {} calls, the target made {}",
+                calls(c_cmp),
+                want.cmp_in_rebuild
+            )
+        });
+        ctx.check(calls(c_step) == want.step_in_recurse, || {
+            format!(
+                "{compiler} {tid}: step inside recurse {} calls, the target made {}",
+                calls(c_step),
+                want.step_in_recurse
+            )
+        });
+        // The constrained CPU time against the target's own clock around
+        // its spins (weft's includes a few instructions more, and reads
+        // the thread's CPU clock from the TSC between context switches).
+        let cpu = got[c_spin].cpu_ns;
+        let own = want.spin_in_parse_cpu;
+        ctx.check(cpu.abs_diff(own) <= own * 3 / 100 + 500_000, || {
+            format!("{compiler} {tid}: spin_for inside parse_request {cpu} ns of CPU, the target's own clock {own} ns")
+        });
+    }
+
+    // A constraint goes with or after what it constrains.
+    let mut held = process.hold().unwrap();
+    let early = held.remove(&outer[..1]);
+    ctx.check(
+        matches!(&early, Err(Error::ConstraintInUse { function, by }) if function == "parse_request" && by == &["spin_for"]),
+        || format!("{compiler}: removing a constraint in use: {early:?}"),
+    );
+    held.remove(&[outer.clone(), inner.clone()].concat())
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    held.release().unwrap();
+    drop(process);
+    t.send("quit");
+    t.wait_code(0);
+}
