@@ -17,6 +17,7 @@ const ROUNDS: u32 = 40;
 /// One worker's own account of a run.
 #[derive(Debug, Default)]
 struct Truth {
+    spins: u64,
     spin_in_parse: u64,
     spin_in_parse_cpu: u64,
     cmp_in_rebuild: u64,
@@ -36,6 +37,7 @@ fn truths(ctx: &Ctx, text: &str) -> BTreeMap<u32, Truth> {
             let v: u64 = v.parse().unwrap();
             match k {
                 "tid" => tid = v as u32,
+                "spins" => t.spins = v,
                 "spin_in_parse" => t.spin_in_parse = v,
                 "spin_in_parse_cpu" => t.spin_in_parse_cpu = v,
                 "cmp_in_rebuild" => t.cmp_in_rebuild = v,
@@ -89,6 +91,7 @@ fn check_against_the_targets_account(ctx: &Ctx, compiler: &str, exe: &std::path:
         "step",
     ]
     .map(|n| find(ctx, &mut process, n));
+    let spin_code = process.read_memory(spin.address, 16).unwrap();
 
     // A constraint must be a live timed probe of this session, inserted
     // before: asked in one batch, the constrained probe is refused.
@@ -118,38 +121,18 @@ fn check_against_the_targets_account(ctx: &Ctx, compiler: &str, exe: &std::path:
         ctx,
         &mut process,
         &[
-            ProbeSpec::measure(spin, Metrics::ALL).inside(&[outer[0]]),
+            ProbeSpec::measure(spin.clone(), Metrics::ALL).inside(&[outer[0]]),
             ProbeSpec::measure(cmp, Metrics::ALL).inside(&[outer[1]]),
             ProbeSpec::measure(step, Metrics::ALL).inside(&[outer[2]]),
         ],
     );
-    let before = t.stdout_text().len();
-    t.send(&format!("go {ROUNDS}"));
-    t.expect_stdout("`done`", |l| l == "done");
-    let truth = truths(ctx, &t.stdout_text()[before..]);
-    ctx.check(truth.len() == WORKERS, || {
-        format!("{compiler}: {} truth lines", truth.len())
-    });
-
-    let mut sampler = weft::sample::Sampler::new();
-    let sampled: BTreeMap<u32, Vec<weft::sample::Value>> = sampler
-        .sample(&process)
-        .map(|t| (t.tid, t.values.to_vec()))
-        .collect();
-    let column = |id: ProbeId| {
-        process
-            .probes()
-            .iter()
-            .filter(|p| p.calls_word().is_some())
-            .position(|p| p.id == id)
-            .unwrap()
-    };
-    let [c_parse, c_spin, c_cmp, c_step] = [outer[0], inner[0], inner[1], inner[2]].map(column);
+    let (truth, sampled) = run(ctx, &mut t, &process);
+    let [c_parse, c_spin, c_cmp, c_step] = [outer[0], inner[0], inner[1], inner[2]];
     for (tid, want) in &truth {
         let Some(got) = sampled.get(tid) else {
             ctx.fail(format!("{compiler}: no row for worker {tid}"));
         };
-        let calls = |c: usize| got[c].calls;
+        let calls = |id: ProbeId| got[&id].calls;
         ctx.check(calls(c_parse) == want.parse, || {
             format!(
                 "{compiler} {tid}: parse_request {} calls, the target made {}",
@@ -184,7 +167,7 @@ fn check_against_the_targets_account(ctx: &Ctx, compiler: &str, exe: &std::path:
         // The constrained CPU time against the target's own clock around
         // its spins (weft's includes a few instructions more, and reads
         // the thread's CPU clock from the TSC between context switches).
-        let cpu = got[c_spin].cpu_ns;
+        let cpu = got[&c_spin].cpu_ns;
         let own = want.spin_in_parse_cpu;
         ctx.check(cpu.abs_diff(own) <= own * 3 / 100 + 500_000, || {
             format!("{compiler} {tid}: spin_for inside parse_request {cpu} ns of CPU, the target's own clock {own} ns")
@@ -194,14 +177,102 @@ fn check_against_the_targets_account(ctx: &Ctx, compiler: &str, exe: &std::path:
     // A constraint goes with or after what it constrains.
     let mut held = process.hold().unwrap();
     let early = held.remove(&outer[..1]);
+    held.release().unwrap();
     ctx.check(
         matches!(&early, Err(Error::ConstraintInUse { function, by }) if function == "parse_request" && by == &["spin_for"]),
         || format!("{compiler}: removing a constraint in use: {early:?}"),
     );
-    held.remove(&[outer.clone(), inner.clone()].concat())
+
+    // Every call of spin_for too, beside the constrained probe: the new
+    // probe goes over it, and each counts its own calls.
+    let all = insert(
+        ctx,
+        &mut process,
+        &[ProbeSpec::measure(spin.clone(), Metrics::ALL)],
+    )[0];
+    let before = values(&process);
+    let (truth, after) = run(ctx, &mut t, &process);
+    for (tid, want) in &truth {
+        let delta =
+            |id: ProbeId| after[tid][&id].calls - before.get(tid).map_or(0, |v| v[&id].calls);
+        ctx.check(
+            delta(all) == want.spins && delta(inner[0]) == want.spin_in_parse,
+            || {
+                format!(
+                    "{compiler} {tid}: spin_for {} calls in all and {} inside parse_request; the \
+                     target made {} and {}",
+                    delta(all),
+                    delta(inner[0]),
+                    want.spins,
+                    want.spin_in_parse
+                )
+            },
+        );
+    }
+    // The constrained probe, under the other, leaves first: the other
+    // still counts every call.
+    let mut held = process.hold().unwrap();
+    held.remove(&inner[..1])
+        .unwrap_or_else(|e| ctx.fail(format!("remove the constrained probe: {e}")));
+    held.release().unwrap();
+    let before = after;
+    let (truth, after) = run(ctx, &mut t, &process);
+    for (tid, want) in &truth {
+        let delta = after[tid][&all].calls - before[tid][&all].calls;
+        ctx.check(delta == want.spins, || {
+            format!(
+                "{compiler} {tid}: spin_for {delta} calls, the target made {}",
+                want.spins
+            )
+        });
+    }
+
+    let mut held = process.hold().unwrap();
+    held.remove(&[outer.clone(), inner.clone(), vec![all]].concat())
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
     held.release().unwrap();
+    // The function's own bytes are back, and the target still runs right.
+    let now = process.read_memory(spin.address, 16).unwrap();
+    ctx.check(now == spin_code, || {
+        format!("{compiler}: spin_for's code after removal {now:x?}, before {spin_code:x?}")
+    });
     drop(process);
+    t.send(&format!("go {ROUNDS}"));
+    t.expect_stdout("`done`", |l| l == "done");
     t.send("quit");
     t.wait_code(0);
+}
+
+type Values = BTreeMap<u32, BTreeMap<ProbeId, weft::sample::Value>>;
+
+/// Every probe's values on every thread, by TID and probe.
+fn values(process: &Process) -> Values {
+    let ids: Vec<ProbeId> = process
+        .probes()
+        .iter()
+        .filter(|p| p.calls_word().is_some())
+        .map(|p| p.id)
+        .collect();
+    let mut sampler = weft::sample::Sampler::new();
+    sampler
+        .sample(process)
+        .map(|t| {
+            (
+                t.tid,
+                ids.iter().copied().zip(t.values.iter().copied()).collect(),
+            )
+        })
+        .collect()
+}
+
+/// One run of the workers: their own account, and weft's values after it.
+fn run(ctx: &Ctx, t: &mut Proc, process: &Process) -> (BTreeMap<u32, Truth>, Values) {
+    let before = t.stdout_text().len();
+    t.send(&format!("go {ROUNDS}"));
+    t.expect_stdout("`done`", |l| l == "done");
+    let truth = truths(ctx, &t.stdout_text()[before..]);
+    ctx.check(truth.len() == WORKERS, || {
+        format!("{} truth lines", truth.len())
+    });
+    (truth, values(process))
 }

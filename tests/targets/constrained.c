@@ -12,7 +12,7 @@
  *
  * Prints "ready pid=P threads=T", then reads commands from stdin:
  *   go N   each worker runs N rounds; prints one line per worker
- *          "truth tid=T spin_in_parse=C spin_in_parse_cpu=NS
+ *          "truth tid=T spins=C spin_in_parse=C spin_in_parse_cpu=NS
  *           cmp_in_rebuild=C step_in_recurse=C parse=C"
  *          then "done"
  *   quit   exits
@@ -29,7 +29,7 @@
 #define NOINLINE __attribute__((noinline, noclone))
 
 static __thread int in_parse, in_rebuild, in_recurse;
-static __thread long spin_in_parse, cmp_in_rebuild, step_in_recurse, parses;
+static __thread long spins, spin_in_parse, cmp_in_rebuild, step_in_recurse, parses;
 static __thread long long spin_in_parse_cpu;
 static __thread jmp_buf parse_escape;
 static volatile unsigned long sink;
@@ -47,6 +47,7 @@ NOINLINE void spin_for(long ns) {
             sink += i;
         t = thread_cpu_ns();
     } while (t - t0 < ns);
+    spins++;
     if (in_parse) {
         spin_in_parse++;
         spin_in_parse_cpu += t - t0;
@@ -133,7 +134,7 @@ static void *worker(void *arg) {
     (void)arg;
     for (;;) {
         pthread_barrier_wait(&start_line);
-        spin_in_parse = cmp_in_rebuild = step_in_recurse = parses = 0;
+        spins = spin_in_parse = cmp_in_rebuild = step_in_recurse = parses = 0;
         spin_in_parse_cpu = 0;
         for (int r = 0; r < rounds_asked; r++) {
             guarded_parse(r);
@@ -146,10 +147,10 @@ static void *worker(void *arg) {
             tidy();
         }
         flockfile(stdout);
-        printf("truth tid=%d spin_in_parse=%ld spin_in_parse_cpu=%lld cmp_in_rebuild=%ld "
-               "step_in_recurse=%ld parse=%ld\n",
-               gettid(), spin_in_parse, spin_in_parse_cpu, cmp_in_rebuild, step_in_recurse,
-               parses);
+        printf("truth tid=%d spins=%ld spin_in_parse=%ld spin_in_parse_cpu=%lld "
+               "cmp_in_rebuild=%ld step_in_recurse=%ld parse=%ld\n",
+               gettid(), spins, spin_in_parse, spin_in_parse_cpu, cmp_in_rebuild,
+               step_in_recurse, parses);
         funlockfile(stdout);
         pthread_barrier_wait(&finish_line);
     }

@@ -36,13 +36,29 @@ impl Process {
         for (k, request) in requests.iter().enumerate() {
             let request: &'a ProbeSpec = request;
             let f = &request.function;
+            let mut over = None;
             if active.contains(&f.address) {
-                continue; // already instrumented: one probe per address
+                let plain = |p: &Probe| p.is_live_entry_of(f) && p.inside.is_empty();
+                if request.inside.is_empty() && self.probes.iter().any(plain) {
+                    continue; // already instrumented: one probe per address
+                }
+                // A constrained probe measures other calls than the one in
+                // place (or the one in place is): it goes over it, as
+                // another session's would.
+                match self.over_own_probe(f)? {
+                    Ok(site) => over = Some(Arc::new(site)),
+                    Err(reason) => {
+                        planned.refused.push((k, reason));
+                        continue;
+                    }
+                }
             }
             // Another session's probe there: shared when it measures what
             // is asked, else this session's own probe goes over it.
-            let mut over = None;
-            match self.at_other_probe(request)? {
+            match self
+                .at_other_probe(request)
+                .map(|r| r.filter(|_| over.is_none()))?
+            {
                 None => {}
                 Some(Ok(AtOtherProbe::Share(index))) => {
                     planned.shares.push((request, index));
@@ -311,6 +327,40 @@ impl Process {
             f,
             readable.then_some(current),
         )))
+    }
+
+    /// Where a constrained probe of `f`, which this session has a probe at
+    /// already, goes: over the probe whose `jmp` is in place (the front of
+    /// the site's chain, see [`crate::chain`]), when that one can pass
+    /// calls on if it leaves first.
+    fn over_own_probe(&mut self, f: &Function) -> Result<Result<PatchSite, Refusal>, Error> {
+        let Some(at) = self
+            .probes
+            .iter()
+            .find(|p| p.is_live_entry_of(f))
+            .map(|p| p.patch_address)
+        else {
+            return Ok(Err(Refusal::AlreadyInstrumented));
+        };
+        let mut current = [0u8; 5];
+        if self.reader()?.read(at, &mut current).is_err() {
+            return Ok(Err(Refusal::AlreadyInstrumented));
+        }
+        let front = self
+            .probes
+            .iter()
+            .filter(|p| p.active)
+            .chain(self.session.foreign.iter())
+            .find(|p| p.is_entry() && p.patch_address == at && p.patch == current)
+            .filter(|p| {
+                matches!(
+                    p.kind,
+                    ProbeKind::Measure { .. } | ProbeKind::UserProbes { .. }
+                ) && p.relocated != 0
+            });
+        Ok(front
+            .and_then(|p| PatchSite::over_jump(at, p.patch, at != f.address))
+            .ok_or(Refusal::AlreadyInstrumented))
     }
 
     /// The row words `request`'s entry tests to count only inside its

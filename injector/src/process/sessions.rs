@@ -119,13 +119,15 @@ impl Process {
         .ok_or(why)
     }
 
-    /// The other session's probe a patch that replaced `original` at `at`
-    /// is chained over: the one whose trampoline that `jmp` enters.
+    /// The probe (another session's, or this one's under a constrained
+    /// probe) a patch that replaced `original` at `at` is chained over:
+    /// the one whose trampoline that `jmp` enters.
     pub(super) fn link_below(&self, at: u64, original: &[u8]) -> Option<&Probe> {
         let target = crate::chain::jump_target(at, original)?;
         self.session
             .foreign
             .iter()
+            .chain(self.probes.iter().filter(|p| p.active))
             .find(|p| p.patch_address == at && p.trampoline.start == target)
     }
 
