@@ -309,6 +309,27 @@ pub struct Diagnosis {
 }
 
 /// Start of one test's reading: when its probe's values were first seen.
+/// Which probe measures a test: its function (by address: two names of
+/// one function are one), counted inside the probe of the test's parent
+/// (None: every call — a root, or a parent frame open since before the
+/// search began). Tests of one function whose parents are all in flight
+/// read one probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ProbeKey {
+    address: u64,
+    inside: Option<ProbeId>,
+}
+
+/// A probe the search has in.
+#[derive(Clone, Debug)]
+struct LiveProbe {
+    id: ProbeId,
+    /// Its function's name (as the tests name it).
+    function: String,
+    /// The tests reading it.
+    users: BTreeSet<NodeId>,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Baseline {
     at: Instant,
@@ -343,9 +364,14 @@ pub struct Consultant {
     known_threads: BTreeSet<u32>,
     /// The bookkeeping of what the instrumentation costs.
     cost: Cost,
-    /// Live probes by function name, with the tests that use them.
-    probes: HashMap<String, (ProbeId, BTreeSet<NodeId>)>,
+    /// Live probes, with the tests that read them.
+    probes: HashMap<ProbeKey, LiveProbe>,
+    /// The probe each test reads (a test's constraint is its parent's
+    /// probe).
+    node_probe: HashMap<NodeId, ProbeKey>,
     probed_ever: BTreeSet<String>,
+    /// Functions tests named that are nowhere in the process.
+    not_found: BTreeSet<String>,
     /// Functions whose probe was taken out as too costly, with the share
     /// their calls cost: a later test of one (another thread, another
     /// path) is skipped at once, not probed again (on CPython the same
@@ -526,7 +552,9 @@ impl Consultant {
             known_threads,
             cost: Cost::new(process.pid()),
             probes: HashMap::new(),
+            node_probe: HashMap::new(),
             probed_ever: BTreeSet::new(),
+            not_found: BTreeSet::new(),
             too_costly: HashMap::new(),
             refused: BTreeMap::new(),
             peak_probes: 0,
@@ -589,9 +617,8 @@ impl Consultant {
         let mut progress = Vec::new();
         self.adopt_new_threads(process)?;
         self.note_nodes();
-        let probes_before = self.probed_ever.len();
-        self.start_tests(process, &mut progress)?;
-        if self.probed_ever.len() > probes_before {
+        let inserted = self.start_tests(process, &mut progress)?;
+        if inserted > 0 {
             // A new probe's cost is known only once it counts: look after
             // a moment, so that one called millions of times a second costs
             // the target milliseconds, not a whole interval.
@@ -673,15 +700,73 @@ impl Consultant {
         Ok(())
     }
 
+    /// Starts the tests the budget allows; returns how many probes went in.
     fn start_tests(
         &mut self,
         process: &mut Process,
         progress: &mut Vec<Progress>,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let max = self.options.max_probes;
-        let mut planned: BTreeSet<String> = BTreeSet::new();
+        // New probes, and the probe of every test started.
+        let mut planned: BTreeMap<ProbeKey, String> = BTreeMap::new();
+        let mut keys: HashMap<NodeId, ProbeKey> = HashMap::new();
         let live = self.probes.len();
-        let probes = &self.probes;
+        let (probes, node_probe, open) = (&self.probes, &self.node_probe, &self.open);
+        // A test counts inside its parent's probe: it waits while that one
+        // is not in, or has not told whether its frame is in flight.
+        let nodes = self.search.nodes();
+        let pending: HashMap<NodeId, String> = nodes
+            .iter()
+            .filter_map(|n| n.parent)
+            .filter(|&parent| {
+                let state = &nodes[parent.0].state;
+                open.get(&parent) == Some(&OpenFrame::Unknown)
+                    || matches!(state, State::Queued | State::Deferred(_))
+                    || (matches!(state, State::Testing(_)) && !node_probe.contains_key(&parent))
+            })
+            .map(|parent| (parent, nodes[parent.0].focus.function().to_string()))
+            .collect();
+        // Each function a queued test measures, by name; library functions
+        // (a wait primitive a PLT stub named) are found by name the first
+        // time.
+        let mut addresses: HashMap<String, u64> = HashMap::new();
+        for n in nodes
+            .iter()
+            .filter(|n| matches!(n.state, State::Queued | State::Deferred(_)))
+        {
+            let name = n.focus.function();
+            if addresses.contains_key(name) || self.not_found.contains(name) {
+                continue;
+            }
+            if self.graph.function(name).is_none() {
+                let found = Pattern::parse(name)
+                    .ok()
+                    .and_then(|p| process.find_functions(&[p]).ok())
+                    .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)));
+                match found {
+                    Some(f) => self.graph.add_function(Function {
+                        name: name.to_string(),
+                        ..f
+                    }),
+                    None => {
+                        self.not_found.insert(name.to_string());
+                        continue;
+                    }
+                }
+            }
+            if let Some(f) = self.graph.function(name) {
+                addresses.insert(name.to_string(), f.address);
+            }
+        }
+        // Functions with a probe whose cost has not been read yet: another
+        // probe of one (under another path) waits for that verdict, so
+        // that a function too costly to time costs once, not once per path.
+        let unjudged: BTreeSet<u64> = self
+            .probes
+            .iter()
+            .filter(|(_, p)| self.cost.probe_share(p.id).is_none())
+            .map(|(k, _)| k.address)
+            .collect();
         let over = self.cost.recent_share();
         let max_overhead = self.options.max_overhead;
         let too_costly = &self.too_costly;
@@ -692,21 +777,43 @@ impl Consultant {
                 max: max_overhead,
             })
         });
-        let started = self.search.start(|node| {
+        let started = self.search.start(|id, node| {
             if over > max_overhead {
                 return Err(Setback::Overhead {
                     share: over,
                     max: max_overhead,
                 });
             }
-            let f = node.focus.function();
-            if probes.contains_key(f) || planned.contains(f) {
+            if let Some(parent) = node.parent.and_then(|p| pending.get(&p)) {
+                return Err(Setback::ParentPending {
+                    parent: parent.clone(),
+                });
+            }
+            let function = node.focus.function();
+            // Not found: started without a probe, and skipped below.
+            let Some(&address) = addresses.get(function) else {
                 return Ok(());
+            };
+            let key = ProbeKey {
+                address,
+                inside: constraint_of(node, probes, node_probe, open),
+            };
+            if probes.contains_key(&key) || planned.contains_key(&key) {
+                keys.insert(id, key);
+                return Ok(());
+            }
+            // A function has several probes (each over the last), one new
+            // one per batch, and one whose cost is unknown at a time.
+            if unjudged.contains(&key.address) || planned.keys().any(|k| k.address == key.address) {
+                return Err(Setback::PathBusy {
+                    function: function.to_string(),
+                });
             }
             if live + planned.len() >= max {
                 return Err(Setback::ProbesFull { max });
             }
-            planned.insert(f.to_string());
+            planned.insert(key, function.to_string());
+            keys.insert(id, key);
             Ok(())
         });
         // The budget is full and tests wait: true nodes already refined
@@ -714,27 +821,14 @@ impl Consultant {
         if live + planned.len() >= max && !self.search.exhausted() {
             self.search.settle_refined();
         }
-        // Library functions (a wait primitive a PLT stub named) are found
-        // by name the first time.
-        for name in &planned {
-            if self.graph.function(name).is_none() {
-                let found = Pattern::parse(name)
-                    .ok()
-                    .and_then(|p| process.find_functions(&[p]).ok())
-                    .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)));
-                if let Some(f) = found {
-                    self.graph.add_function(Function {
-                        name: name.clone(),
-                        ..f
-                    });
-                }
-            }
-        }
-        let new: Vec<Function> = planned
-            .iter()
-            .filter_map(|name| self.graph.function(name).cloned())
+        // Each probe counts only inside its parent's probe, so a function
+        // shared by several callers is measured under one path alone
+        // (`ProbeSpec::inside`).
+        let new: Vec<(ProbeKey, Function)> = planned
+            .into_iter()
+            .filter_map(|(key, name)| Some((key, self.graph.function(&name)?.clone())))
             .collect();
-        let mut inserted_all: Vec<(Function, ProbeId)> = Vec::new();
+        let mut inserted_all: Vec<(ProbeKey, Function, ProbeId)> = Vec::new();
         // A few functions per stop, so that no stop grows with the batch;
         // functions weft refuses to time (a `.cold` part, a jump into the
         // patch…) leave their batch, and their tests are skipped below.
@@ -743,20 +837,37 @@ impl Consultant {
             while !batch.is_empty() {
                 let specs: Vec<ProbeSpec> = batch
                     .iter()
-                    .map(|f| ProbeSpec::measure(f.clone(), TIMERS))
+                    .map(|(key, f)| {
+                        ProbeSpec::measure(f.clone(), TIMERS).inside(key.inside.as_slice())
+                    })
                     .collect();
+                let functions: Vec<Function> = batch.iter().map(|(_, f)| f.clone()).collect();
                 // Planned while the target runs, not in the stop.
-                let _ = process.prepare(&batch);
+                let _ = process.prepare(&functions);
                 let mut held = process.hold()?;
                 let inserted = held.insert_probes(&specs);
                 held.release()?;
                 self.stops.note(process, "inserting probes");
                 match inserted {
                     Ok(ids) => {
-                        inserted_all.extend(batch.drain(..).zip(ids));
+                        // By what each probe is (a function weft already
+                        // probes under another name gets no new one).
+                        for (key, f) in batch.drain(..) {
+                            let id = process.probes().iter().find(|p| {
+                                ids.contains(&p.id)
+                                    && (p.function.address == f.address
+                                        || p.function.name == f.name)
+                                    && p.inside.first().copied() == key.inside
+                            });
+                            if let Some(p) = id {
+                                inserted_all.push((key, f, p.id));
+                            }
+                        }
                     }
                     Err(Error::Refused(refused)) => {
-                        batch.retain(|f| !refused.iter().any(|r| r.function.address == f.address));
+                        batch.retain(|(_, f)| {
+                            !refused.iter().any(|r| r.function.address == f.address)
+                        });
                         for r in refused {
                             self.refused
                                 .insert(r.function.name.clone(), (r.why.kind(), r.reason));
@@ -766,10 +877,17 @@ impl Consultant {
                 }
             }
         }
-        for (f, id) in &inserted_all {
-            let (f, id) = (f, *id);
-            count_module(process, &mut self.module_functions, f);
-            self.probes.insert(f.name.clone(), (id, BTreeSet::new()));
+        let inserted = inserted_all.len();
+        for (key, f, id) in inserted_all {
+            count_module(process, &mut self.module_functions, &f);
+            self.probes.insert(
+                key,
+                LiveProbe {
+                    id,
+                    function: f.name.clone(),
+                    users: BTreeSet::new(),
+                },
+            );
             self.probed_ever.insert(f.name.clone());
         }
         self.peak_probes = self.peak_probes.max(self.probes.len());
@@ -777,9 +895,11 @@ impl Consultant {
         for id in started {
             let node = self.search.node(id);
             let f = node.focus.function().to_string();
-            match self.probes.get_mut(&f) {
-                Some((_, users)) => {
-                    users.insert(id);
+            let key = keys.remove(&id);
+            match key.as_ref().and_then(|k| self.probes.get_mut(k)) {
+                Some(live) => {
+                    live.users.insert(id);
+                    self.node_probe.extend(key.map(|k| (id, k)));
                 }
                 None => {
                     let why = match self.refused.get(&f) {
@@ -803,7 +923,7 @@ impl Consultant {
         if !testing.is_empty() {
             progress.push(Progress::Testing(testing));
         }
-        Ok(())
+        Ok(inserted)
     }
 
     fn read_tests(&mut self, process: &mut Process, progress: &mut Vec<Progress>) {
@@ -813,7 +933,8 @@ impl Consultant {
         let mut schedstats: HashMap<u32, (u64, u64)> = HashMap::new();
         for id in self.search.testing() {
             let node = self.search.node(id);
-            let Some(&(probe, _)) = self.probes.get(node.focus.function()) else {
+            let key = self.node_probe.get(&id);
+            let Some(probe) = key.and_then(|k| self.probes.get(k)).map(|p| p.id) else {
                 continue;
             };
             let tid = node.focus.threads.first().copied().unwrap_or(0);
@@ -965,17 +1086,19 @@ impl Consultant {
     /// removes them).
     fn drop_costly(&mut self, progress: &mut Vec<Progress>) {
         let max = self.options.max_overhead;
-        let mut shares: Vec<(String, f64)> = self
+        // (A probe judged already waits for its removal.)
+        let mut shares: Vec<(ProbeKey, f64)> = self
             .probes
             .iter()
-            .filter_map(|(name, (probe, _))| Some((name.clone(), self.cost.probe_share(*probe)?)))
+            .filter(|(_, p)| !self.too_costly.contains_key(&p.function))
+            .filter_map(|(key, p)| Some((*key, self.cost.probe_share(p.id)?)))
             .collect();
         // The costliest first: each over the bound alone goes, and then
         // more until what stays is within it (probes each under the bound
         // added up to 36% of a CPython target's CPU).
         shares.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let mut total: f64 = shares.iter().map(|(_, share)| share).sum();
-        let costly: Vec<(String, f64)> = shares
+        let costly: Vec<(ProbeKey, f64)> = shares
             .into_iter()
             .take_while(|&(_, share)| {
                 let goes = share > max || total > max;
@@ -985,8 +1108,37 @@ impl Consultant {
                 goes
             })
             .collect();
-        for (name, share) in costly {
-            let users: Vec<NodeId> = self.probes[&name].1.iter().copied().collect();
+        // By function: one judged too costly under one path is not tried
+        // under another either (and is said once).
+        let mut by_function: BTreeMap<String, (f64, Vec<ProbeKey>)> = BTreeMap::new();
+        for (key, share) in costly {
+            let e = by_function
+                .entry(self.probes[&key].function.clone())
+                .or_insert((0.0, Vec::new()));
+            e.0 = e.0.max(share);
+            e.1.push(key);
+        }
+        for (name, (share, _)) in by_function {
+            // The tests of every probe of it go (another path's probe may
+            // be too new to have been judged), and those of the probes
+            // counting inside them (which could not go on without them).
+            let mut going: Vec<ProbeId> = self
+                .probes
+                .values()
+                .filter(|p| p.function == name)
+                .map(|p| p.id)
+                .collect();
+            let mut users = Vec::new();
+            while let Some(id) = going.pop() {
+                for (k, p) in &self.probes {
+                    if p.id == id {
+                        users.extend(p.users.iter().copied());
+                    }
+                    if k.inside == Some(id) {
+                        going.push(p.id);
+                    }
+                }
+            }
             for id in users {
                 self.search.skip(id, Setback::TooCostly { share, max });
             }
@@ -1014,6 +1166,16 @@ impl Consultant {
             for site in &code.calls {
                 if matches!(site.target, crate::code::CallTarget::Indirect { .. }) {
                     specs.push(PointSpec::call_targets(f.clone(), site, TARGET_SLOTS));
+                    owners.push(name.clone());
+                }
+            }
+            // An indirect jump: a tail call through a table or a pointer
+            // (`return handlers[i](req)`: the function's frame is gone
+            // from every stack, so only this tells where it leads), or a
+            // switch (its targets, inside the function, are no callees).
+            for exit in &code.exits {
+                if matches!(exit.kind, weft_codegen::cfg::ExitKind::IndirectJump { .. }) {
+                    specs.push(PointSpec::targets_at(f.clone(), exit.address, TARGET_SLOTS));
                     owners.push(name.clone());
                 }
             }
@@ -1066,11 +1228,13 @@ impl Consultant {
                 }
             }
         }
+        // A target inside the caller itself is a switch's case, no call.
         let calls: Vec<(String, Function)> = learnt
             .into_iter()
             .filter_map(|(caller, target)| {
                 Some((caller, process.image().function_at(target).ok()??))
             })
+            .filter(|(caller, f)| &f.name != caller)
             .collect();
         self.learn_calls(process, calls);
     }
@@ -1157,20 +1321,65 @@ impl Consultant {
 
     fn retire_probes(&mut self, process: &mut Process) -> Result<(), Error> {
         let mut gone = Vec::new();
-        for (name, (probe, users)) in self.probes.iter_mut() {
-            users.retain(|&n| matches!(self.search.node(n).state, State::Testing(_)));
-            if users.is_empty() {
-                gone.push((name.clone(), *probe));
+        for (key, live) in self.probes.iter_mut() {
+            live.users
+                .retain(|&n| matches!(self.search.node(n).state, State::Testing(_)));
+            if live.users.is_empty() {
+                gone.push((*key, live.id));
             }
         }
         // Probes of functions with tests queued stay until those ran,
-        // unless the budget is full: a long queue must not pin it.
+        // unless the budget is full (a long queue must not pin it) or the
+        // function is too costly to time (those tests will be skipped).
         let full = self.probes.len() >= self.options.max_probes;
-        gone.retain(|(name, _)| {
-            full || !self.search.nodes().iter().any(|n| {
-                n.focus.function() == name && matches!(n.state, State::Queued | State::Deferred(_))
-            })
+        gone.retain(|(key, _)| {
+            let name = &self.probes[key].function;
+            full || self.too_costly.contains_key(name)
+                || !self.search.nodes().iter().any(|n| {
+                    n.focus.function() == name
+                        && matches!(n.state, State::Queued | State::Deferred(_))
+                })
         });
+        // A probe that queued tests will count inside stays (each is the
+        // probe of a queued test's parent), whatever the budget.
+        let parents: BTreeSet<&ProbeKey> = self
+            .search
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.state, State::Queued | State::Deferred(_)))
+            .filter_map(|n| self.node_probe.get(&n.parent?))
+            .collect();
+        gone.retain(|(key, _)| !parents.contains(key));
+        // A probe that constrains one that stays stays too; the rest go
+        // each before the probe that constrains it.
+        loop {
+            let leaving: BTreeSet<ProbeId> = gone.iter().map(|(_, id)| *id).collect();
+            let needed: BTreeSet<ProbeId> = self
+                .probes
+                .iter()
+                .filter(|(_, p)| !leaving.contains(&p.id))
+                .filter_map(|(k, _)| k.inside)
+                .collect();
+            let before = gone.len();
+            gone.retain(|(_, id)| !needed.contains(id));
+            if gone.len() == before {
+                break;
+            }
+        }
+        let depth = |key: &ProbeKey| {
+            let mut depth = 0;
+            let mut inside = key.inside;
+            while let Some(id) = inside.filter(|_| depth < self.probes.len()) {
+                depth += 1;
+                inside = self
+                    .probes
+                    .iter()
+                    .find(|(_, p)| p.id == id)
+                    .and_then(|(k, _)| k.inside);
+            }
+            depth
+        };
+        gone.sort_by_cached_key(|(key, _)| (std::cmp::Reverse(depth(key)), *key));
         if gone.is_empty() {
             return Ok(());
         }
@@ -1181,8 +1390,9 @@ impl Consultant {
             held.remove(&ids)?;
             held.release()?;
             self.stops.note(process, "removing probes");
-            for (name, _) in batch {
-                self.probes.remove(name);
+            for (key, _) in batch {
+                self.probes.remove(key);
+                self.node_probe.retain(|_, k| k != key);
             }
         }
         Ok(())
@@ -1192,13 +1402,14 @@ impl Consultant {
     pub fn finish(&mut self, process: &mut Process) -> Result<(), Error> {
         if (self.probes.is_empty() && self.armed.is_empty()) || !process.is_alive() {
             self.probes.clear();
+            self.node_probe.clear();
             self.armed.clear();
             return Ok(());
         }
         let ids: Vec<ProbeId> = self
             .probes
             .values()
-            .map(|(id, _)| *id)
+            .map(|p| p.id)
             .chain(self.armed.values().flatten().copied())
             .collect();
         let mut held = process.hold()?;
@@ -1206,6 +1417,7 @@ impl Consultant {
         held.release()?;
         self.stops.note(process, "removing every probe");
         self.probes.clear();
+        self.node_probe.clear();
         self.armed.clear();
         Ok(())
     }
@@ -1442,6 +1654,27 @@ impl Consultant {
                 .map(|(function, (_, reason))| format!("{function}: {reason}")),
         }
     }
+}
+
+/// The probe a new test's probe counts inside: its parent's, when that
+/// one is in and its function's frames come and go. A parent frame open
+/// on its thread's stack since before its probe went in (a thread's loop,
+/// a start seeded from a stack; `open`) never raised its nesting: the
+/// thread is inside it anyway, and nothing is constrained by it.
+fn constraint_of(
+    node: &super::search::Node,
+    probes: &HashMap<ProbeKey, LiveProbe>,
+    node_probe: &HashMap<NodeId, ProbeKey>,
+    open: &HashMap<NodeId, OpenFrame>,
+) -> Option<ProbeId> {
+    let parent = node.parent?;
+    if matches!(
+        open.get(&parent),
+        Some(OpenFrame::Open | OpenFrame::Unknown)
+    ) {
+        return None;
+    }
+    probes.get(node_probe.get(&parent)?).map(|p| p.id)
 }
 
 /// One bottleneck per (hypothesis, function, threads, object): several

@@ -67,6 +67,20 @@ pub enum Setback {
         /// Why, as the refusal says it.
         reason: String,
     },
+    /// The focus's function is measured under another call path now (a
+    /// function has one probe at a time): the test waits its turn, and
+    /// the ones behind it start meanwhile.
+    PathBusy {
+        /// The function.
+        function: String,
+    },
+    /// The test counts inside its parent's probe, which is not in yet or
+    /// has not told yet whether its frame is one the thread never leaves:
+    /// it waits its turn, and the ones behind it start meanwhile.
+    ParentPending {
+        /// The parent's function.
+        parent: String,
+    },
     /// The function's calls cost `share` of the target's CPU, over the
     /// bound `max` (`--max-overhead`): its probe was taken out.
     TooCostly {
@@ -95,6 +109,15 @@ impl std::fmt::Display for Setback {
             Setback::Refused { function, reason } => {
                 write!(f, "weft cannot time {function}: {reason}")
             }
+            Setback::PathBusy { function } => {
+                write!(f, "{function} is measured under another call path now")
+            }
+            Setback::ParentPending { parent } => {
+                write!(
+                    f,
+                    "the test of its caller {parent} has not read a value yet"
+                )
+            }
             Setback::TooCostly { share, max } => write!(
                 f,
                 "its calls cost {:.1}% of the target's CPU, over the bound of {:.1}%",
@@ -102,6 +125,17 @@ impl std::fmt::Display for Setback {
                 max * 100.0
             ),
         }
+    }
+}
+
+impl Setback {
+    /// Whether a node refused for this keeps its place in the queue, the
+    /// nodes after it going on ([`Search::start`]).
+    pub fn keeps_place(&self) -> bool {
+        matches!(
+            self,
+            Setback::PathBusy { .. } | Setback::ParentPending { .. }
+        )
     }
 }
 
@@ -375,18 +409,25 @@ impl Search {
 
     /// Starts queued nodes, in the order made (breadth first), while
     /// `afford` accepts them; a node it refuses is deferred with its reason
-    /// and the ones after it wait for the next call. Returns the started
+    /// and the ones after it wait for the next call, except that a node
+    /// refused with a setback that [keeps its place](Setback::keeps_place)
+    /// stays and the ones after it go on. Returns the started
     /// nodes: the driver instruments them and reads them from now on.
-    pub fn start(&mut self, mut afford: impl FnMut(&Node) -> Result<(), Setback>) -> Vec<NodeId> {
+    pub fn start(
+        &mut self,
+        mut afford: impl FnMut(NodeId, &Node) -> Result<(), Setback>,
+    ) -> Vec<NodeId> {
         let mut started = Vec::new();
-        while let Some(&id) = self.queue.front() {
-            match afford(&self.nodes[id.0]) {
+        let mut at = 0;
+        while let Some(&id) = self.queue.get(at) {
+            match afford(id, &self.nodes[id.0]) {
                 Ok(()) => {
-                    self.queue.pop_front();
+                    self.queue.remove(at);
                     let d = Decision::new(self.nodes[id.0].hypothesis, &self.thresholds);
                     self.nodes[id.0].state = State::Testing(d);
                     started.push(id);
                 }
+                Err(why) if why.keeps_place() => at += 1,
                 Err(why) => {
                     self.nodes[id.0].state = State::Deferred(why);
                     break;
@@ -609,7 +650,7 @@ mod tests {
         for _round in 0..200 {
             let active = s.testing().len();
             let mut room = budget.saturating_sub(active);
-            let started = s.start(|_| {
+            let started = s.start(|_, _| {
                 if room == 0 {
                     return Err(Setback::ProbesFull { max: budget });
                 }
@@ -689,7 +730,7 @@ mod tests {
                 max: 0.05,
             })
         });
-        let started = s.start(|_| Ok(()));
+        let started = s.start(|_, _| Ok(()));
         let functions: Vec<&str> = started
             .iter()
             .map(|&id| s.node(id).focus.function())
@@ -725,7 +766,7 @@ mod tests {
             &[Hypothesis::IoBlocking],
             &[("c".to_string(), vec![7])],
         );
-        let id = s.start(|_| Ok(()))[0];
+        let id = s.start(|_, _| Ok(()))[0];
         let mut whole = 0;
         let mut part = 0;
         for step in 1..=40u64 {
