@@ -157,6 +157,10 @@ enum Under {
     Weft(&'static str),
     /// Under weft, a trace ring of this many events.
     WeftRing(&'static str, u32),
+    /// Under weft with `-m calls,wall`, `work` counted only inside this
+    /// function (`--inside`): `run` (every call is inside) or `main`
+    /// (none is: the threads never enter it).
+    WeftInside(&'static str),
     Bpftrace,
 }
 
@@ -192,6 +196,24 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
                 .args([&t, &n]);
             c
         }
+        Under::WeftInside(function) => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+            c.args([
+                "run",
+                "-m",
+                "calls,wall",
+                "-f",
+                "work",
+                "--inside",
+                function,
+            ])
+            .args(["--format", "json", "-o"])
+            .arg(&report)
+            .arg("--")
+            .arg(exe)
+            .args([&t, &n]);
+            c
+        }
         Under::Bpftrace => {
             let mut c = Command::new("bpftrace");
             c.arg("-e")
@@ -219,6 +241,21 @@ fn per_call(exe: &Path, under: Under, threads: usize, calls: u64) -> f64 {
         let own: Vec<ThreadClocks> = text.lines().filter_map(ThreadClocks::parse).collect();
         assert_eq!(own.len(), threads, "the target's per-thread lines: {text}");
         check_report(&report, metrics, threads as u64 * calls * 3, &own);
+    }
+    if let Under::WeftInside(function) = under {
+        // Every call counted inside `run`, none inside `main`.
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let work = r["functions"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["name"] == "work"))
+            .and_then(|f| f["calls"].as_u64());
+        let want = if function == "run" {
+            threads as u64 * calls * 3
+        } else {
+            0
+        };
+        assert_eq!(work, Some(want), "work's calls inside {function}: {r}");
     }
     if let Under::Bpftrace = under {
         // Its map at exit, `@[tid]: count`: every call counted there too.
@@ -412,6 +449,20 @@ fn section_per_call(quick: bool) {
         added[0][1] - floor,
         added[0][2] - floor,
         added[0][3] - floor
+    );
+    // Constrained calls (`--inside`): a call inside its constraint costs
+    // a timed call and a compare more; one outside, the compare and the
+    // trampoline's way in and out.
+    let plain = best_of(rounds, || per_call(&exe, Under::Plain, 1, calls));
+    let hit = best_of(rounds, || {
+        per_call(&exe, Under::WeftInside("run"), 1, calls)
+    }) - plain;
+    let miss = best_of(rounds, || {
+        per_call(&exe, Under::WeftInside("main"), 1, calls)
+    }) - plain;
+    println!(
+        "constrained at 1 thread: inside,hit {hit:+.1} ns (calls,wall {:+.1}), inside,miss {miss:+.1} ns (calls {:+.2})",
+        added[0][1], added[0][0]
     );
     println!(
         "trace vs wall at 1 thread: calls,trace / calls,wall = {:.2}, calls,wall,trace / calls,wall = {:.2}",

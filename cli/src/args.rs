@@ -55,6 +55,13 @@ pub struct Measure {
         default_missing_value = "on"
     )]
     pub histogram: HistogramMode,
+    /// Count and time the functions `-f` names only while the thread is
+    /// inside FUNC (repeatable: inside each; a function name or pattern
+    /// matching one function). Each FUNC is measured too, and is entered
+    /// from the probes' insertion on. Needs `wall` or `cpu` in `-m`
+    /// (docs/exits-and-timers.md, "Constraints").
+    #[arg(long = "inside", value_name = "FUNC")]
+    pub inside: Vec<String>,
 }
 
 /// When latency histograms are kept (`--histogram`).

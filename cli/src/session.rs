@@ -5,7 +5,7 @@ use crate::args::{Measure, Refusals};
 use crate::kernel;
 use crate::timing::Timing;
 use crate::wait;
-use anyhow::Result;
+use anyhow::{anyhow, bail, Result};
 use std::fmt::Write as _;
 use weft::report::group_digits;
 use weft::{Pattern, Process, RealtimeGuard, Report};
@@ -75,7 +75,8 @@ impl Attached {
         } else {
             (process.find_functions(patterns)?, Vec::new())
         };
-        let metrics = measure.metrics_for(found.len());
+        let inside = find_inside(&mut process, measure, &found)?;
+        let metrics = measure.metrics_for(found.len() + inside.len());
         let mut watcher = (!pending.is_empty()).then(|| {
             let mut w = weft::events::Watcher::new(&process);
             w.defer(pending.clone(), metrics);
@@ -89,7 +90,7 @@ impl Attached {
             let mut held = process.hold()?;
             held.set_trace_calls(measure.metrics.trace);
             timing.mark("seized and stopped every thread");
-            instrumented = instrument(&mut held, patterns, &found, metrics, refusals)?;
+            instrumented = instrument(&mut held, patterns, &found, &inside, metrics, refusals)?;
             if let Some(w) = &mut watcher {
                 if let Err(e) = w.defer_at_load(&mut held, LOAD_WAIT) {
                     // A weft that gives up leaves nothing in place.
@@ -156,7 +157,8 @@ impl Attached {
         } else {
             process.find_functions(&split.user)?
         };
-        let metrics = measure.metrics_for(found.len());
+        let inside = find_inside(&mut process, measure, &found)?;
+        let metrics = measure.metrics_for(found.len() + inside.len());
         // Its first hold is the stop at its entry: dropped on an error, it
         // kills the program before main.
         let mut held = process.hold()?;
@@ -164,7 +166,7 @@ impl Attached {
         let instrumented = if found.is_empty() {
             0
         } else {
-            instrument(&mut held, &split.user, &found, metrics, refusals)?
+            instrument(&mut held, &split.user, &found, &inside, metrics, refusals)?
         };
         // The kernel probes go in while the program is still at its entry.
         let kernel = kernel::start(&held, &split, caps.as_ref())?;
@@ -251,17 +253,35 @@ fn instrument(
     held: &mut weft::Held<'_>,
     patterns: &[Pattern],
     found: &[weft::Function],
+    inside: &[weft::Function],
     metrics: weft::Metrics,
     refusals: &Refusals,
 ) -> Result<usize> {
-    if refusals.strict {
-        held.insert(found, metrics)?;
-        return Ok(found.len());
-    }
+    // `--inside`: the constraining functions first (all of them, or
+    // nothing), then the others counted inside them.
+    let constraints = if inside.is_empty() {
+        Vec::new()
+    } else {
+        let specs: Vec<weft::ProbeSpec> = inside
+            .iter()
+            .map(|f| weft::ProbeSpec::measure(f.clone(), metrics))
+            .collect();
+        held.insert_probes(&specs)?
+    };
+    let found: Vec<weft::Function> = found
+        .iter()
+        .filter(|f| !inside.iter().any(|i| i.address == f.address))
+        .cloned()
+        .collect();
+    let found = &found[..];
     let specs: Vec<weft::ProbeSpec> = found
         .iter()
-        .map(|f| weft::ProbeSpec::measure(f.clone(), metrics))
+        .map(|f| weft::ProbeSpec::measure(f.clone(), metrics).inside(&constraints))
         .collect();
+    if refusals.strict {
+        held.insert_probes(&specs)?;
+        return Ok(found.len() + inside.len());
+    }
     let named_exactly = |f: &weft::Function| {
         patterns.iter().any(|p| {
             p.name().is_literal()
@@ -274,7 +294,7 @@ fn instrument(
     let refused = applied.refused;
     let done = found.len() - refused.len();
     if refused.is_empty() {
-        return Ok(done);
+        return Ok(done + inside.len());
     }
     if done == 0 {
         // Nothing to measure: an error, as all or nothing would say.
@@ -305,7 +325,47 @@ fn instrument(
         }
     }
     eprint!("{text}");
-    Ok(done)
+    Ok(done + inside.len())
+}
+
+/// The functions `--inside` names, one each (none without it); an error
+/// when one is also all that `-f` measures or the metrics have no timer.
+fn find_inside(
+    process: &mut Process,
+    measure: &Measure,
+    found: &[weft::Function],
+) -> Result<Vec<weft::Function>> {
+    if measure.inside.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !measure.metrics.metrics.hooks_exit() {
+        bail!(
+            "--inside counts calls made inside other functions by timing those: add wall or cpu \
+             to -m (-m calls,wall)"
+        );
+    }
+    let mut inside = Vec::new();
+    for name in &measure.inside {
+        let pattern = Pattern::parse(name).map_err(|e| anyhow!("--inside {name}: {e}"))?;
+        let mut matched = process.find_functions(&[pattern])?;
+        if matched.len() != 1 {
+            let names: Vec<&str> = matched.iter().take(5).map(|f| f.name.as_str()).collect();
+            bail!(
+                "--inside {name} matches {} functions ({}{}): name one",
+                matched.len(),
+                names.join(", "),
+                if matched.len() > 5 { ", ..." } else { "" }
+            );
+        }
+        inside.push(matched.remove(0));
+    }
+    if found
+        .iter()
+        .all(|f| inside.iter().any(|i| i.address == f.address))
+    {
+        bail!("every function -f names is also an --inside function: nothing is left to constrain");
+    }
+    Ok(inside)
 }
 
 /// Says which program weft stopped at when `program` is a script or an
