@@ -17,3 +17,5 @@ mod diagnose;
 mod diagnose_acceptance;
 mod diagnose_graph;
 mod diagnose_real;
+mod mariadb_idle;
+mod shared_code;

@@ -27,6 +27,7 @@ mod system;
 mod targets;
 
 pub mod kernel_calls;
+pub mod mariadb;
 pub mod qemu;
 pub mod viewers;
 

@@ -70,8 +70,11 @@ pub fn build_c_target_with(compiler: &str, name: &str, flags: &[&str]) -> PathBu
     let variant = if compiler == "gcc" { "" } else { compiler };
     let dir = variant_dir(&format!("{name}{variant}{}", flags.join("")));
     let exe = dir.join(name);
-    if !exe.exists() {
-        let source = src(&format!("{name}.c"));
+    let source = src(&format!("{name}.c"));
+    // Built again when its source changed since (a stale target once
+    // lacked a line a test waited for).
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if !exe.exists() || modified(&source) > modified(&exe) {
         let partial = dir.join(format!("{name}.building"));
         let mut args: Vec<&str> = flags.to_vec();
         args.extend([
