@@ -183,6 +183,22 @@ fn background_threads_of_mariadb_are_idle_not_bottlenecks() {
             }
         }
     }
+    // The background threads' waits are there, reported as idle.
+    let idle = d["idle"].as_array().cloned().unwrap_or_default();
+    for b in &idle {
+        eprintln!("  idle: {} {}", b["hypothesis"], b["path"]);
+    }
+    let background_idle = idle.iter().any(|b| {
+        b["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_u64())
+            .any(|t| !serving.contains(&t))
+    });
+    ctx.check(background_idle, || {
+        format!("no background thread's wait reported as idle: {idle:?}")
+    });
     ctx.check(server.is_running(), || "the server stopped".into());
     drop(conns);
     server.signal(nix::sys::signal::Signal::SIGTERM);

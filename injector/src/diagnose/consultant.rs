@@ -342,6 +342,8 @@ struct Baseline {
     thread_cpu_ns: u64,
     /// The thread's wait samples so far: (all, sync, I/O).
     waits: (u64, u64, u64),
+    /// The function's CPU time on the thread so far, ns.
+    cpu_ns: u64,
 }
 
 /// A search running on a process.
@@ -401,6 +403,9 @@ pub struct Consultant {
     open: HashMap<NodeId, OpenFrame>,
     /// Each test's calls per second of its function, latest reading.
     call_rates: HashMap<NodeId, f64>,
+    /// Each test's function's share of its thread's time on the CPU,
+    /// latest reading.
+    cpu_shares: HashMap<NodeId, f64>,
     /// What the threads are blocked in, sampled.
     waits: WaitSampler,
     pid: i32,
@@ -568,6 +573,7 @@ impl Consultant {
             walks_pending: false,
             open,
             call_rates: HashMap::new(),
+            cpu_shares: HashMap::new(),
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
             pid: process.pid(),
             started: Instant::now(),
@@ -963,6 +969,7 @@ impl Consultant {
                 calls,
                 thread_cpu_ns: thread_cpu,
                 waits: sampled,
+                cpu_ns: cpu,
             });
             // A share of CPU time is of the time the thread could have had
             // on a machine of its own: time spent runnable but waiting for
@@ -1019,6 +1026,12 @@ impl Consultant {
                 let secs = now.duration_since(base.at).as_secs_f64();
                 self.call_rates
                     .insert(id, calls.saturating_sub(base.calls) as f64 / secs);
+                // The function's own CPU share of the thread's time (a
+                // wait test's function may also compute).
+                if elapsed > 0 {
+                    self.cpu_shares
+                        .insert(id, cpu.saturating_sub(base.cpu_ns) as f64 / elapsed as f64);
+                }
             }
             let reading = Reading {
                 at: now.saturating_duration_since(base.at),
@@ -1437,11 +1450,27 @@ impl Consultant {
                 });
         bottlenecks.sort_by(|a, b| b.value.total_cmp(&a.value));
         idle.sort_by(|a, b| b.value.total_cmp(&a.value));
+        // Functions as reports name them: C++ demangled, a clone by its
+        // source name.
+        let shown = |p: &mut Vec<String>| {
+            for f in p.iter_mut() {
+                *f = crate::inspect::names::display_name(f);
+            }
+        };
+        for b in bottlenecks.iter_mut().chain(idle.iter_mut()) {
+            shown(&mut b.path);
+            b.also_via.iter_mut().for_each(shown);
+            b.function = crate::inspect::names::display_name(&b.function);
+        }
+        let mut nodes = self.node_reports();
+        for n in &mut nodes {
+            shown(&mut n.path);
+        }
         Diagnosis {
             bottlenecks,
             idle,
             summary: self.summary(),
-            nodes: self.node_reports(),
+            nodes,
             threads: self.thread_names.clone(),
         }
     }
@@ -1469,6 +1498,41 @@ impl Consultant {
         })
     }
 
+    /// Whether the wait at node `id` is a pool thread waiting for a task:
+    /// a condition variable waited on under the call its thread's loop
+    /// (a frame never left) makes to get work, a call that does no work
+    /// itself (under 2 % of the thread's time on the CPU) — MariaDB's
+    /// InnoDB workers in `worker_main > get_task > wait_for_tasks >
+    /// pthread_cond_clockwait`. A wait on a condition variable inside the
+    /// work (`worker > handle_request > … > pthread_cond_wait`, the
+    /// handler computing too) is not.
+    fn waits_for_work(&self, id: NodeId) -> bool {
+        let n = self.search.node(id);
+        if n.hypothesis != Hypothesis::SyncWaiting
+            || !super::graph::is_condition_wait(n.focus.function())
+        {
+            return false;
+        }
+        let path = &n.focus.path;
+        let nodes = self.search.nodes();
+        let node_of = |k: usize| {
+            (0..nodes.len()).map(NodeId).find(|&i| {
+                let m = &nodes[i.0];
+                m.hypothesis == n.hypothesis
+                    && m.focus.threads == n.focus.threads
+                    && m.focus.path[..] == path[..k]
+            })
+        };
+        // The first frame below the root the thread keeps entering.
+        let Some(k) = (2..path.len())
+            .find(|&k| node_of(k).map_or(true, |i| self.open.get(&i) != Some(&OpenFrame::Open)))
+        else {
+            return false;
+        };
+        let fetch = node_of(k).and_then(|i| self.cpu_shares.get(&i));
+        fetch.is_some_and(|&share| share < 0.02)
+    }
+
     /// The bottlenecks found, one per (hypothesis, path): the true nodes
     /// with a value, their threads and call rates added up, at their
     /// largest value.
@@ -1491,7 +1555,7 @@ impl Consultant {
                 continue;
             }
             let key = (self.name_of(n.hypothesis), n.focus.path.clone());
-            if self.in_a_loop_never_left(id) {
+            if self.in_a_loop_never_left(id) || self.waits_for_work(id) {
                 never_left.insert(key.clone());
             }
             let b = by_path.entry(key).or_insert_with(|| Bottleneck {

@@ -107,6 +107,15 @@ pub const SLEEP_FUNCTIONS: &[&str] = &[
     "pause",
 ];
 
+/// Whether `function` waits on a condition variable: for another thread
+/// to hand something over, not for a lock.
+pub fn is_condition_wait(function: &str) -> bool {
+    matches!(
+        function,
+        "pthread_cond_wait" | "pthread_cond_timedwait" | "pthread_cond_clockwait"
+    )
+}
+
 /// Whether `function` sleeps for a time ([`SLEEP_FUNCTIONS`]).
 pub fn is_sleep(function: &str) -> bool {
     SLEEP_FUNCTIONS.contains(&function)
