@@ -905,7 +905,12 @@ fn acceptance_tree_planted_bottlenecks_every_run() {
             },
         );
         let bound = if quiet { 5.0 } else { 50.0 };
-        if longest_stop > bound {
+        // As docs/diagnose.md says: a quiet run's stop over 5 ms fails
+        // only when weft's own CPU in it was 5 ms or more, or the whole
+        // 25 ms or more (the rest is the kernel scheduling the threads
+        // into their stop: 4.8 of a 5.5 ms stop once, weft's CPU 4.2).
+        let kernels = quiet && weft_cpu < 5.0 && longest_stop < 25.0;
+        if longest_stop > bound && !kernels {
             fail(format!(
                 "a stop of the world of {longest_stop:.1} ms {} ({stopping:.1} ms for the \
                  threads to stop, weft's CPU {weft_cpu:.1} ms, remote calls {remote:.1} ms; \

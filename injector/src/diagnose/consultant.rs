@@ -748,12 +748,16 @@ impl Consultant {
             };
             let mut part = part.saturating_sub(base.part_ns);
             if let Some(state) = self.open.get_mut(&id) {
-                if *state == OpenFrame::Unknown && now > base.at {
-                    *state = if calls > base.calls {
-                        OpenFrame::Timed
-                    } else {
-                        OpenFrame::Open
-                    };
+                // Entered on this thread since its probe went in: its
+                // frames come and go (told at the first reading, so that
+                // the tests below it, which wait for this, start a step
+                // sooner); not entered over a whole interval: open.
+                if *state == OpenFrame::Unknown {
+                    if calls > 0 {
+                        *state = OpenFrame::Timed;
+                    } else if now > base.at {
+                        *state = OpenFrame::Open;
+                    }
                 }
                 if *state == OpenFrame::Open {
                     let samples = sampled.0.saturating_sub(base.waits.0);
@@ -839,7 +843,8 @@ impl Consultant {
             .map(|t| (t.tid, t.values.to_vec()))
             .collect();
         let mut values = HashMap::new();
-        let mut calls: HashMap<ProbeId, u64> = HashMap::new();
+        // Every probe is judged, even before any thread has a row.
+        let mut calls: HashMap<ProbeId, u64> = self.sampler.probes().map(|id| (id, 0)).collect();
         for (tid, row) in rows {
             for (id, v) in self.sampler.probes().zip(row) {
                 values.insert((tid, id), (v.wall_ns, v.cpu_ns, v.calls));
