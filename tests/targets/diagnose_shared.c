@@ -240,6 +240,14 @@ static void calibrate(void) {
         iters_per_us = 1;
 }
 
+static void start(const char *name, void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, arg) != 0)
+        exit(1);
+    pthread_setname_np(t, name);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     calibrate();
@@ -248,14 +256,15 @@ int main(void) {
     zero_fd = open("/dev/zero", O_RDONLY);
     if (zero_fd < 0)
         return 1;
-    pthread_t t;
     locker_start = clock_s(CLOCK_MONOTONIC);
-    pthread_create(&t, NULL, compute_main, NULL);
-    pthread_create(&t, NULL, locker_main, (void *)0L);
-    pthread_create(&t, NULL, locker_main, (void *)1L);
-    pthread_create(&t, NULL, reader_main, NULL);
-    pthread_create(&t, NULL, feeder_main, NULL);
-    pthread_create(&t, NULL, reporter, NULL);
+    /* Named here, not only by themselves: "ready" promises the names are
+       in /proc however late a new thread first runs. */
+    start("compute", compute_main, NULL);
+    start("locker", locker_main, (void *)0L);
+    start("locker", locker_main, (void *)1L);
+    start("reader", reader_main, NULL);
+    start("feeder", feeder_main, NULL);
+    start("reporter", reporter, NULL);
     printf("objects mutex=%p pipe=%d\n", (void *)&shared_mutex, pipe_fds[0]);
     printf("ready\n");
     char buf[64];

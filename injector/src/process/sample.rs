@@ -180,21 +180,20 @@ impl Process {
         // Trace rings first, then the rows of threads gone, each drained a
         // last time right before its ack lets a new thread take it.
         self.drain_trace(false);
-        let mut trace = self
-            .trace
-            .as_ref()
-            .map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
+        // The log is taken per row gone, not across the look at every
+        // thread in /proc: the drain thread must not wait on this one.
+        let trace = self.trace.as_ref();
         let mut rows = rt.region.harvest(
             slot,
             words,
             |tid| exited || std::fs::metadata(format!("/proc/{pid}/task/{tid}")).is_err(),
             |index| {
-                if let Some(log) = trace.as_mut() {
+                if let Some(log) = trace {
+                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
                     log.drain_row(&rt.region, index, true);
                 }
             },
         );
-        drop(trace);
         let n = rows.len();
         for row in &mut rows {
             self.subtract_baseline(row);
