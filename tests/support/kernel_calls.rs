@@ -249,8 +249,21 @@ pub fn check_against_truth(
                 // thread's alone when they fall at the call's edges.
                 let floor = cpu.saturating_sub(host_delay_ns).max(1);
                 let low = m_cpu as f64 / floor as f64;
+                // Off its CPU by its own clock while weft saw no switch:
+                // the hypervisor took the vCPU in this window (steal comes
+                // in bursts: a CI run had 4.2 ms of a 47 ms window stolen
+                // while under 1% of the whole run was), which the
+                // thread's clock leaves out and weft's counts where it
+                // cannot read the steal counter (docs/kernel.md): weft's
+                // then lies between the thread's CPU and wall clocks.
+                let stolen = m_cpu * 100 >= m_wall * 99
+                    && cpu < wall
+                    && m_cpu <= wall
+                    && ratio >= *cpu_range.start();
                 ctx.check(
-                    cpu_range.contains(&ratio) || (low >= *cpu_range.start() && ratio <= 1.0),
+                    cpu_range.contains(&ratio)
+                        || (low >= *cpu_range.start() && ratio <= 1.0)
+                        || stolen,
                     || {
                         format!(
                             "{what}: CPU {m_cpu} ns vs the target's {cpu} ns ({ratio:.3}; \
