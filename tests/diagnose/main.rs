@@ -17,5 +17,6 @@ mod diagnose;
 mod diagnose_acceptance;
 mod diagnose_graph;
 mod diagnose_real;
+mod late_threads;
 mod mariadb_idle;
 mod shared_code;

@@ -292,7 +292,10 @@ pub(super) fn count_module(
 }
 
 /// A copied stack's frames, outermost first, as far as they are named.
-fn named_frames(process: &mut Process, copy: &crate::stack::StackCopy) -> Vec<(Function, u64)> {
+pub(super) fn named_frames(
+    process: &mut Process,
+    copy: &crate::stack::StackCopy,
+) -> Vec<(Function, u64)> {
     let frames = copy.walk(process.image(), MAX_FRAMES);
     let mut named = Vec::new();
     for (i, frame) in frames.iter().enumerate() {
@@ -308,7 +311,7 @@ fn named_frames(process: &mut Process, copy: &crate::stack::StackCopy) -> Vec<(F
 /// Whether `f` is in the C library or the dynamic loader: frames a
 /// thread's own code runs under (`__libc_start_main`, `start_thread`) or
 /// calls into, never where a search starts.
-fn is_c_library(f: &Function) -> bool {
+pub(super) fn is_c_library(f: &Function) -> bool {
     let file = f
         .module_path
         .file_name()

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// Most threads whose stacks one batch of insertions looks at (a copy is
+/// up to 128 KiB read while the target is stopped).
+const CATCH_UP_THREADS: usize = 32;
+
 /// Which probe measures a test: its function (by address: two names of
 /// one function are one), counted inside the probe of the test's parent
 /// (None: every call — a root, or a parent frame open since before the
@@ -110,7 +114,19 @@ impl Consultant {
             .into_iter()
             .filter_map(|(key, name)| Some((key, self.graph.function(&name)?.clone())))
             .collect();
-        let inserted = self.insert_planned(process, new)?;
+        // The threads each started test measures, by its function: their
+        // stacks are looked at in the stop that puts the probe in.
+        let mut watch: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+        for id in &started {
+            if let Some(key) = keys.get(id) {
+                let threads = &self.search.node(*id).focus.threads;
+                watch
+                    .entry(key.address)
+                    .or_default()
+                    .extend(threads.first().copied());
+            }
+        }
+        let (inserted, on_stack) = self.insert_planned(process, new, &watch)?;
         self.peak_probes = self.peak_probes.max(self.probes.len());
         let mut testing = Vec::new();
         for id in started {
@@ -120,6 +136,25 @@ impl Consultant {
             match key.as_ref().and_then(|k| self.probes.get_mut(k)) {
                 Some(live) => {
                     live.users.insert(id);
+                    let tid = node.focus.threads.first().copied().unwrap_or(0);
+                    if let Some(&inside) = key.and_then(|k| on_stack.get(&(k.address, tid))) {
+                        // Paradyn's catch-up: a frame the thread was in when
+                        // the probe went in was entered before it, so its
+                        // timer never runs: it is read as a frame seen open
+                        // (told at the first readings: open, or called
+                        // again and timed). A frame seen on an earlier walk
+                        // but gone by then returned: the function's calls
+                        // are timed whole from now.
+                        match (inside, self.open.get(&id)) {
+                            (true, _) => {
+                                self.open.insert(id, OpenFrame::Unknown);
+                            }
+                            (false, Some(OpenFrame::Unknown)) => {
+                                self.open.insert(id, OpenFrame::Timed);
+                            }
+                            _ => {}
+                        }
+                    }
                     self.node_probe.extend(key.map(|k| (id, k)));
                 }
                 None => {
@@ -148,13 +183,21 @@ impl Consultant {
     }
 
     /// Puts the `new` probes in, a few per stop of the world; returns how
-    /// many went in.
+    /// many went in, and for each (function address, thread) of `watch`
+    /// whether the thread was inside the function when its probe went in
+    /// (or, for a function probed already, at the first stop): its
+    /// stack, copied in that stop, walked once the target runs again.
     fn insert_planned(
         &mut self,
         process: &mut Process,
         new: Vec<(ProbeKey, Function)>,
-    ) -> Result<usize, Error> {
+        watch: &BTreeMap<u64, BTreeSet<u32>>,
+    ) -> Result<(usize, HashMap<(u64, u32), bool>), Error> {
         let mut inserted_all: Vec<(ProbeKey, Function, ProbeId)> = Vec::new();
+        // (thread, the functions it is looked at for, its stack).
+        let mut copies: Vec<(u32, Vec<u64>, crate::stack::StackCopy)> = Vec::new();
+        let mut looked: BTreeSet<u32> = BTreeSet::new();
+        let mut first_stop = true;
         // A few functions per stop, so that no stop grows with the batch;
         // functions weft refuses to time (a `.cold` part, a jump into the
         // patch…) leave their batch, and their tests are skipped below.
@@ -172,6 +215,30 @@ impl Consultant {
                 let _ = process.prepare(&functions);
                 let mut held = process.hold()?;
                 let inserted = held.insert_probes(&specs);
+                // Which threads to look at in this stop: those whose tests
+                // measure a function of the batch (and, in the first stop,
+                // those of tests sharing a probe already in).
+                let mut wanted: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+                for (address, threads) in watch {
+                    let in_batch = batch.iter().any(|(k, _)| k.address == *address);
+                    let already = first_stop && !new.iter().any(|(k, _)| k.address == *address);
+                    if in_batch || already {
+                        for &tid in threads {
+                            wanted.entry(tid).or_default().push(*address);
+                        }
+                    }
+                }
+                first_stop = false;
+                let live: BTreeSet<u32> = held.threads().into_iter().map(|t| t as u32).collect();
+                for (tid, addresses) in wanted {
+                    if copies.len() >= CATCH_UP_THREADS || !live.contains(&tid) {
+                        continue;
+                    }
+                    if let Ok(copy) = held.copy_stack(tid as crate::Tid) {
+                        looked.insert(tid);
+                        copies.push((tid, addresses, copy));
+                    }
+                }
                 held.release()?;
                 self.stops.note(process, "inserting probes");
                 match inserted {
@@ -216,7 +283,24 @@ impl Consultant {
             );
             self.probed_ever.insert(f.name.clone());
         }
-        Ok(inserted)
+        let mut on_stack = HashMap::new();
+        for (tid, addresses, copy) in copies {
+            let named = crate::diagnose::roots::named_frames(process, &copy);
+            // Outermost first: a walk that reached the thread's start
+            // (the C library's, or `_start`) tells a function is not on
+            // the stack; one that stopped short tells only what it saw.
+            let whole = named.first().is_some_and(|(f, _)| {
+                crate::diagnose::roots::is_c_library(f) || f.name == "_start"
+            });
+            let frames: BTreeSet<u64> = named.into_iter().map(|(f, _)| f.address).collect();
+            for address in addresses {
+                let inside = frames.contains(&address);
+                if inside || whole {
+                    on_stack.insert((address, tid), inside);
+                }
+            }
+        }
+        Ok((inserted, on_stack))
     }
 
     /// The tests whose children must wait (a test counts inside its
