@@ -287,6 +287,13 @@ fn say(p: &Progress) {
              (over --max-overhead); its tests are skipped",
             share * 100.0
         ),
+        Progress::ClocksCostly(share, switches) => eprintln!(
+            "weft: the threads' CPU clocks cost {:.1}% of the target's CPU, more than \
+             --max-overhead: a perf event each, which the kernel switches with its thread \
+             ({switches:.0} switches a second); no probe taken out lowers it, so the search goes \
+             on (docs/diagnose.md, bounded perturbation)",
+            share * 100.0
+        ),
         Progress::Concluded(h, path, tid, holds, value) => eprintln!(
             "weft: {h} in {} (thread {tid}): {} ({:.0}%)",
             display_path(path),
@@ -345,13 +352,14 @@ fn to_text(d: &Diagnosis) -> String {
     let m = &d.summary;
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
-         CPU, {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
+         CPU (and {:.2}% for the threads' CPU clocks), {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
          {} given up for a late thread){}{}\n",
         m.tests,
         m.peak_probes,
         m.functions_probed,
         m.functions_reachable,
         m.overhead * 100.0,
+        m.clock_overhead * 100.0,
         m.stops,
         m.longest_stop_ms,
         m.longest_stop_stopping_ms,

@@ -119,6 +119,10 @@ pub enum Progress {
     /// A function's probe was taken out because it costs too much: (its
     /// name, its share of the target's CPU).
     TooCostly(String, f64),
+    /// The CPU clocks alone cost more than the bound: (their share of the
+    /// target's CPU, the switches a second of the threads that have one).
+    /// Said once; no test starts while it lasts.
+    ClocksCostly(f64, f64),
 }
 
 /// One bottleneck: a deepest true test, the threads it holds for.
@@ -274,12 +278,26 @@ pub struct Summary {
     pub exhausted: bool,
     /// How long the search has run, s.
     pub seconds: f64,
-    /// What the instrumentation cost, as a share of the target's CPU time
-    /// while the search ran (calls counted × the measured cost of a timed
-    /// call).
+    /// What the probes cost, as a share of the target's CPU time while
+    /// the search ran (calls counted × the measured cost of a timed call,
+    /// and the switches of the threads that made them × the cost of the
+    /// CPU clock's first reading after one): what `--max-overhead` bounds.
     pub overhead: f64,
+    /// What the threads' CPU clocks cost besides, as a share of the
+    /// target's CPU time: each thread that ran instrumented code keeps a
+    /// perf event, which the kernel switches with it (every switch ×
+    /// `cost_per_switch_event_ns`). Not bounded: no probe taken out
+    /// lowers it.
+    pub clock_overhead: f64,
     /// The measured cost of one timed call, ns.
     pub cost_per_call_ns: f64,
+    /// The measured cost of a timer's first CPU clock reading after its
+    /// thread was switched in, ns (0 where the clock needs no system
+    /// call).
+    pub cost_per_switch_ns: f64,
+    /// The measured cost to a thread of its CPU clock's perf event at
+    /// every context switch, ns (0 where the clock has none).
+    pub cost_per_switch_event_ns: f64,
     /// Functions weft refused to time (so their tests were given up), by
     /// the kind of reason (`Refusal::kind`): all of a Go program's code,
     /// a `.cold` part, code another jump enters.
@@ -362,6 +380,8 @@ pub struct Consultant {
     /// allocator function went in and out 285 times in a minute, and each
     /// trial cost the target its calls' time until it was read).
     too_costly: HashMap<String, f64>,
+    /// Whether [`Progress::ClocksCostly`] was said.
+    said_clocks: bool,
     /// Functions weft refused to time: (kind of reason, reason).
     refused: BTreeMap<String, (&'static str, String)>,
     peak_probes: usize,
@@ -543,6 +563,7 @@ impl Consultant {
             probed_ever: BTreeSet::new(),
             not_found: BTreeSet::new(),
             too_costly: HashMap::new(),
+            said_clocks: false,
             refused: BTreeMap::new(),
             peak_probes: 0,
             baselines: HashMap::new(),
@@ -617,6 +638,11 @@ impl Consultant {
         }
         self.read_tests(process, &mut progress);
         self.drop_costly(&mut progress);
+        let (clocks, switches) = self.cost.clock_share();
+        if clocks > self.options.max_overhead && !self.said_clocks {
+            self.said_clocks = true;
+            progress.push(Progress::ClocksCostly(clocks, switches));
+        }
         self.learn_targets(process);
         self.learn_from_stacks(process)?;
         self.arm_callers(process)?;
@@ -843,15 +869,16 @@ impl Consultant {
             .map(|t| (t.tid, t.values.to_vec()))
             .collect();
         let mut values = HashMap::new();
-        // Every probe is judged, even before any thread has a row.
-        let mut calls: HashMap<ProbeId, u64> = self.sampler.probes().map(|id| (id, 0)).collect();
+        let mut calls: HashMap<(u32, ProbeId), u64> = HashMap::new();
         for (tid, row) in rows {
             for (id, v) in self.sampler.probes().zip(row) {
                 values.insert((tid, id), (v.wall_ns, v.cpu_ns, v.calls));
-                *calls.entry(id).or_default() += v.calls;
+                calls.insert((tid, id), v.calls);
             }
         }
-        self.cost.observe(&calls);
+        // Every probe is judged, even before any thread has a row.
+        let probes: Vec<ProbeId> = self.sampler.probes().collect();
+        self.cost.observe(&calls, &probes);
         values
     }
 
@@ -1319,7 +1346,10 @@ impl Consultant {
             exhausted: self.search.exhausted(),
             seconds: self.started.elapsed().as_secs_f64(),
             overhead: self.cost.total_share(),
+            clock_overhead: self.cost.clock_total_share(),
             cost_per_call_ns: self.cost.per_call_ns,
+            cost_per_switch_ns: self.cost.per_switch_ns,
+            cost_per_switch_event_ns: self.cost.per_switch_event_ns,
             refused: self
                 .refused
                 .values()

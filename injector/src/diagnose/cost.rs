@@ -1,8 +1,10 @@
 //! What the instrumentation costs the target, as it goes: the calls the
-//! probes count, times the measured cost of one timed call, against the
-//! target's CPU time over the same span.
+//! probes count, times the measured cost of one timed call, and the
+//! context switches of the threads that made them, times the cost of
+//! the CPU clock's first reading after a switch; against the target's CPU
+//! time over the same span.
 
-use crate::inspect::procfs::{schedstat, thread_ids};
+use crate::inspect::procfs::{schedstat_fields, thread_ids};
 use crate::ProbeId;
 use std::collections::HashMap;
 
@@ -10,14 +12,24 @@ use std::collections::HashMap;
 const MIN_CPU_SPAN_NS: u64 = 10_000_000;
 
 /// What the instrumentation costs the target: calls counted by the
-/// probes, times the measured cost of one timed call, against the
-/// target's CPU time over the same span.
+/// probes, times the measured cost of one timed call, and the switches
+/// of the threads that made them, times what a timer's CPU clock pays
+/// after one; against the target's CPU time over the same span.
 #[derive(Debug)]
 pub(super) struct Cost {
     pid: i32,
     pub(super) per_call_ns: f64,
-    /// Calls of each probe at the last reading.
-    calls: HashMap<ProbeId, u64>,
+    /// What the first CPU clock reading after a context switch costs a
+    /// thread, ns: the runtime's clock re-anchors with a system call
+    /// (`CLOCK_THREAD_CPUTIME_ID`) where the perf page gives no time of
+    /// its own (a virtual machine's), 0 where it does.
+    pub(super) per_switch_ns: f64,
+    /// What the perf event behind a thread's CPU clock costs it at every
+    /// context switch, ns, timed code or not: a fixed cost of every
+    /// thread that has run instrumented code (it keeps its clock).
+    pub(super) per_switch_event_ns: f64,
+    /// Calls of each probe on each thread at the last reading.
+    calls: HashMap<(u32, ProbeId), u64>,
     /// Calls of each probe per second of the target's CPU, last interval.
     rates: HashMap<ProbeId, f64>,
     /// Each thread's CPU time when last seen, ns: a thread that exited
@@ -31,15 +43,26 @@ pub(super) struct Cost {
     /// Instrumentation cost, ns: in all, and over the last interval.
     spent_ns: f64,
     recent: f64,
+    /// What the clocks' events cost over the last interval (no probe's to
+    /// take out: apart from `recent`), and the switches per second of the
+    /// threads that have one.
+    clocks: (f64, f64),
+    /// What the clocks' events cost in all, ns.
+    clock_spent_ns: f64,
+    /// When the counts were last taken.
+    last_at: std::time::Instant,
 }
 
 impl Cost {
     pub(super) fn new(pid: i32) -> Cost {
         let mut threads = ThreadCpu::default();
         let cpu = threads.read(pid);
+        let (per_call_ns, per_switch_ns) = timer_costs();
         Cost {
             pid,
-            per_call_ns: crate::Metrics::ALL.call_cost_ns(),
+            per_call_ns,
+            per_switch_ns,
+            per_switch_event_ns: perf_event_switch_ns(),
             calls: HashMap::new(),
             rates: HashMap::new(),
             threads,
@@ -47,25 +70,67 @@ impl Cost {
             cpu_last: cpu,
             spent_ns: 0.0,
             recent: 0.0,
+            clocks: (0.0, 0.0),
+            clock_spent_ns: 0.0,
+            last_at: std::time::Instant::now(),
         }
     }
 
-    /// Takes the probes' call counts now.
-    pub(super) fn observe(&mut self, calls: &HashMap<ProbeId, u64>) {
+    /// Takes the probes' call counts on each thread now.
+    pub(super) fn observe(&mut self, calls: &HashMap<(u32, ProbeId), u64>, probes: &[ProbeId]) {
+        let before_switches = self.threads.switches.clone();
         let cpu = self.threads.read(self.pid);
         // The kernel brings a running thread's total up to date only at
         // its ticks: a share over less than a few ms of CPU is noise.
         let cpu_delta = cpu.saturating_sub(self.cpu_last).max(MIN_CPU_SPAN_NS) as f64;
-        let mut spent = 0.0;
-        self.rates.clear();
-        for (&id, &n) in calls {
+        // Every probe is judged, even before any thread called it.
+        let mut cost: HashMap<ProbeId, f64> = probes.iter().map(|&id| (id, 0.0)).collect();
+        let mut by_thread: HashMap<u32, Vec<(ProbeId, u64)>> = HashMap::new();
+        for (&(tid, id), &n) in calls {
             // A probe seen for the first time counted from zero: its words
             // were fresh (the sampler subtracts what a shared one had).
-            let before = self.calls.insert(id, n).unwrap_or(0);
-            let cost = n.saturating_sub(before) as f64 * self.per_call_ns;
-            spent += cost;
-            self.rates.insert(id, cost / cpu_delta);
+            let before = self.calls.insert((tid, id), n).unwrap_or(0);
+            let new = n.saturating_sub(before);
+            *cost.entry(id).or_default() += new as f64 * self.per_call_ns;
+            if new > 0 {
+                by_thread.entry(tid).or_default().push((id, new));
+            }
         }
+        // A thread that ran timed code pays the clock's re-anchoring after
+        // each switch, at most once per timer reading (two per call): on
+        // CPython's 4 threads around a lock (130,000 switches a second)
+        // this, not the calls, was most of the slowdown. Shared among the
+        // thread's probes by their calls.
+        let switched = |tid: u32| {
+            self.threads
+                .switches
+                .get(&tid)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(before_switches.get(&tid).copied().unwrap_or(0))
+        };
+        // Every thread with a row has its clock's event: its switches cost
+        // it whatever the probes do, and no probe taken out lowers it.
+        let rows: std::collections::BTreeSet<u32> = calls.keys().map(|&(tid, _)| tid).collect();
+        let switches: u64 = rows.iter().map(|&tid| switched(tid)).sum();
+        let fixed = switches as f64 * self.per_switch_event_ns;
+        let secs = self.last_at.elapsed().as_secs_f64().max(1e-3);
+        self.last_at = std::time::Instant::now();
+        self.clocks = (fixed / cpu_delta, switches as f64 / secs);
+        for (tid, made) in by_thread {
+            let switches = switched(tid);
+            let total: u64 = made.iter().map(|&(_, n)| n).sum();
+            let paid = switches.min(2 * total) as f64 * self.per_switch_ns;
+            for (id, n) in made {
+                *cost.entry(id).or_default() += paid * n as f64 / total as f64;
+            }
+        }
+        let spent: f64 = cost.values().sum();
+        self.clock_spent_ns += fixed;
+        self.rates = cost
+            .into_iter()
+            .map(|(id, ns)| (id, ns / cpu_delta))
+            .collect();
         self.spent_ns += spent;
         self.recent = spent / cpu_delta;
         self.cpu_last = cpu;
@@ -81,6 +146,24 @@ impl Cost {
         self.recent
     }
 
+    /// The share of the target's CPU the clocks' perf events took over the
+    /// last interval, and the switches a second they took it at: no probe
+    /// taken out lowers it.
+    pub(super) fn clock_share(&self) -> (f64, f64) {
+        self.clocks
+    }
+
+    /// What the clocks' perf events cost over the whole search, as a share
+    /// of the target's CPU.
+    pub(super) fn clock_total_share(&self) -> f64 {
+        let cpu = self.cpu_last.saturating_sub(self.cpu_start);
+        if cpu == 0 {
+            0.0
+        } else {
+            self.clock_spent_ns / cpu as f64
+        }
+    }
+
     pub(super) fn total_share(&self) -> f64 {
         let cpu = self.cpu_last.saturating_sub(self.cpu_start);
         if cpu == 0 {
@@ -91,11 +174,135 @@ impl Cost {
     }
 }
 
+/// The cost of one timed call and of a timer's first CPU clock reading
+/// after a context switch, ns, measured here (weft runs on the target's
+/// machine and kernel): the fastest of several short batches, since one
+/// batch timed by the wall clock counts any preemption or stolen vCPU
+/// time inside it.
+fn timer_costs() -> (f64, f64) {
+    use weft_rt::clock::{CpuPreference, CpuSource, ThreadCpuClock, WallClock, WallPreference};
+    let per_call = crate::Metrics::ALL.call_cost_ns();
+    let wall = WallClock::new(WallPreference::Auto);
+    let syscall = || {
+        const READS: u32 = 200;
+        (0..10)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                for _ in 0..READS {
+                    std::hint::black_box(weft_rt::clock::thread_cputime_ns());
+                }
+                start.elapsed().as_nanos() as f64 / f64::from(READS)
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    match ThreadCpuClock::new(&wall, CpuPreference::Auto).source() {
+        // The page's own formula: no system call, ever.
+        CpuSource::PerfTime => (per_call, 0.0),
+        CpuSource::Anchor => (per_call, syscall()),
+        // A system call at every reading.
+        _ => (per_call + 2.0 * syscall(), 0.0),
+    }
+}
+
+/// What the perf event behind a thread's CPU clock costs the thread at
+/// each context switch, ns: the kernel switches the event's context out
+/// and in with the thread, whether or not it runs timed code (a thread
+/// keeps its clock from the first instrumented call it makes). Measured
+/// here as two threads of weft's own, on one CPU, passing a turn back and
+/// forth with and without a clock each; 0 where the clocks need no event.
+fn perf_event_switch_ns() -> f64 {
+    use weft_rt::clock::{CpuPreference, CpuSource, ThreadCpuClock, WallClock, WallPreference};
+    let wall = WallClock::new(WallPreference::Auto);
+    if matches!(
+        ThreadCpuClock::new(&wall, CpuPreference::Auto).source(),
+        CpuSource::SyscallForced | CpuSource::SyscallNoPerf(_) | CpuSource::SyscallNoTsc
+    ) {
+        return 0.0;
+    }
+    const ROUNDS: u32 = 2_000;
+    let best = |clocks: bool| {
+        (0..3)
+            .filter_map(|_| ping_pong(ROUNDS, clocks))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (plain, with) = (best(false), best(true));
+    if !plain.is_finite() || !with.is_finite() {
+        return 0.0;
+    }
+    // Each round is two switches, one per thread.
+    ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0)
+}
+
+/// ns for `rounds` turns passed between two threads on the calling
+/// thread's CPU, each with its own CPU clock when `clocks`; None when the
+/// threads cannot be made or pinned, or a turn waits a second (a player
+/// that never came).
+fn ping_pong(rounds: u32, clocks: bool) -> Option<f64> {
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::Duration;
+    use weft_rt::clock::{CpuPreference, ThreadCpuClock, WallClock, WallPreference};
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        return None;
+    }
+    // (whose turn, both ready): a turn is passed only once both are.
+    let turn = Arc::new((Mutex::new((0u32, 0u32)), Condvar::new()));
+    let player = |me: u32| {
+        let turn = turn.clone();
+        std::thread::Builder::new()
+            .name("weft-calibrate".into())
+            .spawn(move || -> Option<f64> {
+                // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and
+                // sched_setaffinity act on this thread's own set.
+                let pinned = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu as usize, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
+                };
+                let _clock = clocks.then(|| {
+                    ThreadCpuClock::new(&WallClock::new(WallPreference::Auto), CpuPreference::Auto)
+                });
+                let (lock, cv) = &*turn;
+                let mut t = lock.lock().unwrap_or_else(|p| p.into_inner());
+                t.1 += 1;
+                cv.notify_all();
+                let began = std::time::Instant::now();
+                for _ in 0..rounds {
+                    let (next, waited) = cv
+                        .wait_timeout_while(t, Duration::from_secs(1), |t| t.0 != me || t.1 < 2)
+                        .unwrap_or_else(|p| p.into_inner());
+                    t = next;
+                    if waited.timed_out() {
+                        // Hand the turn on, so the other one ends too.
+                        t.0 = 1 - me;
+                        cv.notify_all();
+                        return None;
+                    }
+                    t.0 = 1 - me;
+                    cv.notify_all();
+                }
+                pinned.then(|| began.elapsed().as_nanos() as f64)
+            })
+            .ok()
+    };
+    let players = [player(0), player(1)];
+    let mut took = Some(0.0f64);
+    for p in players {
+        let own = p.and_then(|h| h.join().ok().flatten());
+        took = took.zip(own).map(|(a, b)| a.max(b));
+    }
+    took
+}
+
 /// A process's CPU time over its threads' lives, exited threads included.
 #[derive(Debug, Default)]
 struct ThreadCpu {
     /// Each thread's CPU time when last seen, ns.
     last: HashMap<u32, u64>,
+    /// Each live thread's times scheduled in so far (schedstat's third
+    /// field).
+    switches: HashMap<u32, u64>,
     /// What threads whose IDs were reused had run, ns.
     reused: u64,
 }
@@ -105,7 +312,10 @@ impl ThreadCpu {
     /// the last reading of each that exited.
     fn read(&mut self, pid: i32) -> u64 {
         for tid in thread_ids(pid) {
-            let cpu = schedstat(pid, tid).1;
+            let [cpu, _, slices] = schedstat_fields(pid, tid);
+            if slices > 0 {
+                self.switches.insert(tid, slices);
+            }
             // 0: the file vanished between the listing and the read (the
             // thread exited) and its last reading stands.
             if cpu == 0 {

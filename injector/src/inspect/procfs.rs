@@ -138,12 +138,18 @@ pub(crate) fn thread_ids<T: std::str::FromStr + Ord>(pid: i32) -> BTreeSet<T> {
 /// Thread `tid`'s (time runnable but waiting for a CPU, time on a CPU)
 /// so far, ns (`/proc/PID/task/TID/schedstat`); zeros if unknown.
 pub(crate) fn schedstat(pid: i32, tid: u32) -> (u64, u64) {
+    let [on_cpu, run_delay, _] = schedstat_fields(pid, tid);
+    (run_delay, on_cpu)
+}
+
+/// A thread's schedstat: its time on a CPU and waiting for one, ns, and
+/// the times it was scheduled in; zeros once it is gone.
+pub(crate) fn schedstat_fields(pid: i32, tid: u32) -> [u64; 3] {
     let text = std::fs::read_to_string(task_file(pid, tid, "schedstat")).unwrap_or_default();
     let mut f = text
         .split_whitespace()
         .map(|v| v.parse::<u64>().unwrap_or(0));
-    let on_cpu = f.next().unwrap_or(0);
-    (f.next().unwrap_or(0), on_cpu)
+    [(); 3].map(|_| f.next().unwrap_or(0))
 }
 
 /// A live thread's name (`comm`), `None` once it is gone.
