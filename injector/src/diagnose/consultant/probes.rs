@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// For each (function address, thread) looked at in an insertion stop,
+/// whether the thread was inside the function.
+type OnStack = HashMap<(u64, u32), bool>;
+
 /// Most threads whose stacks one batch of insertions looks at (a copy is
 /// up to 128 KiB read while the target is stopped).
 const CATCH_UP_THREADS: usize = 32;
@@ -192,7 +196,7 @@ impl Consultant {
         process: &mut Process,
         new: Vec<(ProbeKey, Function)>,
         watch: &BTreeMap<u64, BTreeSet<u32>>,
-    ) -> Result<(usize, HashMap<(u64, u32), bool>), Error> {
+    ) -> Result<(usize, OnStack), Error> {
         let mut inserted_all: Vec<(ProbeKey, Function, ProbeId)> = Vec::new();
         // (thread, the functions it is looked at for, its stack).
         let mut copies: Vec<(u32, Vec<u64>, crate::stack::StackCopy)> = Vec::new();
