@@ -58,7 +58,7 @@
 
 use crate::clock::{CpuPreference, ThreadCpuClock, WallClock};
 use crate::layout::{
-    metric, RegionHeader, RowHeader, CALL_RECORDS, EXIT_PROBE_SIZE, ROW_HEADER_SIZE,
+    metric, RegionHeader, RowHeader, CALL_RECORDS, EXITS_CPU, EXIT_PROBE_SIZE, ROW_HEADER_SIZE,
 };
 use core::arch::global_asm;
 use core::ptr;
@@ -420,7 +420,14 @@ pub(crate) fn setup_thread(header: &RegionHeader, row: &RowHeader) {
     }
     state.top.store(cells, Ordering::Release);
     let clock_at = ptr::addr_of!(row.clock) as *mut ThreadCpuClock;
-    let mut clock = ThreadCpuClock::new(WallClock::in_region(header), CpuPreference::Auto);
+    // A perf event only where a CPU timer is installed: the kernel switches
+    // it with the thread at every context switch, for the thread's life.
+    let wall = WallClock::in_region(header);
+    let mut clock = if header.exit_flags.load(Ordering::Acquire) & EXITS_CPU != 0 {
+        ThreadCpuClock::new(wall, CpuPreference::Auto)
+    } else {
+        ThreadCpuClock::without_event(wall)
+    };
     clock.close_fd();
     let (mode, why) = (clock.mode(), clock.why());
     // SAFETY: the storage is this row's, sized and aligned for the clock

@@ -13,6 +13,7 @@
 pub mod support;
 
 mod capacity;
+mod clock_events;
 mod events;
 mod failed_changes;
 mod many_processes;
