@@ -16,6 +16,16 @@ fn json_report(ctx: &Ctx, out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| ctx.fail(format!("report not JSON: {e}: {out}")))
 }
 
+/// A report's `key` summed over its functions.
+fn total(report: &serde_json::Value, key: &str) -> u64 {
+    report["functions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f[key].as_u64())
+        .sum()
+}
+
 /// The target's mappings of perf event pages.
 fn perf_event_maps(pid: u32) -> usize {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
@@ -42,12 +52,7 @@ fn counting_or_wall_timing_gives_the_threads_no_perf_event_cpu_timing_does() {
         t.expect_stdout("phase done", |l| l == format!("phase {phase} done"));
         let out = detach_with_sigint(&mut w);
         let report = json_report(&ctx, &out);
-        let calls: u64 = report["functions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f["calls"].as_u64())
-            .sum();
+        let calls = total(&report, "calls");
         // The workers ran instrumented code (they registered).
         ctx.check(calls > 0, || format!("-m {metrics}: no call counted"));
         let events = perf_event_maps(pid);
@@ -98,12 +103,7 @@ fn counting_or_wall_timing_gives_the_threads_no_perf_event_cpu_timing_does() {
     ctx.check(cpu.contains("before any CPU timer"), || {
         format!("the clock of threads registered before CPU timers: {cpu:?}")
     });
-    let cpu_ns: u64 = report["functions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["cpu_ns"].as_u64())
-        .sum();
+    let cpu_ns = total(&report, "cpu_ns");
     ctx.check(cpu_ns > 0, || {
         "no CPU time read with the system call".into()
     });
