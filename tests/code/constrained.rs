@@ -2,8 +2,9 @@
 //! and timed only under one caller, checked against the target's own
 //! account of where each call was made — a helper shared by a hot and a
 //! cold caller, a qsort comparator under one of two sorts, recursion
-//! through a shared helper, and a longjmp out of the constraining frame.
-//! Built with gcc and clang at -O2 -g; threads with default attributes.
+//! through a shared helper, a longjmp out of the constraining frame, and
+//! C++ exceptions through it. Built with gcc and clang (g++ and clang++)
+//! at -O2 -g; threads with default attributes.
 
 use crate::support;
 
@@ -23,6 +24,7 @@ struct Truth {
     cmp_in_rebuild: u64,
     step_in_recurse: u64,
     parse: u64,
+    throws: u64,
 }
 
 fn truths(ctx: &Ctx, text: &str) -> BTreeMap<u32, Truth> {
@@ -43,6 +45,7 @@ fn truths(ctx: &Ctx, text: &str) -> BTreeMap<u32, Truth> {
                 "cmp_in_rebuild" => t.cmp_in_rebuild = v,
                 "step_in_recurse" => t.step_in_recurse = v,
                 "parse" => t.parse = v,
+                "throws" => t.throws = v,
                 _ => ctx.fail(format!("unknown field in {line:?}")),
             }
         }
@@ -74,6 +77,75 @@ fn shared_functions_counted_and_timed_only_inside_their_callers() {
     for compiler in ["gcc", "clang"] {
         let exe = build_c_target_with(compiler, "constrained", &["-O2", "-g", "-pthread"]);
         check_against_the_targets_account(&ctx, compiler, &exe);
+    }
+}
+
+/// A C++ exception caught inside the constraining function leaves it
+/// open; one thrown out of it closes it only when the unwind leaves its
+/// frame, after its landing pad (a destructor that calls the helper) ran
+/// inside it; the caller's handler is outside.
+#[test]
+fn exceptions_close_a_constraint_when_they_leave_its_frame() {
+    let ctx = Ctx::new("exceptions_close_a_constraint_when_they_leave_its_frame");
+    for compiler in ["g++", "clang++"] {
+        let exe = build_c_target_with(compiler, "constrained_throw", &["-O2", "-g"]);
+        let workers = WORKERS.to_string();
+        let mut t = ctx.target(&exe, &[&workers]);
+        let (pid, _) = wait_ready(&mut t);
+        let mut process = Process::open(pid as i32).unwrap();
+        let [parse, spin] = ["parse_request", "spin_for"].map(|n| find(&ctx, &mut process, n));
+        let outer = insert(
+            &ctx,
+            &mut process,
+            &[ProbeSpec::measure(parse, Metrics::ALL)],
+        );
+        let inner = insert(
+            &ctx,
+            &mut process,
+            &[ProbeSpec::measure(spin, Metrics::ALL).inside(&[outer[0]])],
+        );
+        for round in 0..2 {
+            let before = values(&process);
+            let (truth, after) = run(&ctx, &mut t, &process);
+            for (tid, want) in &truth {
+                ctx.check(want.throws > 0, || {
+                    format!("{compiler} {tid}: nothing thrown")
+                });
+                let Some(got) = after.get(tid) else {
+                    ctx.fail(format!("{compiler}: no row for worker {tid}"));
+                };
+                let was = |id: ProbeId| before.get(tid).map_or(Default::default(), |v| v[&id]);
+                let [parse, spin] = [outer[0], inner[0]].map(|id| {
+                    let (now, then) = (got[&id], was(id));
+                    (now.calls - then.calls, now.cpu_ns - then.cpu_ns)
+                });
+                ctx.check(
+                    parse.0 == want.parse && spin.0 == want.spin_in_parse,
+                    || {
+                        format!(
+                            "{compiler} {tid} run {round}: parse_request {} calls and spin_for {} \
+                         inside it; the target made {} and {} ({} thrown out)",
+                            parse.0, spin.0, want.parse, want.spin_in_parse, want.throws
+                        )
+                    },
+                );
+                let own = want.spin_in_parse_cpu;
+                ctx.check(spin.1.abs_diff(own) <= own * 3 / 100 + 500_000, || {
+                    format!(
+                        "{compiler} {tid} run {round}: spin_for inside parse_request {} ns of \
+                         CPU, the target's own clock {own} ns",
+                        spin.1
+                    )
+                });
+            }
+        }
+        let mut held = process.hold().unwrap();
+        held.remove(&[inner, outer].concat())
+            .unwrap_or_else(|e| ctx.fail(format!("{compiler}: remove: {e}")));
+        held.release().unwrap();
+        drop(process);
+        t.send("quit");
+        t.wait_code(0);
     }
 }
 

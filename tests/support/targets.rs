@@ -70,7 +70,11 @@ pub fn build_c_target_with(compiler: &str, name: &str, flags: &[&str]) -> PathBu
     let variant = if compiler == "gcc" { "" } else { compiler };
     let dir = variant_dir(&format!("{name}{variant}{}", flags.join("")));
     let exe = dir.join(name);
-    let source = src(&format!("{name}.c"));
+    // A C++ target is NAME.cpp (built with g++ or clang++).
+    let source = [src(&format!("{name}.c")), src(&format!("{name}.cpp"))]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no source {name}.c or {name}.cpp in tests/targets"));
     // Built again when its source changed since (a stale target once
     // lacked a line a test waited for).
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
