@@ -70,6 +70,7 @@ macro_rules! checkpoint {
 
 mod alloc;
 mod check;
+mod clocks;
 mod insert;
 mod load;
 mod plan;
@@ -608,6 +609,9 @@ struct Target {
     stops_before: u64,
     /// Rounds of stops given up for a late thread, over every hold so far.
     stops_given_up: u64,
+    /// Threads whose CPU clock's perf event the last session let go of
+    /// ([`Process::clocks_released`]).
+    clocks_released: u32,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
     /// `/proc/PID/mem`, read-only, for planning while not held.
@@ -727,6 +731,7 @@ impl Process {
                 threads_moved: 0,
                 stops_before: 0,
                 stops_given_up: 0,
+                clocks_released: 0,
                 longest_stop: StopTime::default(),
                 memory: None,
                 stub_address: None,
@@ -917,6 +922,14 @@ impl Process {
     /// started until its first hold (the stop at its entry) is released.
     pub fn has_run(&self) -> bool {
         self.target.ever_released
+    }
+
+    /// Threads whose CPU clock's perf event was let go of when this weft,
+    /// the last session with probes in the process, released it (see
+    /// `process/clocks.rs`): the kernel switches such an event with its
+    /// thread at every context switch, a cost that would outlive weft.
+    pub fn clocks_released(&self) -> u32 {
+        self.target.clocks_released
     }
 
     /// How many times a stop of the world (of the holds ended so far) was

@@ -494,6 +494,29 @@ impl Region {
 }
 
 impl Region {
+    /// The address of row `index`'s CPU clock page in the target (0: none),
+    /// as the runtime keeps it in the row's clock storage.
+    pub(crate) fn clock_page(&self, index: u32) -> u64 {
+        let row = self.row_header(index);
+        let word = weft_rt::clock::CPU_OFF_PAGE / 8;
+        // SAFETY: the storage is inside the row, in our mapping; a plain
+        // word the owning thread wrote once, read volatile.
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!(row.clock.0[word])) }
+    }
+
+    /// Marks row `index`'s CPU clock for `weft_rt_release_cpu_clocks`
+    /// (through the file: our view is read-only). The caller has checked
+    /// that the clock's page is a perf event mapping of the process.
+    pub(crate) fn ask_clock_release(&self, index: u32) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let at = self.geometry.row_offset(index)
+            + (layout::ROW_CLOCK_STORAGE + weft_rt::clock::CPU_OFF_WHY) as u64;
+        self.file
+            .write_all_at(&weft_rt::clock::WHY_CPU_RELEASE_ASKED.to_le_bytes(), at)
+    }
+}
+
+impl Region {
     /// Copies out the rows of threads that are gone (their row says exited
     /// and `is_gone(tid)` confirms the kernel no longer has the thread, so
     /// nothing can write the row any more) and acks them, which lets the

@@ -628,6 +628,12 @@ impl PerfTaskClock {
     /// Returns the raw errno on failure (EACCES, ENOSYS, EPERM from
     /// seccomp, ENOENT...).
     fn open() -> Result<Self, i32> {
+        Self::open_for(0, None)
+    }
+
+    /// An event on thread `tid` of this process (0: the calling thread),
+    /// its page mapped at `at` when given (replacing the page there).
+    fn open_for(tid: libc::pid_t, at: Option<*const PerfEventMmapPage>) -> Result<Self, i32> {
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             size: size_of::<PerfEventAttr>() as u32,
@@ -641,12 +647,13 @@ impl PerfTaskClock {
             config1: 0,
         };
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the
-        // size it declares; pid 0 / cpu -1 = this thread on any CPU.
+        // size it declares; pid `tid` (0: this thread) / cpu -1 = that
+        // thread on any CPU.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 &attr as *const PerfEventAttr,
-                0 as libc::pid_t,
+                tid,
                 -1 as libc::c_int,
                 -1 as libc::c_int,
                 PERF_FLAG_FD_CLOEXEC,
@@ -656,14 +663,19 @@ impl PerfTaskClock {
             return Err(errno());
         }
         let fd = fd as i32;
+        let (hint, fixed) = match at {
+            Some(at) => (at as *mut libc::c_void, libc::MAP_FIXED),
+            None => (ptr::null_mut(), 0),
+        };
         // SAFETY: maps only the user page of our own event (no data pages),
-        // read-only: we never write to it.
+        // read-only: we never write to it. With `at`, over a page the
+        // caller owns (see ThreadCpuClock::arm_event).
         let page = unsafe {
             libc::mmap(
-                ptr::null_mut(),
+                hint,
                 page_size(),
                 libc::PROT_READ,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | fixed,
                 fd,
                 0,
             )
@@ -744,6 +756,10 @@ pub enum CpuSource {
     /// while no CPU timer was installed, so it got no perf event (which
     /// would have cost it at every context switch for its whole life).
     SyscallUnasked,
+    /// `CLOCK_THREAD_CPUTIME_ID` on every read: its perf event was
+    /// released when the last weft session ended, so that the thread's
+    /// context switches cost what they cost before weft came.
+    SyscallReleased,
 }
 
 impl CpuSource {
@@ -757,6 +773,7 @@ impl CpuSource {
                 WHY_CPU_FORCED => CpuSource::SyscallForced,
                 WHY_CPU_NO_TSC => CpuSource::SyscallNoTsc,
                 WHY_CPU_UNASKED => CpuSource::SyscallUnasked,
+                WHY_CPU_RELEASED => CpuSource::SyscallReleased,
                 e => CpuSource::SyscallNoPerf(e),
             },
         }
@@ -786,6 +803,10 @@ impl fmt::Display for CpuSource {
             Self::SyscallUnasked => f.write_str(
                 "clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (the thread first ran \
                  instrumented code before any CPU timer: no perf event)",
+            ),
+            Self::SyscallReleased => f.write_str(
+                "clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (the thread's perf event was \
+                 released when the last weft session ended)",
             ),
         }
     }
@@ -915,7 +936,7 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, syscalls) == CPU_OFF_SYSCALLS);
     assert!(offset_of!(ThreadCpuClock, scratch) == CPU_OFF_SCRATCH);
     assert!(offset_of!(ThreadCpuClock, fd) == 88);
-    assert!(offset_of!(ThreadCpuClock, why) == 92);
+    assert!(offset_of!(ThreadCpuClock, why) == CPU_OFF_WHY);
     assert!(offset_of!(ThreadCpuClock, ticks_offset) == CPU_OFF_TICKS_OFFSET);
     assert!(offset_of!(ThreadCpuClock, to_ticks_q32) == CPU_OFF_TO_TICKS);
     assert!(size_of::<ThreadCpuClock>() == 128);
@@ -930,7 +951,16 @@ const WHY_CPU_FORCED: i32 = -1;
 const WHY_CPU_NO_TSC: i32 = -2;
 /// [`ThreadCpuClock::why`] of a clock made without a perf event because no
 /// CPU timer was installed when its thread registered.
-const WHY_CPU_UNASKED: i32 = -3;
+pub const WHY_CPU_UNASKED: i32 = -3;
+/// [`ThreadCpuClock::why`] the injector writes into a clock whose page it
+/// has found mapped as this clock's perf event, to ask
+/// `weft_rt_release_cpu_clocks`
+/// to release it.
+pub const WHY_CPU_RELEASE_ASKED: i32 = -4;
+/// [`ThreadCpuClock::why`] of a clock whose perf event was released.
+pub const WHY_CPU_RELEASED: i32 = -5;
+/// Byte offset of [`ThreadCpuClock::why`], for the injector's request.
+pub const CPU_OFF_WHY: usize = 92;
 
 impl ThreadCpuClock {
     /// Sets up the calling thread's CPU clock (syscalls: perf_event_open,
@@ -1042,6 +1072,103 @@ impl ThreadCpuClock {
         }
     }
 
+    /// Lets the perf event go, for good: the clock reads a system call
+    /// from now on, and its page becomes a private zero page (freed with
+    /// the clock at thread exit). Another thread may do this while the
+    /// owner is stopped (the injector stops them all): the owner's readers
+    /// check the anchor's age against `max_age_tsc` (now 0) before they
+    /// touch the page, so they take the slow path, which reads `mode`
+    /// (now syscall); one caught between those loads reads the zero page,
+    /// whose `lock` differs from `anchor_lock`: the slow path again, never
+    /// a fault (one caught right after its comparison finishes that one
+    /// reading with the old anchor). Returns whether the event was let go.
+    ///
+    /// # Safety
+    ///
+    /// The owning thread must not be running, and `page` must be this
+    /// clock's perf mapping (the injector checks the process's maps: in a
+    /// forked child, rows of the parent's other threads hold pages the
+    /// child does not have).
+    pub unsafe fn release_event(&mut self) -> bool {
+        if self.page.is_null() || self.mode == CPU_SYSCALL {
+            return false;
+        }
+        self.max_age_tsc = 0;
+        self.anchor_lock = LOCK_INVALID;
+        self.mode = CPU_SYSCALL;
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: `page` is our perf mapping (the caller's promise), one
+        // page long; a private anonymous page replaces it in one step, so
+        // a reader never finds the address unmapped. The last reference to
+        // the event goes with the old mapping (its fd is closed below, or
+        // was already).
+        let replaced = unsafe {
+            libc::mmap(
+                self.page as *mut libc::c_void,
+                page_size(),
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if replaced == libc::MAP_FAILED {
+            // The event stays (and costs its switches); the clock still
+            // reads the system call, which is right.
+            self.why = WHY_CPU_RELEASED;
+            return false;
+        }
+        if self.fd >= 0 {
+            // SAFETY: the fd is this clock's (see close_fd).
+            unsafe { libc::close(self.fd) };
+            self.fd = -1;
+        }
+        self.owns_page = 1;
+        self.why = WHY_CPU_RELEASED;
+        true
+    }
+
+    /// Gives a clock that reads a system call because its thread got no
+    /// perf event ([`CpuSource::SyscallUnasked`]) or had it released
+    /// ([`CpuSource::SyscallReleased`]) a perf event again, in anchor
+    /// mode, made by another thread of the process for thread `tid`, the
+    /// clock's owner: a CPU timer is installed again, and a system call
+    /// on every read costs more than the event does. The first read
+    /// re-anchors (on the owner, the one thread whose CPU time a plain
+    /// `CLOCK_THREAD_CPUTIME_ID` reads). A released clock's zero page is
+    /// replaced in place. Returns whether the clock has its event.
+    ///
+    /// # Safety
+    ///
+    /// The owning thread `tid` must not be running (the injector stops
+    /// every thread) and must be a thread of this process (in a forked
+    /// child, rows of the parent's other threads name threads of another
+    /// process).
+    pub unsafe fn arm_event(&mut self, tid: libc::pid_t, wall: &WallClock) -> bool {
+        let rearm = self.why == WHY_CPU_RELEASED || self.why == WHY_CPU_UNASKED;
+        if self.mode != CPU_SYSCALL || !rearm || wall.kind != WALL_TSC || tid <= 0 {
+            return false;
+        }
+        let at = (!self.page.is_null() && self.owns_page != 0).then_some(self.page);
+        let Ok(event) = PerfTaskClock::open_for(tid, at) else {
+            return false;
+        };
+        self.page = event.page;
+        // SAFETY: the event's fd is ours; its mapping keeps the event.
+        unsafe { libc::close(event.fd) };
+        core::mem::forget(event);
+        self.fd = -1;
+        self.owns_page = 1;
+        self.mult = wall.cal.mult;
+        self.shift = wall.cal.shift;
+        self.anchor_lock = LOCK_INVALID;
+        self.max_age_tsc = ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift);
+        self.why = 0;
+        compiler_fence(Ordering::SeqCst);
+        self.mode = CPU_ANCHOR;
+        true
+    }
+
     /// Which source this clock reads.
     pub fn source(&self) -> CpuSource {
         CpuSource::from_mode(self.mode, self.why)
@@ -1075,6 +1202,12 @@ impl ThreadCpuClock {
             self.fd = -1;
             self.owns_page = 1;
         }
+    }
+
+    /// Where the clock's page is mapped (0: no page), to find it in the
+    /// process's maps.
+    pub fn page_address(&self) -> usize {
+        self.page as usize
     }
 
     /// Reads so far (Rust and assembly readers alike).

@@ -795,6 +795,98 @@ pub(crate) fn finish_thread(header: &RegionHeader, row_ptr: *mut u8) {
     }
 }
 
+/// Lets go of the perf events of the CPU clocks the injector asked about
+/// (their `why` is [`crate::clock::WHY_CPU_RELEASE_ASKED`]), called by the
+/// injector with every thread stopped when the last weft session ends: a
+/// perf event costs its thread at every context switch for as long as it
+/// lives, and nothing reads the clocks any more. The clocks read a system
+/// call afterwards (a later session's CPU timers still work). Makes system
+/// calls (`mmap`, `close`), takes no lock. Returns how many were let go.
+#[no_mangle]
+pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
+    let Some(header) = crate::state::region_header() else {
+        return 0;
+    };
+    let mut released = 0;
+    for_live_clocks(header, |row, clock| {
+        if clock.why() != crate::clock::WHY_CPU_RELEASE_ASKED {
+            return;
+        }
+        // SAFETY: the injector asked only for clocks whose page it found
+        // mapped as a perf event; their threads are stopped.
+        if unsafe { clock.release_event() } {
+            released += 1;
+        }
+        row.thread.cpu_why.store(clock.why(), Ordering::Relaxed);
+        row.thread
+            .cpu_source
+            .store(1 + clock.mode(), Ordering::Relaxed);
+    });
+    released
+}
+
+/// Gives the live threads whose CPU clock reads a system call for want of
+/// a perf event (they registered before any CPU timer, or the last session
+/// released it) their event again: called by the injector, every thread
+/// stopped, when it installs a CPU timer. Rows whose thread is not one of
+/// this process's (in a forked child, those of the parent's other
+/// threads) are left alone. Makes system calls (`perf_event_open`,
+/// `mmap`, `close`, `tgkill`), takes no lock. Returns how many clocks got
+/// an event.
+#[no_mangle]
+pub extern "C" fn weft_rt_arm_cpu_clocks() -> i64 {
+    let Some(header) = crate::state::region_header() else {
+        return 0;
+    };
+    let wall = WallClock::in_region(header);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut armed = 0;
+    for_live_clocks(header, |row, clock| {
+        let tid = row.tid.load(Ordering::Relaxed) as libc::pid_t;
+        // SAFETY: signal 0 only checks that `tid` is a thread of `pid`.
+        let ours = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) } == 0;
+        // SAFETY: the thread is stopped (the injector's remote call runs
+        // with every thread stopped) and is one of ours.
+        if ours && unsafe { clock.arm_event(tid, wall) } {
+            armed += 1;
+            row.thread.cpu_why.store(clock.why(), Ordering::Relaxed);
+            row.thread
+                .cpu_source
+                .store(1 + clock.mode(), Ordering::Relaxed);
+        }
+    });
+    armed
+}
+
+/// Runs `f` on every live row's thread and its CPU clock.
+fn for_live_clocks(header: &RegionHeader, mut f: impl FnMut(&RowHeader, &mut ThreadCpuClock)) {
+    let base = header as *const RegionHeader as *const u8;
+    let geometry = crate::layout::Geometry {
+        max_rows: header.max_rows,
+        metric_words: header.metric_words,
+    };
+    let used = header
+        .rows_used
+        .load(Ordering::Acquire)
+        .min(geometry.max_rows);
+    for index in 0..used {
+        // SAFETY: index < used <= max_rows: the row lies inside the region.
+        let row = unsafe { &*(base.add(geometry.row_offset(index) as usize) as *const RowHeader) };
+        if row.state.load(Ordering::Acquire) != crate::layout::ROW_LIVE {
+            continue;
+        }
+        let clock = row.thread.cpu_clock.load(Ordering::Acquire) as *mut ThreadCpuClock;
+        if clock.is_null() {
+            continue;
+        }
+        // SAFETY: a live row's clock pointer points at its own storage,
+        // holding the clock setup_thread wrote; the callers run with every
+        // other thread stopped, so no reader is running.
+        f(row, unsafe { &mut *clock });
+    }
+}
+
 /// In a forked child: the forking thread's CPU clock reads a perf page the
 /// child does not have (perf mappings are not inherited). Forget it.
 pub(crate) fn forget_clock_after_fork(row_ptr: *mut u8) {

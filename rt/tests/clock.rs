@@ -455,3 +455,94 @@ fn schedstat_from_outside_matches_own_clock() {
     assert!(own_end >= own + 10_000_000);
     assert!(thread_cpu_ns_from_outside(std::process::id(), u32::MAX).is_err());
 }
+
+/// What backs `address` in this process's maps (the mapping's name).
+fn mapping_name(address: usize) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().find_map(|l| {
+        let (range, rest) = l.split_once(' ')?;
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (
+            usize::from_str_radix(start, 16).ok()?,
+            usize::from_str_radix(end, 16).ok()?,
+        );
+        (start..end)
+            .contains(&address)
+            .then(|| rest.split_whitespace().nth(4).unwrap_or("").to_string())
+    })
+}
+
+fn is_perf_page(address: usize) -> bool {
+    mapping_name(address).is_some_and(|n| n.ends_with("[perf_event]"))
+}
+
+/// The last session's release of a clock's perf event (a zero page over
+/// the event's, system-call reads), then a later CPU timer's arming of it
+/// again (an event made by another thread for the owner): the reading
+/// stays on the kernel's timeline throughout, never goes back, and the
+/// page is the event's exactly while the clock has one.
+#[test]
+fn a_clock_released_and_armed_again_reads_right() {
+    let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
+    if clock.mode() != CPU_ANCHOR {
+        eprintln!("no anchor mode here ({}): nothing to test", clock.source());
+        return;
+    }
+    clock.close_fd();
+    let page = clock.page_address();
+    assert!(is_perf_page(page), "{:?}", mapping_name(page));
+    let c0 = clock.now();
+    let t0 = thread_cputime_ns();
+    burn_cpu(10_000_000);
+    // SAFETY: the page is this clock's perf mapping; its owner (this
+    // thread) is not inside a read.
+    assert!(unsafe { clock.release_event() });
+    assert_eq!(clock.mode(), CPU_SYSCALL);
+    assert!(
+        clock.source().to_string().contains("released"),
+        "{}",
+        clock.source()
+    );
+    assert_eq!(mapping_name(page).as_deref(), Some(""), "the zero page");
+    burn_cpu(10_000_000);
+    let c1 = clock.now();
+    let t1 = thread_cputime_ns();
+    assert_close("cpu across the release", c1 - c0, t1 - t0, 0.03, 200_000);
+
+    // Armed from another thread, for this one (as the injector's remote
+    // call does while the owner is stopped; here it waits in `join`).
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+    let clock_at = &mut clock as *mut ThreadCpuClock as usize;
+    let armed = std::thread::spawn(move || {
+        // SAFETY: the owner waits in join below and reads nothing
+        // meanwhile; `tid` is a thread of this process.
+        unsafe { (*(clock_at as *mut ThreadCpuClock)).arm_event(tid, wall()) }
+    })
+    .join()
+    .unwrap();
+    assert!(armed, "arming failed: {}", clock.source());
+    assert_eq!(clock.mode(), CPU_ANCHOR);
+    assert_eq!(
+        clock.page_address(),
+        page,
+        "the event's page over the zero page"
+    );
+    assert!(is_perf_page(page), "{:?}", mapping_name(page));
+    let l0 = clock.page_lock().unwrap();
+    let c2 = clock.now();
+    let t2 = thread_cputime_ns();
+    assert!(c2 >= c1, "the clock went back: {c2} < {c1}");
+    burn_cpu(20_000_000);
+    std::thread::sleep(Duration::from_millis(5));
+    burn_cpu(20_000_000);
+    let c3 = clock.now();
+    let t3 = thread_cputime_ns();
+    assert_ne!(
+        clock.page_lock().unwrap(),
+        l0,
+        "the event follows this thread's switches"
+    );
+    assert_close("cpu after arming", c3 - c2, t3 - t2, 0.03, 200_000);
+    // Not twice.
+    assert!(!unsafe { clock.arm_event(tid, wall()) });
+}

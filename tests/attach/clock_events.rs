@@ -5,8 +5,9 @@
 //! `-m calls` attach, detached or not). The runtime makes one only for a
 //! thread that registers while a CPU timer is installed: a session that
 //! counts, or times wall time alone, leaves the threads' switches as they
-//! were. The events are seen where the kernel shows their pages: the
-//! target's mappings named `[perf_event]`.
+//! were. The last session out lets the events go; a later session that
+//! times CPU gives them back. The events are seen where the kernel shows
+//! their pages: the target's mappings named `[perf_event]`.
 
 use crate::support;
 
@@ -35,83 +36,94 @@ fn perf_event_maps(pid: u32) -> usize {
         .count()
 }
 
-#[test]
-fn counting_or_wall_timing_gives_the_threads_no_perf_event_cpu_timing_does() {
-    let ctx = Ctx::new("counting_or_wall_timing_gives_the_threads_no_perf_event_cpu_timing_does");
-    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "3"]);
-    t.expect_stdout("ready", |l| l.starts_with("ready "));
-    let pid = t.pid;
-    for (phase, metrics) in [(1u64, "calls"), (2, "calls,wall")] {
-        let (mut w, _) = attach(
-            &ctx,
-            pid,
-            &["-f", "work_a", "-m", metrics, "--format", "json"],
-            1,
-        );
-        t.send("go");
-        t.expect_stdout("phase done", |l| l == format!("phase {phase} done"));
-        let out = detach_with_sigint(&mut w);
-        let report = json_report(&ctx, &out);
-        let calls = total(&report, "calls");
-        // The workers ran instrumented code (they registered).
-        ctx.check(calls > 0, || format!("-m {metrics}: no call counted"));
-        let events = perf_event_maps(pid);
-        ctx.check(events == 0, || {
-            format!("-m {metrics}: {events} perf event pages in the target")
-        });
-    }
-    // A third thread set, registered under a CPU timer, gets its clocks:
-    // a fresh target, since the threads above keep the clock they got.
-    let mut u = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
-    u.expect_stdout("ready", |l| l.starts_with("ready "));
+/// One session on `pid` timing `function` with `metrics` over the
+/// target's next phase: its JSON report, and the perf event pages seen
+/// in the target while it was attached and after it detached.
+fn session(
+    ctx: &Ctx,
+    t: &mut Proc,
+    function: &str,
+    metrics: &str,
+    phase: u64,
+) -> (serde_json::Value, usize, usize) {
     let (mut w, _) = attach(
-        &ctx,
-        u.pid,
-        &["-f", "work_a", "-m", "calls,cpu", "--format", "json"],
-        1,
-    );
-    u.send("go");
-    u.expect_stdout("phase done", |l| l == "phase 1 done");
-    let events = perf_event_maps(u.pid);
-    let out = detach_with_sigint(&mut w);
-    let report = json_report(&ctx, &out);
-    let cpu = report["clocks"]["cpu"].as_str().unwrap_or("").to_string();
-    // Where perf events cannot be opened the clock reads a system call
-    // instead, and says so.
-    if cpu.contains("perf task-clock") {
-        ctx.check(events == 3, || {
-            format!("-m calls,cpu: {events} perf event pages for 3 workers ({cpu})")
-        });
-    } else {
-        ctx.check(events == 0, || {
-            format!("{events} pages with clocks {cpu:?}")
-        });
-    }
-    // Threads that registered without a CPU timer read one with a system
-    // call, exactly, when a later session times CPU.
-    let (mut w, _) = attach(
-        &ctx,
-        pid,
-        &["-f", "work_b", "-m", "calls,cpu", "--format", "json"],
+        ctx,
+        t.pid,
+        &["-f", function, "-m", metrics, "--format", "json"],
         1,
     );
     t.send("go");
-    t.expect_stdout("phase done", |l| l == "phase 3 done");
+    t.expect_stdout("phase done", |l| l == format!("phase {phase} done"));
+    let during = perf_event_maps(t.pid);
     let out = detach_with_sigint(&mut w);
-    let report = json_report(&ctx, &out);
-    let cpu = report["clocks"]["cpu"].as_str().unwrap_or("");
-    ctx.check(cpu.contains("before any CPU timer"), || {
-        format!("the clock of threads registered before CPU timers: {cpu:?}")
-    });
-    let cpu_ns = total(&report, "cpu_ns");
-    ctx.check(cpu_ns > 0, || {
-        "no CPU time read with the system call".into()
-    });
-    ctx.check(perf_event_maps(pid) == 0, || {
-        "perf event pages after a later CPU session".into()
-    });
+    let after = perf_event_maps(t.pid);
+    (json_report(ctx, &out), during, after)
+}
+
+#[test]
+fn perf_events_only_while_a_cpu_timer_is_installed() {
+    let ctx = Ctx::new("perf_events_only_while_a_cpu_timer_is_installed");
+    // A phase more than the sessions: the workers exit after the last.
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "5"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready "));
+    for (phase, metrics) in [(1u64, "calls"), (2, "calls,wall")] {
+        let (report, during, _) = session(&ctx, &mut t, "work_a", metrics, phase);
+        // The workers ran instrumented code (they registered).
+        ctx.check(total(&report, "calls") > 0, || {
+            format!("-m {metrics}: no call counted")
+        });
+        ctx.check(during == 0, || {
+            format!("-m {metrics}: {during} perf event pages in the target")
+        });
+    }
+    // Twice a session that times CPU: the threads, registered before any
+    // CPU timer, get their events while it is attached, and lose them
+    // when it ends.
+    for phase in [3u64, 4] {
+        let (report, during, after) = session(&ctx, &mut t, "work_b", "calls,cpu", phase);
+        let cpu = report["clocks"]["cpu"].as_str().unwrap_or("").to_string();
+        // Where perf events cannot be opened the clock reads a system
+        // call instead, and says so.
+        let want = if cpu.contains("perf task-clock") {
+            3
+        } else {
+            0
+        };
+        ctx.check(during == want, || {
+            format!(
+                "session {phase}: {during} perf event pages for 3 workers while attached ({cpu})"
+            )
+        });
+        ctx.check(after == 0, || {
+            format!("session {phase}: {after} perf event pages after weft detached")
+        });
+        ctx.check(total(&report, "cpu_ns") > 0, || {
+            format!("session {phase}: no CPU time read ({cpu})")
+        });
+        // work_b is a few instructions: a clock given its event in a stop
+        // and read with a stale anchor would charge it the stop (ms).
+        let per_call = total(&report, "cpu_ns") / total(&report, "calls").max(1);
+        ctx.check(per_call < 2_000, || {
+            format!("session {phase}: work_b took {per_call} ns of CPU a call ({cpu})")
+        });
+    }
+    t.send("go");
     t.expect_stdout("`done`", |l| l == "done");
     t.wait_code(0);
+
+    // Threads that register under a CPU timer get their events at once.
+    let mut u = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
+    u.expect_stdout("ready", |l| l.starts_with("ready "));
+    let (report, during, after) = session(&ctx, &mut u, "work_a", "calls,cpu", 1);
+    let cpu = report["clocks"]["cpu"].as_str().unwrap_or("").to_string();
+    let want = if cpu.contains("perf task-clock") {
+        3
+    } else {
+        0
+    };
+    ctx.check(during == want && after == 0, || {
+        format!("{during} perf event pages while attached, {after} after ({cpu})")
+    });
     u.send("go");
     u.expect_stdout("`done`", |l| l == "done");
     u.wait_code(0);

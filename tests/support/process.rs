@@ -322,9 +322,13 @@ impl Proc {
     pub fn wait_code(&mut self, code: i32) {
         let st = self.wait_exit();
         if st.code() != Some(code) {
+            let stderr = self.stderr_text();
+            let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
             self.ctx.fail(format!(
-                "{} ended with {st:?}, expected exit code {code}",
-                self.name
+                "{} ended with {st:?}, expected exit code {code}; its stderr ends:\n{}",
+                self.name,
+                tail.join("\n")
             ));
         }
     }

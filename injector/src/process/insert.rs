@@ -288,6 +288,12 @@ impl Process {
         } else {
             None
         };
+        if hooks.is_some() && wanted.cpu {
+            // Threads that read their CPU clock with a system call for want
+            // of a perf event get one (best effort: the system call reads
+            // right too).
+            let _ = self.arm_cpu_clocks(tracer);
+        }
         let rt = self.runtime.as_ref().expect("loaded before building");
         let header = rt.region.header();
         let (tls_offset, register_fn) = (header.tls_offset, header.register_fn);

@@ -286,6 +286,10 @@ impl Process {
     /// keep counting, weft is no longer attached (its signals, clones and
     /// exits never wait for weft).
     pub(super) fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+        // The last session out lets go of the threads' perf events (a
+        // failure leaves them as they were: working, and costly; the
+        // target's maps still show them).
+        self.target.clocks_released += self.release_cpu_clocks_if_last(tracer).unwrap_or(0);
         self.target.stops_before += tracer.stop_count();
         self.target.stops_given_up += tracer.stops_given_up();
         let detached = tracer.detach();
