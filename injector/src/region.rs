@@ -349,10 +349,7 @@ impl Region {
             generation: header.generation.load(Ordering::Acquire),
             name: read_name(header),
             words: values,
-            cpu_source: (
-                header.thread.cpu_source.load(Ordering::Acquire),
-                header.thread.cpu_why.load(Ordering::Acquire),
-            ),
+            cpu_source: clock_source(header),
         })
     }
 
@@ -493,6 +490,30 @@ impl Region {
     }
 }
 
+/// A row's CPU clock source (1 + mode) and reason: the clock's own while
+/// the thread has one (it changes its mode itself when it makes a perf
+/// event the injector asked for), else what the row recorded.
+fn clock_source(header: &RowHeader) -> (u32, i32) {
+    use weft_rt::clock::{CPU_OFF_MODE, CPU_OFF_WHY};
+    if header.thread.cpu_clock.load(Ordering::Acquire) == 0 {
+        return (
+            header.thread.cpu_source.load(Ordering::Acquire),
+            header.thread.cpu_why.load(Ordering::Acquire),
+        );
+    }
+    let clock = std::ptr::addr_of!(header.clock) as *const u8;
+    // SAFETY: both fields lie inside the row's clock storage, in our
+    // mapping, 4-byte aligned; plain words the owner writes, read
+    // volatile (a torn pair is at worst a stale source in a report).
+    let (mode, why) = unsafe {
+        (
+            std::ptr::read_volatile(clock.add(CPU_OFF_MODE) as *const u32),
+            std::ptr::read_volatile(clock.add(CPU_OFF_WHY) as *const i32),
+        )
+    };
+    (1 + mode, why)
+}
+
 impl Region {
     /// The address of row `index`'s CPU clock page in the target (0: none),
     /// as the runtime keeps it in the row's clock storage.
@@ -504,15 +525,17 @@ impl Region {
         unsafe { std::ptr::read_volatile(std::ptr::addr_of!(row.clock.0[word])) }
     }
 
-    /// Marks row `index`'s CPU clock for `weft_rt_release_cpu_clocks`
-    /// (through the file: our view is read-only). The caller has checked
-    /// that the clock's page is a perf event mapping of the process.
-    pub(crate) fn ask_clock_release(&self, index: u32) -> std::io::Result<()> {
+    /// Writes `why` into row `index`'s CPU clock (through the file: our
+    /// view is read-only): a request to its runtime, either
+    /// `WHY_CPU_RELEASE_ASKED` (for `weft_rt_release_cpu_clocks`, the
+    /// caller having checked that the clock's page is a perf event mapping
+    /// of the process) or `WHY_CPU_ARM_ASKED` (the owner makes an event at
+    /// its next read).
+    pub(crate) fn ask_clock(&self, index: u32, why: i32) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         let at = self.geometry.row_offset(index)
             + (layout::ROW_CLOCK_STORAGE + weft_rt::clock::CPU_OFF_WHY) as u64;
-        self.file
-            .write_all_at(&weft_rt::clock::WHY_CPU_RELEASE_ASKED.to_le_bytes(), at)
+        self.file.write_all_at(&why.to_le_bytes(), at)
     }
 }
 

@@ -584,7 +584,7 @@ const _: () = {
 /// `struct perf_event_attr` up to `config1` (PERF_ATTR_SIZE_VER0, 64 bytes,
 /// which every kernel since 2.6.31 accepts).
 #[repr(C)]
-struct PerfEventAttr {
+pub(crate) struct PerfEventAttr {
     type_: u32,
     size: u32,
     config: u64,
@@ -608,6 +608,21 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const ATTR_FLAGS: u64 = (1 << 5) | (1 << 6);
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
+/// The task-clock event every CPU clock opens (also the assembly reader's,
+/// when a clock asked for an event makes one).
+pub(crate) static TASK_CLOCK_ATTR: PerfEventAttr = PerfEventAttr {
+    type_: PERF_TYPE_SOFTWARE,
+    size: size_of::<PerfEventAttr>() as u32,
+    config: PERF_COUNT_SW_TASK_CLOCK,
+    sample_period: 0,
+    sample_type: 0,
+    read_format: 0,
+    flags: ATTR_FLAGS,
+    wakeup_events: 0,
+    bp_type: 0,
+    config1: 0,
+};
+
 /// A task-clock event on the calling thread with its user page mapped.
 struct PerfTaskClock {
     fd: i32,
@@ -628,32 +643,19 @@ impl PerfTaskClock {
     /// Returns the raw errno on failure (EACCES, ENOSYS, EPERM from
     /// seccomp, ENOENT...).
     fn open() -> Result<Self, i32> {
-        Self::open_for(0, None)
+        Self::open_at(None)
     }
 
-    /// An event on thread `tid` of this process (0: the calling thread),
-    /// its page mapped at `at` when given (replacing the page there).
-    fn open_for(tid: libc::pid_t, at: Option<*const PerfEventMmapPage>) -> Result<Self, i32> {
-        let attr = PerfEventAttr {
-            type_: PERF_TYPE_SOFTWARE,
-            size: size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_TASK_CLOCK,
-            sample_period: 0,
-            sample_type: 0,
-            read_format: 0,
-            flags: ATTR_FLAGS,
-            wakeup_events: 0,
-            bp_type: 0,
-            config1: 0,
-        };
+    /// An event on the calling thread, its page mapped at `at` when given
+    /// (replacing the page there).
+    fn open_at(at: Option<*const PerfEventMmapPage>) -> Result<Self, i32> {
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the
-        // size it declares; pid `tid` (0: this thread) / cpu -1 = that
-        // thread on any CPU.
+        // size it declares; pid 0 / cpu -1 = this thread on any CPU.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                tid,
+                &TASK_CLOCK_ATTR as *const PerfEventAttr,
+                0 as libc::pid_t,
                 -1 as libc::c_int,
                 -1 as libc::c_int,
                 PERF_FLAG_FD_CLOEXEC,
@@ -774,6 +776,8 @@ impl CpuSource {
                 WHY_CPU_NO_TSC => CpuSource::SyscallNoTsc,
                 WHY_CPU_UNASKED => CpuSource::SyscallUnasked,
                 WHY_CPU_RELEASED => CpuSource::SyscallReleased,
+                // Asked for an event, not made yet: none so far.
+                WHY_CPU_ARM_ASKED => CpuSource::SyscallUnasked,
                 e => CpuSource::SyscallNoPerf(e),
             },
         }
@@ -937,6 +941,7 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, scratch) == CPU_OFF_SCRATCH);
     assert!(offset_of!(ThreadCpuClock, fd) == 88);
     assert!(offset_of!(ThreadCpuClock, why) == CPU_OFF_WHY);
+    assert!(offset_of!(ThreadCpuClock, owns_page) == CPU_OFF_OWNS_PAGE);
     assert!(offset_of!(ThreadCpuClock, ticks_offset) == CPU_OFF_TICKS_OFFSET);
     assert!(offset_of!(ThreadCpuClock, to_ticks_q32) == CPU_OFF_TO_TICKS);
     assert!(size_of::<ThreadCpuClock>() == 128);
@@ -959,8 +964,15 @@ pub const WHY_CPU_UNASKED: i32 = -3;
 pub const WHY_CPU_RELEASE_ASKED: i32 = -4;
 /// [`ThreadCpuClock::why`] of a clock whose perf event was released.
 pub const WHY_CPU_RELEASED: i32 = -5;
+/// [`ThreadCpuClock::why`] the injector writes into a clock that reads a
+/// system call for want of a perf event ([`WHY_CPU_UNASKED`],
+/// [`WHY_CPU_RELEASED`]) when it installs a CPU timer: the owner makes
+/// the event at its next read, outside any stop of the world.
+pub const WHY_CPU_ARM_ASKED: i32 = -6;
 /// Byte offset of [`ThreadCpuClock::why`], for the injector's request.
 pub const CPU_OFF_WHY: usize = 92;
+/// Byte offset of `owns_page`, for the assembly reader.
+pub const CPU_OFF_OWNS_PAGE: usize = 104;
 
 impl ThreadCpuClock {
     /// Sets up the calling thread's CPU clock (syscalls: perf_event_open,
@@ -1128,30 +1140,41 @@ impl ThreadCpuClock {
         true
     }
 
-    /// Gives a clock that reads a system call because its thread got no
-    /// perf event ([`CpuSource::SyscallUnasked`]) or had it released
-    /// ([`CpuSource::SyscallReleased`]) a perf event again, in anchor
-    /// mode, made by another thread of the process for thread `tid`, the
-    /// clock's owner: a CPU timer is installed again, and a system call
-    /// on every read costs more than the event does. The first read
-    /// re-anchors (on the owner, the one thread whose CPU time a plain
-    /// `CLOCK_THREAD_CPUTIME_ID` reads). A released clock's zero page is
-    /// replaced in place. Returns whether the clock has its event.
-    ///
-    /// # Safety
-    ///
-    /// The owning thread `tid` must not be running (the injector stops
-    /// every thread) and must be a thread of this process (in a forked
-    /// child, rows of the parent's other threads name threads of another
-    /// process).
-    pub unsafe fn arm_event(&mut self, tid: libc::pid_t, wall: &WallClock) -> bool {
-        let rearm = self.why == WHY_CPU_RELEASED || self.why == WHY_CPU_UNASKED;
-        if self.mode != CPU_SYSCALL || !rearm || wall.kind != WALL_TSC || tid <= 0 {
+    /// Asks the clock for a perf event: its owner makes one at its next
+    /// read (see [`ThreadCpuClock::arm_self`]). What the injector writes
+    /// into a row's clock, through the region, for a thread that reads a
+    /// system call for want of an event when a CPU timer is installed
+    /// again; here for tests.
+    pub fn ask_for_event(&mut self) {
+        if self.mode == CPU_SYSCALL && (self.why == WHY_CPU_RELEASED || self.why == WHY_CPU_UNASKED)
+        {
+            self.why = WHY_CPU_ARM_ASKED;
+        }
+    }
+
+    /// Gives a clock asked for an event ([`WHY_CPU_ARM_ASKED`]) one, in
+    /// anchor mode, on the owner (the assembly reader does the same on
+    /// its system-call path): a CPU timer is installed again, and a system
+    /// call on every read costs a timed call more than the event costs.
+    /// One try: on failure the clock reads the system call as before. A
+    /// released clock's zero page is replaced in place. The caller
+    /// re-anchors (the anchor is invalid).
+    fn arm_self(&mut self) -> bool {
+        self.why = WHY_CPU_UNASKED;
+        if self.mult == 0 {
             return false;
         }
         let at = (!self.page.is_null() && self.owns_page != 0).then_some(self.page);
-        let Ok(event) = PerfTaskClock::open_for(tid, at) else {
-            return false;
+        let event = match PerfTaskClock::open_at(at) {
+            Ok(event) => event,
+            Err(_) => {
+                if at.is_some() {
+                    // A failed fixed mapping may have taken the old one.
+                    self.page = ptr::null();
+                    self.owns_page = 0;
+                }
+                return false;
+            }
         };
         self.page = event.page;
         // SAFETY: the event's fd is ours; its mapping keeps the event.
@@ -1159,10 +1182,8 @@ impl ThreadCpuClock {
         core::mem::forget(event);
         self.fd = -1;
         self.owns_page = 1;
-        self.mult = wall.cal.mult;
-        self.shift = wall.cal.shift;
         self.anchor_lock = LOCK_INVALID;
-        self.max_age_tsc = ns_to_ticks(MAX_ANCHOR_AGE_NS, wall.cal.mult, wall.cal.shift);
+        self.max_age_tsc = ns_to_ticks(MAX_ANCHOR_AGE_NS, self.mult, self.shift);
         self.why = 0;
         compiler_fence(Ordering::SeqCst);
         self.mode = CPU_ANCHOR;
@@ -1311,6 +1332,11 @@ impl ThreadCpuClock {
     #[inline]
     pub fn now(&mut self) -> u64 {
         self.reads += 1;
+        if self.mode == CPU_SYSCALL && self.why == WHY_CPU_ARM_ASKED {
+            // Anchor mode with an invalid anchor after this: re-anchored
+            // below.
+            self.arm_self();
+        }
         let value = match self.mode {
             CPU_ANCHOR => {
                 // rdtsc BEFORE the lock read: if the lock still matches, no

@@ -825,40 +825,6 @@ pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
     released
 }
 
-/// Gives the live threads whose CPU clock reads a system call for want of
-/// a perf event (they registered before any CPU timer, or the last session
-/// released it) their event again: called by the injector, every thread
-/// stopped, when it installs a CPU timer. Rows whose thread is not one of
-/// this process's (in a forked child, those of the parent's other
-/// threads) are left alone. Makes system calls (`perf_event_open`,
-/// `mmap`, `close`, `tgkill`), takes no lock. Returns how many clocks got
-/// an event.
-#[no_mangle]
-pub extern "C" fn weft_rt_arm_cpu_clocks() -> i64 {
-    let Some(header) = crate::state::region_header() else {
-        return 0;
-    };
-    let wall = WallClock::in_region(header);
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let mut armed = 0;
-    for_live_clocks(header, |row, clock| {
-        let tid = row.tid.load(Ordering::Relaxed) as libc::pid_t;
-        // SAFETY: signal 0 only checks that `tid` is a thread of `pid`.
-        let ours = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) } == 0;
-        // SAFETY: the thread is stopped (the injector's remote call runs
-        // with every thread stopped) and is one of ours.
-        if ours && unsafe { clock.arm_event(tid, wall) } {
-            armed += 1;
-            row.thread.cpu_why.store(clock.why(), Ordering::Relaxed);
-            row.thread
-                .cpu_source
-                .store(1 + clock.mode(), Ordering::Relaxed);
-        }
-    });
-    armed
-}
-
 /// Runs `f` on every live row's thread and its CPU clock.
 fn for_live_clocks(header: &RegionHeader, mut f: impl FnMut(&RowHeader, &mut ThreadCpuClock)) {
     let base = header as *const RegionHeader as *const u8;

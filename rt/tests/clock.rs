@@ -477,12 +477,13 @@ fn is_perf_page(address: usize) -> bool {
 }
 
 /// The last session's release of a clock's perf event (a zero page over
-/// the event's, system-call reads), then a later CPU timer's arming of it
-/// again (an event made by another thread for the owner): the reading
-/// stays on the kernel's timeline throughout, never goes back, and the
-/// page is the event's exactly while the clock has one.
+/// the event's, system-call reads), then a later CPU timer's request for
+/// one, which the owner's next read fulfils (the Rust reader and the
+/// assembly one): the reading stays on the kernel's timeline throughout,
+/// never goes back, and the page is the event's exactly while the clock
+/// has one.
 #[test]
-fn a_clock_released_and_armed_again_reads_right() {
+fn a_clock_released_and_asked_for_an_event_again_reads_right() {
     let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
     if clock.mode() != CPU_ANCHOR {
         eprintln!("no anchor mode here ({}): nothing to test", clock.source());
@@ -509,40 +510,62 @@ fn a_clock_released_and_armed_again_reads_right() {
     let t1 = thread_cputime_ns();
     assert_close("cpu across the release", c1 - c0, t1 - t0, 0.03, 200_000);
 
-    // Armed from another thread, for this one (as the injector's remote
-    // call does while the owner is stopped; here it waits in `join`).
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
-    let clock_at = &mut clock as *mut ThreadCpuClock as usize;
-    let armed = std::thread::spawn(move || {
-        // SAFETY: the owner waits in join below and reads nothing
-        // meanwhile; `tid` is a thread of this process.
-        unsafe { (*(clock_at as *mut ThreadCpuClock)).arm_event(tid, wall()) }
-    })
-    .join()
-    .unwrap();
-    assert!(armed, "arming failed: {}", clock.source());
-    assert_eq!(clock.mode(), CPU_ANCHOR);
-    assert_eq!(
-        clock.page_address(),
-        page,
-        "the event's page over the zero page"
-    );
-    assert!(is_perf_page(page), "{:?}", mapping_name(page));
-    let l0 = clock.page_lock().unwrap();
-    let c2 = clock.now();
-    let t2 = thread_cputime_ns();
-    assert!(c2 >= c1, "the clock went back: {c2} < {c1}");
+    for (round, asm) in [(0, false), (1, true)] {
+        // SAFETY: as above.
+        if round > 0 {
+            assert!(unsafe { clock.release_event() });
+        }
+        clock.ask_for_event();
+        assert_eq!(clock.mode(), CPU_SYSCALL, "nothing made before a read");
+        let read = |clock: &mut ThreadCpuClock| if asm { clock.now_asm() } else { clock.now() };
+        let c2 = read(&mut clock);
+        let t2 = thread_cputime_ns();
+        assert_eq!(clock.mode(), CPU_ANCHOR, "asm {asm}: {}", clock.source());
+        assert_eq!(
+            clock.page_address(),
+            page,
+            "asm {asm}: the event's page over the zero page"
+        );
+        assert!(is_perf_page(page), "asm {asm}: {:?}", mapping_name(page));
+        let l0 = clock.page_lock().unwrap();
+        burn_cpu(20_000_000);
+        std::thread::sleep(Duration::from_millis(5));
+        burn_cpu(20_000_000);
+        let c3 = read(&mut clock);
+        let t3 = thread_cputime_ns();
+        assert_ne!(
+            clock.page_lock().unwrap(),
+            l0,
+            "asm {asm}: the event follows the thread"
+        );
+        assert_close(
+            &format!("asm {asm}: cpu after the event came back"),
+            c3 - c2,
+            t3 - t2,
+            0.03,
+            200_000,
+        );
+        // An anchor-mode clock asked again is left as it is.
+        clock.ask_for_event();
+        assert_eq!(clock.mode(), CPU_ANCHOR);
+    }
+
+    // A thread that registered before any CPU timer: a fresh page.
+    let mut unasked = ThreadCpuClock::without_event(wall());
+    assert_eq!(unasked.page_address(), 0);
+    unasked.ask_for_event();
+    let c4 = unasked.now_asm();
+    let t4 = thread_cputime_ns();
+    assert_eq!(unasked.mode(), CPU_ANCHOR, "{}", unasked.source());
+    assert!(is_perf_page(unasked.page_address()));
     burn_cpu(20_000_000);
-    std::thread::sleep(Duration::from_millis(5));
-    burn_cpu(20_000_000);
-    let c3 = clock.now();
-    let t3 = thread_cputime_ns();
-    assert_ne!(
-        clock.page_lock().unwrap(),
-        l0,
-        "the event follows this thread's switches"
+    let c5 = unasked.now_asm();
+    let t5 = thread_cputime_ns();
+    assert_close(
+        "cpu of a clock given its first event",
+        c5 - c4,
+        t5 - t4,
+        0.03,
+        200_000,
     );
-    assert_close("cpu after arming", c3 - c2, t3 - t2, 0.03, 200_000);
-    // Not twice.
-    assert!(!unsafe { clock.arm_event(tid, wall()) });
 }

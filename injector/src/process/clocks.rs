@@ -6,9 +6,10 @@
 //! on a KVM guest. Left in place after weft detaches, it would slow every
 //! switch-heavy thread of the program for the rest of its life. So the
 //! stop that ends the last session asks the runtime to let the events go.
-//! A later session that installs a CPU timer gives them back (a system
+//! A later session that installs a CPU timer asks for them back (a system
 //! call on every read would cost a timed call more than the event costs),
-//! and so to the threads that registered before any CPU timer.
+//! and so for the threads that registered before any CPU timer: each
+//! thread makes its event at its next read, outside any stop.
 
 use super::*;
 
@@ -55,7 +56,7 @@ impl Process {
             let page = rt.region.clock_page(index);
             if page != 0 && perf_pages.contains(&page) && threads.contains(&(tid as Tid)) {
                 rt.region
-                    .ask_clock_release(index)
+                    .ask_clock(index, weft_rt::clock::WHY_CPU_RELEASE_ASKED)
                     .map_err(|e| Error::Internal(format!("marking a CPU clock: {e}")))?;
                 asked += 1;
             }
@@ -87,41 +88,32 @@ impl Process {
 }
 
 impl Process {
-    /// Gives the live threads whose CPU clock reads a system call for want
-    /// of a perf event their event (a CPU timer is being installed). Every
-    /// thread is stopped. Best effort: a clock left as it is still reads
-    /// right, with a system call.
-    pub(super) fn arm_cpu_clocks(&mut self, tracer: &mut Tracer) -> Result<u32, Error> {
-        use weft_rt::clock::{CPU_SYSCALL, WHY_CPU_RELEASED, WHY_CPU_UNASKED};
+    /// Asks the live threads whose CPU clock reads a system call for want
+    /// of a perf event (registered before any CPU timer, or released) to
+    /// make one at their next read: a CPU timer is being installed, and a
+    /// system call on every read costs a timed call more than the event
+    /// costs. A word written into each row, no stop needed: the owner makes
+    /// its event itself (`ThreadCpuClock::arm_self`), only if it reads its
+    /// clock. Returns how many were asked.
+    pub(super) fn ask_for_cpu_events(&self) -> Result<u32, Error> {
+        use weft_rt::clock::{CPU_SYSCALL, WHY_CPU_ARM_ASKED, WHY_CPU_RELEASED, WHY_CPU_UNASKED};
         let Some(rt) = self.runtime.as_ref() else {
             return Ok(0);
         };
-        let wanting = rt.region.snapshot(0).iter().any(|r| {
-            r.state == ROW_LIVE
-                && r.cpu_source.0 == 1 + CPU_SYSCALL
-                && (r.cpu_source.1 == WHY_CPU_UNASKED || r.cpu_source.1 == WHY_CPU_RELEASED)
-        });
-        if !wanting {
-            return Ok(0);
+        let mut asked = 0;
+        for row in rt.region.snapshot(0) {
+            let (source, why) = row.cpu_source;
+            if row.state == ROW_LIVE
+                && source == 1 + CPU_SYSCALL
+                && (why == WHY_CPU_UNASKED || why == WHY_CPU_RELEASED)
+            {
+                rt.region
+                    .ask_clock(row.index, WHY_CPU_ARM_ASKED)
+                    .map_err(|e| Error::Internal(format!("asking for a CPU clock event: {e}")))?;
+                asked += 1;
+            }
         }
-        let maps = crate::inspect::maps::read_maps(self.target.pid)?;
-        let rt_code = runtime_code(&maps, rt.base);
-        let arm = runtime::export_address(rt.base, "weft_rt_arm_cpu_clocks")?;
-        self.try_to_get_outside(
-            tracer,
-            |pc| rt_code.iter().any(|r| r.contains(&pc)),
-            "",
-            5,
-            false,
-        )?;
-        let tid = self.syscall_thread(tracer)?;
-        let armed = tracer.call(
-            tid,
-            &RemoteCall::new("weft_rt_arm_cpu_clocks", arm, vec![]),
-            // System calls only (perf_event_open, mmap, close, tgkill).
-            false,
-        )?;
-        Ok(armed as u32)
+        Ok(asked)
     }
 }
 

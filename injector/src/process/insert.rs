@@ -290,9 +290,9 @@ impl Process {
         };
         if hooks.is_some() && wanted.cpu {
             // Threads that read their CPU clock with a system call for want
-            // of a perf event get one (best effort: the system call reads
+            // of a perf event make one (best effort: the system call reads
             // right too).
-            let _ = self.arm_cpu_clocks(tracer);
+            let _ = self.ask_for_cpu_events();
         }
         let rt = self.runtime.as_ref().expect("loaded before building");
         let header = rt.region.header();

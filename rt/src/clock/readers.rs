@@ -24,7 +24,9 @@ extern "C" {
     /// (ns, CLOCK_THREAD_CPUTIME_ID timeline) in `rax`; clobbers `rax, rcx,
     /// rdx, rsi, r8, r9, r10, r11` and flags; preserves `rdi` and every
     /// other register; no vector or x87 instruction; no stack use beyond the
-    /// return address, no stack alignment needed. Writes `reads`, `last_ns`
+    /// return address (8 bytes more at the one read that makes a perf
+    /// event the injector asked for), no stack alignment needed. Writes
+    /// `reads`, `last_ns`
     /// and, on the slow path (a context switch since the anchor, or syscall
     /// mode), `syscalls`, the anchor fields and `scratch` through a raw
     /// `syscall` of clock_gettime(CLOCK_THREAD_CPUTIME_ID).
@@ -172,8 +174,12 @@ global_asm!(
     "add rax, rsi",
     "add rax, qword ptr [r8 + {C_BASE}]",
     "jmp 50b",
-    // Syscall mode: clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read.
+    // Syscall mode: clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read,
+    // unless the injector asked for an event (see arm_self).
     "30:",
+    "cmp dword ptr [r8 + {C_WHY}], {WHY_ARM_ASKED}",
+    "je 60f",
+    "32:",
     "inc qword ptr [r8 + {C_SYSCALLS}]",
     "mov eax, {SYS_CLOCK_GETTIME}",
     "mov edi, {CLOCK_THREAD_CPUTIME_ID}",
@@ -240,6 +246,65 @@ global_asm!(
     "41:",
     "mov rax, rdx",
     "jmp 50b",
+    // Make a perf event for this thread, as ThreadCpuClock::arm_self
+    // does: one try (`why` is no longer the request whatever happens),
+    // the clock on the stack across the system calls (8 bytes).
+    "60:",
+    "mov dword ptr [r8 + {C_WHY}], {WHY_UNASKED}",
+    "cmp dword ptr [r8 + {C_MULT}], 0",
+    "je 32b", // no TSC calibration: no anchor mode
+    "push r8",
+    "lea rdi, [rip + {ATTR}]",
+    "xor esi, esi", // pid 0: this thread
+    "mov rdx, -1", // any CPU
+    "mov r10, -1", // no group
+    "mov r8d, {FD_CLOEXEC}",
+    "mov eax, {SYS_PERF_EVENT_OPEN}",
+    "syscall",
+    "test rax, rax",
+    "js 69f",
+    "mov r8, rax", // the fd, mmap's fifth argument (syscall keeps r8)
+    "mov rcx, qword ptr [rsp]",
+    "xor edi, edi",
+    "mov r10d, {MAP_SHARED}",
+    "cmp dword ptr [rcx + {C_OWNS}], 0",
+    "je 61f",
+    "mov rdi, qword ptr [rcx + {C_PAGE}]", // a released clock's zero page
+    "test rdi, rdi",
+    "jz 61f",
+    "mov r10d, {MAP_SHARED_FIXED}", // replaced in place
+    "61:",
+    "mov esi, {PAGE_SIZE}",
+    "mov edx, {PROT_READ}",
+    "xor r9d, r9d",
+    "mov eax, {SYS_MMAP}",
+    "syscall",
+    "mov r9, rax", // the page, or -errno
+    "mov rdi, r8",
+    "mov eax, {SYS_CLOSE}",
+    "syscall", // the mapping keeps the event
+    "pop r8",
+    "cmp r9, -4096",
+    "jbe 62f",
+    // No page: a fixed mapping that failed may have taken the old one.
+    "xor eax, eax",
+    "mov qword ptr [r8 + {C_PAGE}], rax",
+    "mov dword ptr [r8 + {C_OWNS}], eax",
+    "jmp 32b",
+    "62:",
+    "mov qword ptr [r8 + {C_PAGE}], r9",
+    "mov dword ptr [r8 + {C_OWNS}], 1",
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
+    "mov eax, {MAX_AGE_NS}", // the anchor's age limit in ticks
+    "mul qword ptr [r8 + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32",
+    "mov qword ptr [r8 + {C_MAX_AGE}], rax",
+    "mov dword ptr [r8 + {C_WHY}], 0",
+    "mov dword ptr [r8 + {C_MODE}], {CPU_ANCHOR}",
+    "jmp 40b", // re-anchor on the new event
+    "69:",
+    "pop r8",
+    "jmp 32b",
     ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
     // ---- weft_rt_cpu_ticks ------------------------------------------------
     ".globl weft_rt_cpu_ticks",
@@ -338,4 +403,19 @@ global_asm!(
     SYS_CLOCK_GETTIME = const libc::SYS_clock_gettime,
     CLOCK_MONOTONIC = const libc::CLOCK_MONOTONIC,
     CLOCK_THREAD_CPUTIME_ID = const libc::CLOCK_THREAD_CPUTIME_ID,
+    C_WHY = const CPU_OFF_WHY,
+    C_OWNS = const CPU_OFF_OWNS_PAGE,
+    WHY_ARM_ASKED = const WHY_CPU_ARM_ASKED,
+    WHY_UNASKED = const WHY_CPU_UNASKED,
+    ATTR = sym TASK_CLOCK_ATTR,
+    FD_CLOEXEC = const PERF_FLAG_FD_CLOEXEC,
+    SYS_PERF_EVENT_OPEN = const libc::SYS_perf_event_open,
+    SYS_MMAP = const libc::SYS_mmap,
+    SYS_CLOSE = const libc::SYS_close,
+    MAP_SHARED = const libc::MAP_SHARED,
+    MAP_SHARED_FIXED = const (libc::MAP_SHARED | libc::MAP_FIXED),
+    PROT_READ = const libc::PROT_READ,
+    PAGE_SIZE = const 4096,
+    MAX_AGE_NS = const MAX_ANCHOR_AGE_NS,
+    CPU_ANCHOR = const CPU_ANCHOR,
 );
