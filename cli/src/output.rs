@@ -116,6 +116,39 @@ impl Sink {
                 return self.stream(|out| trace.with(|log| log.write_flamegraph(by_thread, out)));
             }
         };
+        self.put(&text)
+    }
+}
+
+impl Sink {
+    /// Writes the report of several processes ([`Sink::write`] for one).
+    pub fn write_processes(
+        &mut self,
+        report: &weft::report::ProcessesReport,
+        last: bool,
+    ) -> Result<()> {
+        let text = match self.format {
+            Format::Json => report.to_json() + "\n",
+            Format::Jsonl => {
+                #[derive(serde::Serialize)]
+                struct Line<'a> {
+                    #[serde(flatten)]
+                    report: &'a weft::report::ProcessesReport,
+                    #[serde(rename = "final")]
+                    last: bool,
+                }
+                serde_json::to_string(&Line { report, last })? + "\n"
+            }
+            Format::Table => report.to_table_with(&self.table),
+            Format::ChromeTrace | Format::Flamegraph => anyhow::bail!(
+                "a call trace is written for one process at a time: attach one weft per process"
+            ),
+        };
+        self.put(&text)
+    }
+
+    /// Writes `text` to the output file or standard output.
+    fn put(&mut self, text: &str) -> Result<()> {
         match &mut self.file {
             Some((path, file)) => file
                 .write_all(text.as_bytes())
@@ -123,9 +156,7 @@ impl Sink {
             None => to_stdout(text.as_bytes()),
         }
     }
-}
 
-impl Sink {
     /// Runs `write` on the output file or standard output.
     fn stream(
         &mut self,

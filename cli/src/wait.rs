@@ -89,6 +89,46 @@ pub fn wait(
     }
 }
 
+/// [`wait`] for several processes: the targets have exited when all of
+/// them have.
+pub fn wait_all(
+    pids: &[i32],
+    duration: Option<Duration>,
+    tick: &mut dyn FnMut() -> Option<Instant>,
+) -> End {
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut left: Vec<i32> = pids.to_vec();
+    loop {
+        if STOP_REQUESTED.load(Ordering::Relaxed) {
+            return End::Signal;
+        }
+        let due = tick();
+        let mut timeout = Duration::from_millis(10);
+        if let Some(due) = due {
+            timeout = timeout.min(due.saturating_duration_since(Instant::now()));
+        }
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return End::Duration;
+            }
+            timeout = timeout.min(left);
+        }
+        std::thread::sleep(timeout);
+        // A process weft is not attached to: gone when /proc says so or it
+        // is a zombie (its parent has not reaped it yet).
+        left.retain(|&pid| {
+            !matches!(
+                weft::internals::process_state(pid),
+                Err(_) | Ok(weft::internals::ProcState::Zombie)
+            )
+        });
+        if left.is_empty() {
+            return End::TargetExited;
+        }
+    }
+}
+
 /// `timeout` in whole milliseconds for `poll`, rounded up (rounded down, a
 /// wait for a due time 0.6 ms away would wake early and spin once more).
 fn whole_ms(timeout: Duration) -> i32 {

@@ -87,7 +87,7 @@ pub mod internals {
     pub use crate::inspect::maps::{free_gap_near, parse_maps};
     pub use crate::inspect::module::modules_from_maps;
     pub use crate::inspect::pattern::suggest;
-    pub use crate::inspect::procfs::{parse_stat_state, ProcState};
+    pub use crate::inspect::procfs::{parse_stat_state, process_state, ProcState};
     #[cfg(debug_assertions)]
     pub use crate::process::Fault;
     pub use crate::sample::LineFloor;

@@ -1,8 +1,9 @@
 //! `weft` the command: `run` and `attach` against the workers targets,
 //! `list`, its errors and exit codes, exit hooks and timers, threads
 //! blocked in system calls while it attaches, the small things users hit,
-//! `weft demo`, statically linked programs, and targets that fork, exec or
-//! are stopped while weft's probes are live.
+//! `weft demo`, statically linked programs, targets that fork, exec or
+//! are stopped while weft's probes are live, and several processes in one
+//! session.
 //!
 //! One module per test file; tests/README.md says how the tests are
 //! grouped into binaries and how to run one.
@@ -22,3 +23,4 @@ mod cli_small;
 mod cli_timers;
 mod process_events;
 mod run_static;
+mod several_processes;

@@ -13,15 +13,30 @@ use crate::wait;
 use anyhow::{bail, Result};
 use std::process::ExitCode;
 use weft::kernel::{Capabilities, Session};
+use weft::report::{ProcessReport, ProcessesReport};
 use weft::{RealtimeGuard, Report};
 
 // The arguments of `Command::Attach` (their help is the variant's, in
 // main.rs).
 #[derive(clap::Args, Debug)]
 pub struct AttachArgs {
-    /// The process to attach to.
-    #[arg(short = 'p', long = "pid")]
-    pid: i32,
+    /// The process to attach to; several as a list (`-p 101,102`) or
+    /// repeated (`-p 101 -p 102`), each instrumented with the same
+    /// patterns and reported on its own, then in totals.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        required_unless_present = "pid_of"
+    )]
+    pids: Vec<String>,
+    /// Every process running the program NAME, as `pidof` finds them: the
+    /// file name of its executable (or its whole path, with a slash), or
+    /// its command; repeatable, and beside -p.
+    #[arg(long = "pid-of", value_name = "NAME")]
+    pid_of: Vec<String>,
     /// Functions to count (as for `run`).
     #[arg(
         short = 'f',
@@ -79,7 +94,8 @@ pub struct AttachArgs {
 /// Runs `weft attach`, keeping `boost` (real-time priority) to the end.
 pub fn exec(args: AttachArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
     let AttachArgs {
-        pid,
+        pids,
+        pid_of,
         functions,
         duration,
         interval,
@@ -91,9 +107,10 @@ pub fn exec(args: AttachArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> 
         refusals,
         output,
     } = args;
+    let pids = targets(&pids, &pid_of)?;
     check_trace_format(&measure, &output).and_then(|()| {
         attach(
-            pid,
+            &pids,
             &functions,
             Live {
                 duration,
@@ -126,8 +143,32 @@ struct Live {
     fold_after: String,
 }
 
+/// The processes `-p` and `--pid-of` name, each once, in the order given.
+fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
+    let mut all = Vec::new();
+    for text in pids {
+        match text.trim().parse::<i32>() {
+            Ok(pid) if pid > 0 => all.push(pid),
+            _ => bail!("bad PID {text:?}: give a process ID (a positive number), or --pid-of NAME"),
+        }
+    }
+    for name in names {
+        let found = weft::inspect::pids_of(name);
+        if found.is_empty() {
+            bail!(
+                "no process runs {name:?} (--pid-of matches an executable's file name, \
+                 its whole path with a slash, or a command, as pidof does)"
+            );
+        }
+        all.extend(found);
+    }
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|pid| seen.insert(*pid));
+    Ok(all)
+}
+
 fn attach(
-    pid: i32,
+    pids: &[i32],
     functions: &[String],
     live: Live,
     measure: &Measure,
@@ -135,6 +176,10 @@ fn attach(
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
+    let pid = match pids {
+        [pid] => *pid,
+        _ => return attach_several(pids, functions, live, measure, refusals, output, boost),
+    };
     let split = kernel::split(functions)?;
     let caps = kernel::capabilities(&split)?;
     let duration = seconds("duration", live.duration.as_deref(), false)?;
@@ -225,6 +270,113 @@ fn attach(
         "final report written at CLOCK_MONOTONIC {} ns",
         monotonic_ns()
     ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `attach` to several processes: each instrumented with the same
+/// patterns (all or nothing: a process that cannot be leaves none of them
+/// instrumented), then live until all have exited, `--duration` ends or
+/// SIGINT/SIGTERM; each reported on its own, then in totals.
+fn attach_several(
+    pids: &[i32],
+    functions: &[String],
+    live: Live,
+    measure: &Measure,
+    refusals: &Refusals,
+    output: &Output,
+    boost: Option<RealtimeGuard>,
+) -> Result<ExitCode> {
+    let split = kernel::split(functions)?;
+    if !split.kernel.is_empty() {
+        bail!(
+            "kernel patterns with several processes are not supported yet: run one weft per process"
+        );
+    }
+    if live.serve.is_some() {
+        bail!("--serve with several processes is not supported yet: run one weft per process");
+    }
+    let duration = seconds("duration", live.duration.as_deref(), false)?;
+    let interval = seconds("interval", live.interval.as_deref(), true)?;
+    let mut sink = Sink::new(output)?;
+    wait::install_stop_handlers();
+    let mut attached: Vec<(String, Attached)> = Vec::new();
+    for &pid in pids {
+        let command = weft::inspect::command(pid).unwrap_or_default();
+        match Attached::attach(pid, &split, None, measure, refusals, live.later) {
+            Ok(a) => {
+                // The same line as for one process, once per process.
+                eprintln!(
+                    "weft: attached pid={pid} threads={} functions={}",
+                    a.threads, a.functions
+                );
+                attached.push((command, a));
+            }
+            Err(e) => {
+                // All or nothing: the processes done so far are let go.
+                for (_, a) in &mut attached {
+                    let _ = a.finish(wait::End::Signal);
+                }
+                return Err(e.context(format!("pid {pid} ({command})")));
+            }
+        }
+    }
+    keep_until_exit(boost);
+    let report = |attached: &[(String, Attached)]| -> Result<ProcessesReport> {
+        let mut processes = Vec::new();
+        for (command, a) in attached {
+            processes.push(ProcessReport {
+                command: command.clone(),
+                exited: !a.process.is_alive(),
+                report: a.live_report()?,
+            });
+        }
+        Ok(ProcessesReport::new(processes))
+    };
+    let mut next_report = interval.map(|i| std::time::Instant::now() + i);
+    let mut failed = None;
+    let ended = wait::wait_all(pids, duration, &mut || {
+        for (_, a) in &mut attached {
+            a.tick();
+        }
+        if let (Some(at), Some(every)) = (next_report, interval) {
+            if std::time::Instant::now() >= at && failed.is_none() {
+                failed = report(&attached)
+                    .and_then(|r| sink.write_processes(&r, false))
+                    .err();
+                next_report = Some(at + every);
+                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                    wait::stop_now();
+                }
+            }
+        }
+        next_report.filter(|_| failed.is_none())
+    });
+    let mut processes = Vec::new();
+    let mut first_error = None;
+    for (command, a) in &mut attached {
+        let exited = !a.process.is_alive();
+        let end = if exited {
+            wait::End::TargetExited
+        } else {
+            ended
+        };
+        // Every process is let go, whatever happened to another.
+        match a.finish(end) {
+            Ok(report) => processes.push(ProcessReport {
+                command: command.clone(),
+                exited,
+                report,
+            }),
+            Err(e) => {
+                let pid = a.process.pid();
+                first_error.get_or_insert(e.context(format!("pid {pid} ({command})")));
+            }
+        }
+    }
+    if let Some(e) = first_error.or(failed) {
+        return Err(e);
+    }
+    sink.write_processes(&ProcessesReport::new(processes), true)?;
     Ok(ExitCode::SUCCESS)
 }
 

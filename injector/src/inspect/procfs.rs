@@ -159,6 +159,42 @@ pub(crate) fn thread_name(pid: i32, tid: u32) -> Option<String> {
         .map(|s| s.trim_end().to_string())
 }
 
+/// The processes running the program `name`, as `pidof` finds them: the
+/// file name of their executable (`/proc/PID/exe`), or their command
+/// (`comm`, which a program may set) when the executable cannot be read;
+/// a `name` with a slash is matched against the executable's whole path.
+/// Zombies and the calling process are left out. Ascending PIDs.
+pub fn pids_of(name: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            let exe = std::fs::read_link(pid_file(pid, "exe")).ok();
+            let named = match &exe {
+                Some(path) if name.contains('/') => path == std::path::Path::new(name),
+                Some(path) => {
+                    path.file_name().is_some_and(|f| f == name)
+                        || command(pid).is_some_and(|c| c == name)
+                }
+                None => !name.contains('/') && command(pid).is_some_and(|c| c == name),
+            };
+            named && !matches!(process_state(pid), Ok(ProcState::Zombie) | Err(_))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Process `pid`'s command (`/proc/PID/comm`), if it exists.
+pub fn command(pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(pid_file(pid, "comm")).ok()?;
+    Some(text.trim_end_matches('\n').to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,11 @@ use std::fmt::Write as _;
 use weft_rt::layout;
 
 mod build;
+mod processes;
 mod table;
 mod text;
+
+pub use processes::{FunctionTotal, ProcessReport, ProcessesReport};
 
 pub use table::{
     SortKey, TableHints, TableOptions, COMPACT_MAX_FUNCTIONS, DEFAULT_TOP, HISTOGRAMS_SHOWN,

@@ -658,3 +658,86 @@ fn table_hints_come_from_the_caller() {
     assert!(hinted.contains("not shown: "), "{hinted}");
     assert!(hinted.contains("(SHOW ALL)"), "{hinted}");
 }
+
+/// Several processes: totals by module and name over the processes that
+/// have the function, times summed only where measured, busiest first;
+/// the table shows each process, then the totals.
+#[test]
+fn processes_report_sums_functions_by_module_and_name() {
+    let report = |pid: i32, functions: Vec<FunctionReport>| Report {
+        pid,
+        duration_ns: 1_000_000_000 + pid as u64,
+        metrics: vec!["calls", "wall"],
+        clocks: None,
+        functions,
+        threads: Vec::new(),
+        overflow_threads: 0,
+        runtime: None,
+        kernel: None,
+        trace: None,
+        trace_log: None,
+    };
+    let function = |name: &str, module: &str, calls: u64, wall: Option<u64>| FunctionReport {
+        calls,
+        wall_ns: wall,
+        threads: 2,
+        ..FunctionReport::empty(name.into(), module.into(), "0x1000".into())
+    };
+    let both = ProcessesReport::new(vec![
+        ProcessReport {
+            command: "nginx".into(),
+            exited: false,
+            report: report(
+                101,
+                vec![
+                    function("serve", "nginx", 10, Some(500)),
+                    function("log", "nginx", 3, Some(30)),
+                ],
+            ),
+        },
+        ProcessReport {
+            command: "nginx".into(),
+            exited: true,
+            report: report(
+                102,
+                vec![
+                    function("serve", "nginx", 5, Some(200)),
+                    // Another module's function of the same name.
+                    function("log", "libc.so.6", 7, None),
+                ],
+            ),
+        },
+    ]);
+    assert_eq!(both.duration_ns, 1_000_000_102);
+    type Total<'a> = (&'a str, &'a str, u64, Option<u64>, u32, u32);
+    let totals: Vec<Total> = both
+        .totals
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                t.module.as_str(),
+                t.calls,
+                t.wall_ns,
+                t.processes,
+                t.threads,
+            )
+        })
+        .collect();
+    assert_eq!(
+        totals,
+        vec![
+            ("serve", "nginx", 15, Some(700), 2, 4),
+            ("log", "nginx", 3, Some(30), 1, 2),
+            ("log", "libc.so.6", 7, None, 1, 2),
+        ]
+    );
+    let table = both.to_table_with(&TableOptions::default());
+    assert!(table.contains("== pid 101 (nginx)\n"), "{table}");
+    assert!(table.contains("== pid 102 (nginx), exited\n"), "{table}");
+    assert!(table.contains("== total over 2 processes"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&both.to_json()).unwrap();
+    assert_eq!(json["processes"][1]["pid"], 102);
+    assert_eq!(json["processes"][1]["exited"], true);
+    assert_eq!(json["totals"][0]["calls"], 15);
+}

@@ -1,0 +1,202 @@
+//! One weft for several processes (`-p A,B`, `--pid-of NAME`): each
+//! process instrumented with the same patterns and reported on its own,
+//! exactly as the target counts its own calls, and the totals the sum of
+//! them; a process that exits during the session is reported as exited,
+//! with its figures.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use support::*;
+
+/// Each worker's own count of `work_a` calls in `phase`, by TID, from the
+/// target's JSON lines.
+fn own_counts(ctx: &Ctx, text: &str, phase: u64) -> BTreeMap<u64, u64> {
+    text.lines()
+        .filter(|l| l.starts_with("{\"phase\""))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .unwrap_or_else(|e| ctx.fail(format!("{e}: {l}")))
+        })
+        .filter(|v| v["phase"] == phase)
+        .map(|v| (v["tid"].as_u64().unwrap(), v["work_a"].as_u64().unwrap()))
+        .collect()
+}
+
+/// The `weft: attached pid=P` lines of a weft attached to `n` processes.
+fn attached_pids(weft: &mut Proc, n: usize) -> BTreeSet<u32> {
+    (0..n).map(|_| wait_attached(weft).pid).collect()
+}
+
+/// Checks one process's part of a report against its own counts.
+fn check_process(ctx: &Ctx, report: &serde_json::Value, t: &Proc, phase: u64) -> u64 {
+    let own = own_counts(ctx, &t.stdout_text(), phase);
+    ctx.check(!own.is_empty(), || {
+        format!("pid {}: no own counts for phase {phase}", t.pid)
+    });
+    let Some(p) = report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["pid"] == t.pid)
+    else {
+        ctx.fail(format!("no report for pid {}: {report}", t.pid));
+    };
+    for (tid, calls) in &own {
+        let got = p["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|th| th["tid"] == *tid)
+            .map_or(0, |th| {
+                th["functions"]["work_a"]["calls"].as_u64().unwrap_or(0)
+            });
+        ctx.check(got == *calls, || {
+            format!(
+                "pid {} thread {tid}: work_a {got} calls, the thread made {calls}",
+                t.pid
+            )
+        });
+    }
+    ctx.check(p["command"].as_str().is_some_and(|c| !c.is_empty()), || {
+        format!("pid {}: no command", t.pid)
+    });
+    own.values().sum()
+}
+
+/// The totals' `work_a` calls and processes.
+fn total(ctx: &Ctx, report: &serde_json::Value) -> (u64, u64) {
+    let Some(t) = report["totals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["name"] == "work_a")
+    else {
+        ctx.fail(format!("no work_a in the totals: {report}"));
+    };
+    (
+        t["calls"].as_u64().unwrap(),
+        t["processes"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn several_processes_each_exact_and_totals_their_sum() {
+    let ctx = Ctx::new("several_processes_each_exact_and_totals_their_sum");
+    // A copy of the workers under a name of this test's own, beside
+    // libwork.so (found through $ORIGIN): --pid-of must find only the
+    // processes this test started.
+    let name = format!("wk-several-{}", std::process::id());
+    let copy = workers_c().with_file_name(&name);
+    std::fs::copy(workers_c(), &copy).unwrap();
+    let mut a = ctx.target(&copy, &["--threads", "2", "--phases", "3"]);
+    let mut b = ctx.target(&copy, &["--threads", "3", "--phases", "3"]);
+    // Ends after one phase, during the session (reaped before --pid-of
+    // looks).
+    let mut c = ctx.target(&copy, &["--threads", "1", "--phases", "1"]);
+    for t in [&mut a, &mut b, &mut c] {
+        t.expect_stdout("ready", |l| l.starts_with("ready "));
+    }
+
+    // -p as a list, and repeated.
+    let list = format!("{},{}", a.pid, b.pid);
+    let cpid = c.pid.to_string();
+    let mut w = ctx.weft(&[
+        "attach", "-p", &list, "-p", &cpid, "-f", "work_a", "--format", "json",
+    ]);
+    let pids = attached_pids(&mut w, 3);
+    ctx.check(pids == BTreeSet::from([a.pid, b.pid, c.pid]), || {
+        format!("attached to {pids:?}")
+    });
+    for t in [&mut a, &mut b, &mut c] {
+        t.send("go");
+        t.expect_stdout("phase done", |l| l == "phase 1 done");
+    }
+    c.expect_stdout("`done`", |l| l == "done");
+    c.wait_code(0);
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let report: serde_json::Value = serde_json::from_str(&w.stdout_text())
+        .unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {}", w.stdout_text())));
+    let made: u64 = [&a, &b, &c]
+        .iter()
+        .map(|t| check_process(&ctx, &report, t, 1))
+        .sum();
+    let exited: Vec<bool> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["exited"] == true)
+        .collect();
+    ctx.check(exited == [false, false, true], || {
+        format!("exited flags {exited:?}: only the third process ended")
+    });
+    let (calls, processes) = total(&ctx, &report);
+    ctx.check(calls == made && processes == 3, || {
+        format!("totals: work_a {calls} calls in {processes} processes; they made {made} in 3")
+    });
+
+    // --pid-of: exactly the two copies.
+    let mut w = ctx.weft(&[
+        "attach", "--pid-of", &name, "-f", "work_a", "--format", "json",
+    ]);
+    let pids = attached_pids(&mut w, 2);
+    ctx.check(pids == BTreeSet::from([a.pid, b.pid]), || {
+        format!(
+            "--pid-of {name}: attached to {pids:?}, expected {} and {}",
+            a.pid, b.pid
+        )
+    });
+    for t in [&mut a, &mut b] {
+        t.send("go");
+        t.expect_stdout("phase done", |l| l == "phase 2 done");
+    }
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let report: serde_json::Value = serde_json::from_str(&w.stdout_text())
+        .unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {}", w.stdout_text())));
+    let made: u64 = [&a, &b]
+        .iter()
+        .map(|t| check_process(&ctx, &report, t, 2))
+        .sum();
+    let (calls, processes) = total(&ctx, &report);
+    ctx.check(calls == made && processes == 2, || {
+        format!(
+            "--pid-of totals: work_a {calls} calls in {processes} processes; they made {made} in 2"
+        )
+    });
+    let attached = w
+        .stderr_text()
+        .lines()
+        .filter(|l| l.starts_with("weft: attached"))
+        .count();
+    ctx.check(attached == 2, || format!("{attached} attached lines"));
+
+    for t in [&mut a, &mut b] {
+        t.send("go");
+        t.expect_stdout("`done`", |l| l == "done");
+        t.wait_code(0);
+    }
+    let _ = std::fs::remove_file(&copy);
+}
+
+/// Bad targets get weft's own errors, and change nothing.
+#[test]
+fn several_processes_bad_targets_are_refused() {
+    let ctx = Ctx::new("several_processes_bad_targets_are_refused");
+    for (args, says) in [
+        (
+            vec!["attach", "-p", "12x", "-f", "work_a"],
+            "bad PID \"12x\"",
+        ),
+        (vec!["attach", "-p", "0", "-f", "work_a"], "bad PID \"0\""),
+        (
+            vec!["attach", "--pid-of", "no-such-program-here", "-f", "work_a"],
+            "no process runs \"no-such-program-here\"",
+        ),
+    ] {
+        let mut w = ctx.weft(&args);
+        let (line, _) = expect_weft_error(&mut w);
+        ctx.check(line.contains(says), || format!("{args:?}: {line}"));
+    }
+}
