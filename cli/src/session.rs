@@ -36,6 +36,67 @@ pub struct Attached {
     pub functions: usize,
     /// Threads when attached.
     pub threads: usize,
+    /// Its children running the same program, seen while live.
+    pub children: Children,
+}
+
+/// The children of a session's process that run the same program (a
+/// server's workers), seen while the session is live: weft follows one
+/// process, and a master whose workers do the work reports no call.
+#[derive(Debug)]
+pub struct Children {
+    pid: i32,
+    seen: std::collections::BTreeSet<i32>,
+    looked: Option<std::time::Instant>,
+}
+
+impl Children {
+    pub fn of(pid: i32) -> Children {
+        Children {
+            pid,
+            seen: Default::default(),
+            looked: None,
+        }
+    }
+
+    /// Looks at the process's children (at most every 200 ms).
+    pub fn look(&mut self) {
+        let now = std::time::Instant::now();
+        if self
+            .looked
+            .is_some_and(|at| now.duration_since(at) < std::time::Duration::from_millis(200))
+        {
+            return;
+        }
+        self.looked = Some(now);
+        self.seen
+            .extend(weft::inspect::children_running_the_same_program(self.pid));
+    }
+
+    /// What to tell the user when `report` counted no call of its user
+    /// functions while children running the same program were seen.
+    pub fn hint(&self, report: &Report) -> Option<String> {
+        let calls: u64 = report
+            .functions
+            .iter()
+            .filter(|f| f.mechanism.is_none())
+            .map(|f| f.calls)
+            .sum();
+        if calls > 0 || self.seen.is_empty() || report.functions.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = self.seen.iter().map(|c| c.to_string()).collect();
+        let name = weft::inspect::command(self.pid).unwrap_or_else(|| "PROGRAM".into());
+        Some(format!(
+            "weft: pid {} made no instrumented call, but its children {} ran the same program \
+             (a server's workers?): weft measures the processes it is given, not their \
+             children (not yet): attach to the workers while they run, \
+             weft attach -p {} (or --pid-of {name})",
+            self.pid,
+            list.join(", "),
+            list.join(","),
+        ))
+    }
 }
 
 impl Attached {
@@ -135,6 +196,7 @@ impl Attached {
             user: !patterns.is_empty(),
             functions,
             threads,
+            children: Children::of(pid),
         })
     }
 
@@ -172,6 +234,7 @@ impl Attached {
         let kernel = kernel::start(&held, &split, caps.as_ref())?;
         held.release()?;
         let functions = instrumented + kernel.as_ref().map_or(0, |k| k.probes().len());
+        let pid = process.pid();
         Ok(Attached {
             process,
             kernel,
@@ -179,6 +242,7 @@ impl Attached {
             user: !split.user.is_empty(),
             functions,
             threads: 1,
+            children: Children::of(pid),
         })
     }
 
@@ -202,6 +266,7 @@ impl Attached {
             }
         }
         self.process.harvest();
+        self.children.look();
     }
 
     /// A report read live, without stopping the target.

@@ -200,3 +200,63 @@ fn several_processes_bad_targets_are_refused() {
         ctx.check(line.contains(says), || format!("{args:?}: {line}"));
     }
 }
+
+/// A master whose workers (forked, the same program) do the work: weft
+/// given the master counts its calls truthfully (none), and says that
+/// its children ran the same program and how to measure them, under
+/// `attach` and under `run`.
+#[test]
+fn a_master_whose_workers_do_the_work_is_told() {
+    let ctx = Ctx::new("a_master_whose_workers_do_the_work_is_told");
+    let exe = build_c_target_with("gcc", "forker", &["-O2", "-g"]);
+    let workers_of = |line: &str| -> Vec<String> {
+        line.split_once("workers=")
+            .map(|(_, w)| w.split(',').map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let check_hint = |stderr: &str, workers: &[String], how: &str| {
+        let hint = stderr
+            .lines()
+            .find(|l| l.contains("made no instrumented call, but its children"));
+        ctx.check(
+            hint.is_some_and(|h| {
+                workers.iter().all(|w| h.contains(w.as_str())) && h.contains("-p ")
+            }),
+            || format!("{how}: no hint naming the workers {workers:?}: {stderr}"),
+        );
+    };
+
+    let mut t = ctx.target(&exe, &["3"]);
+    let ready = t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let workers = workers_of(&ready);
+    ctx.check(workers.len() == 3, || format!("{ready}"));
+    let (mut w, _) = attach(&ctx, t.pid, &["-f", "handle", "--format", "json"], 1);
+    // Seen while live (weft looks every 200 ms).
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    let out = detach_with_sigint(&mut w);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    ctx.check(report["functions"][0]["calls"] == 0, || {
+        format!("the master made no call of handle: {out}")
+    });
+    check_hint(&w.stderr_text(), &workers, "attach");
+    t.send("quit");
+    t.wait_code(0);
+
+    // Under `run`, the workers have exited by the report.
+    let path = exe.to_str().unwrap();
+    let args = ["run", "-f", "handle", "--format", "json", "--", path, "2"];
+    let mut run = std::process::Command::new(weft_bin());
+    run.args(args);
+    // The program reads weft's standard input.
+    let mut w = ctx.spawn(&format!("weft {}", args.join(" ")), run, true);
+    let ready = w.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let workers = workers_of(&ready);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    w.send("go");
+    w.expect_stdout("`done`", |l| l == "done");
+    w.send("quit");
+    w.wait_code(0);
+    check_hint(&w.stderr_text(), &workers, "run");
+}

@@ -261,9 +261,13 @@ fn attach(
         "waiting ended at CLOCK_MONOTONIC {} ns",
         monotonic_ns()
     ));
+    attached.children.look();
     let report = attached.finish(ended)?;
     if let Some(e) = failed {
         return Err(e);
+    }
+    if let Some(hint) = attached.children.hint(&report) {
+        eprintln!("{hint}");
     }
     sink.write(&report, true)?;
     timing.note(&format!(

@@ -3,7 +3,7 @@
 
 use crate::args::{check_trace_format, Measure, Output, Refusals};
 use crate::output::{write_report, StdoutClosed};
-use crate::session::Attached;
+use crate::session::{Attached, Children};
 use crate::wait;
 use anyhow::{Context, Result};
 use std::process::ExitCode;
@@ -54,8 +54,26 @@ fn run_program(
 ) -> Result<ExitCode> {
     let (program, args) = command.split_first().context("no program given after --")?;
     let mut attached = Attached::launch(program, args, functions, measure, refusals)?;
-    let exit = attached.process.wait_exit()?;
+    // Its children running the same program, looked at while it runs (a
+    // thread of weft's that only reads /proc).
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let mut children = Children::of(attached.process.pid());
+    let exit = std::thread::scope(|scope| {
+        let watch = scope.spawn(|| {
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                children.look();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        let exit = attached.process.wait_exit();
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
+        let _ = watch.join();
+        exit
+    })?;
     let report = attached.finish(wait::End::TargetExited)?;
+    if let Some(hint) = children.hint(&report) {
+        eprintln!("{hint}");
+    }
     match write_report(&report, output) {
         // The program's status still is weft's.
         Err(e) if e.is::<StdoutClosed>() => {}

@@ -195,6 +195,28 @@ pub fn command(pid: i32) -> Option<String> {
     Some(text.trim_end_matches('\n').to_string())
 }
 
+/// The children of process `pid` (of all its threads) that run the same
+/// executable as it does: the workers of a server whose master forks them
+/// (nginx, Apache, PostgreSQL, gunicorn). Ascending PIDs.
+pub fn children_running_the_same_program(pid: i32) -> Vec<i32> {
+    let Ok(exe) = std::fs::read_link(pid_file(pid, "exe")) else {
+        return Vec::new();
+    };
+    let mut children: Vec<i32> = thread_ids::<i32>(pid)
+        .into_iter()
+        .filter_map(|tid| std::fs::read_to_string(task_file(pid, tid, "children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|&child| std::fs::read_link(pid_file(child, "exe")).is_ok_and(|e| e == exe))
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
