@@ -229,7 +229,7 @@ fn a_master_whose_workers_do_the_work_is_told() {
     let mut t = ctx.target(&exe, &["3"]);
     let ready = t.expect_stdout("ready", |l| l.starts_with("ready pid="));
     let workers = workers_of(&ready);
-    ctx.check(workers.len() == 3, || format!("{ready}"));
+    ctx.check(workers.len() == 3, || ready.clone());
     let (mut w, _) = attach(&ctx, t.pid, &["-f", "handle", "--format", "json"], 1);
     // Seen while live (weft looks every 200 ms).
     std::thread::sleep(std::time::Duration::from_millis(400));
