@@ -196,90 +196,141 @@ fn text_response(
 pub const FOLDED: &str = "exited";
 
 /// Turns reports into expositions, remembering across scrapes when each
-/// thread was first seen exited (to fold it after `fold_after`).
+/// thread (and each process) was first seen exited, to fold it after
+/// `fold_after`.
 pub struct Exporter {
-    pid: i32,
     fold_after: Duration,
-    exited_since: HashMap<u32, Instant>,
+    exited_since: HashMap<(i32, u32), Instant>,
+    processes_exited_since: HashMap<i32, Instant>,
     scrapes: u64,
     /// What one instrumented call costs the target, ns (an estimate).
     per_call_ns: f64,
-    /// The target's CPU time when weft attached, ns.
-    cpu_at_attach: u64,
+    /// Each process's CPU time when weft attached, and the last read, ns.
+    cpu: BTreeMap<i32, (u64, u64)>,
     functions: usize,
 }
 
+/// One process's part of a scrape.
+pub struct Part<'a> {
+    pub pid: i32,
+    /// The process has exited (its figures are final).
+    pub exited: bool,
+    pub report: &'a Report,
+}
+
+/// A series' labels: function, module, tid, thread, pid.
+type SeriesKey = (String, String, String, String, String);
+
 impl Exporter {
-    pub fn new(pid: i32, fold_after: Duration, metrics: weft::Metrics, functions: usize) -> Self {
+    /// An exporter for the processes `pids` (their threads' series carry
+    /// a `pid` label).
+    pub fn new(
+        pids: &[i32],
+        fold_after: Duration,
+        metrics: weft::Metrics,
+        functions: usize,
+    ) -> Self {
         Exporter {
-            pid,
             fold_after,
             exited_since: HashMap::new(),
+            processes_exited_since: HashMap::new(),
             scrapes: 0,
             per_call_ns: metrics.call_cost_ns(),
-            cpu_at_attach: process_cpu_ns(pid),
+            cpu: pids
+                .iter()
+                .map(|&pid| {
+                    let now = process_cpu_ns(pid);
+                    (pid, (now, now))
+                })
+                .collect(),
             functions,
         }
     }
 
-    /// The exposition of `report`: Prometheus text, or OpenMetrics.
+    /// The exposition of one process's `report`.
     pub fn exposition(&mut self, report: &Report, openmetrics: bool) -> Result<String> {
+        let part = Part {
+            pid: report.pid,
+            exited: false,
+            report,
+        };
+        self.exposition_of(&[part], openmetrics)
+    }
+
+    /// The exposition of several processes' reports: Prometheus text, or
+    /// OpenMetrics. A process that exited keeps its own `pid` series for
+    /// `fold_after`, then folds into `pid="exited"`, as its threads fold
+    /// into `tid="exited"`.
+    pub fn exposition_of(&mut self, parts: &[Part], openmetrics: bool) -> Result<String> {
         self.scrapes += 1;
         let now = Instant::now();
         let mut live = 0;
         let mut exited = 0;
         let mut folded_threads = 0;
-        let module_of: HashMap<&str, &str> = report
-            .functions
-            .iter()
-            .map(|f| (f.name.as_str(), f.module.as_str()))
-            .collect();
-        let mut series: BTreeMap<(String, String, String, String), Figures> = BTreeMap::new();
-        for t in &report.threads {
-            let (tid, name) = if t.exited {
-                let since = *self.exited_since.entry(t.tid).or_insert(now);
+        let mut series: BTreeMap<SeriesKey, Figures> = BTreeMap::new();
+        let mut histograms = Vec::new();
+        let mut calls = 0u64;
+        let mut duration_ns = 0;
+        for part in parts {
+            let report = part.report;
+            duration_ns = duration_ns.max(report.duration_ns);
+            let pid_label = if part.exited {
+                let since = *self.processes_exited_since.entry(part.pid).or_insert(now);
                 if now.duration_since(since) >= self.fold_after {
-                    folded_threads += 1;
-                    (FOLDED.to_string(), FOLDED.to_string())
+                    FOLDED.to_string()
                 } else {
-                    exited += 1;
-                    (t.tid.to_string(), t.name.clone())
+                    part.pid.to_string()
                 }
             } else {
-                live += 1;
-                (t.tid.to_string(), t.name.clone())
+                part.pid.to_string()
             };
-            for (function, c) in &t.functions {
-                if c.calls == 0 && c.wall_ns.unwrap_or(0) == 0 {
-                    continue;
-                }
-                let module = module_of.get(function.as_str()).copied().unwrap_or("");
-                let f = series
-                    .entry((
-                        function.clone(),
-                        module.to_string(),
-                        tid.clone(),
-                        name.clone(),
-                    ))
-                    .or_default();
-                f.calls += c.calls;
-                if let Some(w) = c.wall_ns {
-                    *f.wall_ns.get_or_insert(0) += w;
-                }
-                if let Some(cpu) = c.cpu_ns {
-                    *f.cpu_ns.get_or_insert(0) += cpu;
+            let module_of: HashMap<&str, &str> = report
+                .functions
+                .iter()
+                .map(|f| (f.name.as_str(), f.module.as_str()))
+                .collect();
+            for t in &report.threads {
+                let (tid, name) = if t.exited || part.exited {
+                    let since = *self.exited_since.entry((part.pid, t.tid)).or_insert(now);
+                    if now.duration_since(since) >= self.fold_after {
+                        folded_threads += 1;
+                        (FOLDED.to_string(), FOLDED.to_string())
+                    } else {
+                        exited += 1;
+                        (t.tid.to_string(), t.name.clone())
+                    }
+                } else {
+                    live += 1;
+                    (t.tid.to_string(), t.name.clone())
+                };
+                for (function, c) in &t.functions {
+                    if c.calls == 0 && c.wall_ns.unwrap_or(0) == 0 {
+                        continue;
+                    }
+                    let module = module_of.get(function.as_str()).copied().unwrap_or("");
+                    let f = series
+                        .entry((
+                            function.clone(),
+                            module.to_string(),
+                            tid.clone(),
+                            name.clone(),
+                            pid_label.clone(),
+                        ))
+                        .or_default();
+                    f.calls += c.calls;
+                    if let Some(w) = c.wall_ns {
+                        *f.wall_ns.get_or_insert(0) += w;
+                    }
+                    if let Some(cpu) = c.cpu_ns {
+                        *f.cpu_ns.get_or_insert(0) += cpu;
+                    }
                 }
             }
-        }
-        // Threads gone from the report are gone from the bookkeeping.
-        let in_report: std::collections::HashSet<u32> =
-            report.threads.iter().map(|t| t.tid).collect();
-        self.exited_since.retain(|tid, _| in_report.contains(tid));
-        let histograms = report
-            .functions
-            .iter()
-            .filter_map(|f| {
-                let h = f.histogram.as_ref()?;
+            for f in &report.functions {
+                calls += f.calls;
+                let Some(h) = f.histogram.as_ref() else {
+                    continue;
+                };
                 // Buckets up to the last one used (each bounded above by
                 // the next power of two), then +Inf.
                 let used = h.counts.iter().rposition(|&n| n > 0).map_or(0, |b| b + 1);
@@ -294,17 +345,47 @@ impl Exporter {
                 if buckets.last().map_or(true, |b| b.0 != f64::INFINITY) {
                     buckets.push((f64::INFINITY, 0));
                 }
-                Some(HistogramSeries {
+                let series = HistogramSeries {
                     function: f.name.clone(),
                     module: f.module.clone(),
+                    pid: pid_label.clone(),
                     sum: f.wall_ns.unwrap_or(0) as f64 / 1e9,
                     count: h.total(),
                     buckets,
-                })
-            })
+                };
+                // Processes folded into one label add up.
+                match histograms.iter_mut().find(|o: &&mut HistogramSeries| {
+                    (&o.function, &o.module, &o.pid)
+                        == (&series.function, &series.module, &series.pid)
+                }) {
+                    Some(o) => o.add(&series),
+                    None => histograms.push(series),
+                }
+            }
+        }
+        // Threads and processes gone from the reports are gone from the
+        // bookkeeping.
+        let in_reports: std::collections::HashSet<(i32, u32)> = parts
+            .iter()
+            .flat_map(|p| p.report.threads.iter().map(move |t| (p.pid, t.tid)))
             .collect();
-        let calls: u64 = report.functions.iter().map(|f| f.calls).sum();
-        let target_cpu = process_cpu_ns(self.pid).saturating_sub(self.cpu_at_attach);
+        self.exited_since.retain(|key, _| in_reports.contains(key));
+        let mut untracked = 0;
+        for part in parts {
+            untracked += part.report.overflow_threads;
+            if let Some((_, last)) = self.cpu.get_mut(&part.pid) {
+                // An exited process's CPU time stays what was last read.
+                let now = process_cpu_ns(part.pid);
+                if now > *last {
+                    *last = now;
+                }
+            }
+        }
+        let target_cpu: u64 = self
+            .cpu
+            .values()
+            .map(|(at_attach, last)| last.saturating_sub(*at_attach))
+            .sum();
         let snapshot = Snapshot {
             series,
             histograms,
@@ -313,7 +394,7 @@ impl Exporter {
                 live,
                 exited,
                 folded: folded_threads,
-                untracked: report.overflow_threads,
+                untracked,
                 functions: self.functions as u64,
                 target_cpu_s: target_cpu as f64 / 1e9,
                 overhead: if target_cpu == 0 {
@@ -321,7 +402,7 @@ impl Exporter {
                 } else {
                     calls as f64 * self.per_call_ns / target_cpu as f64
                 },
-                seconds: report.duration_ns as f64 / 1e9,
+                seconds: duration_ns as f64 / 1e9,
             },
         };
         let mut registry = Registry::default();
@@ -366,9 +447,26 @@ struct Figures {
 struct HistogramSeries {
     function: String,
     module: String,
+    pid: String,
     sum: f64,
     count: u64,
     buckets: Vec<(f64, u64)>,
+}
+
+impl HistogramSeries {
+    /// Adds `other`'s counts (the same function in another process folded
+    /// into the same `pid` label): bucket by bucket, +Inf last.
+    fn add(&mut self, other: &HistogramSeries) {
+        self.sum += other.sum;
+        self.count += other.count;
+        let mut counts: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
+        for &(le, n) in self.buckets.iter().chain(&other.buckets) {
+            counts.entry(le.to_bits()).or_insert((le, 0)).1 += n;
+        }
+        let mut buckets: Vec<(f64, u64)> = counts.into_values().collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.buckets = buckets;
+    }
 }
 
 #[derive(Debug)]
@@ -387,13 +485,13 @@ struct Health {
 /// One scrape's figures, encoded by `prometheus-client`.
 #[derive(Debug)]
 struct Snapshot {
-    /// (function, module, tid, thread) → figures.
-    series: BTreeMap<(String, String, String, String), Figures>,
+    /// (function, module, tid, thread, pid) → figures.
+    series: BTreeMap<SeriesKey, Figures>,
     histograms: Vec<HistogramSeries>,
     health: Health,
 }
 
-type Labels = [(&'static str, String); 4];
+type Labels = [(&'static str, String); 5];
 
 impl Snapshot {
     fn counter_family<V: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>(
@@ -407,13 +505,14 @@ impl Snapshot {
             return Ok(());
         }
         let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        for ((function, module, tid, thread), f) in &self.series {
+        for ((function, module, tid, thread, pid), f) in &self.series {
             let Some(v) = value(f) else { continue };
             let labels: Labels = [
                 ("function", function.clone()),
                 ("module", module.clone()),
                 ("tid", tid.clone()),
                 ("thread", thread.clone()),
+                ("pid", pid.clone()),
             ];
             ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
         }
@@ -462,6 +561,7 @@ impl Collector for Snapshot {
                 let labels = [
                     ("function", h.function.clone()),
                     ("module", h.module.clone()),
+                    ("pid", h.pid.clone()),
                 ];
                 family
                     .encode_family(&labels)?
@@ -588,19 +688,25 @@ mod tests {
     fn exited_threads_fold_into_one_series_after_a_while() {
         let r = report(vec![thread(1, false, 3), thread(2, true, 5)]);
         let pid = std::process::id() as i32;
-        let mut keep = Exporter::new(pid, Duration::from_secs(3600), weft::Metrics::CALLS, 1);
+        let mut keep = Exporter::new(&[pid], Duration::from_secs(3600), weft::Metrics::CALLS, 1);
         let text = keep.exposition(&r, false).unwrap();
-        let one = r#"weft_calls_total{function="f",module="exe",tid="1",thread="w1"}"#;
-        let two = r#"weft_calls_total{function="f",module="exe",tid="2",thread="w2"}"#;
-        let folded = r#"weft_calls_total{function="f",module="exe",tid="exited",thread="exited"}"#;
-        assert_eq!(sample(&text, one), Some(3.0), "{text}");
-        assert_eq!(sample(&text, two), Some(5.0), "{text}");
-        assert_eq!(sample(&text, folded), None, "{text}");
-        let mut fold = Exporter::new(pid, Duration::ZERO, weft::Metrics::CALLS, 1);
+        let one = format!(
+            r#"weft_calls_total{{function="f",module="exe",tid="1",thread="w1",pid="{pid}"}}"#
+        );
+        let two = format!(
+            r#"weft_calls_total{{function="f",module="exe",tid="2",thread="w2",pid="{pid}"}}"#
+        );
+        let folded = format!(
+            r#"weft_calls_total{{function="f",module="exe",tid="exited",thread="exited",pid="{pid}"}}"#
+        );
+        assert_eq!(sample(&text, &one), Some(3.0), "{text}");
+        assert_eq!(sample(&text, &two), Some(5.0), "{text}");
+        assert_eq!(sample(&text, &folded), None, "{text}");
+        let mut fold = Exporter::new(&[pid], Duration::ZERO, weft::Metrics::CALLS, 1);
         let text = fold.exposition(&r, false).unwrap();
-        assert_eq!(sample(&text, one), Some(3.0), "{text}");
-        assert_eq!(sample(&text, two), None, "{text}");
-        assert_eq!(sample(&text, folded), Some(5.0), "{text}");
+        assert_eq!(sample(&text, &one), Some(3.0), "{text}");
+        assert_eq!(sample(&text, &two), None, "{text}");
+        assert_eq!(sample(&text, &folded), Some(5.0), "{text}");
         assert_eq!(
             sample(&text, r#"weft_threads{state="folded"}"#),
             Some(1.0),
@@ -618,18 +724,19 @@ mod tests {
     fn histograms_are_cumulative_up_to_inf_and_openmetrics_ends_with_eof() {
         let r = report(vec![thread(1, false, 4)]);
         let mut e = Exporter::new(
-            std::process::id() as i32,
+            &[std::process::id() as i32],
             Duration::ZERO,
             weft::Metrics::ALL,
             1,
         );
         let text = e.exposition(&r, true).unwrap();
+        let pid = r.pid;
         assert!(text.ends_with("# EOF\n"), "{text}");
         let at = |le: &str| {
             sample(
                 &text,
                 &format!(
-                    r#"weft_call_duration_seconds_bucket{{le="{le}",function="f",module="exe"}}"#
+                    r#"weft_call_duration_seconds_bucket{{le="{le}",function="f",module="exe",pid="{pid}"}}"#
                 ),
             )
         };
@@ -638,7 +745,9 @@ mod tests {
         assert_eq!(at("0.000001024"), Some(4.0), "{text}");
         assert_eq!(at("+Inf"), Some(4.0), "{text}");
         assert!(
-            text.contains(r#"weft_call_duration_seconds_count{function="f",module="exe"} 4"#),
+            text.contains(&format!(
+                r#"weft_call_duration_seconds_count{{function="f",module="exe",pid="{pid}"}} 4"#
+            )),
             "{text}"
         );
     }

@@ -339,3 +339,90 @@ fn an_agent_serving_counts_and_top_timing_the_same_function_are_both_exact() {
     phase(&mut t, 4);
     t.wait_code(0);
 }
+
+/// `weft_calls_total` of `function` summed over the series whose labels
+/// include `pid="PID"`.
+fn calls_of(body: &str, function: &str, pid: &str) -> u64 {
+    body.lines()
+        .filter(|l| l.starts_with("weft_calls_total{"))
+        .filter(|l| {
+            l.contains(&format!("function=\"{function}\"")) && l.contains(&format!("pid=\"{pid}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// One weft serving several processes: each one's series under its `pid`
+/// label, each equal to what that process made; a process that exits
+/// folds into `pid="exited"` (with `--fold-after 0`), its counts kept;
+/// `promtool` accepts the exposition.
+#[test]
+fn several_processes_served_each_under_its_pid() {
+    let ctx = Ctx::new("several_processes_served_each_under_its_pid");
+    let mut a = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
+    let mut b = ctx.target(workers_c(), &["--threads", "3", "--phases", "1"]);
+    for t in [&mut a, &mut b] {
+        t.expect_stdout("ready", |l| l.starts_with("ready"));
+    }
+    let list = format!("{},{}", a.pid, b.pid);
+    let mut w = ctx.weft(&[
+        "attach",
+        "-p",
+        &list,
+        "-f",
+        "work_a",
+        "--serve",
+        ":0",
+        "--fold-after",
+        "0",
+        "--format",
+        "json",
+    ]);
+    let port = served_port(&ctx, &mut w);
+    for t in [&mut a, &mut b] {
+        t.send("go");
+        t.expect_stdout("phase done", |l| l == "phase 1 done");
+    }
+    let own = |t: &Proc| -> u64 {
+        worker_lines(&ctx, &t.stdout_text())
+            .iter()
+            .map(|l| l.work_a)
+            .sum()
+    };
+    // b's workers end with its only phase: it exits.
+    b.expect_stdout("`done`", |l| l == "done");
+    b.wait_code(0);
+    let (_, _, body) = get(port, "/metrics", None).unwrap_or_else(|e| ctx.fail(format!("{e}")));
+    let (ga, gb, gx) = (
+        calls_of(&body, "work_a", &a.pid_str()),
+        calls_of(&body, "work_a", &b.pid_str()),
+        calls_of(&body, "work_a", "exited"),
+    );
+    ctx.check(ga == own(&a) && gb == 0 && gx == own(&b), || {
+        format!(
+            "pid {} {ga} calls (made {}), pid {} {gb} (exited: folded), exited {gx} (made {}):\n{body}",
+            a.pid,
+            own(&a),
+            b.pid,
+            own(&b)
+        )
+    });
+    let dir = scratch_dir("serve_several");
+    let file = dir.join("metrics.txt");
+    std::fs::write(&file, &body).unwrap();
+    // promtool: Debian's `prometheus` package, which .ci/run installs.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("promtool check metrics < {}", file.display()))
+        .output()
+        .expect("sh runs");
+    ctx.check(out.status.success(), || {
+        format!("promtool: {}{}", String::from_utf8_lossy(&out.stderr), body)
+    });
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    a.send("go");
+    a.expect_stdout("`done`", |l| l == "done");
+    a.wait_code(0);
+}

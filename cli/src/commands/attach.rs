@@ -224,8 +224,12 @@ fn attach(
     // seconds for a turn and held counts already stale (issue #17).
     keep_until_exit(boost);
     let mut server = server.map(|s| {
-        let exporter =
-            serve::Exporter::new(pid, fold_after, measure.metrics.metrics, attached.functions);
+        let exporter = serve::Exporter::new(
+            &[pid],
+            fold_after,
+            measure.metrics.metrics,
+            attached.functions,
+        );
         (s, exporter)
     });
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
@@ -296,11 +300,13 @@ fn attach_several(
             "kernel patterns with several processes are not supported yet: run one weft per process"
         );
     }
-    if live.serve.is_some() {
-        bail!("--serve with several processes is not supported yet: run one weft per process");
-    }
     let duration = seconds("duration", live.duration.as_deref(), false)?;
     let interval = seconds("interval", live.interval.as_deref(), true)?;
+    let server = match &live.serve {
+        Some(addr) => Some(serve::Server::start(addr, live.serve_public)?),
+        None => None,
+    };
+    let fold_after = seconds("fold-after", Some(&live.fold_after), false)?.unwrap_or_default();
     let mut sink = Sink::new(output)?;
     wait::install_stop_handlers();
     let mut attached: Vec<(String, Attached)> = Vec::new();
@@ -324,7 +330,19 @@ fn attach_several(
             }
         }
     }
+    if let Some(server) = &server {
+        eprintln!(
+            "weft: serving metrics at http://{}/metrics",
+            server.local_addr()
+        );
+    }
     keep_until_exit(boost);
+    let functions_total = attached.iter().map(|(_, a)| a.functions).sum();
+    let mut server = server.map(|s| {
+        let exporter =
+            serve::Exporter::new(pids, fold_after, measure.metrics.metrics, functions_total);
+        (s, exporter)
+    });
     let report = |attached: &[(String, Attached)]| -> Result<ProcessesReport> {
         let mut processes = Vec::new();
         for (command, a) in attached {
@@ -342,6 +360,23 @@ fn attach_several(
         for (_, a) in &mut attached {
             a.tick();
         }
+        if let Some((server, exporter)) = &mut server {
+            server.answer(|openmetrics| {
+                let reports = attached
+                    .iter()
+                    .map(|(_, a)| Ok((a.process.pid(), !a.process.is_alive(), a.live_report()?)))
+                    .collect::<Result<Vec<_>>>()?;
+                let parts: Vec<serve::Part> = reports
+                    .iter()
+                    .map(|(pid, exited, report)| serve::Part {
+                        pid: *pid,
+                        exited: *exited,
+                        report,
+                    })
+                    .collect();
+                exporter.exposition_of(&parts, openmetrics)
+            });
+        }
         if let (Some(at), Some(every)) = (next_report, interval) {
             if std::time::Instant::now() >= at && failed.is_none() {
                 failed = report(&attached)
@@ -355,6 +390,8 @@ fn attach_several(
         }
         next_report.filter(|_| failed.is_none())
     });
+    // No scrape is answered from targets being detached.
+    drop(server);
     let mut processes = Vec::new();
     let mut first_error = None;
     for (command, a) in &mut attached {
