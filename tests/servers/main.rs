@@ -1,6 +1,7 @@
 //! Programs nobody here wrote: real programs run and attached to, and real
-//! servers (Debian's memcached and MariaDB, which `scripts/test` installs)
-//! under overlapping sessions and several hundred threads.
+//! servers (Debian's memcached, MariaDB and nginx, which `scripts/test`
+//! installs) under overlapping sessions, several hundred threads, and
+//! several processes.
 //!
 //! One module per test file; tests/README.md says how the tests are
 //! grouped into binaries and how to run one.
@@ -11,5 +12,6 @@
 pub mod support;
 
 mod mariadb;
+mod nginx;
 mod real_programs;
 mod real_sessions;
