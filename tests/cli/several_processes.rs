@@ -66,13 +66,18 @@ fn check_process(ctx: &Ctx, report: &serde_json::Value, t: &Proc, phase: u64) ->
 
 /// The totals' `work_a` calls and processes.
 fn total(ctx: &Ctx, report: &serde_json::Value) -> (u64, u64) {
+    total_of(ctx, report, "work_a")
+}
+
+/// The totals' calls of `function`, and its processes.
+fn total_of(ctx: &Ctx, report: &serde_json::Value, function: &str) -> (u64, u64) {
     let Some(t) = report["totals"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|f| f["name"] == "work_a")
+        .find(|f| f["name"] == function)
     else {
-        ctx.fail(format!("no work_a in the totals: {report}"));
+        ctx.fail(format!("no {function} in the totals: {report}"));
     };
     (
         t["calls"].as_u64().unwrap(),
@@ -259,4 +264,80 @@ fn a_master_whose_workers_do_the_work_is_told() {
     w.send("quit");
     w.wait_code(0);
     check_hint(&w.stderr_text(), &workers, "run");
+}
+
+/// `--children`: a master and the workers it has forked, in one session,
+/// each worker exact; a worker forked after the attach is named (not
+/// followed yet), and its calls are not in the report.
+#[test]
+fn children_taken_with_their_master_and_late_ones_named() {
+    let ctx = Ctx::new("children_taken_with_their_master_and_late_ones_named");
+    let exe = build_c_target_with("gcc", "forker", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["2"]);
+    let ready = t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let workers: Vec<i64> = ready
+        .split_once("workers=")
+        .map(|(_, w)| w.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default();
+    ctx.check(workers.len() == 2, || ready.clone());
+    let pid = t.pid_str();
+    let mut w = ctx.weft(&[
+        "attach",
+        "-p",
+        &pid,
+        "--children",
+        "-f",
+        "handle",
+        "--format",
+        "json",
+    ]);
+    let pids = attached_pids(&mut w, 3);
+    let want: BTreeSet<u32> = [t.pid]
+        .into_iter()
+        .chain(workers.iter().map(|&p| p as u32))
+        .collect();
+    ctx.check(pids == want, || {
+        format!("attached to {pids:?}, expected {want:?}")
+    });
+    t.send("spawn");
+    let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));
+    let late = spawned.trim_start_matches("spawned ").to_string();
+    let note = w.expect_line(Stream::Stderr, "the late child named", |l| {
+        l.contains("started after the attach")
+    });
+    ctx.check(note.contains(&format!("pid {late} ")), || {
+        format!("the note names {note:?}, the late worker is {late}")
+    });
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    let calls = |pid: i64| {
+        report["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["pid"] == pid)
+            .map(|p| p["functions"][0]["calls"].as_u64().unwrap_or(0))
+    };
+    ctx.check(calls(i64::from(t.pid)) == Some(0), || {
+        format!("the master: {out}")
+    });
+    for &wk in &workers {
+        ctx.check(calls(wk) == Some(2000), || {
+            format!("worker {wk}: {:?} calls, it made 2000: {out}", calls(wk))
+        });
+    }
+    ctx.check(calls(late.parse().unwrap_or(0)).is_none(), || {
+        format!("the late worker {late} is in the report: {out}")
+    });
+    let (total, processes) = total_of(&ctx, &report, "handle");
+    ctx.check(total == 4000 && processes == 3, || {
+        format!("totals: {total} calls in {processes} processes: {out}")
+    });
+    t.send("quit");
+    t.wait_code(0);
 }

@@ -5,9 +5,10 @@
  *
  * Usage: forker [WORKERS]   (default 2)
  * Prints "ready pid=P workers=W1,W2,..." once the workers wait, then reads
- * stdin: "go" makes each worker call handle() 2,000 times, print
- * "worker PID calls=2000" and exit; the master prints "done" when all have
- * exited, and exits at "quit" or end of input.
+ * stdin: "spawn" forks one more worker (prints "spawned PID"); "go" makes
+ * each worker call handle() 2,000 times, print "worker PID calls=2000" and
+ * exit; the master prints "done" when all have exited, and exits at "quit"
+ * or end of input.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -20,37 +21,47 @@ static volatile unsigned long sink;
 
 __attribute__((noinline)) void handle(int i) { sink += (unsigned long)i * 7; }
 
+static int go[2];
+static pid_t workers[64];
+
+/* Forks worker `w`, which waits for its byte on the pipe. */
+static pid_t spawn(int w) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1)
+            _exit(2);
+        for (int i = 0; i < 2000; i++)
+            handle(i);
+        printf("worker %d calls=2000\n", getpid());
+        _exit(0);
+    }
+    workers[w] = pid;
+    return pid;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 2;
-    int go[2];
-    if (n < 1 || n > 64 || pipe(go) != 0)
+    if (n < 1 || n > 32 || pipe(go) != 0)
         return 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    pid_t workers[64];
-    for (int w = 0; w < n; w++) {
-        pid_t pid = fork();
-        if (pid < 0)
+    for (int w = 0; w < n; w++)
+        if (spawn(w) < 0)
             return 1;
-        if (pid == 0) {
-            char c;
-            close(go[1]);
-            if (read(go[0], &c, 1) != 1)
-                _exit(2);
-            for (int i = 0; i < 2000; i++)
-                handle(i);
-            printf("worker %d calls=2000\n", getpid());
-            _exit(0);
-        }
-        workers[w] = pid;
-    }
-    close(go[0]);
     printf("ready pid=%d workers=", getpid());
     for (int w = 0; w < n; w++)
         printf(w ? ",%d" : "%d", workers[w]);
     printf("\n");
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
-        if (!strncmp(line, "go", 2)) {
+        if (!strncmp(line, "spawn", 5) && n < 64) {
+            pid_t pid = spawn(n);
+            if (pid < 0)
+                return 1;
+            n++;
+            printf("spawned %d\n", pid);
+        } else if (!strncmp(line, "go", 2)) {
             for (int w = 0; w < n; w++)
                 if (write(go[1], "g", 1) != 1)
                     return 1;

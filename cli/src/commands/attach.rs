@@ -37,6 +37,13 @@ pub struct AttachArgs {
     /// its command; repeatable, and beside -p.
     #[arg(long = "pid-of", value_name = "NAME")]
     pid_of: Vec<String>,
+    /// Also the processes the given ones have forked (their descendants
+    /// now: a server's workers or backends), each instrumented with the
+    /// same patterns where they match (a child that has none of the
+    /// functions is left alone, and said); children forked after the
+    /// attach are named, not followed yet.
+    #[arg(long)]
+    children: bool,
     /// Functions to count (as for `run`).
     #[arg(
         short = 'f',
@@ -96,6 +103,7 @@ pub fn exec(args: AttachArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> 
     let AttachArgs {
         pids,
         pid_of,
+        children,
         functions,
         duration,
         interval,
@@ -107,10 +115,11 @@ pub fn exec(args: AttachArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> 
         refusals,
         output,
     } = args;
-    let pids = targets(&pids, &pid_of)?;
+    let given = targets(&pids, &pid_of)?;
+    let family = Family::of(&given, children);
     check_trace_format(&measure, &output).and_then(|()| {
         attach(
-            &pids,
+            &family,
             &functions,
             Live {
                 duration,
@@ -167,8 +176,42 @@ fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
     Ok(all)
 }
 
+/// The processes a session takes: those given, and with `--children`
+/// their descendants at the attach (optional: one the patterns miss is
+/// left alone).
+struct Family {
+    given: Vec<i32>,
+    children: Vec<i32>,
+    /// `--children`: look for children forked later (to name them).
+    follow: bool,
+}
+
+impl Family {
+    fn of(given: &[i32], follow: bool) -> Family {
+        let mut children = Vec::new();
+        if follow {
+            for &pid in given {
+                for child in weft::inspect::descendants(pid) {
+                    if !given.contains(&child) && !children.contains(&child) {
+                        children.push(child);
+                    }
+                }
+            }
+        }
+        Family {
+            given: given.to_vec(),
+            children,
+            follow,
+        }
+    }
+
+    fn all(&self) -> Vec<i32> {
+        self.given.iter().chain(&self.children).copied().collect()
+    }
+}
+
 fn attach(
-    pids: &[i32],
+    family: &Family,
     functions: &[String],
     live: Live,
     measure: &Measure,
@@ -176,9 +219,12 @@ fn attach(
     output: &Output,
     boost: Option<RealtimeGuard>,
 ) -> Result<ExitCode> {
-    let pid = match pids {
-        [pid] => *pid,
-        _ => return attach_several(pids, functions, live, measure, refusals, output, boost),
+    let pid = match (
+        family.given.as_slice(),
+        family.children.is_empty() && !family.follow,
+    ) {
+        ([pid], true) => *pid,
+        _ => return attach_several(family, functions, live, measure, refusals, output, boost),
     };
     let split = kernel::split(functions)?;
     let caps = kernel::capabilities(&split)?;
@@ -286,7 +332,7 @@ fn attach(
 /// instrumented), then live until all have exited, `--duration` ends or
 /// SIGINT/SIGTERM; each reported on its own, then in totals.
 fn attach_several(
-    pids: &[i32],
+    family: &Family,
     functions: &[String],
     live: Live,
     measure: &Measure,
@@ -310,9 +356,16 @@ fn attach_several(
     let mut sink = Sink::new(output)?;
     wait::install_stop_handlers();
     let mut attached: Vec<(String, Attached)> = Vec::new();
-    for &pid in pids {
+    for pid in family.all() {
         let command = weft::inspect::command(pid).unwrap_or_default();
-        match Attached::attach(pid, &split, None, measure, refusals, live.later) {
+        let result = Attached::attach(pid, &split, None, measure, refusals, live.later);
+        if let (Err(e), true) = (&result, family.children.contains(&pid)) {
+            // A child is optional: one running another program (a shell,
+            // a helper), or gone meanwhile, is left alone.
+            eprintln!("weft: pid {pid} ({command}), a child, left alone: {e:#}");
+            continue;
+        }
+        match result {
             Ok(a) => {
                 // The same line as for one process, once per process.
                 eprintln!(
@@ -337,6 +390,11 @@ fn attach_several(
         );
     }
     keep_until_exit(boost);
+    let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
+    let pids = pids.as_slice();
+    // Children forked after the attach: named once each (not followed yet).
+    let mut known: std::collections::HashSet<i32> = family.all().into_iter().collect();
+    let mut looked_for_children = std::time::Instant::now();
     let functions_total = attached.iter().map(|(_, a)| a.functions).sum();
     let mut server = server.map(|s| {
         let exporter =
@@ -359,6 +417,20 @@ fn attach_several(
     let ended = wait::wait_all(pids, duration, &mut || {
         for (_, a) in &mut attached {
             a.tick();
+        }
+        if family.follow && looked_for_children.elapsed() >= std::time::Duration::from_millis(200) {
+            looked_for_children = std::time::Instant::now();
+            for &root in &family.given {
+                for child in weft::inspect::descendants(root) {
+                    if known.insert(child) {
+                        eprintln!(
+                            "weft: pid {child} ({}) started after the attach: not followed yet, \
+                             its calls are not counted (attach to it: -p {child})",
+                            weft::inspect::command(child).unwrap_or_default()
+                        );
+                    }
+                }
+            }
         }
         if let Some((server, exporter)) = &mut server {
             server.answer(|openmetrics| {

@@ -43,7 +43,7 @@ pub use maps::{Mapping, MappingPath, MapsParseError, Perms};
 pub use module::Module;
 pub(crate) use pattern::suggest;
 pub use pattern::{split_list, Glob, Pattern, PatternError};
-pub use procfs::{children_running_the_same_program, command, pids_of};
+pub use procfs::{children_running_the_same_program, command, descendants, pids_of};
 pub(crate) use procfs::{process_state, ProcState};
 
 /// What kind of function was found, with its runtime details.

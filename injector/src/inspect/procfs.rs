@@ -217,6 +217,30 @@ pub fn children_running_the_same_program(pid: i32) -> Vec<i32> {
     children
 }
 
+/// The descendants of process `pid` now (its children, theirs, ...), in
+/// breadth-first order, whatever program they run.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([pid]);
+    while let Some(p) = queue.pop_front() {
+        for tid in thread_ids::<i32>(p) {
+            let Ok(text) = std::fs::read_to_string(task_file(p, tid, "children")) else {
+                continue;
+            };
+            for child in text
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if child != pid && !found.contains(&child) {
+                    found.push(child);
+                    queue.push_back(child);
+                }
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
