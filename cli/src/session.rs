@@ -89,11 +89,12 @@ impl Children {
         let name = weft::inspect::command(self.pid).unwrap_or_else(|| "PROGRAM".into());
         Some(format!(
             "weft: pid {} made no instrumented call, but its children {} ran the same program \
-             (a server's workers?): weft measures the processes it is given, not their \
-             children (not yet): attach to the workers while they run, \
-             weft attach -p {} (or --pid-of {name})",
+             (a server's workers?): weft measures the processes it is given: attach to the \
+             master and its workers while they run, weft attach -p {} --children \
+             (or -p {}, or --pid-of {name})",
             self.pid,
             list.join(", "),
+            self.pid,
             list.join(","),
         ))
     }

@@ -1141,7 +1141,7 @@ impl ThreadCpuClock {
     }
 
     /// Asks the clock for a perf event: its owner makes one at its next
-    /// read (see [`ThreadCpuClock::arm_self`]). What the injector writes
+    /// read (see `ThreadCpuClock::arm_self`). What the injector writes
     /// into a row's clock, through the region, for a thread that reads a
     /// system call for want of an event when a CPU timer is installed
     /// again; here for tests.
