@@ -328,30 +328,8 @@ impl Exporter {
             }
             for f in &report.functions {
                 calls += f.calls;
-                let Some(h) = f.histogram.as_ref() else {
+                let Some(series) = HistogramSeries::of(f, &pid_label) else {
                     continue;
-                };
-                // Buckets up to the last one used (each bounded above by
-                // the next power of two), then +Inf.
-                let used = h.counts.iter().rposition(|&n| n > 0).map_or(0, |b| b + 1);
-                let mut buckets: Vec<(f64, u64)> = h.counts[..used]
-                    .iter()
-                    .enumerate()
-                    .map(|(b, &n)| {
-                        let to = weft::report::Histogram::bounds(b).1;
-                        (to.map_or(f64::INFINITY, |ns| ns as f64 / 1e9), n)
-                    })
-                    .collect();
-                if buckets.last().map_or(true, |b| b.0 != f64::INFINITY) {
-                    buckets.push((f64::INFINITY, 0));
-                }
-                let series = HistogramSeries {
-                    function: f.name.clone(),
-                    module: f.module.clone(),
-                    pid: pid_label.clone(),
-                    sum: f.wall_ns.unwrap_or(0) as f64 / 1e9,
-                    count: h.total(),
-                    buckets,
                 };
                 // Processes folded into one label add up.
                 match histograms.iter_mut().find(|o: &&mut HistogramSeries| {
@@ -454,6 +432,33 @@ struct HistogramSeries {
 }
 
 impl HistogramSeries {
+    /// `f`'s histogram, if it keeps one, as the series of process label
+    /// `pid`: buckets up to the last one used (each bounded above by the
+    /// next power of two), then +Inf.
+    fn of(f: &weft::report::FunctionReport, pid: &str) -> Option<HistogramSeries> {
+        let h = f.histogram.as_ref()?;
+        let used = h.counts.iter().rposition(|&n| n > 0).map_or(0, |b| b + 1);
+        let mut buckets: Vec<(f64, u64)> = h.counts[..used]
+            .iter()
+            .enumerate()
+            .map(|(b, &n)| {
+                let to = weft::report::Histogram::bounds(b).1;
+                (to.map_or(f64::INFINITY, |ns| ns as f64 / 1e9), n)
+            })
+            .collect();
+        if buckets.last().map_or(true, |b| b.0 != f64::INFINITY) {
+            buckets.push((f64::INFINITY, 0));
+        }
+        Some(HistogramSeries {
+            function: f.name.clone(),
+            module: f.module.clone(),
+            pid: pid.to_string(),
+            sum: f.wall_ns.unwrap_or(0) as f64 / 1e9,
+            count: h.total(),
+            buckets,
+        })
+    }
+
     /// Adds `other`'s counts (the same function in another process folded
     /// into the same `pid` label): bucket by bucket, +Inf last.
     fn add(&mut self, other: &HistogramSeries) {

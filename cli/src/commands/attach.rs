@@ -355,34 +355,7 @@ fn attach_several(
     let fold_after = seconds("fold-after", Some(&live.fold_after), false)?.unwrap_or_default();
     let mut sink = Sink::new(output)?;
     wait::install_stop_handlers();
-    let mut attached: Vec<(String, Attached)> = Vec::new();
-    for pid in family.all() {
-        let command = weft::inspect::command(pid).unwrap_or_default();
-        let result = Attached::attach(pid, &split, None, measure, refusals, live.later);
-        if let (Err(e), true) = (&result, family.children.contains(&pid)) {
-            // A child is optional: one running another program (a shell,
-            // a helper), or gone meanwhile, is left alone.
-            eprintln!("weft: pid {pid} ({command}), a child, left alone: {e:#}");
-            continue;
-        }
-        match result {
-            Ok(a) => {
-                // The same line as for one process, once per process.
-                eprintln!(
-                    "weft: attached pid={pid} threads={} functions={}",
-                    a.threads, a.functions
-                );
-                attached.push((command, a));
-            }
-            Err(e) => {
-                // All or nothing: the processes done so far are let go.
-                for (_, a) in &mut attached {
-                    let _ = a.finish(wait::End::Signal);
-                }
-                return Err(e.context(format!("pid {pid} ({command})")));
-            }
-        }
-    }
+    let mut attached = attach_family(family, &split, measure, refusals, live.later)?;
     if let Some(server) = &server {
         eprintln!(
             "weft: serving metrics at http://{}/metrics",
@@ -464,16 +437,65 @@ fn attach_several(
     });
     // No scrape is answered from targets being detached.
     drop(server);
+    let report = finish_all(&mut attached, ended)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    sink.write_processes(&report, true)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Attaches to every process of `family` (see [`attach_several`]).
+fn attach_family(
+    family: &Family,
+    split: &Patterns,
+    measure: &Measure,
+    refusals: &Refusals,
+    later: bool,
+) -> Result<Vec<(String, Attached)>> {
+    let mut attached: Vec<(String, Attached)> = Vec::new();
+    for pid in family.all() {
+        let command = weft::inspect::command(pid).unwrap_or_default();
+        let result = Attached::attach(pid, split, None, measure, refusals, later);
+        if let (Err(e), true) = (&result, family.children.contains(&pid)) {
+            // A child is optional: one running another program (a shell,
+            // a helper), or gone meanwhile, is left alone.
+            eprintln!("weft: pid {pid} ({command}), a child, left alone: {e:#}");
+            continue;
+        }
+        match result {
+            Ok(a) => {
+                // The same line as for one process, once per process.
+                eprintln!(
+                    "weft: attached pid={pid} threads={} functions={}",
+                    a.threads, a.functions
+                );
+                attached.push((command, a));
+            }
+            Err(e) => {
+                // All or nothing: the processes done so far are let go.
+                for (_, a) in &mut attached {
+                    let _ = a.finish(wait::End::Signal);
+                }
+                return Err(e.context(format!("pid {pid} ({command})")));
+            }
+        }
+    }
+    Ok(attached)
+}
+
+/// Takes everything out of every process still there and detaches, each
+/// whatever happened to another; their final reports.
+fn finish_all(attached: &mut [(String, Attached)], ended: wait::End) -> Result<ProcessesReport> {
     let mut processes = Vec::new();
     let mut first_error = None;
-    for (command, a) in &mut attached {
+    for (command, a) in attached {
         let exited = !a.process.is_alive();
         let end = if exited {
             wait::End::TargetExited
         } else {
             ended
         };
-        // Every process is let go, whatever happened to another.
         match a.finish(end) {
             Ok(report) => processes.push(ProcessReport {
                 command: command.clone(),
@@ -486,11 +508,10 @@ fn attach_several(
             }
         }
     }
-    if let Some(e) = first_error.or(failed) {
-        return Err(e);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(ProcessesReport::new(processes)),
     }
-    sink.write_processes(&ProcessesReport::new(processes), true)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `attach` with kernel patterns only: no ptrace, no runtime, any process
