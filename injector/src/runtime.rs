@@ -607,6 +607,7 @@ mod tests {
                 "weft_rt_init",
                 "weft_rt_personality",
                 "weft_rt_register_thread",
+                "weft_rt_release_cpu_clocks",
                 "weft_rt_tls_offset",
             ]
         );
