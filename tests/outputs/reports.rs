@@ -48,6 +48,7 @@ fn num(v: &Value, what: &str) -> u64 {
 #[test]
 fn self_time_is_inclusive_less_callees_per_thread() {
     let ctx = Ctx::new("self_time_is_inclusive_less_callees_per_thread");
+    let _turn = one_at_a_time();
     let r = run_tree(&ctx, &["-m", "calls,wall,cpu"]);
     let threads = r["threads"].as_array().unwrap();
     ctx.check(threads.len() as u64 == THREADS, || format!("threads: {r}"));
@@ -112,6 +113,7 @@ fn self_time_is_inclusive_less_callees_per_thread() {
 #[test]
 fn histograms_count_every_outermost_call_in_its_bucket() {
     let ctx = Ctx::new("histograms_count_every_outermost_call_in_its_bucket");
+    let _turn = one_at_a_time();
     let r = run_tree(&ctx, &["-m", "wall", "--histogram=auto"]);
     let buckets = |h: &Value| -> Vec<(u64, u64)> {
         h.as_array()
@@ -169,6 +171,7 @@ fn histograms_count_every_outermost_call_in_its_bucket() {
 #[test]
 fn table_of_the_call_tree() {
     let ctx = Ctx::new("table_of_the_call_tree");
+    let _turn = one_at_a_time();
     let threads = THREADS.to_string();
     let mut w = ctx.weft(&[
         "run",
@@ -205,6 +208,7 @@ fn table_of_the_call_tree() {
 #[test]
 fn hundreds_of_functions_fit_120_columns() {
     let ctx = Ctx::new("hundreds_of_functions_fit_120_columns");
+    let _turn = one_at_a_time();
     let exe = many_functions(300);
     let exe = exe.to_str().unwrap();
     for (top, rows) in [(None, 50), (Some("0"), 300)] {
@@ -243,6 +247,7 @@ fn hundreds_of_functions_fit_120_columns() {
 fn a_runtime_of_another_build_is_refused() {
     use object::{Object, ObjectSection};
     let ctx = Ctx::new("a_runtime_of_another_build_is_refused");
+    let _turn = one_at_a_time();
     let exe = many_functions(4);
     // First, this weft's own runtime, to copy it out of the target (the
     // runtime's memfd stays open there).
@@ -308,6 +313,7 @@ fn a_runtime_of_another_build_is_refused() {
 #[test]
 fn a_histogram_is_no_reason_to_refuse_a_share() {
     let ctx = Ctx::new("a_histogram_is_no_reason_to_refuse_a_share");
+    let _turn = one_at_a_time();
     let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
     let (pid, _) = wait_ready(&mut t);
     let json = ["-f", "work_a", "-m", "calls,wall", "--format", "json"];
@@ -345,6 +351,7 @@ fn a_histogram_is_no_reason_to_refuse_a_share() {
 #[test]
 fn a_running_call_counts_in_self_time_as_in_wall_time() {
     let ctx = Ctx::new("a_running_call_counts_in_self_time_as_in_wall_time");
+    let _turn = one_at_a_time();
     let exe = build_c_target("opencalls", &["-O2", "-g"]);
     let mut t = ctx.target(&exe, &["30"]);
     t.expect_stdout("ready", |l| l == "ready");

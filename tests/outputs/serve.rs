@@ -51,6 +51,7 @@ fn served_port(ctx: &Ctx, w: &mut Proc) -> u16 {
 #[test]
 fn a_real_prometheus_stores_each_threads_counts_as_the_target_counts_them() {
     let ctx = Ctx::new("a_real_prometheus_stores_each_threads_counts_as_the_target_counts_them");
+    let _turn = one_at_a_time();
     for tool in ["prometheus", "promtool"] {
         ctx.check(Command::new(tool).arg("--version").output().is_ok(), || {
             format!(
@@ -227,6 +228,7 @@ fn a_real_prometheus_stores_each_threads_counts_as_the_target_counts_them() {
 #[test]
 fn serving_beyond_loopback_must_be_asked_for() {
     let ctx = Ctx::new("serving_beyond_loopback_must_be_asked_for");
+    let _turn = one_at_a_time();
     let mut t = ctx.target(workers_c(), &["--threads", "1"]);
     t.expect_stdout("ready", |l| l.starts_with("ready"));
     let mut w = ctx.weft(&[
@@ -256,6 +258,7 @@ fn serving_beyond_loopback_must_be_asked_for() {
 #[test]
 fn an_agent_serving_counts_and_top_timing_the_same_function_are_both_exact() {
     let ctx = Ctx::new("an_agent_serving_counts_and_top_timing_the_same_function_are_both_exact");
+    let _turn = one_at_a_time();
     let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "4"]);
     t.expect_stdout("ready", |l| l.starts_with("ready"));
     let pid = t.pid_str();
@@ -360,6 +363,7 @@ fn calls_of(body: &str, function: &str, pid: &str) -> u64 {
 #[test]
 fn several_processes_served_each_under_its_pid() {
     let ctx = Ctx::new("several_processes_served_each_under_its_pid");
+    let _turn = one_at_a_time();
     let mut a = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
     let mut b = ctx.target(workers_c(), &["--threads", "3", "--phases", "1"]);
     for t in [&mut a, &mut b] {

@@ -114,6 +114,7 @@ fn function_rows(screen: &str) -> Vec<(String, u64, f64)> {
 #[test]
 fn top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal() {
     let ctx = Ctx::new("top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal");
+    let _turn = one_at_a_time();
     let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
     t.expect_stdout("ready", |l| l.starts_with("ready"));
     let tmux = Tmux::start(&ctx, "top");
@@ -240,6 +241,7 @@ fn top_shows_the_targets_own_counts_sorts_quits_and_restores_the_terminal() {
 #[test]
 fn top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm() {
     let ctx = Ctx::new("top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm");
+    let _turn = one_at_a_time();
     let mut t = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
     t.expect_stdout("ready", |l| l.starts_with("ready"));
     let mut w = ctx.weft(&[
@@ -321,6 +323,7 @@ fn shares_on(screen: &str, function: &str) -> Option<(f64, f64)> {
 #[test]
 fn top_shares_are_the_threads_own_and_the_threads_view_sorts_and_filters() {
     let ctx = Ctx::new("top_shares_are_the_threads_own_and_the_threads_view_sorts_and_filters");
+    let _turn = one_at_a_time();
     let exe = build_c_target("shares", &["-O2", "-g"]);
     let mut t = ctx.target(&exe, &["3", "400", "600", "90"]);
     t.expect_stdout("ready", |l| l == "ready");

@@ -182,6 +182,7 @@ fn check_sequences(
 #[test]
 fn run_writes_every_call_once_nested_in_order() {
     let ctx = Ctx::new("run_writes_every_call_once_nested_in_order");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_run");
     let file = dir.join("trace.json");
@@ -199,6 +200,7 @@ fn run_writes_every_call_once_nested_in_order() {
 #[test]
 fn attach_writes_every_call_once_nested_in_order() {
     let ctx = Ctx::new("attach_writes_every_call_once_nested_in_order");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_attach");
     let file = dir.join("trace.json");
@@ -234,6 +236,7 @@ fn attach_writes_every_call_once_nested_in_order() {
 #[test]
 fn flamegraph_is_an_svg_with_the_functions() {
     let ctx = Ctx::new("flamegraph_is_an_svg_with_the_functions");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_flamegraph");
     let file = dir.join("flame.svg");
@@ -268,6 +271,7 @@ fn flamegraph_is_an_svg_with_the_functions() {
 #[test]
 fn a_full_ring_drops_reports_and_never_blocks() {
     let ctx = Ctx::new("a_full_ring_drops_reports_and_never_blocks");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_drops");
     let file = dir.join("report.json");
@@ -349,6 +353,7 @@ fn a_full_ring_drops_reports_and_never_blocks() {
 #[test]
 fn longjmp_and_thread_exit_end_as_unwound() {
     let ctx = Ctx::new("longjmp_and_thread_exit_end_as_unwound");
+    let _turn = one_at_a_time();
     let dir = scratch_dir("trace_exits");
     let file = dir.join("trace.json");
     let exe = exits();
@@ -382,6 +387,7 @@ fn longjmp_and_thread_exit_end_as_unwound() {
 #[test]
 fn exceptions_end_traced_frames_as_unwound() {
     let ctx = Ctx::new("exceptions_end_traced_frames_as_unwound");
+    let _turn = one_at_a_time();
     let dir = scratch_dir("trace_exceptions");
     let file = dir.join("trace.json");
     let exe = exceptions();
@@ -409,6 +415,7 @@ fn exceptions_end_traced_frames_as_unwound() {
 #[test]
 fn a_second_tracing_weft_is_refused() {
     let ctx = Ctx::new("a_second_tracing_weft_is_refused");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let mut target = ctx.target(&exe, &["2", "300", "wait"]);
     target.expect_stdout("ready", |l| l == "ready");
@@ -476,6 +483,7 @@ fn totals_and_self(trace: &serde_json::Value, tid: i64) -> BTreeMap<String, (f64
 #[test]
 fn speedscope_and_chromium_read_the_trace_and_the_flame_graph() {
     let ctx = Ctx::new("speedscope_and_chromium_read_the_trace_and_the_flame_graph");
+    let _turn = one_at_a_time();
     let index = speedscope(&ctx);
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_viewers");
@@ -742,6 +750,7 @@ fn read_streamed(ctx: &Ctx, file: &Path) -> (Streamed, serde_json::Value) {
 #[test]
 fn a_burst_of_nested_calls_is_traced_whole_in_bounded_memory() {
     let ctx = Ctx::new("a_burst_of_nested_calls_is_traced_whole_in_bounded_memory");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2", "-g"]);
     let dir = scratch_dir("trace_burst");
     let (json, svg) = (dir.join("trace.json"), dir.join("flame.svg"));
@@ -812,6 +821,7 @@ fn a_burst_of_nested_calls_is_traced_whole_in_bounded_memory() {
 #[test]
 fn drops_are_marked_on_the_timeline() {
     let ctx = Ctx::new("drops_are_marked_on_the_timeline");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_gaps");
     let file = dir.join("trace.json");
@@ -855,6 +865,7 @@ fn drops_are_marked_on_the_timeline() {
 #[test]
 fn past_the_budget_events_are_counted_and_marked() {
     let ctx = Ctx::new("past_the_budget_events_are_counted_and_marked");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_budget");
     let file = dir.join("trace.json");
@@ -910,6 +921,7 @@ fn past_the_budget_events_are_counted_and_marked() {
 #[test]
 fn a_trace_without_calls_is_an_empty_flame_graph() {
     let ctx = Ctx::new("a_trace_without_calls_is_an_empty_flame_graph");
+    let _turn = one_at_a_time();
     let exe = build_c_target("trace_calls", &["-O2"]);
     let dir = scratch_dir("trace_empty");
     let (svg, json) = (dir.join("flame.svg"), dir.join("trace.json"));
