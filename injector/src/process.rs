@@ -612,6 +612,8 @@ struct Target {
     /// Threads whose CPU clock's perf event the last session let go of
     /// ([`Process::clocks_released`]).
     clocks_released: u32,
+    /// [`Process::keep_cpu_clocks`].
+    keep_cpu_clocks: bool,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
     /// `/proc/PID/mem`, read-only, for planning while not held.
@@ -732,6 +734,7 @@ impl Process {
                 stops_before: 0,
                 stops_given_up: 0,
                 clocks_released: 0,
+                keep_cpu_clocks: false,
                 longest_stop: StopTime::default(),
                 memory: None,
                 stub_address: None,
@@ -922,6 +925,17 @@ impl Process {
     /// started until its first hold (the stop at its entry) is released.
     pub fn has_run(&self) -> bool {
         self.target.ever_released
+    }
+
+    /// Keeps the threads' CPU clocks' perf events when a release finds no
+    /// probe in the process (else they go then, see `process/clocks.rs`):
+    /// for a tool that takes every probe out between two phases and puts
+    /// new ones in (the diagnosis), which would otherwise pay for a perf
+    /// event per thread again at each phase (its making is CPU time of the
+    /// thread, charged to whatever activation is open). Set it back to
+    /// false before the last release.
+    pub fn keep_cpu_clocks(&mut self, keep: bool) {
+        self.target.keep_cpu_clocks = keep;
     }
 
     /// Threads whose CPU clock's perf event was let go of when this weft,

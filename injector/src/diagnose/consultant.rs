@@ -483,6 +483,9 @@ impl Consultant {
         // A search stops the target many times, each stop short: the
         // runtime's load too.
         process.prefer_short_stops();
+        // Its phases take every probe out and put new ones in: the threads'
+        // clocks keep their perf events until `finish`.
+        process.keep_cpu_clocks(true);
         let functions = process.find_functions(&[Pattern::parse("exe:*")
             .map_err(|e| Error::Internal(format!("the executable's pattern: {e}")))?])?;
         let mut graph = StaticCallGraph::new();
@@ -1056,7 +1059,9 @@ impl Consultant {
 
     /// Takes every probe out (the end of a diagnosis).
     pub fn finish(&mut self, process: &mut Process) -> Result<(), Error> {
-        if (self.probes.is_empty() && self.armed.is_empty()) || !process.is_alive() {
+        // The threads' clocks' perf events go with the last probe.
+        process.keep_cpu_clocks(false);
+        if !process.is_alive() {
             self.probes.clear();
             self.node_probe.clear();
             self.armed.clear();
@@ -1068,8 +1073,11 @@ impl Consultant {
             .map(|p| p.id)
             .chain(self.armed.values().flatten().copied())
             .collect();
+        // A stop even with no probe left: its release lets the events go.
         let mut held = process.hold()?;
-        held.remove(&ids)?;
+        if !ids.is_empty() {
+            held.remove(&ids)?;
+        }
         held.release()?;
         self.stops.note(process, "removing every probe");
         self.probes.clear();

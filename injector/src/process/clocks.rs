@@ -24,7 +24,8 @@ impl Process {
         let Some(rt) = self.runtime.as_ref() else {
             return Ok(0);
         };
-        if self.probes.iter().any(|p| p.active)
+        if self.target.keep_cpu_clocks
+            || self.probes.iter().any(|p| p.active)
             || !crate::ledger::live_entries(&rt.region).is_empty()
         {
             return Ok(0);
