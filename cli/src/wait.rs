@@ -51,23 +51,13 @@ pub fn wait(
     // SAFETY: pidfd_open has no memory arguments.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
     loop {
-        if STOP_REQUESTED.load(Ordering::Relaxed) {
-            close(pidfd);
-            return End::Signal;
-        }
-        let due = tick();
-        let mut timeout = Duration::from_millis(10);
-        if let Some(due) = due {
-            timeout = timeout.min(due.saturating_duration_since(Instant::now()));
-        }
-        if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        let timeout = match next_timeout(deadline, tick) {
+            Ok(timeout) => timeout,
+            Err(end) => {
                 close(pidfd);
-                return End::Duration;
+                return end;
             }
-            timeout = timeout.min(left);
-        }
+        };
         if pidfd >= 0 {
             let mut fds = libc::pollfd {
                 fd: pidfd,
@@ -99,21 +89,10 @@ pub fn wait_all(
     let deadline = duration.map(|d| Instant::now() + d);
     let mut left: Vec<i32> = pids.to_vec();
     loop {
-        if STOP_REQUESTED.load(Ordering::Relaxed) {
-            return End::Signal;
-        }
-        let due = tick();
-        let mut timeout = Duration::from_millis(10);
-        if let Some(due) = due {
-            timeout = timeout.min(due.saturating_duration_since(Instant::now()));
-        }
-        if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return End::Duration;
-            }
-            timeout = timeout.min(left);
-        }
+        let timeout = match next_timeout(deadline, tick) {
+            Ok(timeout) => timeout,
+            Err(end) => return end,
+        };
         std::thread::sleep(timeout);
         // A process weft is not attached to: gone when /proc says so or it
         // is a zombie (its parent has not reaped it yet).
@@ -127,6 +106,31 @@ pub fn wait_all(
             return End::TargetExited;
         }
     }
+}
+
+/// One step of a wait: the end when a stop was asked for or `deadline`
+/// passed, else `tick`'s turn and how long to sleep before the next step
+/// (10 ms at most, less when `tick` has work due sooner).
+fn next_timeout(
+    deadline: Option<Instant>,
+    tick: &mut dyn FnMut() -> Option<Instant>,
+) -> Result<Duration, End> {
+    if STOP_REQUESTED.load(Ordering::Relaxed) {
+        return Err(End::Signal);
+    }
+    let due = tick();
+    let mut timeout = Duration::from_millis(10);
+    if let Some(due) = due {
+        timeout = timeout.min(due.saturating_duration_since(Instant::now()));
+    }
+    if let Some(deadline) = deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(End::Duration);
+        }
+        timeout = timeout.min(left);
+    }
+    Ok(timeout)
 }
 
 /// `timeout` in whole milliseconds for `poll`, rounded up (rounded down, a

@@ -152,6 +152,28 @@ struct Live {
     fold_after: String,
 }
 
+/// Writes a live report with `write` when the next is due (`--interval`),
+/// unless one failed already; a reader that went away ends the wait.
+/// Returns when the next one is due (for the wait's tick).
+fn live_report_when_due(
+    next: &mut Option<std::time::Instant>,
+    interval: Option<std::time::Duration>,
+    failed: &mut Option<anyhow::Error>,
+    write: impl FnOnce() -> Result<()>,
+) -> Option<std::time::Instant> {
+    if let (Some(at), Some(every)) = (*next, interval) {
+        if std::time::Instant::now() >= at && failed.is_none() {
+            *failed = write().err();
+            *next = Some(at + every);
+            if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
+                // Nobody reads any more: detach now.
+                wait::stop_now();
+            }
+        }
+    }
+    next.filter(|_| failed.is_none())
+}
+
 /// The processes `-p` and `--pid-of` name, each once, in the order given.
 fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
     let mut all = Vec::new();
@@ -288,21 +310,12 @@ fn attach(
                 exporter.exposition(&report, openmetrics)
             });
         }
-        if let (Some(at), Some(every)) = (next_report, interval) {
-            if std::time::Instant::now() >= at && failed.is_none() {
-                // Read live: the target is not stopped.
-                failed = attached
-                    .live_report()
-                    .and_then(|report| sink.write(&report, false))
-                    .err();
-                next_report = Some(at + every);
-                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
-                    // Nobody reads any more: detach now.
-                    wait::stop_now();
-                }
-            }
-        }
-        next_report.filter(|_| failed.is_none())
+        // Read live: the target is not stopped.
+        live_report_when_due(&mut next_report, interval, &mut failed, || {
+            attached
+                .live_report()
+                .and_then(|report| sink.write(&report, false))
+        })
     });
     // No scrape is answered from a target being detached.
     drop(server);
@@ -422,18 +435,9 @@ fn attach_several(
                 exporter.exposition_of(&parts, openmetrics)
             });
         }
-        if let (Some(at), Some(every)) = (next_report, interval) {
-            if std::time::Instant::now() >= at && failed.is_none() {
-                failed = report(&attached)
-                    .and_then(|r| sink.write_processes(&r, false))
-                    .err();
-                next_report = Some(at + every);
-                if failed.as_ref().is_some_and(|e| e.is::<StdoutClosed>()) {
-                    wait::stop_now();
-                }
-            }
-        }
-        next_report.filter(|_| failed.is_none())
+        live_report_when_due(&mut next_report, interval, &mut failed, || {
+            report(&attached).and_then(|r| sink.write_processes(&r, false))
+        })
     });
     // No scrape is answered from targets being detached.
     drop(server);
