@@ -603,8 +603,10 @@ mod tests {
         assert_eq!(
             exported,
             [
+                "weft_rt_cpu_table_fd",
                 "weft_rt_enable_exits",
                 "weft_rt_init",
+                "weft_rt_map_cpu_table",
                 "weft_rt_personality",
                 "weft_rt_register_thread",
                 "weft_rt_release_cpu_clocks",

@@ -32,7 +32,10 @@ use std::io;
 use crate::layout::{ClockStorage, RegionHeader, WallClockStorage};
 
 mod readers;
+mod table;
 pub use readers::{weft_rt_cpu_now, weft_rt_cpu_ticks, weft_rt_wall_now, weft_rt_wall_raw};
+pub(crate) use table::{forget_table_after_fork, release_table};
+pub use table::{use_table_for_tests, weft_rt_cpu_table_fd, weft_rt_map_cpu_table};
 
 // ---------------------------------------------------------------------------
 // Primitives
@@ -762,6 +765,10 @@ pub enum CpuSource {
     /// released when the last weft session ended, so that the thread's
     /// context switches cost what they cost before weft came.
     SyscallReleased,
+    /// The CPU-time table a `sched_switch` program writes
+    /// (`weft_abi::clock::table`) + TSC anchor: no perf event, no system
+    /// call at a switch.
+    Table,
 }
 
 impl CpuSource {
@@ -770,6 +777,7 @@ impl CpuSource {
     pub fn from_mode(mode: u32, why: i32) -> CpuSource {
         match mode {
             CPU_PERF_TIME => CpuSource::PerfTime,
+            CPU_ANCHOR if why == WHY_CPU_ON_TABLE => CpuSource::Table,
             CPU_ANCHOR => CpuSource::Anchor,
             _ => match why {
                 WHY_CPU_FORCED => CpuSource::SyscallForced,
@@ -792,6 +800,9 @@ impl fmt::Display for CpuSource {
             ),
             Self::Anchor => f.write_str(
                 "perf task-clock page lock + tsc anchor (one syscall per context switch)",
+            ),
+            Self::Table => f.write_str(
+                "sched_switch table + tsc anchor (no perf event, no syscall at a switch)",
             ),
             Self::SyscallForced => {
                 f.write_str("clock_gettime(CLOCK_THREAD_CPUTIME_ID) every read (forced)")
@@ -838,6 +849,8 @@ impl fmt::Display for CpuSource {
 /// | 88 | `fd: i32` | the perf event, -1 if none owned |
 /// | 92 | `why: i32` | errno / reason behind [`ThreadCpuClock::source`] |
 /// | 96 | `max_age_tsc: u64` | anchor mode: re-anchor once the anchor is this many TSC ticks old; 0 in the other modes |
+/// | 104 | `owns_page: u32` | 1: the page mapping is the clock's to unmap |
+/// | 108 | `table_tid: u32` | on the CPU-time table: the thread whose slot `page` is |
 /// | 112 | `ticks_offset: u64` | anchor mode: the CPU time in ticks is `tsc + ticks_offset` while the anchor holds |
 /// | 120 | `to_ticks_q32: u64` | ticks per ns, 32.32 fixed point ([`TimerUnits::ticks_per_ns_q32`]) |
 ///
@@ -874,6 +887,8 @@ pub struct ThreadCpuClock {
     /// 1 when the page mapping is ours to unmap although `fd` is closed
     /// ([`ThreadCpuClock::close_fd`]).
     owns_page: u32,
+    /// The thread whose CPU-time table slot `page` is, while on the table.
+    table_tid: u32,
     ticks_offset: u64,
     to_ticks_q32: u64,
 }
@@ -942,6 +957,7 @@ const _: () = {
     assert!(offset_of!(ThreadCpuClock, fd) == 88);
     assert!(offset_of!(ThreadCpuClock, why) == CPU_OFF_WHY);
     assert!(offset_of!(ThreadCpuClock, owns_page) == CPU_OFF_OWNS_PAGE);
+    assert!(offset_of!(ThreadCpuClock, table_tid) == CPU_OFF_TABLE_TID);
     assert!(offset_of!(ThreadCpuClock, ticks_offset) == CPU_OFF_TICKS_OFFSET);
     assert!(offset_of!(ThreadCpuClock, to_ticks_q32) == CPU_OFF_TO_TICKS);
     assert!(size_of::<ThreadCpuClock>() == 128);
@@ -973,6 +989,11 @@ pub const WHY_CPU_ARM_ASKED: i32 = -6;
 pub const CPU_OFF_WHY: usize = 92;
 /// Byte offset of `owns_page`, for the assembly reader.
 pub const CPU_OFF_OWNS_PAGE: usize = 104;
+/// Byte offset of `table_tid`, for the assembly reader.
+pub const CPU_OFF_TABLE_TID: usize = 108;
+/// [`ThreadCpuClock::why`] of a clock in anchor mode on its thread's slot
+/// of the CPU-time table rather than on a perf page.
+pub const WHY_CPU_ON_TABLE: i32 = -7;
 
 impl ThreadCpuClock {
     /// Sets up the calling thread's CPU clock (syscalls: perf_event_open,
@@ -982,6 +1003,11 @@ impl ThreadCpuClock {
     pub fn new(wall: &WallClock, preference: CpuPreference) -> Self {
         let mut clock = Self::syscall_mode(wall);
         if preference == CpuPreference::Syscall {
+            return clock;
+        }
+        if preference != CpuPreference::PerfTime && wall.kind == WALL_TSC && clock.take_table_slot()
+        {
+            clock.reanchor();
             return clock;
         }
         let event = match PerfTaskClock::open() {
@@ -1079,6 +1105,7 @@ impl ThreadCpuClock {
             // test always fails (before it touches the page).
             max_age_tsc: 0,
             owns_page: 0,
+            table_tid: 0,
             ticks_offset: 0,
             to_ticks_q32: wall.units().ticks_per_ns_q32,
         }
@@ -1109,6 +1136,13 @@ impl ThreadCpuClock {
         self.anchor_lock = LOCK_INVALID;
         self.mode = CPU_SYSCALL;
         compiler_fence(Ordering::SeqCst);
+        if self.why == WHY_CPU_ON_TABLE {
+            // No event: the slot goes back; the table itself goes when
+            // every clock is off it (`release_table`).
+            self.leave_table_slot();
+            self.why = WHY_CPU_RELEASED;
+            return true;
+        }
         // SAFETY: `page` is our perf mapping (the caller's promise), one
         // page long; a private anonymous page replaces it in one step, so
         // a reader never finds the address unmapped. The last reference to
@@ -1163,6 +1197,9 @@ impl ThreadCpuClock {
         self.why = WHY_CPU_UNASKED;
         if self.mult == 0 {
             return false;
+        }
+        if self.take_table_slot() {
+            return true;
         }
         let at = (!self.page.is_null() && self.owns_page != 0).then_some(self.page);
         let event = match PerfTaskClock::open_at(at) {
@@ -1292,6 +1329,11 @@ impl ThreadCpuClock {
     /// TSC, valid only if no switch happened in between (same `lock` before
     /// and after). Returns the CPU time read.
     fn reanchor(&mut self) -> u64 {
+        if self.why == WHY_CPU_ON_TABLE {
+            if let Some(cpu) = self.reanchor_from_table() {
+                return cpu;
+            }
+        }
         self.syscalls += 1;
         let before = self.page_lock_raw();
         let tsc_before = rdtsc();
@@ -1299,15 +1341,7 @@ impl ThreadCpuClock {
         let tsc = rdtsc();
         let after = self.page_lock_raw();
         if before == after && tsc.wrapping_sub(tsc_before) < self.max_anchor_window() {
-            // The fast paths (Rust, assembly, generated) must never see a
-            // half-written anchor, not even from a signal handler.
-            self.anchor_lock = LOCK_INVALID;
-            compiler_fence(Ordering::SeqCst);
-            self.anchor_cpu_ns = cpu;
-            self.anchor_tsc = tsc;
-            self.ticks_offset = q32_mul(cpu, self.to_ticks_q32).wrapping_sub(tsc);
-            compiler_fence(Ordering::SeqCst);
-            self.anchor_lock = after;
+            self.publish_anchor(cpu, tsc, after);
         }
         // Otherwise the thread was switched out around the syscall, or the
         // syscall took long (an interrupt the kernel charges to the thread
@@ -1315,6 +1349,19 @@ impl ThreadCpuClock {
         // reading. Keep the stale anchor so the next read tries again. The
         // value read is right either way.
         cpu
+    }
+
+    /// Makes (`cpu` ns at `tsc`, taken while the page's lock was `lock`)
+    /// the anchor. The fast paths (Rust, assembly, generated) must never
+    /// see a half-written anchor, not even from a signal handler.
+    fn publish_anchor(&mut self, cpu: u64, tsc: u64, lock: u32) {
+        self.anchor_lock = LOCK_INVALID;
+        compiler_fence(Ordering::SeqCst);
+        self.anchor_cpu_ns = cpu;
+        self.anchor_tsc = tsc;
+        self.ticks_offset = q32_mul(cpu, self.to_ticks_q32).wrapping_sub(tsc);
+        compiler_fence(Ordering::SeqCst);
+        self.anchor_lock = lock;
     }
 
     /// The longest `rdtsc` → CPU clock syscall → `rdtsc` window an anchor is
@@ -1410,6 +1457,7 @@ impl ThreadCpuClock {
 
 impl Drop for ThreadCpuClock {
     fn drop(&mut self) {
+        self.leave_table_slot();
         if self.fd >= 0 || self.owns_page != 0 {
             // SAFETY: we own the page mapping (set in new()) and the fd when
             // it is still open.

@@ -796,12 +796,14 @@ pub(crate) fn finish_thread(header: &RegionHeader, row_ptr: *mut u8) {
 }
 
 /// Lets go of the perf events of the CPU clocks the injector asked about
-/// (their `why` is [`crate::clock::WHY_CPU_RELEASE_ASKED`]), called by the
-/// injector with every thread stopped when the last weft session ends: a
-/// perf event costs its thread at every context switch for as long as it
-/// lives, and nothing reads the clocks any more. The clocks read a system
-/// call afterwards (a later session's CPU timers still work). Makes system
-/// calls (`mmap`, `close`), takes no lock. Returns how many were let go.
+/// (their `why` is [`crate::clock::WHY_CPU_RELEASE_ASKED`]), and of the
+/// CPU-time table with every clock on it, called by the injector with
+/// every thread stopped when the last weft session ends: a perf event
+/// costs its thread at every context switch for as long as it lives, and
+/// nothing reads the clocks any more. The clocks read a system call
+/// afterwards (a later session's CPU timers still work). Makes system
+/// calls (`mmap`, `close`), takes no lock. Returns how many clocks (and
+/// tables) were let go.
 #[no_mangle]
 pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
     let Some(header) = crate::state::region_header() else {
@@ -809,11 +811,13 @@ pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
     };
     let mut released = 0;
     for_live_clocks(header, |row, clock| {
-        if clock.why() != crate::clock::WHY_CPU_RELEASE_ASKED {
+        let why = clock.why();
+        if why != crate::clock::WHY_CPU_RELEASE_ASKED && why != crate::clock::WHY_CPU_ON_TABLE {
             return;
         }
         // SAFETY: the injector asked only for clocks whose page it found
-        // mapped as a perf event; their threads are stopped.
+        // mapped as a perf event, or the clock is on the CPU-time table
+        // (no page of its own); their threads are stopped.
         if unsafe { clock.release_event() } {
             released += 1;
         }
@@ -822,6 +826,10 @@ pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
             .cpu_source
             .store(1 + clock.mode(), Ordering::Relaxed);
     });
+    // Every clock is off the table now.
+    if crate::clock::release_table() {
+        released += 1;
+    }
     released
 }
 

@@ -265,6 +265,7 @@ static ON_LOAD: extern "C" fn() = on_load;
 /// private copy-on-write view of the same file: the child's hits stay its own
 /// and never reach the injector's view of the parent.
 extern "C" fn after_fork_in_child() {
+    crate::clock::forget_table_after_fork();
     let base = REGION.load(Ordering::Acquire);
     let fd = REGION_FD.load(Ordering::Acquire);
     if base.is_null() || fd < 0 {

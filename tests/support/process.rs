@@ -126,8 +126,15 @@ impl Ctx {
 
     /// Starts `weft ARGS...` (stdin closed).
     pub fn weft(&self, args: &[&str]) -> Proc {
+        self.weft_with_env(args, &[])
+    }
+
+    /// Starts `weft ARGS...` (stdin closed) with `env` added to its
+    /// environment.
+    pub fn weft_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut c = Command::new(weft_bin());
         c.args(args);
+        c.envs(env.iter().copied());
         self.spawn(&format!("weft {}", args.join(" ")), c, false)
     }
 }
@@ -415,10 +422,22 @@ pub fn wait_attached(weft: &mut Proc) -> Attached {
 /// checks the pid and function count of the attached line.
 #[track_caller]
 pub fn attach(ctx: &Ctx, pid: u32, args: &[&str], functions: u32) -> (Proc, Attached) {
+    attach_with_env(ctx, pid, args, functions, &[])
+}
+
+/// [`attach`] with `env` added to weft's environment.
+#[track_caller]
+pub fn attach_with_env(
+    ctx: &Ctx,
+    pid: u32,
+    args: &[&str],
+    functions: u32,
+    env: &[(&str, &str)],
+) -> (Proc, Attached) {
     let p = pid.to_string();
     let mut all = vec!["attach", "-p", p.as_str()];
     all.extend_from_slice(args);
-    let mut weft = ctx.weft(&all);
+    let mut weft = ctx.weft_with_env(&all, env);
     let a = wait_attached(&mut weft);
     ctx.check(a.pid == pid, || {
         format!("attached line says pid={}, expected {pid}", a.pid)

@@ -4,4 +4,5 @@
 //! the injector creates the maps, loads and attaches.
 
 pub mod asm;
+pub mod cpu_table;
 pub mod programs;

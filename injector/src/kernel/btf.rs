@@ -170,6 +170,12 @@ impl Btf {
         self.functions.keys().map(String::as_str)
     }
 
+    /// The BTF id of typedef `name` (`btf_trace_sched_switch`: what a
+    /// `tp_btf` program attaches to).
+    pub(crate) fn typedef(&self, name: &str) -> Option<u32> {
+        self.named(KIND_TYPEDEF, name)
+    }
+
     fn named(&self, kind: u32, name: &str) -> Option<u32> {
         self.types
             .iter()

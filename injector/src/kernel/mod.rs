@@ -16,12 +16,14 @@
 
 mod btf;
 mod caps;
+mod cpu_table;
 mod session;
 mod sys;
 mod syscalls;
 
 pub use btf::BtfError;
 pub use caps::{Capabilities, Capability, CAPABILITY_PROBE};
+pub use cpu_table::CpuTableFeed;
 pub use session::{check, KernelRow, KernelSnapshot, ProbeInfo, Session, MAX_FUNCTIONS};
 pub use sys::{loaded_programs, LoadedProgram};
 

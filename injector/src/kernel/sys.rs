@@ -34,7 +34,9 @@ pub(crate) enum ProgType {
     Tracing = 26,
 }
 
-/// `enum bpf_attach_type` for tracing programs.
+/// `enum bpf_attach_type` for tracing programs: `tp_btf`.
+pub(crate) const ATTACH_TRACE_RAW_TP: u32 = 23;
+/// fentry.
 pub(crate) const ATTACH_FENTRY: u32 = 24;
 /// fexit.
 pub(crate) const ATTACH_FEXIT: u32 = 25;
@@ -124,6 +126,41 @@ impl Map {
             key_size: key_size as usize,
             value_size: value_size as usize,
         })
+    }
+
+    /// `BPF_MAP_CREATE` of an array user space may `mmap`
+    /// (`BPF_F_MMAPABLE`).
+    pub(crate) fn create_mmapable(
+        kind: u32,
+        name: &str,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+    ) -> io::Result<Map> {
+        const BPF_F_MMAPABLE: u32 = 1 << 10;
+        let mut attr = Attr::new();
+        attr.u32(0, kind)
+            .u32(4, key_size)
+            .u32(8, value_size)
+            .u32(12, max_entries)
+            .u32(16, BPF_F_MMAPABLE)
+            .name(28, name);
+        let fd = bpf(BPF_MAP_CREATE, &mut attr)?;
+        Ok(Map {
+            fd: owned(fd),
+            key_size: key_size as usize,
+            value_size: value_size as usize,
+        })
+    }
+
+    /// A map by a descriptor obtained elsewhere (another process's, taken
+    /// with `pidfd_getfd`), with the sizes its maker used.
+    pub(crate) fn from_fd(fd: OwnedFd, key_size: usize, value_size: usize) -> Map {
+        Map {
+            fd,
+            key_size,
+            value_size,
+        }
     }
 
     pub(crate) fn raw(&self) -> i32 {

@@ -1,4 +1,11 @@
-//! Letting go of the threads' CPU clocks when the last session ends.
+//! The threads' CPU clocks: fed from a CPU-time table where the kernel
+//! permits, and let go when the last session ends.
+//!
+//! A CPU timer needs each thread to notice its context switches. Where
+//! weft may load BPF, a `sched_switch` program writes a table the target
+//! maps (`kernel::CpuTableFeed`, `weft_rt::clock::weft_rt_map_cpu_table`):
+//! a few dozen nanoseconds at a switch of the target's, nothing for the
+//! thread to do but read. Elsewhere each thread has a perf event:
 //!
 //! A thread's CPU clock is a perf task-clock event (its page mapped in the
 //! target), which the kernel switches out and in with the thread at every
@@ -13,6 +20,7 @@
 
 use super::*;
 
+use crate::ptrace::RemoteArg;
 use weft_rt::layout::{CPU_SOURCE_NONE, ROW_LIVE};
 
 impl Process {
@@ -52,6 +60,9 @@ impl Process {
             .map(|m| m.start)
             .collect();
         let threads: std::collections::HashSet<Tid> = tracer.threads().collect();
+        // Clocks on the CPU-time table are all let go by the call (and the
+        // table with them); perf events only where asked.
+        let on_table = rows_on_table(&rt.region);
         let mut asked = 0;
         for (index, tid) in rows {
             let page = rt.region.clock_page(index);
@@ -62,7 +73,8 @@ impl Process {
                 asked += 1;
             }
         }
-        if asked == 0 {
+        let feeding = matches!(self.cpu_table, Some(Ok(_)));
+        if asked == 0 && on_table == 0 && !feeding {
             return Ok(0);
         }
         // Threads inside the runtime's code may be reading their clock:
@@ -84,7 +96,120 @@ impl Process {
             // System calls only (mmap, close): no lock.
             false,
         )?;
+        // No clock reads the table any more: the program can go.
+        self.cpu_table = None;
         Ok(released as u32)
+    }
+
+    /// Makes sure the threads' CPU clocks can use a CPU-time table fed by
+    /// this weft's own `sched_switch` program: a new one, mapped into the
+    /// target, or the one another session made (its program may go with
+    /// that session). Where BPF is not permitted (or the target cannot
+    /// take the table), the clocks keep using perf events; the reason is
+    /// kept ([`Process::cpu_table_refused`]). In a stop; once per session.
+    /// `WEFT_CPU_CLOCK=perf` in weft's environment chooses perf events.
+    pub(super) fn ensure_cpu_table(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+        if self.cpu_table.is_some() {
+            return Ok(());
+        }
+        if std::env::var_os("WEFT_CPU_CLOCK").is_some_and(|v| v == "perf") {
+            self.cpu_table = Some(Err("WEFT_CPU_CLOCK=perf".to_string()));
+            return Ok(());
+        }
+        let base = self.rt()?.base;
+        let (Ok(fd_fn), Ok(map_fn)) = (
+            runtime::export_address(base, "weft_rt_cpu_table_fd"),
+            runtime::export_address(base, "weft_rt_map_cpu_table"),
+        ) else {
+            self.cpu_table = Some(Err(
+                "the loaded runtime predates the CPU-time table".to_string()
+            ));
+            return Ok(());
+        };
+        let pid = self.target.pid;
+        let tid = self.syscall_thread(tracer)?;
+        let call =
+            |name: &str, function: u64, args: Vec<RemoteArg>| RemoteCall::new(name, function, args);
+        // System calls only: no lock.
+        let theirs = tracer.call(tid, &call("weft_rt_cpu_table_fd", fd_fn, vec![]), false)? as i64;
+        let feed = if theirs >= 0 {
+            take_descriptor(pid, theirs as i32)
+                .map_err(|e| format!("taking the table's descriptor from the target: {e}"))
+                .and_then(|fd| {
+                    crate::kernel::CpuTableFeed::joining(pid as u32, fd).map_err(|e| e.to_string())
+                })
+        } else {
+            match crate::kernel::CpuTableFeed::new(pid as u32) {
+                Ok(feed) => {
+                    let me = std::process::id();
+                    // The target takes the descriptor from weft
+                    // (`pidfd_getfd`), which Yama's ptrace scope 1 allows
+                    // only to a process weft names.
+                    // SAFETY: prctl with integer arguments.
+                    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid as libc::c_ulong, 0, 0, 0) };
+                    let args = vec![
+                        RemoteArg::Value(u64::from(me)),
+                        RemoteArg::Value(feed.map_fd() as u64),
+                    ];
+                    let at = tracer.call(tid, &call("weft_rt_map_cpu_table", map_fn, args), false);
+                    // SAFETY: as above; 0 takes the exception back.
+                    unsafe { libc::prctl(libc::PR_SET_PTRACER, 0, 0, 0, 0) };
+                    match at? as i64 {
+                        at if at < 0 => Err(format!(
+                            "the target could not map the table: {}",
+                            std::io::Error::from_raw_os_error((-at) as i32)
+                        )),
+                        _ => Ok(feed),
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        self.cpu_table = Some(feed);
+        Ok(())
+    }
+
+    /// Why the threads' CPU clocks use perf events rather than a CPU-time
+    /// table fed by a BPF program, once a CPU timer was installed; `None`
+    /// while they use the table (or before any CPU timer).
+    pub fn cpu_table_refused(&self) -> Option<&str> {
+        match &self.cpu_table {
+            Some(Err(why)) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+/// Live rows whose CPU clock is on the CPU-time table.
+fn rows_on_table(region: &crate::region::Region) -> usize {
+    region
+        .snapshot(0)
+        .into_iter()
+        .filter(|r| r.state == ROW_LIVE && r.cpu_source.1 == weft_rt::clock::WHY_CPU_ON_TABLE)
+        .count()
+}
+
+/// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: weft may,
+/// it traces the process).
+fn take_descriptor(pid: i32, fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls; the descriptors returned are ours.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let pidfd = std::os::fd::OwnedFd::from_raw_fd(pidfd as i32);
+        let got = libc::syscall(
+            libc::SYS_pidfd_getfd,
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            fd,
+            0,
+        );
+        if got < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(std::os::fd::OwnedFd::from_raw_fd(got as i32))
     }
 }
 

@@ -284,6 +284,11 @@ impl Process {
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
         let hooks = if planned.iter().any(|r| r.hooks_exit(trace)) {
+            if wanted.cpu {
+                // Before the exit code times CPU: threads that register
+                // then make their clocks on the table.
+                self.ensure_cpu_table(tracer)?;
+            }
             Some(self.ensure_exits(tracer, wanted, trace)?)
         } else {
             None

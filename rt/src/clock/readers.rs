@@ -25,7 +25,9 @@ extern "C" {
     /// rdx, rsi, r8, r9, r10, r11` and flags; preserves `rdi` and every
     /// other register; no vector or x87 instruction; no stack use beyond the
     /// return address (8 bytes more at the one read that makes a perf
-    /// event the injector asked for), no stack alignment needed. Writes
+    /// event the injector asked for; 32 bytes and the vDSO's frame at a
+    /// re-anchor on the CPU-time table, which calls the vDSO's
+    /// `clock_gettime`), no stack alignment needed. Writes
     /// `reads`, `last_ns`
     /// and, on the slow path (a context switch since the anchor, or syscall
     /// mode), `syscalls`, the anchor fields and `scratch` through a raw
@@ -195,8 +197,13 @@ global_asm!(
     "31:",
     "xor eax, eax", // cannot happen; the clamp returns the last value
     "jmp 50b",
-    // Re-anchor (anchor mode, lock changed): lock, syscall, rdtsc, lock.
+    // Re-anchor (anchor mode, lock changed or anchor aged): from the
+    // CPU-time table when the clock is on it, else lock, syscall, rdtsc,
+    // lock.
     "40:",
+    "cmp dword ptr [r8 + {C_WHY}], {WHY_ON_TABLE}",
+    "je 80f",
+    "47:",
     "inc qword ptr [r8 + {C_SYSCALLS}]",
     "mov r9, qword ptr [r8 + {C_PAGE}]",
     "mov r10d, dword ptr [r9 + {P_LOCK}]", // syscall preserves r9, r10
@@ -231,6 +238,8 @@ global_asm!(
     "jne 41f", // switched around the syscall: value good, anchor not
     // Invalidate, write the anchor and its tick offset, then publish the
     // lock (see ThreadCpuClock): no fast path sees a half-written anchor.
+    // In: rax = the TSC, rdx = the CPU ns, ecx = the lock.
+    "43:",
     "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
     "mov qword ptr [r8 + {C_ANCHOR_TSC}], rax",
     "mov qword ptr [r8 + {C_ANCHOR_CPU}], rdx",
@@ -253,6 +262,75 @@ global_asm!(
     "mov dword ptr [r8 + {C_WHY}], {WHY_UNASKED}",
     "cmp dword ptr [r8 + {C_MULT}], 0",
     "je 32b", // no TSC calibration: no anchor mode
+    // A slot of the CPU-time table rather than an event, where there is
+    // one (as ThreadCpuClock::take_table_slot): first this thread's own
+    // slot (a lookup stops at a free one), then a free or given-back one.
+    "mov r9, qword ptr [rip + {TABLE}]",
+    "test r9, r9",
+    "jz 65f",
+    "mov eax, {SYS_GETTID}",
+    "syscall",
+    "mov esi, eax", // the thread id
+    "xor ecx, ecx",
+    "66:",
+    "lea eax, [rsi + rcx]",
+    "and eax, {T_MASK}",
+    "shl rax, {T_SLOT_SHIFT}",
+    "lea r10, [r9 + rax]",
+    "mov eax, dword ptr [r10 + {T_TID}]",
+    "cmp eax, esi",
+    "je 68f",
+    "test eax, eax",
+    "jz 67f",
+    "inc ecx",
+    "cmp ecx, {T_PROBES}",
+    "jb 66b",
+    "67:",
+    "xor ecx, ecx",
+    "71:",
+    "lea eax, [rsi + rcx]",
+    "and eax, {T_MASK}",
+    "shl rax, {T_SLOT_SHIFT}",
+    "lea r10, [r9 + rax]",
+    "mov eax, dword ptr [r10 + {T_TID}]",
+    "test eax, eax",
+    "jz 72f",
+    "cmp eax, {T_GONE}",
+    "jne 73f",
+    "72:",
+    "lock cmpxchg dword ptr [r10 + {T_TID}], esi", // from eax (free or gone)
+    "je 68f",
+    "73:",
+    "inc ecx",
+    "cmp ecx, {T_PROBES}",
+    "jb 71b",
+    "jmp 65f", // every slot taken: an event
+    "68:", // r10 = the slot, esi = the thread id
+    "mov qword ptr [r10 + {T_SWITCHED_IN}], 0", // no dead thread's numbers
+    "cmp dword ptr [r8 + {C_OWNS}], 0",
+    "je 74f",
+    "mov rdi, qword ptr [r8 + {C_PAGE}]", // a released event's zero page
+    "test rdi, rdi",
+    "jz 74f",
+    "mov r9d, esi",
+    "mov esi, {PAGE_SIZE}",
+    "mov eax, {SYS_MUNMAP}",
+    "syscall",
+    "mov esi, r9d",
+    "74:",
+    "mov dword ptr [r8 + {C_OWNS}], 0",
+    "mov dword ptr [r8 + {C_TABLE_TID}], esi",
+    "mov qword ptr [r8 + {C_PAGE}], r10",
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
+    "mov eax, {MAX_AGE_NS}",
+    "mul qword ptr [r8 + {C_TO_TICKS}]",
+    "shrd rax, rdx, 32",
+    "mov qword ptr [r8 + {C_MAX_AGE}], rax",
+    "mov dword ptr [r8 + {C_WHY}], {WHY_ON_TABLE}",
+    "mov dword ptr [r8 + {C_MODE}], {CPU_ANCHOR}",
+    "mov rdi, r8",
+    "jmp 40b",
+    "65:",
     "push r8",
     "lea rdi, [rip + {ATTR}]",
     "xor esi, esi", // pid 0: this thread
@@ -305,6 +383,73 @@ global_asm!(
     "69:",
     "pop r8",
     "jmp 32b",
+    // Re-anchor on the CPU-time table (as reanchor_from_table): when the
+    // program wrote the slot since the anchor, the CPU time then plus
+    // CLOCK_MONOTONIC since (the vDSO's, or the system call's without
+    // one); else the system call. r9 = the slot, r10d = its count.
+    "80:",
+    "mov r9, qword ptr [r8 + {C_PAGE}]",
+    "mov r10d, dword ptr [r9 + {T_SEQ}]",
+    "cmp r10d, dword ptr [r8 + {C_ANCHOR_LOCK}]",
+    "je 47b", // only aged
+    "cmp qword ptr [r9 + {T_SWITCHED_IN}], 0",
+    "je 47b", // not written yet
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov rsi, rax", // the TSC before
+    "mov rax, qword ptr [rip + {VDSO}]",
+    "test rax, rax",
+    "jz 85f",
+    // The vDSO is built without vector or x87 code (the kernel's flags)
+    // and follows the C ABI: save what it may clobber that we keep.
+    "push r8",
+    "push r9",
+    "push r10",
+    "push rsi",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "call rax",
+    "mov r11d, eax",
+    "pop rsi",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "jmp 86f",
+    "85:",
+    "inc qword ptr [r8 + {C_SYSCALLS}]",
+    "mov rdx, rsi", // the syscall keeps rdx
+    "mov eax, {SYS_CLOCK_GETTIME}",
+    "mov edi, {CLOCK_MONOTONIC}",
+    "lea rsi, [r8 + {C_SCRATCH}]",
+    "syscall",
+    "mov r11, rax",
+    "mov rsi, rdx",
+    "86:",
+    "mov rdi, r8",
+    "test r11d, r11d",
+    "jnz 47b",
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx", // the TSC after
+    "mov rcx, rax",
+    "sub rcx, rsi",
+    "mov rsi, qword ptr [r8 + {C_MAX_AGE}]",
+    "shr rsi, {ANCHOR_WINDOW_SHIFT}",
+    "cmp rcx, rsi",
+    "jae 47b", // a long window: the system call
+    "cmp r10d, dword ptr [r9 + {T_SEQ}]",
+    "jne 47b", // switched meanwhile
+    "mov rdx, qword ptr [r8 + {C_SCRATCH}]",
+    "imul rdx, rdx, 1000000000",
+    "add rdx, qword ptr [r8 + {C_SCRATCH} + 8]",
+    "sub rdx, qword ptr [r9 + {T_SWITCHED_IN}]",
+    "jae 87f",
+    "xor edx, edx",
+    "87:",
+    "add rdx, qword ptr [r9 + {T_SUM}]",
+    "mov ecx, r10d",
+    "jmp 43b",
     ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
     // ---- weft_rt_cpu_ticks ------------------------------------------------
     ".globl weft_rt_cpu_ticks",
@@ -418,4 +563,18 @@ global_asm!(
     PAGE_SIZE = const 4096,
     MAX_AGE_NS = const MAX_ANCHOR_AGE_NS,
     CPU_ANCHOR = const CPU_ANCHOR,
+    WHY_ON_TABLE = const WHY_CPU_ON_TABLE,
+    C_TABLE_TID = const CPU_OFF_TABLE_TID,
+    TABLE = sym table::TABLE,
+    VDSO = sym table::VDSO_CLOCK_GETTIME,
+    SYS_GETTID = const libc::SYS_gettid,
+    SYS_MUNMAP = const libc::SYS_munmap,
+    T_MASK = const (weft_abi::clock::table::SLOTS - 1),
+    T_SLOT_SHIFT = const weft_abi::clock::table::SLOT_SIZE.trailing_zeros(),
+    T_PROBES = const weft_abi::clock::table::PROBES,
+    T_GONE = const weft_abi::clock::table::GONE,
+    T_TID = const weft_abi::clock::table::TID,
+    T_SEQ = const weft_abi::clock::table::SEQ,
+    T_SUM = const weft_abi::clock::table::SUM,
+    T_SWITCHED_IN = const weft_abi::clock::table::SWITCHED_IN,
 );
