@@ -19,6 +19,11 @@
 //!    each report's punctuality and freshness.
 //! 6. **Trace rate**: the highest event rate `-m calls,trace` keeps whole
 //!    (every call in the trace, 0 lost), by pacing a target.
+//! 7. **Diagnose on CPython**: Debian's `python3` running four threads
+//!    around a `threading.Lock` (work inside and outside it), alone and
+//!    under `weft diagnose`, alternated: the script's own elapsed and CPU
+//!    time, the slowdown, the overhead the diagnosis reports, and whether
+//!    it found the lock wait of every worker.
 //!
 //! `cargo bench --bench overhead` runs the full mode (a few minutes);
 //! `WEFT_BENCH_QUICK=1` (or running it as a test) a short one, as CI does.
@@ -1252,6 +1257,162 @@ fn section_live(quick: bool) {
     );
 }
 
+/// Four CPython threads taking turns at a `threading.Lock`, each doing
+/// pure-Python work inside and outside it (`ROUNDS` times); prints
+/// `ready PID`, waits the seconds in argv[2], runs, prints its own elapsed
+/// and process CPU time, and its workers' thread ids.
+const PYTHON_LOCK: &str = r#"
+import threading, time, sys, os
+rounds = int(sys.argv[1])
+lock = threading.Lock()
+ids = []
+def work(k):
+    s = 0
+    for i in range(k):
+        s += i * i
+    return s
+def worker():
+    ids.append(threading.get_native_id())
+    for _ in range(rounds):
+        with lock:
+            work(300)
+        work(300)
+print("ready", os.getpid(), flush=True)
+time.sleep(float(sys.argv[2]))
+t0 = time.monotonic(); c0 = time.process_time()
+ts = [threading.Thread(target=worker) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("elapsed", time.monotonic() - t0, "cpu", time.process_time() - c0, flush=True)
+print("workers", ",".join(map(str, sorted(ids))), flush=True)
+"#;
+
+/// One run of the lock script, under `weft diagnose` when `diagnose`
+/// (attached in its pause): (elapsed s, CPU s, workers, the diagnosis's
+/// JSON).
+fn python_lock_run(
+    script: &Path,
+    rounds: u32,
+    diagnose: bool,
+) -> Option<(f64, f64, Vec<u64>, serde_json::Value)> {
+    let py = Command::new("python3")
+        .arg(script)
+        .arg(rounds.to_string())
+        .arg(if diagnose { "2" } else { "0" })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let pid = py.id();
+    let weft = diagnose.then(|| {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["diagnose", "-p", &pid.to_string(), "--format", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running weft diagnose")
+    });
+    let out = py.wait_with_output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let diagnosis = match weft {
+        Some(w) => {
+            let out = w.wait_with_output().expect("weft diagnose's report");
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+        }
+        None => serde_json::Value::Null,
+    };
+    let field = |key: &str| -> Option<Vec<String>> {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+    };
+    let times = field("elapsed")?;
+    let workers = field("workers")?[1]
+        .split(',')
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    Some((
+        times[1].parse().ok()?,
+        times[3].parse().ok()?,
+        workers,
+        diagnosis,
+    ))
+}
+
+/// Section 7 (see the top): the script alone and under `weft diagnose`,
+/// alternated, `pairs` times; medians.
+fn section_diagnose_cpython(quick: bool) {
+    println!("## weft diagnose on CPython: 4 threads around a threading.Lock");
+    if Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        println!("(python3 not installed: skipped)");
+        return;
+    }
+    let script = bench_dir().join("python_lock.py");
+    std::fs::write(&script, PYTHON_LOCK).expect("writing the script");
+    let (rounds, pairs) = if quick { (30_000, 1) } else { (80_000, 3) };
+    let (mut alone, mut under) = (Vec::new(), Vec::new());
+    let mut reported = Vec::new();
+    let mut found = Vec::new();
+    for _ in 0..pairs {
+        let Some((e, c, _, _)) = python_lock_run(&script, rounds, false) else {
+            println!("(the script did not run: skipped)");
+            return;
+        };
+        alone.push((e, c));
+        let Some((e, c, workers, d)) = python_lock_run(&script, rounds, true) else {
+            println!("(the script did not run under weft diagnose: skipped)");
+            return;
+        };
+        under.push((e, c));
+        let summary = &d["summary"];
+        reported.push((
+            summary["overhead"].as_f64().unwrap_or(f64::NAN),
+            summary["clock_overhead"].as_f64().unwrap_or(f64::NAN),
+        ));
+        // The lock's wait, for each worker: a sync bottleneck naming it.
+        let waiting: std::collections::BTreeSet<u64> = d["bottlenecks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["hypothesis"] == "sync")
+            .flat_map(|b| b["threads"].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t.as_u64().or_else(|| t["tid"].as_u64()))
+            .collect();
+        found.push(workers.iter().filter(|w| waiting.contains(w)).count());
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ae, ac) = (
+        median(alone.iter().map(|a| a.0).collect()),
+        median(alone.iter().map(|a| a.1).collect()),
+    );
+    let (ue, uc) = (
+        median(under.iter().map(|a| a.0).collect()),
+        median(under.iter().map(|a| a.1).collect()),
+    );
+    println!(
+        "{pairs} pair(s), {rounds} rounds a worker; alone: {ae:.2} s elapsed, {ac:.2} s CPU;          under diagnose: {ue:.2} s, {uc:.2} s CPU; slowdown x{:.2} elapsed, x{:.2} CPU (goal:          at most x1.15)",
+        ue / ae,
+        uc / ac
+    );
+    println!(
+        "reported overhead (probes, clocks) per run: {}; workers whose lock wait was found: {}          of 4 per run",
+        reported
+            .iter()
+            .map(|(p, c)| format!("{:.1} % + {:.1} %", 100.0 * p, 100.0 * c))
+            .collect::<Vec<_>>()
+            .join("; "),
+        found.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+    );
+}
+
 /// Calls counted so far in every live row (a full snapshot).
 fn calls_in(p: &Process) -> u64 {
     p.snapshot()
@@ -1321,6 +1482,9 @@ fn main() {
     }
     if run("trace") {
         section_trace_rate(quick);
+    }
+    if run("diagnose") {
+        section_diagnose_cpython(quick);
     }
     let _ = std::io::stdout().flush();
 }

@@ -148,6 +148,9 @@ impl Attached {
         let mut threads = 0;
         if !patterns.is_empty() {
             process.prepare(&found)?;
+            if metrics.cpu {
+                process.prepare_cpu_clocks();
+            }
             timing.mark("found functions and swept their modules (target running)");
             let mut held = process.hold()?;
             held.set_trace_calls(measure.metrics.trace);
@@ -222,6 +225,9 @@ impl Attached {
         };
         let inside = find_inside(&mut process, measure, &found)?;
         let metrics = measure.metrics_for(found.len() + inside.len());
+        if metrics.cpu {
+            process.prepare_cpu_clocks();
+        }
         // Its first hold is the stop at its entry: dropped on an error, it
         // kills the program before main.
         let mut held = process.hold()?;

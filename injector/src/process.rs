@@ -490,10 +490,8 @@ pub struct Process {
     options: RuntimeOptions,
     /// The exit code installed this session: its metrics and layout.
     exits: Option<(Metrics, weft_codegen::ExitHooks)>,
-    /// The CPU-time table's feed, once a CPU timer needed it (see
-    /// `process/clocks.rs`); `Err` once it could not be had (perf events
-    /// instead).
-    cpu_table: Option<Result<crate::kernel::CpuTableFeed, String>>,
+    /// The CPU-time table's feed (see `process/clocks.rs`).
+    cpu_table: Option<clocks::CpuTable>,
     /// The call trace drained from the threads' rings (`-m trace`).
     trace: Option<std::sync::Arc<std::sync::Mutex<crate::trace::TraceLog>>>,
     /// Drains the trace rings every half millisecond while this session

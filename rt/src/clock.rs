@@ -35,7 +35,7 @@ mod readers;
 mod table;
 pub use readers::{weft_rt_cpu_now, weft_rt_cpu_ticks, weft_rt_wall_now, weft_rt_wall_raw};
 pub(crate) use table::{forget_table_after_fork, release_table};
-pub use table::{use_table_for_tests, weft_rt_cpu_table_fd, weft_rt_map_cpu_table};
+pub use table::{use_table, weft_rt_cpu_table_fd, weft_rt_map_cpu_table};
 
 // ---------------------------------------------------------------------------
 // Primitives

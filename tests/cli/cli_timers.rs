@@ -118,7 +118,8 @@ fn run_timers_match_the_threads_own_clocks() {
     check_metrics(&ctx, &report, &["calls", "wall", "cpu"]);
     check_metric_fields(&ctx, &report, true, true);
     // weft says which clocks it used: the TSC or CLOCK_MONOTONIC for wall,
-    // and for CPU the perf page (formula or lock/anchor) or the syscall.
+    // and for CPU the CPU-time table, the perf page (formula or
+    // lock/anchor) or the syscall.
     let clocks = report.clocks.clone().unwrap_or_default();
     let (wall, cpu) = (
         clocks["wall"].as_str().unwrap_or(""),
@@ -126,7 +127,9 @@ fn run_timers_match_the_threads_own_clocks() {
     );
     ctx.check(
         (wall.contains("tsc") || wall.contains("CLOCK_MONOTONIC"))
-            && (cpu.contains("perf task-clock") || cpu.contains("CLOCK_THREAD_CPUTIME_ID")),
+            && (cpu.contains("sched_switch table")
+                || cpu.contains("perf task-clock")
+                || cpu.contains("CLOCK_THREAD_CPUTIME_ID")),
         || format!("the report does not name its clock sources: {clocks}"),
     );
 

@@ -26,6 +26,7 @@ use crate::{Error, Function, Metrics, PointSpec, ProbeId, ProbeSpec, Process};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+mod arming;
 mod probes;
 use probes::{LiveProbe, ProbeKey};
 
@@ -284,19 +285,21 @@ pub struct Summary {
     /// CPU clock's first reading after one): what `--max-overhead` bounds.
     pub overhead: f64,
     /// What the threads' CPU clocks cost besides, as a share of the
-    /// target's CPU time: each thread that ran instrumented code keeps a
-    /// perf event, which the kernel switches with it (every switch ×
-    /// `cost_per_switch_event_ns`). Not bounded: no probe taken out
-    /// lowers it.
+    /// target's CPU time: on the CPU-time table, the `sched_switch`
+    /// program at every switch of the target's threads; else each thread
+    /// that ran instrumented code keeps a perf event, which the kernel
+    /// switches with it (every switch × `cost_per_switch_event_ns`). Not
+    /// bounded: no probe taken out lowers it.
     pub clock_overhead: f64,
     /// The measured cost of one timed call, ns.
     pub cost_per_call_ns: f64,
     /// The measured cost of a timer's first CPU clock reading after its
-    /// thread was switched in, ns (0 where the clock needs no system
-    /// call).
+    /// thread was switched in, ns (a system call, a vDSO read on the
+    /// CPU-time table, 0 where the perf page gives the time).
     pub cost_per_switch_ns: f64,
-    /// The measured cost to a thread of its CPU clock's perf event at
-    /// every context switch, ns (0 where the clock has none).
+    /// The measured cost to a thread at every context switch of its CPU
+    /// clock's perf event, or of the CPU-time table's program, ns (0
+    /// where the clock has neither).
     pub cost_per_switch_event_ns: f64,
     /// Functions weft refused to time (so their tests were given up), by
     /// the kind of reason (`Refusal::kind`): all of a Go program's code,
@@ -388,7 +391,8 @@ pub struct Consultant {
     baselines: HashMap<NodeId, Baseline>,
     sampler: Sampler,
     tests: usize,
-    /// Callers whose indirect call sites record their targets: the points.
+    /// Callers whose indirect call sites record their targets: the points
+    /// (until disarmed: `consultant/arming.rs`).
     armed: HashMap<String, Vec<ProbeId>>,
     /// Callers turned true since the last step, to arm.
     to_arm: BTreeSet<String>,
@@ -486,6 +490,9 @@ impl Consultant {
         // Its phases take every probe out and put new ones in: the threads'
         // clocks keep their perf events until `finish`.
         process.keep_cpu_clocks(true);
+        // Its tests time CPU: the CPU-time table is made now, not in the
+        // stop that installs the first timer.
+        process.prepare_cpu_clocks();
         let functions = process.find_functions(&[Pattern::parse("exe:*")
             .map_err(|e| Error::Internal(format!("the executable's pattern: {e}")))?])?;
         let mut graph = StaticCallGraph::new();
@@ -647,6 +654,7 @@ impl Consultant {
             progress.push(Progress::ClocksCostly(clocks, switches));
         }
         self.learn_targets(process);
+        self.disarm_callers(process)?;
         self.learn_from_stacks(process)?;
         self.arm_callers(process)?;
         self.retire_probes(process)?;
@@ -842,7 +850,8 @@ impl Consultant {
                 Some(Change::Refined(_, children)) => {
                     progress.push(Progress::Concluded(h, path, tid, true, value));
                     let f = self.search.node(id).focus.function().to_string();
-                    if !self.armed.contains_key(&f) {
+                    // Armed once: a caller disarmed stays known.
+                    if !self.armed_at.contains_key(&f) {
                         self.to_arm.insert(f);
                     }
                     // Decode the children's functions so they can be probed.
@@ -879,102 +888,18 @@ impl Consultant {
                 calls.insert((tid, id), v.calls);
             }
         }
+        // Armed call sites cost their hits too (a point on each indirect
+        // call of CPython's interpreter loop slowed a script by 40 %).
+        calls.extend(self.point_hits(process));
         // Every probe is judged, even before any thread has a row.
-        let probes: Vec<ProbeId> = self.sampler.probes().collect();
+        let probes: Vec<ProbeId> = self
+            .sampler
+            .probes()
+            .chain(self.armed.values().flatten().copied())
+            .collect();
+        self.cost.use_table(process.cpu_clocks_on_table());
         self.cost.observe(&calls, &probes);
         values
-    }
-
-    /// Puts call-target points on the indirect call sites of the callers
-    /// that turned true (one stop for all): the search can then refine
-    /// into what they really call. Sites weft refuses are left out.
-    fn arm_callers(&mut self, process: &mut Process) -> Result<(), Error> {
-        let callers = std::mem::take(&mut self.to_arm);
-        let mut specs = Vec::new();
-        let mut owners = Vec::new();
-        for name in callers {
-            let Some(f) = self.graph.function(&name).cloned() else {
-                continue;
-            };
-            let Ok(code) = crate::code::function_code(process.image(), &f) else {
-                continue;
-            };
-            self.armed.entry(name.clone()).or_default();
-            self.armed_at.insert(name.clone(), Instant::now());
-            for site in &code.calls {
-                if matches!(site.target, crate::code::CallTarget::Indirect { .. }) {
-                    specs.push(PointSpec::call_targets(f.clone(), site, TARGET_SLOTS));
-                    owners.push(name.clone());
-                }
-            }
-            // An indirect jump: a tail call through a table or a pointer
-            // (`return handlers[i](req)`: the function's frame is gone
-            // from every stack, so only this tells where it leads), or a
-            // switch (its targets, inside the function, are no callees).
-            for exit in &code.exits {
-                if matches!(exit.kind, weft_codegen::cfg::ExitKind::IndirectJump { .. }) {
-                    specs.push(PointSpec::targets_at(f.clone(), exit.address, TARGET_SLOTS));
-                    owners.push(name.clone());
-                }
-            }
-        }
-        if specs.is_empty() {
-            return Ok(());
-        }
-        let verdicts = process.check_points(&specs);
-        for (owner, refusal) in owners.iter().zip(&verdicts) {
-            if refusal.is_some() {
-                self.unarmable.entry(owner.clone()).or_insert(0);
-            }
-        }
-        let (specs, owners): (Vec<PointSpec>, Vec<String>) = specs
-            .into_iter()
-            .zip(owners)
-            .zip(verdicts)
-            .filter(|(_, refusal)| refusal.is_none())
-            .map(|(pair, _)| pair)
-            .unzip();
-        if specs.is_empty() {
-            return Ok(());
-        }
-        for (specs, owners) in specs
-            .chunks(FUNCTIONS_PER_STOP * 2)
-            .zip(owners.chunks(FUNCTIONS_PER_STOP * 2))
-        {
-            let mut held = process.hold()?;
-            let ids = held.insert_points(specs);
-            held.release()?;
-            self.stops.note(process, "arming call sites");
-            for (owner, id) in owners.iter().zip(ids?) {
-                self.armed.entry(owner.clone()).or_default().push(id);
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads the armed call sites; a new target becomes a callee of its
-    /// caller, and the caller's true tests are refined into it.
-    fn learn_targets(&mut self, process: &mut Process) {
-        let mut learnt = Vec::new();
-        for (caller, points) in &self.armed {
-            for &point in points {
-                let Ok(per_thread) = process.call_targets(point) else {
-                    continue;
-                };
-                for (target, _) in per_thread.iter().flat_map(|t| t.targets.iter().copied()) {
-                    learnt.push((caller.clone(), target));
-                }
-            }
-        }
-        // A target inside the caller itself is a switch's case, no call.
-        let calls: Vec<(String, Function)> = learnt
-            .into_iter()
-            .filter_map(|(caller, target)| {
-                Some((caller, process.image().function_at(target).ok()??))
-            })
-            .filter(|(caller, f)| &f.name != caller)
-            .collect();
-        self.learn_calls(process, calls);
     }
 
     /// Where a true wait is not accounted for by the true tests below it
@@ -1356,8 +1281,8 @@ impl Consultant {
             overhead: self.cost.total_share(),
             clock_overhead: self.cost.clock_total_share(),
             cost_per_call_ns: self.cost.per_call_ns,
-            cost_per_switch_ns: self.cost.per_switch_ns,
-            cost_per_switch_event_ns: self.cost.per_switch_event_ns,
+            cost_per_switch_ns: self.cost.switch_costs().0,
+            cost_per_switch_event_ns: self.cost.switch_costs().1,
             refused: self
                 .refused
                 .values()

@@ -28,6 +28,13 @@ pub(super) struct Cost {
     /// context switch, ns, timed code or not: a fixed cost of every
     /// thread that has run instrumented code (it keeps its clock).
     pub(super) per_switch_event_ns: f64,
+    /// The same two where the clocks read the CPU-time table: the
+    /// re-anchor from the slot (a vDSO clock read), and the `sched_switch`
+    /// program at every switch of the target's threads.
+    table_costs: (f64, f64),
+    /// Whether the target's clocks read the CPU-time table
+    /// ([`Cost::use_table`]).
+    table: bool,
     /// Calls of each probe on each thread at the last reading.
     calls: HashMap<(u32, ProbeId), u64>,
     /// Calls of each probe per second of the target's CPU, last interval.
@@ -63,6 +70,8 @@ impl Cost {
             per_call_ns,
             per_switch_ns,
             per_switch_event_ns: perf_event_switch_ns(),
+            table_costs: table_costs(),
+            table: false,
             calls: HashMap::new(),
             rates: HashMap::new(),
             threads,
@@ -76,8 +85,26 @@ impl Cost {
         }
     }
 
+    /// Whether the target's clocks read the CPU-time table (they do from
+    /// the first CPU timer on, where weft may load BPF).
+    pub(super) fn use_table(&mut self, on: bool) {
+        self.table = on;
+    }
+
+    /// What the first CPU clock reading after a switch costs a thread, and
+    /// what each switch costs it whether it reads or not, ns, for the
+    /// clock the target uses.
+    pub(super) fn switch_costs(&self) -> (f64, f64) {
+        if self.table {
+            self.table_costs
+        } else {
+            (self.per_switch_ns, self.per_switch_event_ns)
+        }
+    }
+
     /// Takes the probes' call counts on each thread now.
     pub(super) fn observe(&mut self, calls: &HashMap<(u32, ProbeId), u64>, probes: &[ProbeId]) {
+        let (per_switch_ns, per_switch_fixed_ns) = self.switch_costs();
         let before_switches = self.threads.switches.clone();
         let cpu = self.threads.read(self.pid);
         // The kernel brings a running thread's total up to date only at
@@ -110,17 +137,22 @@ impl Cost {
                 .saturating_sub(before_switches.get(&tid).copied().unwrap_or(0))
         };
         // Every thread with a row has its clock's event: its switches cost
-        // it whatever the probes do, and no probe taken out lowers it.
-        let rows: std::collections::BTreeSet<u32> = calls.keys().map(|&(tid, _)| tid).collect();
+        // it whatever the probes do, and no probe taken out lowers it. The
+        // table's program runs at every switch of every thread.
+        let rows: std::collections::BTreeSet<u32> = if self.table {
+            self.threads.switches.keys().copied().collect()
+        } else {
+            calls.keys().map(|&(tid, _)| tid).collect()
+        };
         let switches: u64 = rows.iter().map(|&tid| switched(tid)).sum();
-        let fixed = switches as f64 * self.per_switch_event_ns;
+        let fixed = switches as f64 * per_switch_fixed_ns;
         let secs = self.last_at.elapsed().as_secs_f64().max(1e-3);
         self.last_at = std::time::Instant::now();
         self.clocks = (fixed / cpu_delta, switches as f64 / secs);
         for (tid, made) in by_thread {
             let switches = switched(tid);
             let total: u64 = made.iter().map(|&(_, n)| n).sum();
-            let paid = switches.min(2 * total) as f64 * self.per_switch_ns;
+            let paid = switches.min(2 * total) as f64 * per_switch_ns;
             for (id, n) in made {
                 *cost.entry(id).or_default() += paid * n as f64 / total as f64;
             }
@@ -231,6 +263,56 @@ fn perf_event_switch_ns() -> f64 {
     }
     // Each round is two switches, one per thread.
     ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0)
+}
+
+/// What a thread's CPU clock costs on the CPU-time table, ns: its
+/// re-anchor after a switch (the slot and a vDSO `CLOCK_MONOTONIC` read),
+/// and the `sched_switch` program at each switch, measured with a table
+/// and program of weft's own and two of its threads passing a turn (as
+/// [`perf_event_switch_ns`]). (0, 0) where weft may not load BPF: the
+/// target's clocks cannot use a table either.
+fn table_costs() -> (f64, f64) {
+    const ROUNDS: u32 = 2_000;
+    let best = |clocks: bool| {
+        (0..3)
+            .filter_map(|_| ping_pong(ROUNDS, clocks))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let plain = best(false);
+    let Ok(mut feed) = crate::kernel::CpuTableFeed::new(std::process::id()) else {
+        return (0.0, 0.0);
+    };
+    if feed.attach().is_err() {
+        return (0.0, 0.0);
+    }
+    let Ok(mapping) = feed.map_here() else {
+        return (0.0, 0.0);
+    };
+    // SAFETY: the mapping outlives every clock made on it (the players
+    // are joined inside `best`); no table is live in weft otherwise.
+    unsafe { weft_rt::clock::use_table(mapping.base()) };
+    let with = best(true);
+    // SAFETY: as above.
+    unsafe { weft_rt::clock::use_table(0) };
+    drop(mapping);
+    drop(feed);
+    const READS: u32 = 200;
+    let reanchor = (0..10)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..READS {
+                std::hint::black_box(weft_rt::clock::monotonic_ns());
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(READS)
+        })
+        .fold(f64::INFINITY, f64::min);
+    if !plain.is_finite() || !with.is_finite() {
+        return (reanchor, 0.0);
+    }
+    (
+        reanchor,
+        ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0),
+    )
 }
 
 /// ns for `rounds` turns passed between two threads on the calling

@@ -62,18 +62,24 @@ fn offsets() -> Result<Offsets, KernelError> {
         })
 }
 
-/// A table and the program writing it for one process.
+/// A table and the program writing it for one process. Made (the map,
+/// the program through the verifier: milliseconds) apart from attached
+/// (at once): a tool makes it before the stop of the world that installs
+/// the first CPU timer, and only attaching costs the machine's switches.
 #[derive(Debug)]
 pub struct CpuTableFeed {
     // Dropped in this order: the link first, so that the program stops
     // before anything else goes.
-    _link: OwnedFd,
-    _program: Program,
+    link: Option<OwnedFd>,
+    program: Program,
     map: Map,
+    /// Whether `program` is a `tp_btf` one (else a raw tracepoint).
+    typed: bool,
 }
 
 impl CpuTableFeed {
-    /// A new table for process `tgid`, and its program attached.
+    /// A new table for process `tgid`, and its program loaded (not yet
+    /// attached: [`CpuTableFeed::attach`]).
     pub fn new(tgid: u32) -> Result<CpuTableFeed, KernelError> {
         let offsets = offsets()?;
         let map = Map::create_mmapable(
@@ -94,17 +100,17 @@ impl CpuTableFeed {
     }
 
     /// A program of this weft's for the table another session made: its
-    /// map descriptor, taken from the target.
+    /// map descriptor, taken from the target (loaded, not yet attached).
     pub fn joining(tgid: u32, map: OwnedFd) -> Result<CpuTableFeed, KernelError> {
         let offsets = offsets()?;
         let map = Map::from_fd(map, 4, table::SLOT_SIZE);
         Self::feeding(tgid, map, offsets)
     }
 
-    /// Loads and attaches the program on `map`: a `tp_btf` one where the
-    /// kernel takes it (plain loads of `next`'s fields: on a KVM guest
-    /// the raw tracepoint's three `bpf_probe_read_kernel` calls cost about
-    /// as much as the tracepoint itself), else a raw tracepoint.
+    /// Loads the program on `map`: a `tp_btf` one where the kernel takes
+    /// it (plain loads of `next`'s fields: on a KVM guest the raw
+    /// tracepoint's three `bpf_probe_read_kernel` calls cost about as much
+    /// as the tracepoint itself), else a raw tracepoint.
     fn feeding(tgid: u32, map: Map, o: Offsets) -> Result<CpuTableFeed, KernelError> {
         let what = || "the CPU-time table".to_string();
         let name = format!("{PROGRAM_PREFIX}{tgid}_cpu");
@@ -129,15 +135,15 @@ impl CpuTableFeed {
                 attach_type: sys::ATTACH_TRACE_RAW_TP,
                 btf_id,
             };
-            let typed = Program::load(ProgType::Tracing, &name, &build(true)?, Some(tracing));
-            if let Ok(program) = typed {
-                if let Ok(link) = sys::raw_tracepoint_open(&program, None) {
-                    return Ok(CpuTableFeed {
-                        _link: link,
-                        _program: program,
-                        map,
-                    });
-                }
+            if let Ok(program) =
+                Program::load(ProgType::Tracing, &name, &build(true)?, Some(tracing))
+            {
+                return Ok(CpuTableFeed {
+                    link: None,
+                    program,
+                    map,
+                    typed: true,
+                });
             }
         }
         let program =
@@ -148,21 +154,72 @@ impl CpuTableFeed {
                     log: e.log,
                 }
             })?;
-        let link = sys::raw_tracepoint_open(&program, Some("sched_switch")).map_err(|source| {
+        Ok(CpuTableFeed {
+            link: None,
+            program,
+            map,
+            typed: false,
+        })
+    }
+
+    /// Attaches the program to `sched_switch` (once; again is nothing).
+    pub fn attach(&mut self) -> Result<(), KernelError> {
+        if self.link.is_some() {
+            return Ok(());
+        }
+        let name = (!self.typed).then_some("sched_switch");
+        let link = sys::raw_tracepoint_open(&self.program, name).map_err(|source| {
             KernelError::Attach {
-                what: what(),
+                what: "the CPU-time table".to_string(),
                 source,
             }
         })?;
-        Ok(CpuTableFeed {
-            _link: link,
-            _program: program,
-            map,
-        })
+        self.link = Some(link);
+        Ok(())
     }
 
     /// The table's map descriptor in this process (to hand to the target).
     pub fn map_fd(&self) -> i32 {
         self.map.raw()
+    }
+
+    /// Maps the table into this process (for a feed of weft's own
+    /// threads: measuring what the program costs a switch).
+    pub fn map_here(&self) -> std::io::Result<TableMapping> {
+        // SAFETY: a shared mapping of a BPF array weft made mmapable, as
+        // long as the array; nothing else is at the address the kernel
+        // picks.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                table::TABLE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.map.raw(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TableMapping(at as u64))
+    }
+}
+
+/// A table mapped into weft's own process; unmapped on drop.
+#[derive(Debug)]
+pub struct TableMapping(u64);
+
+impl TableMapping {
+    /// Where it is mapped.
+    pub fn base(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Drop for TableMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `map_here`, unmapped once.
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, table::TABLE_BYTES) };
     }
 }

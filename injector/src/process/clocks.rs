@@ -73,7 +73,7 @@ impl Process {
                 asked += 1;
             }
         }
-        let feeding = matches!(self.cpu_table, Some(Ok(_)));
+        let feeding = matches!(self.cpu_table, Some(CpuTable::Feeding { .. }));
         if asked == 0 && on_table == 0 && !feeding {
             return Ok(0);
         }
@@ -101,37 +101,68 @@ impl Process {
         Ok(released as u32)
     }
 
+    /// Makes the CPU-time table, loads its program and attaches it, ahead
+    /// of the stop of the world that installs the first CPU timer, which
+    /// then only maps the table into the target: the verifier takes
+    /// milliseconds, and attaching to a tracepoint 15 ms on this guest
+    /// (the kernel patches its code on every CPU). Touches nothing of the
+    /// target's: the program finds no slot of its threads until then.
+    /// Where BPF is not permitted, the reason is kept and CPU timers use
+    /// perf events.
+    pub fn prepare_cpu_clocks(&mut self) {
+        if self.cpu_table.is_some() {
+            return;
+        }
+        if perf_chosen() {
+            self.cpu_table = Some(CpuTable::Refused("WEFT_CPU_CLOCK=perf".to_string()));
+            return;
+        }
+        let made = crate::kernel::CpuTableFeed::new(self.target.pid as u32).and_then(|mut feed| {
+            feed.attach()?;
+            Ok(feed)
+        });
+        self.cpu_table = Some(match made {
+            Ok(feed) => CpuTable::Made(feed),
+            Err(e) => CpuTable::Refused(e.to_string()),
+        });
+    }
+
     /// Makes sure the threads' CPU clocks can use a CPU-time table fed by
-    /// this weft's own `sched_switch` program: a new one, mapped into the
-    /// target, or the one another session made (its program may go with
-    /// that session). Where BPF is not permitted (or the target cannot
-    /// take the table), the clocks keep using perf events; the reason is
-    /// kept ([`Process::cpu_table_refused`]). In a stop; once per session.
+    /// this weft's own `sched_switch` program: a new one (made here unless
+    /// [`Process::prepare_cpu_clocks`] made it), mapped into the target,
+    /// or the one another session made (its program may go with that
+    /// session). Where BPF is not permitted (or the target cannot take the
+    /// table), the clocks keep using perf events; the reason is kept
+    /// ([`Process::cpu_table_refused`]). In a stop; once per session.
     /// `WEFT_CPU_CLOCK=perf` in weft's environment chooses perf events.
     pub(super) fn ensure_cpu_table(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
-        if self.cpu_table.is_some() {
-            return Ok(());
-        }
-        if std::env::var_os("WEFT_CPU_CLOCK").is_some_and(|v| v == "perf") {
-            self.cpu_table = Some(Err("WEFT_CPU_CLOCK=perf".to_string()));
-            return Ok(());
-        }
+        let made = match self.cpu_table.take() {
+            Some(CpuTable::Made(feed)) => Some(feed),
+            None if perf_chosen() => {
+                self.cpu_table = Some(CpuTable::Refused("WEFT_CPU_CLOCK=perf".to_string()));
+                return Ok(());
+            }
+            None => None,
+            settled => {
+                self.cpu_table = settled;
+                return Ok(());
+            }
+        };
         let base = self.rt()?.base;
         let (Ok(fd_fn), Ok(map_fn)) = (
             runtime::export_address(base, "weft_rt_cpu_table_fd"),
             runtime::export_address(base, "weft_rt_map_cpu_table"),
         ) else {
-            self.cpu_table = Some(Err(
-                "the loaded runtime predates the CPU-time table".to_string()
+            self.cpu_table = Some(CpuTable::Refused(
+                "the loaded runtime predates the CPU-time table".to_string(),
             ));
             return Ok(());
         };
         let pid = self.target.pid;
         let tid = self.syscall_thread(tracer)?;
-        let call =
-            |name: &str, function: u64, args: Vec<RemoteArg>| RemoteCall::new(name, function, args);
         // System calls only: no lock.
-        let theirs = tracer.call(tid, &call("weft_rt_cpu_table_fd", fd_fn, vec![]), false)? as i64;
+        let call = RemoteCall::new("weft_rt_cpu_table_fd", fd_fn, vec![]);
+        let theirs = tracer.call(tid, &call, false)? as i64;
         let feed = if theirs >= 0 {
             take_descriptor(pid, theirs as i32)
                 .map_err(|e| format!("taking the table's descriptor from the target: {e}"))
@@ -139,45 +170,88 @@ impl Process {
                     crate::kernel::CpuTableFeed::joining(pid as u32, fd).map_err(|e| e.to_string())
                 })
         } else {
-            match crate::kernel::CpuTableFeed::new(pid as u32) {
-                Ok(feed) => {
-                    let me = std::process::id();
-                    // The target takes the descriptor from weft
-                    // (`pidfd_getfd`), which Yama's ptrace scope 1 allows
-                    // only to a process weft names.
-                    // SAFETY: prctl with integer arguments.
-                    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid as libc::c_ulong, 0, 0, 0) };
-                    let args = vec![
-                        RemoteArg::Value(u64::from(me)),
-                        RemoteArg::Value(feed.map_fd() as u64),
-                    ];
-                    let at = tracer.call(tid, &call("weft_rt_map_cpu_table", map_fn, args), false);
-                    // SAFETY: as above; 0 takes the exception back.
-                    unsafe { libc::prctl(libc::PR_SET_PTRACER, 0, 0, 0, 0) };
-                    match at? as i64 {
-                        at if at < 0 => Err(format!(
-                            "the target could not map the table: {}",
-                            std::io::Error::from_raw_os_error((-at) as i32)
-                        )),
-                        _ => Ok(feed),
-                    }
-                }
+            match made.map_or_else(|| crate::kernel::CpuTableFeed::new(pid as u32), Ok) {
+                Ok(feed) => map_into(tracer, tid, map_fn, pid, &feed)?.map(|()| feed),
                 Err(e) => Err(e.to_string()),
             }
         };
-        self.cpu_table = Some(feed);
+        self.cpu_table = Some(match feed {
+            Ok(mut feed) => match feed.attach() {
+                Ok(()) => CpuTable::Feeding { _feed: feed },
+                Err(e) => CpuTable::Refused(e.to_string()),
+            },
+            Err(why) => CpuTable::Refused(why),
+        });
         Ok(())
     }
 
+    /// Whether the threads' CPU clocks read a CPU-time table this weft
+    /// feeds (once a CPU timer was installed).
+    pub fn cpu_clocks_on_table(&self) -> bool {
+        matches!(self.cpu_table, Some(CpuTable::Feeding { .. }))
+    }
+
     /// Why the threads' CPU clocks use perf events rather than a CPU-time
-    /// table fed by a BPF program, once a CPU timer was installed; `None`
-    /// while they use the table (or before any CPU timer).
+    /// table fed by a BPF program, once a CPU timer was installed (or
+    /// [`Process::prepare_cpu_clocks`] tried); `None` while they use the
+    /// table (or before).
     pub fn cpu_table_refused(&self) -> Option<&str> {
         match &self.cpu_table {
-            Some(Err(why)) => Some(why),
+            Some(CpuTable::Refused(why)) => Some(why),
             _ => None,
         }
     }
+}
+
+/// Where a process's CPU-time table stands.
+#[derive(Debug)]
+pub(super) enum CpuTable {
+    /// Made and its program attached, not yet in the target.
+    Made(crate::kernel::CpuTableFeed),
+    /// Mapped in the target, the program attached (held: it detaches
+    /// when dropped).
+    Feeding { _feed: crate::kernel::CpuTableFeed },
+    /// Not to be had: why (the clocks use perf events).
+    Refused(String),
+}
+
+/// `WEFT_CPU_CLOCK=perf` in weft's environment: perf events, no table.
+fn perf_chosen() -> bool {
+    std::env::var_os("WEFT_CPU_CLOCK").is_some_and(|v| v == "perf")
+}
+
+/// Has the target map `feed`'s table (`weft_rt_map_cpu_table`, which
+/// takes the descriptor from weft with `pidfd_getfd`): `Err` says why
+/// it could not.
+fn map_into(
+    tracer: &mut Tracer,
+    tid: Tid,
+    map_fn: u64,
+    pid: i32,
+    feed: &crate::kernel::CpuTableFeed,
+) -> Result<Result<(), String>, Error> {
+    // Yama's ptrace scope 1 lets the target take weft's descriptor only
+    // if weft names it, for the length of the call.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid as libc::c_ulong, 0, 0, 0) };
+    let args = vec![
+        RemoteArg::Value(u64::from(std::process::id())),
+        RemoteArg::Value(feed.map_fd() as u64),
+    ];
+    let at = tracer.call(
+        tid,
+        &RemoteCall::new("weft_rt_map_cpu_table", map_fn, args),
+        false,
+    );
+    // SAFETY: as above; 0 takes the exception back.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, 0, 0, 0, 0) };
+    Ok(match at? as i64 {
+        at if at < 0 => Err(format!(
+            "the target could not map the table: {}",
+            std::io::Error::from_raw_os_error((-at) as i32)
+        )),
+        _ => Ok(()),
+    })
 }
 
 /// Live rows whose CPU clock is on the CPU-time table.

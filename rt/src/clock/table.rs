@@ -275,13 +275,15 @@ fn zero_fill(at: u64) {
     }
 }
 
-/// Makes `base` (a [`table::TABLE_BYTES`] buffer) the live table, for
-/// tests that play the kernel's program; 0 makes none live.
+/// Makes `base` (a [`table::TABLE_BYTES`] mapping or buffer) the live
+/// table of the calling process: clocks made or armed from now on take
+/// slots there. For a process that maps a table itself (weft measuring
+/// what the program costs) and tests that play the program; 0 makes none
+/// live.
 ///
 /// # Safety
 /// `base` must stay valid and writable while any clock uses it.
-#[doc(hidden)]
-pub unsafe fn use_table_for_tests(base: u64) {
+pub unsafe fn use_table(base: u64) {
     if VDSO_CLOCK_GETTIME.load(Ordering::Relaxed) == 0 {
         VDSO_CLOCK_GETTIME.store(
             vdso_symbol(c"__vdso_clock_gettime").unwrap_or(0),
