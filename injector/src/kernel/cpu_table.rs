@@ -67,7 +67,7 @@ fn offsets() -> Result<Offsets, KernelError> {
 /// (at once): a tool makes it before the stop of the world that installs
 /// the first CPU timer, and only attaching costs the machine's switches.
 #[derive(Debug)]
-pub struct CpuTableFeed {
+pub(crate) struct CpuTableFeed {
     // Dropped in this order: the link first, so that the program stops
     // before anything else goes.
     link: Option<OwnedFd>,
@@ -208,7 +208,7 @@ impl CpuTableFeed {
 
 /// A table mapped into weft's own process; unmapped on drop.
 #[derive(Debug)]
-pub struct TableMapping(u64);
+pub(crate) struct TableMapping(u64);
 
 impl TableMapping {
     /// Where it is mapped.

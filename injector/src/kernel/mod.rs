@@ -23,7 +23,7 @@ mod syscalls;
 
 pub use btf::BtfError;
 pub use caps::{Capabilities, Capability, CAPABILITY_PROBE};
-pub use cpu_table::{CpuTableFeed, TableMapping};
+pub(crate) use cpu_table::CpuTableFeed;
 pub use session::{check, KernelRow, KernelSnapshot, ProbeInfo, Session, MAX_FUNCTIONS};
 pub use sys::{loaded_programs, LoadedProgram};
 

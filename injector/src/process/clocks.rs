@@ -131,58 +131,65 @@ impl Process {
     /// this weft's own `sched_switch` program: a new one (made here unless
     /// [`Process::prepare_cpu_clocks`] made it), mapped into the target,
     /// or the one another session made (its program may go with that
-    /// session). Where BPF is not permitted (or the target cannot take the
-    /// table), the clocks keep using perf events; the reason is kept
-    /// ([`Process::cpu_table_refused`]). In a stop; once per session.
-    /// `WEFT_CPU_CLOCK=perf` in weft's environment chooses perf events.
-    pub(super) fn ensure_cpu_table(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
+    /// session). Where BPF is not permitted, or the target cannot take the
+    /// table, or a remote call fails, the clocks keep using perf events
+    /// and the reason is kept ([`Process::cpu_table_refused`]): called at
+    /// the end of an insertion, in its stop, it cannot fail it. Once per
+    /// session. `WEFT_CPU_CLOCK=perf` in weft's environment chooses perf
+    /// events.
+    pub(super) fn ensure_cpu_table(&mut self, tracer: &mut Tracer) {
         let made = match self.cpu_table.take() {
             Some(CpuTable::Made(feed)) => Some(feed),
             None if perf_chosen() => {
                 self.cpu_table = Some(CpuTable::Refused("WEFT_CPU_CLOCK=perf".to_string()));
-                return Ok(());
+                return;
             }
             None => None,
             settled => {
                 self.cpu_table = settled;
-                return Ok(());
+                return;
             }
         };
-        let base = self.rt()?.base;
+        let table = self.take_cpu_table(tracer, made).and_then(|mut feed| {
+            feed.attach().map_err(|e| e.to_string())?;
+            Ok(feed)
+        });
+        self.cpu_table = Some(match table {
+            Ok(feed) => CpuTable::Feeding { _feed: feed },
+            Err(why) => CpuTable::Refused(why),
+        });
+    }
+
+    /// [`Process::ensure_cpu_table`]'s work: the table in the target and a
+    /// program of this weft's for it, or why not.
+    fn take_cpu_table(
+        &mut self,
+        tracer: &mut Tracer,
+        made: Option<crate::kernel::CpuTableFeed>,
+    ) -> Result<crate::kernel::CpuTableFeed, String> {
+        let base = self.rt().map_err(|e| e.to_string())?.base;
         let (Ok(fd_fn), Ok(map_fn)) = (
             runtime::export_address(base, "weft_rt_cpu_table_fd"),
             runtime::export_address(base, "weft_rt_map_cpu_table"),
         ) else {
-            self.cpu_table = Some(CpuTable::Refused(
-                "the loaded runtime predates the CPU-time table".to_string(),
-            ));
-            return Ok(());
+            return Err("the loaded runtime predates the CPU-time table".to_string());
         };
         let pid = self.target.pid;
-        let tid = self.syscall_thread(tracer)?;
+        let tid = self.syscall_thread(tracer).map_err(|e| e.to_string())?;
         // System calls only: no lock.
         let call = RemoteCall::new("weft_rt_cpu_table_fd", fd_fn, vec![]);
-        let theirs = tracer.call(tid, &call, false)? as i64;
-        let feed = if theirs >= 0 {
-            take_descriptor(pid, theirs as i32)
-                .map_err(|e| format!("taking the table's descriptor from the target: {e}"))
-                .and_then(|fd| {
-                    crate::kernel::CpuTableFeed::joining(pid as u32, fd).map_err(|e| e.to_string())
-                })
-        } else {
-            match made.map_or_else(|| crate::kernel::CpuTableFeed::new(pid as u32), Ok) {
-                Ok(feed) => map_into(tracer, tid, map_fn, pid, &feed)?.map(|()| feed),
-                Err(e) => Err(e.to_string()),
-            }
+        let theirs = tracer.call(tid, &call, false).map_err(|e| e.to_string())? as i64;
+        if theirs >= 0 {
+            let fd = take_descriptor(pid, theirs as i32)
+                .map_err(|e| format!("taking the table's descriptor from the target: {e}"))?;
+            return crate::kernel::CpuTableFeed::joining(pid as u32, fd).map_err(|e| e.to_string());
+        }
+        let feed = match made {
+            Some(feed) => feed,
+            None => crate::kernel::CpuTableFeed::new(pid as u32).map_err(|e| e.to_string())?,
         };
-        self.cpu_table = Some(match feed {
-            Ok(mut feed) => match feed.attach() {
-                Ok(()) => CpuTable::Feeding { _feed: feed },
-                Err(e) => CpuTable::Refused(e.to_string()),
-            },
-            Err(why) => CpuTable::Refused(why),
-        });
-        Ok(())
+        map_into(tracer, tid, map_fn, pid, &feed)?;
+        Ok(feed)
     }
 
     /// Whether the threads' CPU clocks read a CPU-time table this weft
@@ -221,15 +228,14 @@ fn perf_chosen() -> bool {
 }
 
 /// Has the target map `feed`'s table (`weft_rt_map_cpu_table`, which
-/// takes the descriptor from weft with `pidfd_getfd`): `Err` says why
-/// it could not.
+/// takes the descriptor from weft with `pidfd_getfd`), or says why not.
 fn map_into(
     tracer: &mut Tracer,
     tid: Tid,
     map_fn: u64,
     pid: i32,
     feed: &crate::kernel::CpuTableFeed,
-) -> Result<Result<(), String>, Error> {
+) -> Result<(), String> {
     // Yama's ptrace scope 1 lets the target take weft's descriptor only
     // if weft names it, for the length of the call.
     // SAFETY: prctl with integer arguments.
@@ -245,13 +251,13 @@ fn map_into(
     );
     // SAFETY: as above; 0 takes the exception back.
     unsafe { libc::prctl(libc::PR_SET_PTRACER, 0, 0, 0, 0) };
-    Ok(match at? as i64 {
+    match at.map_err(|e| e.to_string())? as i64 {
         at if at < 0 => Err(format!(
             "the target could not map the table: {}",
             std::io::Error::from_raw_os_error((-at) as i32)
         )),
         _ => Ok(()),
-    })
+    }
 }
 
 /// Live rows whose CPU clock is on the CPU-time table.

@@ -185,6 +185,12 @@ impl Process {
         }
         let ids = self.commit_probes(tracer, new_probes, &originals, &moves, &ties, shares)?;
         self.ties.extend(ties);
+        if build.times_cpu {
+            // Last, once nothing can fail (a failed insertion leaves no
+            // table behind), and in the stop: threads that register or
+            // arm their clocks when they run again find it.
+            self.ensure_cpu_table(tracer);
+        }
         Ok(Applied { ids, refused })
     }
 
@@ -284,11 +290,6 @@ impl Process {
             .iter()
             .fold(Metrics::CALLS, |m, r| m.union(r.metrics));
         let hooks = if planned.iter().any(|r| r.hooks_exit(trace)) {
-            if wanted.cpu {
-                // Before the exit code times CPU: threads that register
-                // then make their clocks on the table.
-                self.ensure_cpu_table(tracer)?;
-            }
             Some(self.ensure_exits(tracer, wanted, trace)?)
         } else {
             None
@@ -312,6 +313,7 @@ impl Process {
         let call_tid = self.syscall_thread(tracer)?;
         Ok(BuildContext {
             trace,
+            times_cpu: hooks.is_some() && wanted.cpu,
             hooks,
             save: crate::cpu::vector_save(),
             tls_offset,
@@ -559,6 +561,8 @@ impl Process {
 struct BuildContext {
     /// Calls are traced (`weft run --trace`).
     trace: bool,
+    /// A probe times CPU: the threads' clocks want the CPU-time table.
+    times_cpu: bool,
     /// The runtime's exit code, when a probe hooks exits.
     hooks: Option<weft_codegen::ExitHooks>,
     /// How trampolines that call user probes save vector registers.
