@@ -1295,29 +1295,43 @@ fn python_lock_run(
     rounds: u32,
     diagnose: bool,
 ) -> Option<(f64, f64, Vec<u64>, serde_json::Value)> {
-    let py = Command::new("python3")
+    let mut py = Command::new(debian_python())
         .arg(script)
         .arg(rounds.to_string())
-        .arg(if diagnose { "2" } else { "0" })
+        .arg(if diagnose { "3" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
     let pid = py.id();
+    // weft attaches once the interpreter is up (its `ready` line), as a
+    // user would to a running program.
+    let mut out = std::io::BufReader::new(py.stdout.take()?);
+    let mut text = String::new();
+    std::io::BufRead::read_line(&mut out, &mut text).ok()?;
+    // Its progress lines go to a file: a pipe nobody reads while the
+    // script runs would fill and stall weft (with the target stopped).
+    let err_path = bench_dir().join("python_lock_diagnose.err");
     let weft = diagnose.then(|| {
+        let err = std::fs::File::create(&err_path).expect("creating the progress file");
         Command::new(env!("CARGO_BIN_EXE_weft"))
             .args(["diagnose", "-p", &pid.to_string(), "--format", "json"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(err)
             .spawn()
             .expect("running weft diagnose")
     });
-    let out = py.wait_with_output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    std::io::Read::read_to_string(&mut out, &mut text).ok()?;
+    py.wait().ok()?;
     let diagnosis = match weft {
         Some(w) => {
             let out = w.wait_with_output().expect("weft diagnose's report");
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+                let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+                let tail: Vec<&str> = err.lines().rev().take(3).collect();
+                println!("(weft diagnose gave no diagnosis: {})", tail.join(" | "));
+                serde_json::Value::Null
+            })
         }
         None => serde_json::Value::Null,
     };
@@ -1339,11 +1353,21 @@ fn python_lock_run(
     ))
 }
 
+/// Debian's `python3` (the interpreter itself: a `python3` found first on
+/// the PATH may be a shell wrapper, and weft would diagnose the shell).
+fn debian_python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
 /// Section 7 (see the top): the script alone and under `weft diagnose`,
 /// alternated, `pairs` times; medians.
 fn section_diagnose_cpython(quick: bool) {
     println!("## weft diagnose on CPython: 4 threads around a threading.Lock");
-    if Command::new("python3")
+    if Command::new(debian_python())
         .arg("-c")
         .arg("pass")
         .status()
@@ -1354,7 +1378,9 @@ fn section_diagnose_cpython(quick: bool) {
     }
     let script = bench_dir().join("python_lock.py");
     std::fs::write(&script, PYTHON_LOCK).expect("writing the script");
-    let (rounds, pairs) = if quick { (30_000, 1) } else { (80_000, 3) };
+    // The search ends with the script: long enough in full mode for it
+    // to reach the lock's wait (about 10 s here), partial in quick mode.
+    let (rounds, pairs) = if quick { (60_000, 1) } else { (150_000, 3) };
     let (mut alone, mut under) = (Vec::new(), Vec::new());
     let mut reported = Vec::new();
     let mut found = Vec::new();
@@ -1369,6 +1395,11 @@ fn section_diagnose_cpython(quick: bool) {
             return;
         };
         under.push((e, c));
+        // The last diagnosis stays there, to read.
+        let _ = std::fs::write(
+            bench_dir().join("python_lock_diagnosis.json"),
+            d.to_string(),
+        );
         let summary = &d["summary"];
         reported.push((
             summary["overhead"].as_f64().unwrap_or(f64::NAN),
@@ -1398,18 +1429,25 @@ fn section_diagnose_cpython(quick: bool) {
         median(under.iter().map(|a| a.1).collect()),
     );
     println!(
-        "{pairs} pair(s), {rounds} rounds a worker; alone: {ae:.2} s elapsed, {ac:.2} s CPU;          under diagnose: {ue:.2} s, {uc:.2} s CPU; slowdown x{:.2} elapsed, x{:.2} CPU (goal:          at most x1.15)",
+        "{pairs} pair(s), {rounds} rounds a worker; alone: {ae:.2} s elapsed, {ac:.2} s CPU; \
+         under diagnose: {ue:.2} s, {uc:.2} s CPU; slowdown x{:.2} elapsed, x{:.2} CPU (goal: \
+         at most x1.15)",
         ue / ae,
         uc / ac
     );
     println!(
-        "reported overhead (probes, clocks) per run: {}; workers whose lock wait was found: {}          of 4 per run",
+        "reported overhead (probes, clocks) per run: {}; workers whose lock wait was found: {} \
+         of 4 per run",
         reported
             .iter()
             .map(|(p, c)| format!("{:.1} % + {:.1} %", 100.0 * p, 100.0 * c))
             .collect::<Vec<_>>()
             .join("; "),
-        found.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+        found
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }
 
