@@ -177,3 +177,43 @@ fn cpu_clocks_only_while_a_cpu_timer_is_installed(clock: Clock) {
     u.expect_stdout("`done`", |l| l == "done");
     u.wait_code(0);
 }
+
+/// A CPU timer no thread ever reached (the workers wait for `go`): no
+/// clock was made, and what weft made for them goes all the same (a table
+/// mapped with no clock on it was once left behind).
+#[test]
+fn an_unreached_cpu_timer_leaves_no_table_or_event() {
+    let ctx = Ctx::new("an_unreached_cpu_timer_leaves_no_table_or_event");
+    for clock in [Clock::Table, Clock::Perf] {
+        let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "1"]);
+        t.expect_stdout("ready", |l| l.starts_with("ready "));
+        // A CPU timer no thread ever reached (the workers wait for `go`):
+        // no clock was made, and what weft made for them goes all the same
+        // (a table mapped with no clock on it was once left behind).
+        let (mut w, _) = attach_with_env(
+            &ctx,
+            t.pid,
+            &["-f", "work_b", "-m", "calls,cpu", "--format", "json"],
+            1,
+            clock.env(),
+        );
+        let out = detach_with_sigint(&mut w);
+        let bpf_fds = std::fs::read_dir(format!("/proc/{}/fd", t.pid))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|l| l.to_string_lossy().contains("bpf"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        ctx.check(clock_maps(t.pid) == (0, 0) && bpf_fds == 0, || {
+            format!(
+                "(perf event pages, tables) {:?} and {bpf_fds} BPF descriptors left after an \
+                 unreached CPU timer: {out}",
+                clock_maps(t.pid)
+            )
+        });
+    }
+}

@@ -269,34 +269,45 @@ sys.stdin.read()
 print("done", flush=True)
 "#;
 
-#[test]
-fn python3_threads_contending_a_lock() {
-    let _one = one_at_a_time();
-    let ctx = Ctx::new("python3_threads_contending_a_lock");
-    let script = scratch_dir("python3_lock").join("lock.py");
-    std::fs::write(&script, PYTHON_LOCK).expect("write the script");
+/// Debian's `python3` running `script` (written as NAME.py in a scratch
+/// directory), its workers' thread ids, and it past its `ready` line.
+fn start_python(ctx: &Ctx, name: &str, script: &str) -> (Proc, Vec<u64>) {
+    let path = scratch_dir(name).join("lock.py");
+    std::fs::write(&path, script).expect("write the script");
     let mut t = ctx.target(
         std::path::Path::new("/usr/bin/python3"),
-        &[script.to_str().expect("utf-8 path")],
+        &[path.to_str().expect("utf-8 path")],
     );
     let workers = target_workers(&mut t);
     t.expect_stdout("ready", |l| l == "ready");
-    // The search ends by itself (~20 s: CPython's interpreter loop has
-    // many callees); the bound leaves room on a loaded machine.
-    let (d, err) = diagnose(&ctx, t.pid, 45);
-    let all = d["bottlenecks"].as_array().cloned().unwrap_or_default();
-    // Each worker holds the lock ~80% of its cycle: the other waits for
-    // it, in the lock's acquire, down to the semaphore or futex wait
-    // CPython's locks are made of.
-    let waits: Vec<&serde_json::Value> = all
-        .iter()
+    (t, workers)
+}
+
+/// The sync bottlenecks in a CPython lock's acquire (down to the
+/// semaphore or futex wait its locks are made of).
+fn python_lock_waits(all: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    all.iter()
         .filter(|b| {
             b["hypothesis"] == "sync"
                 && path_of(b)
                     .iter()
                     .any(|f| f.contains("acquire_lock") || f.contains("acquire_timed"))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn python3_threads_contending_a_lock() {
+    let _one = one_at_a_time();
+    let ctx = Ctx::new("python3_threads_contending_a_lock");
+    let (mut t, workers) = start_python(&ctx, "python3_lock", PYTHON_LOCK);
+    // The search ends by itself (~20 s: CPython's interpreter loop has
+    // many callees); the bound leaves room on a loaded machine.
+    let (d, err) = diagnose(&ctx, t.pid, 45);
+    let all = d["bottlenecks"].as_array().cloned().unwrap_or_default();
+    // Each worker holds the lock ~80% of its cycle: the other waits for
+    // it, in the lock's acquire.
+    let waits = python_lock_waits(&all);
     ctx.check(!waits.is_empty(), || {
         format!("no sync bottleneck in the lock's acquire: {all:?}\n{err}")
     });
@@ -363,27 +374,14 @@ print("done", flush=True)
 fn python3_four_busy_threads_at_a_lock_within_the_budget() {
     let _one = one_at_a_time();
     let ctx = Ctx::new("python3_four_busy_threads_at_a_lock_within_the_budget");
-    let script = scratch_dir("python3_work_lock").join("lock.py");
-    std::fs::write(&script, PYTHON_WORK_LOCK).expect("write the script");
-    let mut t = ctx.target(
-        std::path::Path::new("/usr/bin/python3"),
-        &[script.to_str().expect("utf-8 path")],
-    );
-    let workers = target_workers(&mut t);
+    let (mut t, workers) = start_python(&ctx, "python3_work_lock", PYTHON_WORK_LOCK);
     ctx.check(workers.len() == 4, || format!("workers {workers:?}"));
-    t.expect_stdout("ready", |l| l == "ready");
     // The search's own bound: weft ends it (partial) before the test's
     // wait for it gives up.
     let (d, err) = diagnose(&ctx, t.pid, 40);
     let all = d["bottlenecks"].as_array().cloned().unwrap_or_default();
-    let waiting: std::collections::BTreeSet<u64> = all
+    let waiting: std::collections::BTreeSet<u64> = python_lock_waits(&all)
         .iter()
-        .filter(|b| {
-            b["hypothesis"] == "sync"
-                && path_of(b)
-                    .iter()
-                    .any(|f| f.contains("acquire_lock") || f.contains("acquire_timed"))
-        })
         .flat_map(|b| tids(&b["threads"]))
         .collect();
     ctx.check(workers.iter().all(|w| waiting.contains(w)), || {

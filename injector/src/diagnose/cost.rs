@@ -215,18 +215,7 @@ fn timer_costs() -> (f64, f64) {
     use weft_rt::clock::{CpuPreference, CpuSource, ThreadCpuClock, WallClock, WallPreference};
     let per_call = crate::Metrics::ALL.call_cost_ns();
     let wall = WallClock::new(WallPreference::Auto);
-    let syscall = || {
-        const READS: u32 = 200;
-        (0..10)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                for _ in 0..READS {
-                    std::hint::black_box(weft_rt::clock::thread_cputime_ns());
-                }
-                start.elapsed().as_nanos() as f64 / f64::from(READS)
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
+    let syscall = || fastest_read_ns(weft_rt::clock::thread_cputime_ns);
     match ThreadCpuClock::new(&wall, CpuPreference::Auto).source() {
         // The page's own formula: no system call, ever.
         CpuSource::PerfTime => (per_call, 0.0),
@@ -251,18 +240,42 @@ fn perf_event_switch_ns() -> f64 {
     ) {
         return 0.0;
     }
-    const ROUNDS: u32 = 2_000;
-    let best = |clocks: bool| {
-        (0..3)
-            .filter_map(|_| ping_pong(ROUNDS, clocks))
-            .fold(f64::INFINITY, f64::min)
-    };
-    let (plain, with) = (best(false), best(true));
+    let plain = fastest_ping_pong(false);
+    per_switch_ns(plain, fastest_ping_pong(true))
+}
+
+/// Turns of [`ping_pong`] a measurement passes.
+const ROUNDS: u32 = 2_000;
+
+/// The fastest of three [`ping_pong`]s, ns (infinite if none ran).
+fn fastest_ping_pong(clocks: bool) -> f64 {
+    (0..3)
+        .filter_map(|_| ping_pong(ROUNDS, clocks))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// What each switch cost more `with` than in `plain` (ping-pongs of
+/// [`ROUNDS`] turns, two switches each), ns; 0 if either did not run.
+fn per_switch_ns(plain: f64, with: f64) -> f64 {
     if !plain.is_finite() || !with.is_finite() {
         return 0.0;
     }
-    // Each round is two switches, one per thread.
     ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0)
+}
+
+/// ns a call of `read` takes: the fastest of ten batches of 200 (one
+/// batch timed by the wall clock counts any preemption inside it).
+fn fastest_read_ns(read: fn() -> u64) -> f64 {
+    const READS: u32 = 200;
+    (0..10)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..READS {
+                std::hint::black_box(read());
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(READS)
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// What a thread's CPU clock costs on the CPU-time table, ns: its
@@ -272,13 +285,7 @@ fn perf_event_switch_ns() -> f64 {
 /// [`perf_event_switch_ns`]). (0, 0) where weft may not load BPF: the
 /// target's clocks cannot use a table either.
 fn table_costs() -> (f64, f64) {
-    const ROUNDS: u32 = 2_000;
-    let best = |clocks: bool| {
-        (0..3)
-            .filter_map(|_| ping_pong(ROUNDS, clocks))
-            .fold(f64::INFINITY, f64::min)
-    };
-    let plain = best(false);
+    let plain = fastest_ping_pong(false);
     let Ok(mut feed) = crate::kernel::CpuTableFeed::new(std::process::id()) else {
         return (0.0, 0.0);
     };
@@ -289,29 +296,16 @@ fn table_costs() -> (f64, f64) {
         return (0.0, 0.0);
     };
     // SAFETY: the mapping outlives every clock made on it (the players
-    // are joined inside `best`); no table is live in weft otherwise.
+    // are joined inside it); no table is live in weft otherwise.
     unsafe { weft_rt::clock::use_table(mapping.base()) };
-    let with = best(true);
+    let with = fastest_ping_pong(true);
     // SAFETY: as above.
     unsafe { weft_rt::clock::use_table(0) };
     drop(mapping);
     drop(feed);
-    const READS: u32 = 200;
-    let reanchor = (0..10)
-        .map(|_| {
-            let start = std::time::Instant::now();
-            for _ in 0..READS {
-                std::hint::black_box(weft_rt::clock::monotonic_ns());
-            }
-            start.elapsed().as_nanos() as f64 / f64::from(READS)
-        })
-        .fold(f64::INFINITY, f64::min);
-    if !plain.is_finite() || !with.is_finite() {
-        return (reanchor, 0.0);
-    }
     (
-        reanchor,
-        ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0),
+        fastest_read_ns(weft_rt::clock::monotonic_ns),
+        per_switch_ns(plain, with),
     )
 }
 

@@ -114,18 +114,7 @@ impl Map {
         value_size: u32,
         max_entries: u32,
     ) -> io::Result<Map> {
-        let mut attr = Attr::new();
-        attr.u32(0, kind)
-            .u32(4, key_size)
-            .u32(8, value_size)
-            .u32(12, max_entries)
-            .name(28, name);
-        let fd = bpf(BPF_MAP_CREATE, &mut attr)?;
-        Ok(Map {
-            fd: owned(fd),
-            key_size: key_size as usize,
-            value_size: value_size as usize,
-        })
+        Self::create_with_flags(kind, name, key_size, value_size, max_entries, 0)
     }
 
     /// `BPF_MAP_CREATE` of an array user space may `mmap`
@@ -138,12 +127,30 @@ impl Map {
         max_entries: u32,
     ) -> io::Result<Map> {
         const BPF_F_MMAPABLE: u32 = 1 << 10;
+        Self::create_with_flags(
+            kind,
+            name,
+            key_size,
+            value_size,
+            max_entries,
+            BPF_F_MMAPABLE,
+        )
+    }
+
+    fn create_with_flags(
+        kind: u32,
+        name: &str,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+        flags: u32,
+    ) -> io::Result<Map> {
         let mut attr = Attr::new();
         attr.u32(0, kind)
             .u32(4, key_size)
             .u32(8, value_size)
             .u32(12, max_entries)
-            .u32(16, BPF_F_MMAPABLE)
+            .u32(16, flags)
             .name(28, name);
         let fd = bpf(BPF_MAP_CREATE, &mut attr)?;
         Ok(Map {

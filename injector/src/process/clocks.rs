@@ -40,14 +40,23 @@ impl Process {
         }
         let with_event =
             |source: u32| source != CPU_SOURCE_NONE && source != 1 + weft_rt::clock::CPU_SYSCALL;
-        let rows: Vec<(u32, u32)> = rt
+        // (row, thread, on the CPU-time table), in one read of the rows.
+        let rows: Vec<(u32, u32, bool)> = rt
             .region
             .snapshot(0)
             .into_iter()
             .filter(|r| r.state == ROW_LIVE && with_event(r.cpu_source.0))
-            .map(|r| (r.index, r.tid))
+            .map(|r| {
+                (
+                    r.index,
+                    r.tid,
+                    r.cpu_source.1 == weft_rt::clock::WHY_CPU_ON_TABLE,
+                )
+            })
             .collect();
-        if rows.is_empty() {
+        // A table in the target goes even when no clock is on it.
+        let feeding = matches!(self.cpu_table, Some(CpuTable::Feeding { .. }));
+        if rows.is_empty() && !feeding {
             return Ok(0);
         }
         // Only pages the process has mapped as perf events, of threads it
@@ -62,9 +71,9 @@ impl Process {
         let threads: std::collections::HashSet<Tid> = tracer.threads().collect();
         // Clocks on the CPU-time table are all let go by the call (and the
         // table with them); perf events only where asked.
-        let on_table = rows_on_table(&rt.region);
+        let on_table = rows.iter().filter(|r| r.2).count();
         let mut asked = 0;
-        for (index, tid) in rows {
+        for (index, tid, _) in rows {
             let page = rt.region.clock_page(index);
             if page != 0 && perf_pages.contains(&page) && threads.contains(&(tid as Tid)) {
                 rt.region
@@ -73,7 +82,6 @@ impl Process {
                 asked += 1;
             }
         }
-        let feeding = matches!(self.cpu_table, Some(CpuTable::Feeding { .. }));
         if asked == 0 && on_table == 0 && !feeding {
             return Ok(0);
         }
@@ -258,15 +266,6 @@ fn map_into(
         )),
         _ => Ok(()),
     }
-}
-
-/// Live rows whose CPU clock is on the CPU-time table.
-fn rows_on_table(region: &crate::region::Region) -> usize {
-    region
-        .snapshot(0)
-        .into_iter()
-        .filter(|r| r.state == ROW_LIVE && r.cpu_source.1 == weft_rt::clock::WHY_CPU_ON_TABLE)
-        .count()
 }
 
 /// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: weft may,
