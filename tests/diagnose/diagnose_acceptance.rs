@@ -647,11 +647,11 @@ const CPU_TOLERANCE_LOADED: f64 = 0.10;
 /// run's values to be compared with the target's own (beyond it they part
 /// ways by more than the loaded tolerance: the reader's waits 0.35 against
 /// 0.49 with a third of the machine stolen, hot 0.66 against 0.49 with 8%).
-const STEAL_QUIET: f64 = 0.02;
+pub(crate) const STEAL_QUIET: f64 = 0.02;
 /// Beyond this share stolen, the planted bottlenecks may not all be
 /// findable (CPU shares shrink below the threshold; stolen time reads as
 /// time off the CPU): such a run is printed, not counted.
-const STEAL_HEAVY: f64 = 0.10;
+pub(crate) const STEAL_HEAVY: f64 = 0.10;
 
 /// The acceptance on the generated tree: run `weft diagnose` as
 /// many times as fit in about a minute (at most 10); every run finds

@@ -9,6 +9,7 @@
 //! look as hot as the planted one — with values near the target's own
 //! clocks.
 
+use crate::diagnose_acceptance::{STEAL_HEAVY, STEAL_QUIET};
 use crate::support;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,9 @@ use support::*;
 
 /// Searches of one target, one after another.
 const RUNS: usize = 20;
+/// Searches more that may be made for those the hypervisor disturbed
+/// (see [`STEAL_HEAVY`]): a machine stolen for longer fails the test.
+const RETRIES: usize = 10;
 
 fn target() -> std::path::PathBuf {
     build_c_target("diagnose_shared", &["-O2", "-g", "-pthread"])
@@ -83,7 +87,12 @@ fn shared_helpers_hide_no_path_every_run() {
     let tids = |n: &str| names.get(n).cloned().unwrap_or_default();
     let pid = t.pid.to_string();
     let mut failures = Vec::new();
-    for run in 1..=RUNS {
+    let (mut counted, mut disturbed, mut compared) = (0, 0, 0);
+    for run in 1..=RUNS + RETRIES {
+        if counted == RUNS {
+            break;
+        }
+        let steal_before = steal_ticks();
         let mut w = ctx.weft(&[
             "diagnose",
             "-p",
@@ -97,6 +106,14 @@ fn shared_helpers_hide_no_path_every_run() {
         let d: serde_json::Value = serde_json::from_str(&w.stdout_text())
             .unwrap_or_else(|e| ctx.fail(format!("run {run}: diagnosis is not JSON: {e}")));
         let text = t.stdout_text();
+        // The hypervisor taking the vCPUs away stretches the target's
+        // elapsed time, not its CPU time, and weft's CPU clock counts
+        // part of it (docs/exits-and-timers.md): values are compared on a
+        // machine it leaves alone, as in diagnose_acceptance.
+        let steal = machine_steal_share(steal_before, steal_ticks());
+        let compare = steal <= STEAL_QUIET;
+        compared += usize::from(compare);
+        let off = |value: f64, truth: f64| compare && (value - truth).abs() > 0.05;
         let mut wrong = Vec::new();
         let bottlenecks = d["bottlenecks"].as_array().cloned().unwrap_or_default();
         let mut found = [false; 3];
@@ -130,7 +147,7 @@ fn shared_helpers_hide_no_path_every_run() {
             if hypothesis == "cpu" && in_order(&path, &["serve_batch", "kernel_mix"]) {
                 found[0] = true;
                 let truth = own(&text, "share ", "kernel_mix");
-                if threads != tids("compute") || (value - truth).abs() > 0.05 {
+                if threads != tids("compute") || off(value, truth) {
                     wrong.push(format!(
                         "cpu: threads {threads:?} (compute {:?}), value {value:.3} against the \
                          target's {truth:.3}",
@@ -150,7 +167,7 @@ fn shared_helpers_hide_no_path_every_run() {
                 lockers.sort();
                 let mut th = threads.clone();
                 th.sort();
-                if th != lockers || at != mutex || (value - truth).abs() > 0.05 {
+                if th != lockers || at != mutex || off(value, truth) {
                     wrong.push(format!(
                         "sync: threads {th:?} (lockers {lockers:?}), object {object} (mutex \
                          {mutex:#x}), value {value:.3} against the target's {truth:.3}"
@@ -166,7 +183,7 @@ fn shared_helpers_hide_no_path_every_run() {
                 let truth = own(&text, "wait ", "read");
                 let fd_ok =
                     object.starts_with(&format!("fd {pipe_fd} ")) && object.contains("pipe:");
-                if threads != tids("reader") || !fd_ok || (value - truth).abs() > 0.05 {
+                if threads != tids("reader") || !fd_ok || off(value, truth) {
                     wrong.push(format!(
                         "io: threads {threads:?} (reader {:?}), object {object:?} (pipe fd \
                          {pipe_fd}), value {value:.3} against the target's {truth:.3}",
@@ -198,18 +215,40 @@ fn shared_helpers_hide_no_path_every_run() {
             ));
         }
         eprintln!(
-            "run {run}: {} bottlenecks, {probed} of {reachable} functions probed{}",
+            "run {run}: {} bottlenecks, {probed} of {reachable} functions probed, the \
+             hypervisor stole {:.1}% of the machine{}{}",
             bottlenecks.len(),
+            100.0 * steal,
+            if compare {
+                ""
+            } else {
+                " (values not compared)"
+            },
             if wrong.is_empty() {
                 String::new()
             } else {
                 format!(": {wrong:?}")
             }
         );
+        // A fifth of the machine stolen can leave the CPU leaf under its
+        // threshold and make stolen time inside a function read as a
+        // wait: such a search is printed, not counted, and another made.
+        if !wrong.is_empty() && steal > STEAL_HEAVY {
+            disturbed += 1;
+            continue;
+        }
+        counted += 1;
         if !wrong.is_empty() {
             failures.push(format!("run {run}: {}", wrong.join("; ")));
         }
     }
+    ctx.check(counted == RUNS, || {
+        format!(
+            "only {counted} of {RUNS} searches counted: the hypervisor stole over {:.0}% of the \
+             machine in {disturbed} others",
+            100.0 * STEAL_HEAVY
+        )
+    });
     ctx.check(failures.is_empty(), || {
         format!(
             "{} of {RUNS} searches wrong:\n{}",
@@ -217,6 +256,7 @@ fn shared_helpers_hide_no_path_every_run() {
             failures.join("\n")
         )
     });
+    eprintln!("{compared} of {counted} searches compared values with the target's own");
     ctx.check(t.is_running(), || "the target stopped".into());
     // Every search over, the threads' CPU clocks have let their perf
     // events go (each costs its thread at every context switch), or the
