@@ -1,5 +1,6 @@
 //! `weft top`'s full-screen view (ratatui): the functions and threads
-//! tables between two live readings, the keys, and the terminal, restored
+//! tables between two live readings of one process or several (merged,
+//! or one process or one thread alone), the keys, and the terminal, restored
 //! whatever ends the view: `q`, SIGINT/SIGTERM, the target's exit, an
 //! error, or a panic (the [`Screen`] guard).
 
@@ -23,6 +24,37 @@ use weft::Report;
 pub struct Pace {
     pub interval: Duration,
     pub duration: Option<Duration>,
+}
+
+/// One process's part of a reading.
+pub struct Part {
+    pub pid: i32,
+    pub command: String,
+    pub report: Report,
+}
+
+/// What a view shows: every process's threads, one process's, or one
+/// thread's (a thread filter always names its process: tids of two
+/// processes may be equal).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Focus {
+    pid: Option<i32>,
+    tid: Option<u32>,
+}
+
+impl Focus {
+    fn takes(&self, pid: i32) -> bool {
+        self.pid.map_or(true, |p| p == pid)
+    }
+
+    fn takes_thread(&self, pid: i32, tid: u32) -> bool {
+        self.takes(pid) && self.tid.map_or(true, |t| t == tid)
+    }
+}
+
+/// The parts of `reading` the focus takes.
+fn parts(reading: &[Part], focus: Focus) -> impl Iterator<Item = &Part> {
+    reading.iter().filter(move |p| focus.takes(p.pid))
 }
 
 /// Row order of the functions view.
@@ -116,6 +148,7 @@ struct FunctionRow {
 /// One thread's row.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct ThreadRow {
+    pid: i32,
     tid: u32,
     name: String,
     exited: bool,
@@ -128,58 +161,83 @@ struct ThreadRow {
 /// (calls, wall, cpu, self) of one function, in all or in one thread.
 type Figures = (u64, Option<u64>, Option<u64>, Option<u64>);
 
-/// The figures of `report` per function: all threads', or `tid`'s.
-fn figures(report: &Report, tid: Option<u32>) -> BTreeMap<String, (String, Figures)> {
-    let module_of = |name: &str| {
-        report
-            .functions
-            .iter()
-            .find(|f| f.name == name)
-            .map_or(String::new(), |f| f.module.clone())
+/// The figures per function of the focus: merged over its processes'
+/// threads, or one thread's.
+fn figures(reading: &[Part], focus: Focus) -> BTreeMap<String, (String, Figures)> {
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     };
-    match tid {
-        // Kernel probes nothing called (`syscall:*` asks for hundreds) are
-        // left out, as in the report's tables.
-        None => report
-            .functions
-            .iter()
-            .filter(|f| f.mechanism.is_none() || f.calls > 0)
-            .map(|f| {
-                (
-                    f.name.clone(),
-                    (f.module.clone(), (f.calls, f.wall_ns, f.cpu_ns, f.self_ns)),
-                )
-            })
-            .collect(),
-        Some(tid) => report
-            .threads
-            .iter()
-            .filter(|t| t.tid == tid)
-            .flat_map(|t| t.functions.iter())
-            .map(|(name, c)| {
-                (
-                    name.clone(),
-                    (module_of(name), (c.calls, c.wall_ns, c.cpu_ns, c.self_ns)),
-                )
-            })
-            .collect(),
+    let mut all: BTreeMap<String, (String, Figures)> = BTreeMap::new();
+    let mut merge = |name: &str, module: &str, f: Figures| {
+        let (_, was) = all
+            .entry(name.to_string())
+            .or_insert_with(|| (module.to_string(), (0, None, None, None)));
+        *was = (
+            was.0 + f.0,
+            add(was.1, f.1),
+            add(was.2, f.2),
+            add(was.3, f.3),
+        );
+    };
+    for part in parts(reading, focus) {
+        let report = &part.report;
+        match focus.tid {
+            // Kernel probes nothing called (`syscall:*` asks for hundreds)
+            // are left out, as in the report's tables.
+            None => {
+                for f in report
+                    .functions
+                    .iter()
+                    .filter(|f| f.mechanism.is_none() || f.calls > 0)
+                {
+                    merge(
+                        &f.name,
+                        &f.module,
+                        (f.calls, f.wall_ns, f.cpu_ns, f.self_ns),
+                    );
+                }
+            }
+            Some(tid) => {
+                let module_of = |name: &str| {
+                    report
+                        .functions
+                        .iter()
+                        .find(|f| f.name == name)
+                        .map_or("", |f| f.module.as_str())
+                };
+                for t in report.threads.iter().filter(|t| t.tid == tid) {
+                    for (name, c) in &t.functions {
+                        merge(
+                            name,
+                            module_of(name),
+                            (c.calls, c.wall_ns, c.cpu_ns, c.self_ns),
+                        );
+                    }
+                }
+            }
+        }
     }
+    all
 }
 
 /// The threads' time between two readings `seconds` apart, in seconds:
-/// `seconds` for each thread of the view (`tid`'s alone, or every thread
-/// the reading has, those that called an instrumented function) that was
-/// not already gone at the previous reading. A thread that started or
-/// ended in between counts the whole interval, so a share is never
-/// overstated.
-fn threads_seconds(now: &Report, before: Option<&Report>, seconds: f64, tid: Option<u32>) -> f64 {
-    let gone_before =
-        |t: u32| before.is_some_and(|b| b.threads.iter().any(|o| o.tid == t && o.exited));
-    let threads = now
-        .threads
-        .iter()
-        .filter(|t| tid.map_or(true, |tid| t.tid == tid))
-        .filter(|t| !gone_before(t.tid))
+/// `seconds` for each thread of the focus (those that called an
+/// instrumented function) that was not already gone at the previous
+/// reading. A thread that started or ended in between counts the whole
+/// interval, so a share is never overstated.
+fn threads_seconds(now: &[Part], before: Option<&[Part]>, seconds: f64, focus: Focus) -> f64 {
+    let gone_before = |pid: i32, tid: u32| {
+        before.is_some_and(|b| {
+            b.iter()
+                .filter(|p| p.pid == pid)
+                .flat_map(|p| &p.report.threads)
+                .any(|o| o.tid == tid && o.exited)
+        })
+    };
+    let threads = parts(now, focus)
+        .flat_map(|p| p.report.threads.iter().map(move |t| (p.pid, t.tid)))
+        .filter(|&(pid, tid)| focus.takes_thread(pid, tid) && !gone_before(pid, tid))
         .count();
     threads as f64 * seconds
 }
@@ -193,25 +251,25 @@ fn share(ns: u64, threads_seconds: f64) -> f64 {
 /// The functions view's rows between two readings `seconds` apart (the
 /// shares need both readings).
 fn function_rows(
-    now: &Report,
-    before: Option<&Report>,
+    now: &[Part],
+    before: Option<&[Part]>,
     seconds: f64,
-    tid: Option<u32>,
+    focus: Focus,
     sort: Sort,
 ) -> Vec<FunctionRow> {
-    let was = before.map(|b| figures(b, tid)).unwrap_or_default();
+    let was = before.map(|b| figures(b, focus)).unwrap_or_default();
     let per_s = |a: u64, b: u64| {
         if before.is_none() {
             return 0.0; // one reading: no rate yet
         }
         a.saturating_sub(b) as f64 / seconds.max(1e-9)
     };
-    let threads_time = threads_seconds(now, before, seconds, tid);
+    let threads_time = threads_seconds(now, before, seconds, focus);
     let of_threads = |v: Option<u64>, v0: Option<u64>| {
         v.filter(|_| before.is_some() && threads_time > 0.0)
             .map(|v| share(v.saturating_sub(v0.unwrap_or(0)), threads_time))
     };
-    let mut rows: Vec<FunctionRow> = figures(now, tid)
+    let mut rows: Vec<FunctionRow> = figures(now, focus)
         .into_iter()
         .map(|(name, (module, (calls, wall, cpu, own)))| {
             let (c0, w0, u0, _) = was.get(&name).map_or((0, None, None, None), |(_, f)| *f);
@@ -245,22 +303,26 @@ fn function_rows(
     rows
 }
 
-/// The threads view's rows (`tid`'s alone, or all) in `sort`'s order:
-/// numbers most first, names A to Z; ties by tid.
+/// The threads view's rows (the focus's) in `sort`'s order: numbers most
+/// first, names A to Z; ties by process, then tid.
 fn thread_rows(
-    now: &Report,
-    before: Option<&Report>,
+    now: &[Part],
+    before: Option<&[Part]>,
     seconds: f64,
-    tid: Option<u32>,
+    focus: Focus,
     sort: ThreadSort,
 ) -> Vec<ThreadRow> {
     let had_reading = before.is_some();
-    let mut rows: Vec<ThreadRow> = now
-        .threads
-        .iter()
-        .filter(|t| tid.map_or(true, |tid| t.tid == tid))
-        .map(|t| {
-            let was = before.and_then(|b| b.threads.iter().find(|o| o.tid == t.tid));
+    let mut rows: Vec<ThreadRow> = parts(now, focus)
+        .flat_map(|p| p.report.threads.iter().map(move |t| (p.pid, t)))
+        .filter(|(pid, t)| focus.takes_thread(*pid, t.tid))
+        .map(|(pid, t)| {
+            let was = before.and_then(|b| {
+                b.iter()
+                    .filter(|p| p.pid == pid)
+                    .flat_map(|p| &p.report.threads)
+                    .find(|o| o.tid == t.tid)
+            });
             let calls_of = |name: &str| {
                 was.and_then(|w| w.functions.get(name))
                     .map_or(0, |c| c.calls)
@@ -275,6 +337,7 @@ fn thread_rows(
                 .max()
                 .map_or(String::new(), |(_, n)| n.clone());
             ThreadRow {
+                pid,
                 tid: t.tid,
                 name: t.name.clone(),
                 exited: t.exited,
@@ -295,6 +358,7 @@ fn thread_rows(
             ThreadSort::Tid => a.tid.cmp(&b.tid),
             ThreadSort::Name => a.name.cmp(&b.name),
         }
+        .then(a.pid.cmp(&b.pid))
         .then(a.tid.cmp(&b.tid))
     });
     rows
@@ -316,15 +380,18 @@ fn human_ns(ns: u64) -> String {
 
 /// The view's state between readings.
 pub struct View {
-    pid: i32,
+    /// The processes watched, in the order given.
+    pids: Vec<i32>,
     sort: Sort,
     thread_sort: ThreadSort,
     paused: bool,
     threads: bool,
-    /// Index into the report's threads (None: all threads).
+    /// Index into the reading's processes (None: all of them).
+    process: Option<usize>,
+    /// Index into the threads of the processes shown (None: all).
     filter: Option<usize>,
-    now: Option<Report>,
-    before: Option<Report>,
+    now: Option<Vec<Part>>,
+    before: Option<Vec<Part>>,
     seconds: f64,
     started: Instant,
     functions: usize,
@@ -332,15 +399,16 @@ pub struct View {
 }
 
 impl View {
-    /// The view of `pid` with `functions` instrumented, before its first
-    /// reading.
-    pub fn new(pid: i32, functions: usize) -> View {
+    /// The view of `pids` with `functions` instrumented in all, before its
+    /// first reading.
+    pub fn new(pids: Vec<i32>, functions: usize) -> View {
         View {
-            pid,
+            pids,
             sort: Sort::Rate,
             thread_sort: ThreadSort::Rate,
             paused: false,
             threads: false,
+            process: None,
             filter: None,
             now: None,
             before: None,
@@ -351,19 +419,48 @@ impl View {
         }
     }
 
-    fn filter_tid(&self) -> Option<u32> {
-        let report = self.now.as_ref()?;
-        self.filter
-            .and_then(|i| report.threads.get(i))
-            .map(|t| t.tid)
+    fn several(&self) -> bool {
+        self.pids.len() > 1
     }
 
-    fn take(&mut self, report: Report, seconds: f64) {
+    /// The process shown alone, if one is.
+    fn process_part(&self) -> Option<&Part> {
+        self.process
+            .and_then(|i| self.now.as_ref().and_then(|now| now.get(i)))
+    }
+
+    /// The (pid, tid) of every thread of the processes shown.
+    fn visible_threads(&self) -> Vec<(i32, u32)> {
+        let Some(now) = &self.now else {
+            return Vec::new();
+        };
+        let pid = self.process_part().map(|p| p.pid);
+        now.iter()
+            .filter(|p| pid.map_or(true, |pid| pid == p.pid))
+            .flat_map(|p| p.report.threads.iter().map(move |t| (p.pid, t.tid)))
+            .collect()
+    }
+
+    fn focus(&self) -> Focus {
+        let pid = self.process_part().map(|p| p.pid);
+        match self
+            .filter
+            .and_then(|i| self.visible_threads().get(i).copied())
+        {
+            Some((pid, tid)) => Focus {
+                pid: Some(pid),
+                tid: Some(tid),
+            },
+            None => Focus { pid, tid: None },
+        }
+    }
+
+    fn take(&mut self, reading: Vec<Part>, seconds: f64) {
         if self.paused {
             return;
         }
         self.before = self.now.take();
-        self.now = Some(report);
+        self.now = Some(reading);
         self.seconds = seconds;
     }
 
@@ -377,20 +474,20 @@ impl View {
             KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
             KeyCode::Char('t') => self.threads = !self.threads,
             KeyCode::Char(']') | KeyCode::Right => {
-                let n = self.now.as_ref().map_or(0, |r| r.threads.len());
-                self.filter = match self.filter {
-                    None if n > 0 => Some(0),
-                    Some(i) if i + 1 < n => Some(i + 1),
-                    _ => None,
-                };
+                self.filter = step(self.filter, self.visible_threads().len(), true);
             }
             KeyCode::Char('[') | KeyCode::Left => {
-                let n = self.now.as_ref().map_or(0, |r| r.threads.len());
-                self.filter = match self.filter {
-                    None if n > 0 => Some(n - 1),
-                    Some(0) | None => None,
-                    Some(i) => Some(i - 1),
-                };
+                self.filter = step(self.filter, self.visible_threads().len(), false);
+            }
+            KeyCode::Char('}') | KeyCode::Down if self.several() => {
+                let n = self.now.as_ref().map_or(0, Vec::len);
+                self.process = step(self.process, n, true);
+                self.filter = None;
+            }
+            KeyCode::Char('{') | KeyCode::Up if self.several() => {
+                let n = self.now.as_ref().map_or(0, Vec::len);
+                self.process = step(self.process, n, false);
+                self.filter = None;
             }
             _ => {}
         }
@@ -398,14 +495,31 @@ impl View {
     }
 
     fn header(&self) -> String {
-        let threads = self.now.as_ref().map_or(0, |r| r.threads.len());
-        let filter = match self.filter_tid() {
-            Some(tid) => format!("thread {tid}"),
-            None => "all threads".to_string(),
+        let threads = self.visible_threads().len();
+        let focus = self.focus();
+        let filter = match (focus.pid, focus.tid) {
+            (Some(pid), Some(tid)) if self.several() => format!("pid {pid} thread {tid}"),
+            (_, Some(tid)) => format!("thread {tid}"),
+            (Some(pid), None) => format!(
+                "pid {pid} ({})",
+                self.process_part().map_or("", |p| p.command.as_str())
+            ),
+            (None, None) if self.several() => "all processes".to_string(),
+            (None, None) => "all threads".to_string(),
+        };
+        let watched = match self.pids.as_slice() {
+            [pid] => format!("pid {pid}"),
+            pids => format!(
+                "{} processes ({})",
+                pids.len(),
+                pids.iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         };
         format!(
-            "weft top  pid {}  {} functions  {threads} threads  {:.0} s  sort: {}  {filter}{}",
-            self.pid,
+            "weft top  {watched}  {} functions  {threads} threads  {:.0} s  sort: {}  {filter}{}",
             self.functions,
             self.started.elapsed().as_secs_f64(),
             if self.threads {
@@ -415,6 +529,100 @@ impl View {
             },
             if self.paused { "  [paused]" } else { "" },
         )
+    }
+
+    fn threads_table(&self, now: &[Part]) -> Table<'static> {
+        let rows = thread_rows(
+            now,
+            self.before.as_deref(),
+            self.seconds,
+            self.focus(),
+            self.thread_sort,
+        );
+        // A process column with several processes (tids alone may repeat).
+        let several = self.several();
+        let mut widths = vec![
+            Constraint::Length(9),
+            Constraint::Length(16),
+            Constraint::Length(7),
+            Constraint::Length(14),
+            Constraint::Length(12),
+            Constraint::Min(10),
+        ];
+        let mut header = vec![
+            "TID",
+            "THREAD",
+            "STATE",
+            "CALLS",
+            "CALLS/S",
+            "BUSIEST FUNCTION",
+        ];
+        if several {
+            widths.insert(0, Constraint::Length(9));
+            header.insert(0, "PID");
+        }
+        Table::new(
+            rows.iter().map(move |r| {
+                let mut cells = vec![
+                    Cell::from(r.tid.to_string()),
+                    Cell::from(r.name.clone()),
+                    Cell::from(if r.exited { "exited" } else { "live" }),
+                    Cell::from(r.calls.to_string()),
+                    Cell::from(format!("{:.0}", r.rate)),
+                    Cell::from(r.busiest.clone()),
+                ];
+                if several {
+                    cells.insert(0, Cell::from(r.pid.to_string()));
+                }
+                Row::new(cells)
+            }),
+            widths,
+        )
+        .header(Row::new(header).style(Style::new().add_modifier(Modifier::REVERSED)))
+        .block(Block::default().borders(Borders::TOP).title("threads"))
+    }
+
+    fn functions_table(&self, now: &[Part]) -> Table<'static> {
+        let rows = function_rows(
+            now,
+            self.before.as_deref(),
+            self.seconds,
+            self.focus(),
+            self.sort,
+        );
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let ns = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
+        Table::new(
+            rows.iter().map(|r| {
+                Row::new(vec![
+                    Cell::from(r.name.clone()),
+                    Cell::from(r.module.clone()),
+                    Cell::from(r.calls.to_string()),
+                    Cell::from(format!("{:.0}", r.rate)),
+                    Cell::from(pct(r.wall_share)),
+                    Cell::from(pct(r.cpu_share)),
+                    Cell::from(ns(r.wall_ns)),
+                    Cell::from(ns(r.self_ns)),
+                ])
+            }),
+            [
+                Constraint::Min(16),
+                Constraint::Length(14),
+                Constraint::Length(14),
+                Constraint::Length(12),
+                Constraint::Length(7),
+                Constraint::Length(7),
+                Constraint::Length(10),
+                Constraint::Length(10),
+            ],
+        )
+        .header(
+            Row::new([
+                "FUNCTION", "MODULE", "CALLS", "CALLS/S", "WALL%", "CPU%", "INCL", "SELF",
+            ])
+            .style(Style::new().add_modifier(Modifier::REVERSED)),
+        )
+        .block(Block::default().borders(Borders::TOP).title("functions"))
     }
 
     fn draw(&self, frame: &mut ratatui::Frame) {
@@ -429,102 +637,47 @@ impl View {
                 .style(Style::new().add_modifier(Modifier::BOLD)),
             top,
         );
-        let bold = Style::new().add_modifier(Modifier::REVERSED);
         match &self.now {
             None => frame.render_widget(Paragraph::new("reading…"), body),
-            Some(now) if self.threads => {
-                let rows = thread_rows(
-                    now,
-                    self.before.as_ref(),
-                    self.seconds,
-                    self.filter_tid(),
-                    self.thread_sort,
-                );
-                let table = Table::new(
-                    rows.iter().map(|r| {
-                        Row::new(vec![
-                            Cell::from(r.tid.to_string()),
-                            Cell::from(r.name.clone()),
-                            Cell::from(if r.exited { "exited" } else { "live" }),
-                            Cell::from(r.calls.to_string()),
-                            Cell::from(format!("{:.0}", r.rate)),
-                            Cell::from(r.busiest.clone()),
-                        ])
-                    }),
-                    [
-                        Constraint::Length(9),
-                        Constraint::Length(16),
-                        Constraint::Length(7),
-                        Constraint::Length(14),
-                        Constraint::Length(12),
-                        Constraint::Min(10),
-                    ],
-                )
-                .header(
-                    Row::new([
-                        "TID",
-                        "THREAD",
-                        "STATE",
-                        "CALLS",
-                        "CALLS/S",
-                        "BUSIEST FUNCTION",
-                    ])
-                    .style(bold),
-                )
-                .block(Block::default().borders(Borders::TOP).title("threads"));
-                frame.render_widget(table, body);
-            }
-            Some(now) => {
-                let rows = function_rows(
-                    now,
-                    self.before.as_ref(),
-                    self.seconds,
-                    self.filter_tid(),
-                    self.sort,
-                );
-                let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-                let ns = |v: Option<u64>| v.map_or("-".to_string(), human_ns);
-                let table = Table::new(
-                    rows.iter().map(|r| {
-                        Row::new(vec![
-                            Cell::from(r.name.clone()),
-                            Cell::from(r.module.clone()),
-                            Cell::from(r.calls.to_string()),
-                            Cell::from(format!("{:.0}", r.rate)),
-                            Cell::from(pct(r.wall_share)),
-                            Cell::from(pct(r.cpu_share)),
-                            Cell::from(ns(r.wall_ns)),
-                            Cell::from(ns(r.self_ns)),
-                        ])
-                    }),
-                    [
-                        Constraint::Min(16),
-                        Constraint::Length(14),
-                        Constraint::Length(14),
-                        Constraint::Length(12),
-                        Constraint::Length(7),
-                        Constraint::Length(7),
-                        Constraint::Length(10),
-                        Constraint::Length(10),
-                    ],
-                )
-                .header(
-                    Row::new([
-                        "FUNCTION", "MODULE", "CALLS", "CALLS/S", "WALL%", "CPU%", "INCL", "SELF",
-                    ])
-                    .style(bold),
-                )
-                .block(Block::default().borders(Borders::TOP).title("functions"));
-                frame.render_widget(table, body);
-            }
+            Some(now) if self.threads => frame.render_widget(self.threads_table(now), body),
+            Some(now) => frame.render_widget(self.functions_table(now), body),
         }
-        let help_text = if self.note.is_empty() {
-            "q quit  s sort  t threads/functions  [ ] thread filter  p pause".to_string()
-        } else {
+        let help_text = if !self.note.is_empty() {
             self.note.clone()
+        } else if self.several() {
+            "q quit  s sort  t threads/functions  { } process filter  [ ] thread filter  p pause"
+                .to_string()
+        } else {
+            "q quit  s sort  t threads/functions  [ ] thread filter  p pause".to_string()
         };
         frame.render_widget(Paragraph::new(help_text), help);
     }
+}
+
+/// The next (`forward`) or previous filter of `n` choices: None (all),
+/// then each in turn, then None again.
+fn step(at: Option<usize>, n: usize, forward: bool) -> Option<usize> {
+    match (at, forward) {
+        (None, true) if n > 0 => Some(0),
+        (Some(i), true) if i + 1 < n => Some(i + 1),
+        (None, false) if n > 0 => Some(n - 1),
+        (Some(i), false) if i > 0 && i < n => Some(i - 1),
+        _ => None,
+    }
+}
+
+/// Each process's live report now (an exited process's last figures).
+pub fn reading(attached: &[(String, Attached)]) -> Result<Vec<Part>> {
+    attached
+        .iter()
+        .map(|(command, a)| {
+            Ok(Part {
+                pid: a.process.pid(),
+                command: command.clone(),
+                report: a.live_report()?,
+            })
+        })
+        .collect()
 }
 
 /// The terminal in raw mode on the alternate screen; restored on drop
@@ -571,9 +724,13 @@ impl Drop for Screen {
     }
 }
 
-/// The full-screen view until quit, a signal, `--duration` or the
-/// target's exit.
-pub fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Result<wait::End> {
+/// The full-screen view until quit, a signal, `--duration` or the exit of
+/// every process watched.
+pub fn full_screen(
+    attached: &mut [(String, Attached)],
+    mut view: View,
+    pace: &Pace,
+) -> Result<wait::End> {
     let mut screen = Screen::enter()?;
     let started = Instant::now();
     let mut last_read: Option<Instant> = None;
@@ -584,17 +741,19 @@ pub fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Resu
         if pace.duration.is_some_and(|d| started.elapsed() >= d) {
             return Ok(wait::End::Duration);
         }
-        attached.tick();
-        if !attached.process.is_alive() {
+        for (_, a) in attached.iter_mut() {
+            a.tick();
+        }
+        if attached.iter().all(|(_, a)| !a.process.is_alive()) {
             return Ok(wait::End::TargetExited);
         }
         let due = last_read.map_or(true, |t| t.elapsed() >= pace.interval);
         if due {
             let at = Instant::now();
             let seconds = last_read.map_or(0.0, |t| at.duration_since(t).as_secs_f64());
-            match attached.live_report() {
-                Ok(report) => {
-                    view.take(report, seconds);
+            match reading(attached) {
+                Ok(parts) => {
+                    view.take(parts, seconds);
                     view.note.clear();
                 }
                 Err(e) => view.note = format!("reading the target: {e:#}"),
@@ -619,6 +778,15 @@ pub fn full_screen(attached: &mut Attached, mut view: View, pace: &Pace) -> Resu
 mod tests {
     use super::*;
 
+    const ALL: Focus = Focus {
+        pid: None,
+        tid: None,
+    };
+    const ONE_THREAD_4: Focus = Focus {
+        pid: Some(1),
+        tid: Some(4),
+    };
+
     #[test]
     fn sort_keys_cycle_through_all() {
         let mut s = Sort::Rate;
@@ -631,8 +799,21 @@ mod tests {
         assert_eq!(seen, Sort::ALL);
     }
 
-    /// A reading: `threads` (tid, exited, wall ns and cpu ns in `work`).
-    fn reading(threads: &[(u32, bool, u64, u64)]) -> Report {
+    /// A reading of process 1: `threads` (tid, exited, wall ns and cpu ns
+    /// in `work`).
+    fn read_one(threads: &[(u32, bool, u64, u64)]) -> Vec<Part> {
+        one(report(threads))
+    }
+
+    fn one(report: Report) -> Vec<Part> {
+        vec![Part {
+            pid: 1,
+            command: "t".into(),
+            report,
+        }]
+    }
+
+    fn report(threads: &[(u32, bool, u64, u64)]) -> Report {
         let mut f = weft::report::FunctionReport::empty("work".into(), "exe".into(), "0x1".into());
         f.calls = threads.len() as u64;
         f.wall_ns = Some(threads.iter().map(|t| t.2).sum());
@@ -673,40 +854,40 @@ mod tests {
     fn shares_are_of_the_threads_time() {
         // Three threads in `work` the whole second, one in it half the
         // second: 3.5 s of 4 threads' 4 s.
-        let before = reading(&[
+        let before = read_one(&[
             (1, false, 0, 0),
             (2, false, 0, 0),
             (3, false, 0, 0),
             (4, false, 0, 0),
         ]);
         let s = 1_000_000_000;
-        let now = reading(&[
+        let now = read_one(&[
             (1, false, s, s),
             (2, false, s, s / 2),
             (3, false, s, s / 4),
             (4, false, s / 2, 0),
         ]);
-        let rows = function_rows(&now, Some(&before), 1.0, None, Sort::Rate);
+        let rows = function_rows(&now, Some(&before), 1.0, ALL, Sort::Rate);
         assert_eq!(rows[0].wall_share, Some(87.5));
         assert_eq!(rows[0].cpu_share, Some(43.75));
         // One thread alone: its own time.
-        let rows = function_rows(&now, Some(&before), 1.0, Some(4), Sort::Rate);
+        let rows = function_rows(&now, Some(&before), 1.0, ONE_THREAD_4, Sort::Rate);
         assert_eq!(rows[0].wall_share, Some(50.0));
         // A thread gone at the previous reading has no time left.
-        let before = reading(&[(1, false, 0, 0), (2, true, 0, 0)]);
-        let now = reading(&[(1, false, s, s), (2, true, 0, 0)]);
-        let rows = function_rows(&now, Some(&before), 1.0, None, Sort::Rate);
+        let before = read_one(&[(1, false, 0, 0), (2, true, 0, 0)]);
+        let now = read_one(&[(1, false, s, s), (2, true, 0, 0)]);
+        let rows = function_rows(&now, Some(&before), 1.0, ALL, Sort::Rate);
         assert_eq!(rows[0].wall_share, Some(100.0));
         // Never above 100, and nothing from a single reading.
-        let rows = function_rows(&now, Some(&before), 0.999, None, Sort::Rate);
+        let rows = function_rows(&now, Some(&before), 0.999, ALL, Sort::Rate);
         assert_eq!(rows[0].wall_share, Some(100.0));
-        let rows = function_rows(&now, None, 1.0, None, Sort::Rate);
+        let rows = function_rows(&now, None, 1.0, ALL, Sort::Rate);
         assert_eq!((rows[0].wall_share, rows[0].rate), (None, 0.0));
     }
 
     #[test]
     fn kernel_probes_nothing_called_are_left_out() {
-        let mut now = reading(&[(1, false, 10, 10)]);
+        let mut now = report(&[(1, false, 10, 10)]);
         for (name, calls) in [("syscall:read", 3), ("syscall:openat", 0)] {
             let mut f =
                 weft::report::FunctionReport::empty(name.into(), "syscall".into(), "-".into());
@@ -714,7 +895,7 @@ mod tests {
             f.mechanism = Some("raw_syscalls tracepoints");
             now.functions.push(f);
         }
-        let names: Vec<String> = function_rows(&now, None, 1.0, None, Sort::Name)
+        let names: Vec<String> = function_rows(&one(now), None, 1.0, ALL, Sort::Name)
             .into_iter()
             .map(|r| r.name)
             .collect();
@@ -723,7 +904,7 @@ mod tests {
 
     #[test]
     fn the_threads_view_sorts_by_its_key_and_filters() {
-        let mut before = reading(&[(7, false, 0, 0), (3, false, 0, 0), (5, false, 0, 0)]);
+        let mut before = report(&[(7, false, 0, 0), (3, false, 0, 0), (5, false, 0, 0)]);
         for (t, name) in before.threads.iter_mut().zip(["beta", "gamma", "alpha"]) {
             t.name = name.to_string();
         }
@@ -738,8 +919,9 @@ mod tests {
             t.0.functions.get_mut("work").unwrap().calls = was;
             t.1.functions.get_mut("work").unwrap().calls = calls;
         }
+        let (before, now) = (one(before), one(now));
         let tids = |sort| -> Vec<u32> {
-            thread_rows(&now, Some(&before), 1.0, None, sort)
+            thread_rows(&now, Some(&before), 1.0, ALL, sort)
                 .iter()
                 .map(|r| r.tid)
                 .collect()
@@ -748,8 +930,12 @@ mod tests {
         assert_eq!(tids(ThreadSort::Calls), [3, 5, 7]);
         assert_eq!(tids(ThreadSort::Tid), [3, 5, 7]);
         assert_eq!(tids(ThreadSort::Name), [5, 7, 3]);
-        let one = thread_rows(&now, Some(&before), 1.0, Some(5), ThreadSort::Rate);
-        assert_eq!(one.iter().map(|r| r.tid).collect::<Vec<_>>(), [5]);
+        let alone = Focus {
+            pid: Some(1),
+            tid: Some(5),
+        };
+        let alone = thread_rows(&now, Some(&before), 1.0, alone, ThreadSort::Rate);
+        assert_eq!(alone.iter().map(|r| r.tid).collect::<Vec<_>>(), [5]);
         let mut s = ThreadSort::Rate;
         for want in [
             ThreadSort::Calls,
@@ -760,6 +946,73 @@ mod tests {
             s = s.next();
             assert_eq!(s, want);
         }
+    }
+
+    /// Two processes whose threads have the same tid: the functions view
+    /// merges them (and their threads' time), `}` shows each alone, and
+    /// `]` then walks that process's threads only.
+    #[test]
+    fn several_processes_merge_and_filter_by_process() {
+        let s = 1_000_000_000;
+        let part = |pid, threads: &[(u32, bool, u64, u64)]| Part {
+            pid,
+            command: format!("p{pid}"),
+            report: report(threads),
+        };
+        let before = vec![
+            part(10, &[(1, false, 0, 0), (2, false, 0, 0)]),
+            part(20, &[(1, false, 0, 0)]),
+        ];
+        let mut now = vec![
+            part(10, &[(1, false, s, s), (2, false, s / 2, 0)]),
+            part(20, &[(1, false, s / 4, s / 4)]),
+        ];
+        now[0].report.functions[0].calls = 30;
+        now[1].report.functions[0].calls = 5;
+        let rows = function_rows(&now, Some(&before), 1.0, ALL, Sort::Rate);
+        // 1.75 s of the three threads' 3 s; calls of both (3 before).
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].calls, rows[0].rate), (35, 32.0));
+        assert_eq!(rows[0].wall_share, Some(175.0 / 3.0));
+        let p20 = Focus {
+            pid: Some(20),
+            tid: None,
+        };
+        let rows = function_rows(&now, Some(&before), 1.0, p20, Sort::Rate);
+        assert_eq!((rows[0].calls, rows[0].wall_share), (5, Some(25.0)));
+        let threads = thread_rows(&now, Some(&before), 1.0, ALL, ThreadSort::Tid);
+        let ids: Vec<(i32, u32)> = threads.iter().map(|r| (r.pid, r.tid)).collect();
+        assert_eq!(ids, [(10, 1), (20, 1), (10, 2)]);
+
+        let mut view = View::new(vec![10, 20], 1);
+        view.take(before, 1.0);
+        view.take(now, 1.0);
+        assert!(view.header().contains("2 processes (10,20)"));
+        assert!(view.header().contains("all processes"));
+        view.key(KeyCode::Char('}'), KeyModifiers::NONE);
+        view.key(KeyCode::Char('}'), KeyModifiers::NONE);
+        assert_eq!(view.focus(), p20);
+        assert!(view.header().contains("pid 20 (p20)"), "{}", view.header());
+        view.key(KeyCode::Char(']'), KeyModifiers::NONE);
+        assert_eq!(
+            view.focus(),
+            Focus {
+                pid: Some(20),
+                tid: Some(1)
+            }
+        );
+        assert!(view.header().contains("pid 20 thread 1"));
+        // Past its one thread: the whole process again.
+        view.key(KeyCode::Char(']'), KeyModifiers::NONE);
+        assert_eq!(view.focus(), p20);
+        view.key(KeyCode::Char('}'), KeyModifiers::NONE);
+        assert_eq!(view.focus(), ALL);
+        // One process: the process keys do nothing.
+        let mut single = View::new(vec![1], 1);
+        single.take(read_one(&[(1, false, 0, 0)]), 1.0);
+        single.key(KeyCode::Char('}'), KeyModifiers::NONE);
+        assert_eq!(single.focus(), ALL);
+        assert!(single.header().contains("pid 1 "));
     }
 
     #[test]

@@ -458,3 +458,158 @@ fn top_shares_are_the_threads_own_and_the_threads_view_sorts_and_filters() {
     });
     ctx.check(t.is_running(), || "the target died".into());
 }
+
+/// The pid on a threads-view row of several processes (PID first).
+fn pid_tid_calls(line: &str) -> Option<(u32, i64, u64)> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() < 6 || !matches!(f[3], "live" | "exited") {
+        return None;
+    }
+    Some((f[0].parse().ok()?, f[1].parse().ok()?, f[4].parse().ok()?))
+}
+
+/// `weft top -p A,B`: the functions view holds both processes' calls
+/// (each function's sum of the two targets' own counts), `}` shows one
+/// process alone with its own counts, the threads view names each
+/// thread's process; `q` detaches from both, which then count on
+/// uninstrumented. Without a terminal, `--pid-of` prints each process's
+/// table and the totals.
+#[test]
+fn top_of_several_processes_merges_and_shows_each_alone() {
+    let ctx = Ctx::new("top_of_several_processes_merges_and_shows_each_alone");
+    let _turn = one_at_a_time();
+    let mut a = ctx.target(workers_c(), &["--threads", "2", "--phases", "2"]);
+    let mut b = ctx.target(workers_c(), &["--threads", "3", "--phases", "2"]);
+    for t in [&mut a, &mut b] {
+        t.expect_stdout("ready", |l| l.starts_with("ready"));
+    }
+    let tmux = Tmux::start(&ctx, "several");
+    tmux.line(&format!(
+        "{} top -p {},{} -f work_a,work_b,lib_work -m calls --interval 0.3; echo WEFT_EXIT=$?",
+        weft_bin(),
+        a.pid,
+        b.pid
+    ));
+    tmux.wait_for(&ctx, "the functions view of two processes", |s| {
+        s.contains("FUNCTION") && s.contains("2 processes") && s.contains("all processes")
+    });
+    let mut own = Vec::new();
+    for (t, threads) in [(&mut a, 2), (&mut b, 3)] {
+        t.send("go");
+        t.expect_stdout("phase 1 done", |l| l == "phase 1 done");
+        own.push(check_worker_phase(&ctx, &t.stdout_text(), 1, threads));
+    }
+    let count = |i: usize, f: &str| own[i].iter().map(|l| l.count(f)).sum::<u64>();
+    tmux.wait_for(&ctx, "both processes' calls, merged", |s| {
+        let rows = function_rows(s);
+        rows.len() == 3 && rows.iter().all(|(f, c, _)| *c == count(0, f) + count(1, f))
+    });
+    // `}` twice: the second process alone, its own counts.
+    tmux.keys(&["}"]);
+    tmux.wait_for(&ctx, "the first process alone", |s| {
+        s.contains(&format!("pid {} (", a.pid))
+    });
+    tmux.keys(&["}"]);
+    let screen = tmux.wait_for(&ctx, "the second process alone", |s| {
+        s.contains(&format!("pid {} (", b.pid))
+            && function_rows(s).iter().all(|(f, c, _)| *c == count(1, f))
+    });
+    ctx.check(function_rows(&screen).len() == 3, || screen.clone());
+    // `}` back to all, then the threads view: every worker of both, with
+    // its process and its own calls.
+    tmux.keys(&["}", "t"]);
+    let screen = tmux.wait_for(&ctx, "the threads view of both", |s| {
+        s.contains("BUSIEST FUNCTION")
+            && s.lines().filter_map(pid_tid_calls).count() == 5
+            && s.contains("all processes")
+    });
+    for (i, t) in [&a, &b].iter().enumerate() {
+        for line in &own[i] {
+            let calls = line.work_a + line.work_b + line.lib_work;
+            ctx.check(
+                screen
+                    .lines()
+                    .filter_map(pid_tid_calls)
+                    .any(|r| r == (t.pid, line.tid, calls)),
+                || {
+                    format!(
+                        "no row for pid {} thread {} with {calls} calls:\n{screen}",
+                        t.pid, line.tid
+                    )
+                },
+            );
+        }
+    }
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for(&ctx, "weft's exit", |s| {
+        s.lines().any(|l| l.starts_with("WEFT_EXIT="))
+    });
+    ctx.check(screen.contains("WEFT_EXIT=0"), || screen.clone());
+    ctx.check(
+        screen.contains(&format!("weft: detached from {},{}", a.pid, b.pid)),
+        || screen.clone(),
+    );
+    for (t, threads) in [(&mut a, 2), (&mut b, 3)] {
+        t.send("go");
+        t.expect_stdout("phase 2 done", |l| l == "phase 2 done");
+        check_worker_phase(&ctx, &t.stdout_text(), 2, threads);
+        t.wait_code(0);
+    }
+
+    // No terminal: --pid-of a copy named for the test, each process's
+    // table and the totals.
+    let name = format!("wtop{}", std::process::id());
+    let copy = workers_c().with_file_name(&name);
+    std::fs::copy(workers_c(), &copy).unwrap();
+    let mut a = ctx.target(&copy, &["--threads", "1", "--phases", "2"]);
+    let mut b = ctx.target(&copy, &["--threads", "2", "--phases", "2"]);
+    for t in [&mut a, &mut b] {
+        t.expect_stdout("ready", |l| l.starts_with("ready"));
+    }
+    let mut w = ctx.weft(&[
+        "top",
+        "--pid-of",
+        &name,
+        "-f",
+        "work_a",
+        "-m",
+        "calls",
+        "--interval",
+        "0.2",
+    ]);
+    for _ in 0..2 {
+        w.expect_line(Stream::Stderr, "attached", |l| l.contains("attached"));
+    }
+    let mut made = 0;
+    for (t, threads) in [(&mut a, 1), (&mut b, 2)] {
+        t.send("go");
+        t.expect_stdout("phase 1 done", |l| l == "phase 1 done");
+        made += check_worker_phase(&ctx, &t.stdout_text(), 1, threads)
+            .iter()
+            .map(|l| l.work_a)
+            .sum::<u64>();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.stdout_text().contains(&thousands(made)) {
+        ctx.check(Instant::now() < deadline, || {
+            format!(
+                "no table with the total {made} of work_a:\n{}",
+                w.stdout_text()
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = w.stdout_text();
+    let header = format!("weft top: pids {},{}", a.pid, b.pid);
+    let header2 = format!("weft top: pids {},{}", b.pid, a.pid);
+    ctx.check(text.contains(&header) || text.contains(&header2), || {
+        text.clone()
+    });
+    // weft ends when both have.
+    for t in [&mut a, &mut b] {
+        t.send("go");
+        t.wait_code(0);
+    }
+    w.wait_code(0);
+    let _ = std::fs::remove_file(&copy);
+}

@@ -175,7 +175,7 @@ fn live_report_when_due(
 }
 
 /// The processes `-p` and `--pid-of` name, each once, in the order given.
-fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
+pub(crate) fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
     let mut all = Vec::new();
     for text in pids {
         match text.trim().parse::<i32>() {
@@ -201,15 +201,15 @@ fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
 /// The processes a session takes: those given, and with `--children`
 /// their descendants at the attach (optional: one the patterns miss is
 /// left alone).
-struct Family {
-    given: Vec<i32>,
-    children: Vec<i32>,
+pub(crate) struct Family {
+    pub(crate) given: Vec<i32>,
+    pub(crate) children: Vec<i32>,
     /// `--children`: look for children forked later (to name them).
     follow: bool,
 }
 
 impl Family {
-    fn of(given: &[i32], follow: bool) -> Family {
+    pub(crate) fn of(given: &[i32], follow: bool) -> Family {
         let mut children = Vec::new();
         if follow {
             for &pid in given {
@@ -227,7 +227,7 @@ impl Family {
         }
     }
 
-    fn all(&self) -> Vec<i32> {
+    pub(crate) fn all(&self) -> Vec<i32> {
         self.given.iter().chain(&self.children).copied().collect()
     }
 }
@@ -450,7 +450,7 @@ fn attach_several(
 }
 
 /// Attaches to every process of `family` (see [`attach_several`]).
-fn attach_family(
+pub(crate) fn attach_family(
     family: &Family,
     split: &Patterns,
     measure: &Measure,
@@ -490,7 +490,10 @@ fn attach_family(
 
 /// Takes everything out of every process still there and detaches, each
 /// whatever happened to another; their final reports.
-fn finish_all(attached: &mut [(String, Attached)], ended: wait::End) -> Result<ProcessesReport> {
+pub(crate) fn finish_all(
+    attached: &mut [(String, Attached)],
+    ended: wait::End,
+) -> Result<ProcessesReport> {
     let mut processes = Vec::new();
     let mut first_error = None;
     for (command, a) in attached {

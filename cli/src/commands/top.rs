@@ -1,30 +1,48 @@
-//! `weft top`: a live full-screen view of a process's instrumented
-//! functions and threads, like `top` or `py-spy top`. Each reading is a
-//! live report (the target is never stopped for it); rates and shares are
-//! the difference between two readings.
+//! `weft top`: a live full-screen view of the instrumented functions and
+//! threads of a process, or of several (`-p A,B`, `--pid-of NAME`,
+//! `--children`), like `top` or `py-spy top`. Each reading is a live
+//! report (the targets are never stopped for it); rates and shares are the
+//! difference between two readings.
 //!
 //! The terminal is restored whatever ends the view: `q`, SIGINT/SIGTERM,
 //! the target's exit, an error, or a panic (`tui::Screen`, a guard).
 
+use super::attach::{attach_family, finish_all, targets, Family};
 use crate::args::{seconds, Measure, Refusals};
 use crate::kernel;
 use crate::output::{to_stdout, StdoutClosed};
 use crate::session::{keep_until_exit, Attached};
-use crate::tui::{full_screen, Pace, View};
+use crate::tui::{full_screen, reading, Pace, Part, View};
 use crate::wait;
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Instant;
+use weft::report::{ProcessReport, ProcessesReport};
 use weft::RealtimeGuard;
 
 // The arguments of `Command::Top` (their help is the variant's, in
 // main.rs).
 #[derive(clap::Args, Debug)]
 pub struct TopArgs {
-    /// The process (or give `-- PROGRAM ARGS` to start one).
-    #[arg(short = 'p', long = "pid")]
-    pid: Option<i32>,
+    /// The process (or give `-- PROGRAM ARGS` to start one); several as
+    /// a list (`-p 101,102`) or repeated, shown merged or one at a time.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pids: Vec<String>,
+    /// Every process running the program NAME, as `pidof` finds them (as
+    /// for `attach`).
+    #[arg(long = "pid-of", value_name = "NAME")]
+    pid_of: Vec<String>,
+    /// Also the descendants of the given processes now (a server's
+    /// workers), each instrumented where the patterns match.
+    #[arg(long)]
+    children: bool,
     /// Functions to watch (as for `run`).
     #[arg(
         short = 'f',
@@ -57,7 +75,9 @@ pub struct TopArgs {
 /// Runs `weft top`: checks the arguments, then [`top`].
 pub fn exec(args: TopArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
     let TopArgs {
-        pid,
+        pids,
+        pid_of,
+        children,
         functions,
         interval,
         duration,
@@ -73,11 +93,15 @@ pub fn exec(args: TopArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
     }
     let interval = seconds("interval", Some(&interval), true)?.unwrap_or_default();
     let duration = seconds("duration", duration.as_deref(), false)?;
-    let target = match (pid, command.split_first()) {
-        (Some(pid), None) => Target::Pid(pid),
-        (None, Some((program, args))) => Target::Launch(program.clone(), args.to_vec()),
-        (Some(_), Some(_)) => bail!("give either -p PID or -- PROGRAM ARGS, not both"),
-        (None, None) => {
+    let given = !pids.is_empty() || !pid_of.is_empty();
+    let target = match (given, command.split_first()) {
+        (true, None) => Target::Pids(Family::of(&targets(&pids, &pid_of)?, children)),
+        (false, Some((program, args))) if !children => {
+            Target::Launch(program.clone(), args.to_vec())
+        }
+        (false, Some(_)) => bail!("--children takes the children of -p or --pid-of processes"),
+        (true, Some(_)) => bail!("give either -p PID (or --pid-of) or -- PROGRAM ARGS, not both"),
+        (false, None) => {
             bail!("nothing to watch: give -p PID, or -- PROGRAM ARGS to start a program")
         }
     };
@@ -93,7 +117,8 @@ pub fn exec(args: TopArgs, boost: Option<RealtimeGuard>) -> Result<ExitCode> {
 
 /// What to watch.
 enum Target {
-    Pid(i32),
+    /// Running processes (with `--children`, their descendants too).
+    Pids(Family),
     /// A program to start instrumented (it runs on, uninstrumented, after
     /// the view ends; weft waits for it).
     Launch(String, Vec<String>),
@@ -110,34 +135,29 @@ fn top(
 ) -> Result<ExitCode> {
     wait::install_stop_handlers();
     let (mut attached, launched) = match &target {
-        Target::Pid(pid) => {
-            let split = kernel::split(functions)?;
-            if split.user.is_empty() {
-                anyhow::bail!(
-                    "weft top needs at least one user function (-f NAME) next to kernel patterns"
-                );
-            }
-            let caps = kernel::capabilities(&split)?;
-            (
-                Attached::attach(*pid, &split, caps.as_ref(), measure, refusals, false)?,
-                false,
-            )
-        }
+        Target::Pids(family) => (attach_target(family, functions, measure, refusals)?, false),
         Target::Launch(program, args) => (
-            Attached::launch(program, args, functions, measure, refusals)
-                .with_context(|| format!("starting {program}"))?,
+            vec![(
+                program.clone(),
+                Attached::launch(program, args, functions, measure, refusals)
+                    .with_context(|| format!("starting {program}"))?,
+            )],
             true,
         ),
     };
     // Kept while live: the view is redrawn on time however busy the
     // target keeps the CPUs (weft sleeps between readings; see `attach`).
     keep_until_exit(boost);
-    let pid = attached.process.pid();
-    eprintln!(
-        "weft: attached pid={pid} threads={} functions={}",
-        attached.threads, attached.functions
-    );
-    let view = View::new(pid, attached.functions);
+    let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
+    if let [(_, a)] = attached.as_slice() {
+        // Several processes said so each as they were attached.
+        eprintln!(
+            "weft: attached pid={} threads={} functions={}",
+            pids[0], a.threads, a.functions
+        );
+    }
+    let functions = attached.iter().map(|(_, a)| a.functions).sum();
+    let view = View::new(pids.clone(), functions);
     let outcome = if std::io::stdout().is_terminal() {
         full_screen(&mut attached, view, &pace)
     } else {
@@ -146,41 +166,82 @@ fn top(
     let ended = match outcome {
         Ok(ended) => ended,
         Err(e) => {
-            // Nothing stays in the target whatever went wrong.
-            let _ = attached.finish(wait::End::Signal);
+            // Nothing stays in any target whatever went wrong.
+            let _ = finish_all(&mut attached, wait::End::Signal);
             return Err(e);
         }
     };
-    let report = attached.finish(ended)?;
+    let report = finish_all(&mut attached, ended)?;
+    let calls: u64 = report
+        .processes
+        .iter()
+        .flat_map(|p| &p.report.functions)
+        .map(|f| f.calls)
+        .sum();
+    let pids_text: Vec<String> = pids.iter().map(i32::to_string).collect();
     eprintln!(
-        "weft: detached from {pid} ({} calls counted)",
-        report.functions.iter().map(|f| f.calls).sum::<u64>()
+        "weft: detached from {} ({calls} calls counted)",
+        pids_text.join(",")
     );
     if !launched || ended == wait::End::TargetExited {
         return Ok(ExitCode::SUCCESS);
     }
     // The program weft started runs to its end, uninstrumented now.
-    let code = attached.process.wait_exit().map_or(1, |e| e.shell_code());
+    let code = attached[0]
+        .1
+        .process
+        .wait_exit()
+        .map_or(1, |e| e.shell_code());
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-/// Standard output is no terminal: a plain table every interval.
-fn plain(attached: &mut Attached, pace: &Pace) -> Result<wait::End> {
-    let pid = attached.process.pid();
+/// Attaches to the processes of `family`: one alone as `attach` would
+/// (kernel patterns too), several as `attach -p A,B` does (all or none).
+fn attach_target(
+    family: &Family,
+    functions: &[String],
+    measure: &Measure,
+    refusals: &Refusals,
+) -> Result<Vec<(String, Attached)>> {
+    let split = kernel::split(functions)?;
+    if split.user.is_empty() {
+        bail!("weft top needs at least one user function (-f NAME) next to kernel patterns");
+    }
+    if let ([pid], true) = (family.given.as_slice(), family.children.is_empty()) {
+        let caps = kernel::capabilities(&split)?;
+        let command = weft::inspect::command(*pid).unwrap_or_default();
+        let a = Attached::attach(*pid, &split, caps.as_ref(), measure, refusals, false)?;
+        return Ok(vec![(command, a)]);
+    }
+    if !split.kernel.is_empty() {
+        bail!(
+            "kernel patterns with several processes are not supported yet: run one weft top per \
+             process"
+        );
+    }
+    attach_family(family, &split, measure, refusals, false)
+}
+
+/// Standard output is no terminal: a plain table every interval (with
+/// several processes, each one's and their totals).
+fn plain(attached: &mut [(String, Attached)], pace: &Pace) -> Result<wait::End> {
+    let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
     let mut next = Instant::now() + pace.interval;
     let mut failed = None;
     let started = Instant::now();
-    let ended = wait::wait(pid, pace.duration, &mut || {
-        attached.tick();
+    let mut tick = || {
+        for (_, a) in attached.iter_mut() {
+            a.tick();
+        }
         if Instant::now() >= next && failed.is_none() {
             next += pace.interval;
-            failed = attached
-                .live_report()
-                .and_then(|r| {
+            failed = reading(attached)
+                .and_then(|parts| {
                     let text = format!(
-                        "weft top: pid {pid}, {:.1} s\n{}\n",
+                        "weft top: {}, {:.1} s\n{}\n",
+                        watched(&pids),
                         started.elapsed().as_secs_f64(),
-                        r.to_table_with(&crate::hints::table_options())
+                        table(attached, parts)
                     );
                     to_stdout(text.as_bytes())
                 })
@@ -190,9 +251,41 @@ fn plain(attached: &mut Attached, pace: &Pace) -> Result<wait::End> {
             }
         }
         Some(next)
-    });
+    };
+    let ended = match pids.as_slice() {
+        [pid] => wait::wait(*pid, pace.duration, &mut tick),
+        pids => wait::wait_all(pids, pace.duration, &mut tick),
+    };
     match failed {
         Some(e) if !e.is::<StdoutClosed>() => Err(e),
         _ => Ok(ended),
     }
+}
+
+/// `pid N`, or `pids A,B,C`.
+fn watched(pids: &[i32]) -> String {
+    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+    match pids {
+        [_] => format!("pid {}", list[0]),
+        _ => format!("pids {}", list.join(",")),
+    }
+}
+
+/// One reading as `attach` prints a report: one process's table, or each
+/// process's and the totals.
+fn table(attached: &[(String, Attached)], parts: Vec<Part>) -> String {
+    let options = crate::hints::table_options();
+    if let [part] = parts.as_slice() {
+        return part.report.to_table_with(&options);
+    }
+    let processes = parts
+        .into_iter()
+        .zip(attached)
+        .map(|(part, (_, a))| ProcessReport {
+            command: part.command,
+            exited: !a.process.is_alive(),
+            report: part.report,
+        })
+        .collect();
+    ProcessesReport::new(processes).to_table_with(&options)
 }
