@@ -60,6 +60,14 @@ pub enum RuntimeError {
         /// What failed.
         source: std::io::Error,
     },
+    /// The target is a forked child of an instrumented process whose
+    /// runtime could not make a region of its own at the fork: its only
+    /// figures are a private copy of its parent's.
+    #[error("process {pid} was forked from an instrumented process and its runtime could not take a region of its own (a memfd or a mapping failed in the child): weft cannot measure it; attach to its parent, or restart it")]
+    ForkedCopy {
+        /// The target.
+        pid: i32,
+    },
     /// The target has a weft runtime of another build loaded (an older or
     /// newer weft attached before): its code and its region's layout may
     /// differ from what this weft would call and read.
@@ -442,6 +450,9 @@ pub fn load(
         ),
         init_world,
     )?;
+    if init as i64 == -i64::from(libc::EXDEV) {
+        return Err(RuntimeError::ForkedCopy { pid });
+    }
     let region_fd = negative_errno("weft_rt_init", init)? as i32;
     let region = Region::open(pid, region_fd)?;
     Ok(Runtime {

@@ -62,8 +62,13 @@ fn errno() -> i64 {
 /// address far from any code, so the region never takes the room near code
 /// that trampolines need.
 ///
+/// In a forked child, a later call takes up the region the child made its
+/// own at the fork (the runtime counts again for new threads) and refuses
+/// a private view of the parent's (see `after_fork_in_child`).
+///
 /// Returns the memfd (>= 0) or a negated errno: `-EINVAL` for a bad
-/// geometry, `-EBUSY` for a concurrent call.
+/// geometry, `-EBUSY` for a concurrent call, `-EXDEV` in a forked child
+/// whose region is its parent's.
 ///
 /// # Safety
 ///
@@ -106,6 +111,14 @@ fn init_locked(
     if !existing.is_null() {
         // SAFETY: REGION points at a live mapping that starts with a header.
         let header = unsafe { &*(existing as *const RegionHeader) };
+        // A forked child: its own region is taken up by the weft attached
+        // now; a private view of its parent's is refused (see
+        // `after_fork_in_child`).
+        match header.disabled.load(Ordering::Acquire) {
+            0 => {}
+            DISABLED_FORKED => header.disabled.store(0, Ordering::Release),
+            _ => return -i64::from(libc::EXDEV),
+        }
         let current = Geometry {
             max_rows: header.max_rows,
             metric_words: header.metric_words,
@@ -261,9 +274,24 @@ fn loaded_as_library() -> bool {
 static ON_LOAD: extern "C" fn() = on_load;
 
 /// In a forked child the shared mapping would let the child's copy of the
-/// forking thread keep counting into its parent's row. Replace it with a
-/// private copy-on-write view of the same file: the child's hits stay its own
-/// and never reach the injector's view of the parent.
+/// forking thread keep counting into its parent's row, and a weft attached
+/// to the child would read (and write the ledger of) its parent. The child
+/// gets a region of its own: a new memfd holding a copy of the parent's
+/// (its ledger describes the instrumentation the child inherited), mapped
+/// over the same range under the same descriptor number. In it:
+///
+/// * the sessions are the parent's: none of them knows this process, so
+///   each is marked gone (a start time no process has), and the next weft
+///   attached here takes their probes out as a dead session's;
+/// * only the forking thread lives here: the other rows are marked exited;
+/// * the runtime is disabled until a weft attaches (`weft_rt_init`): new
+///   threads take no row, hits of the forking thread count in its row,
+///   which nobody reads.
+///
+/// If the copy cannot be made, the mapping becomes a private copy-on-write
+/// view as before and the region is marked a forked copy: `weft_rt_init`
+/// then refuses, so that no weft reads the parent's figures as the
+/// child's.
 extern "C" fn after_fork_in_child() {
     crate::clock::forget_table_after_fork();
     let base = REGION.load(Ordering::Acquire);
@@ -272,10 +300,144 @@ extern "C" fn after_fork_in_child() {
         return;
     }
     // SAFETY: base points at our region (never unmapped), and its header
-    // stays readable; MAP_FIXED replaces exactly that range.
+    // stays readable; every mapping below replaces exactly that range.
     unsafe {
         let header = &*(base as *const RegionHeader);
         let size = header.region_size as usize;
+        let own = own_copy_of_region(base, fd, size);
+        if !own {
+            private_view_of_region(base, fd, size);
+        }
+        let header = &*(base as *const RegionHeader);
+        header.disabled.store(
+            if own {
+                DISABLED_FORKED
+            } else {
+                DISABLED_FORKED_COPY
+            },
+            Ordering::Release,
+        );
+        header.pid.store(libc::getpid() as u32, Ordering::Release);
+        let mine = tls_row_get();
+        if !mine.is_null() {
+            crate::exits::forget_clock_after_fork(mine);
+        }
+        if own {
+            // No weft watches this process's loads yet.
+            header.library_wait_ms.store(0, Ordering::Release);
+            for slot in &header.sessions {
+                if slot.pid.load(Ordering::Acquire) != 0 {
+                    slot.start_time.store(u64::MAX, Ordering::Release);
+                }
+            }
+            let geometry = Geometry {
+                max_rows: header.max_rows,
+                metric_words: header.metric_words,
+            };
+            let used = header
+                .rows_used
+                .load(Ordering::Acquire)
+                .min(geometry.max_rows);
+            for index in 0..used {
+                let row = base.add(geometry.row_offset(index) as usize);
+                let row_header = &*(row as *const RowHeader);
+                if row != mine && row_header.state.load(Ordering::Acquire) == ROW_LIVE {
+                    row_header.state.store(ROW_EXITED, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+/// `disabled`: a forked child's own region, until a weft attaches.
+const DISABLED_FORKED: i64 = 1;
+/// `disabled`: a forked child's private view of its parent's region.
+const DISABLED_FORKED_COPY: i64 = 2;
+
+/// Copies the region in `fd` (the parent's, mapped shared at `base`) into
+/// a new memfd and maps that over `base` under descriptor `fd`; false
+/// (nothing changed) if any step fails. Only the extents the parent wrote
+/// are copied: the region is sparse.
+///
+/// # Safety
+/// `base` is the runtime's region mapping of `size` bytes of `fd`; called
+/// in a forked child, which has one thread.
+unsafe fn own_copy_of_region(base: *mut u8, fd: i32, size: usize) -> bool {
+    // SAFETY: system calls on descriptors this function owns or the
+    // runtime's region descriptor; the temporary mapping is this
+    // function's and `base..base + size` is the region.
+    unsafe {
+        let new = libc::memfd_create(crate::layout::REGION_MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC);
+        if new < 0 {
+            return false;
+        }
+        let give_up = |new: i32| {
+            libc::close(new);
+            false
+        };
+        if libc::ftruncate(new, size as libc::off_t) != 0 {
+            return give_up(new);
+        }
+        let copy = libc::mmap(
+            ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            new,
+            0,
+        );
+        if copy == libc::MAP_FAILED {
+            return give_up(new);
+        }
+        let mut at: libc::off_t = 0;
+        while (at as usize) < size {
+            let data = libc::lseek(fd, at, libc::SEEK_DATA);
+            if data < 0 {
+                break; // ENXIO: no data after `at`
+            }
+            let hole = libc::lseek(fd, data, libc::SEEK_HOLE);
+            let end = if hole < 0 { size as libc::off_t } else { hole }.min(size as libc::off_t);
+            ptr::copy_nonoverlapping(
+                base.add(data as usize),
+                (copy as *mut u8).add(data as usize),
+                (end - data) as usize,
+            );
+            at = end;
+        }
+        libc::munmap(copy, size);
+        let mapped = libc::mmap(
+            base as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            new,
+            0,
+        );
+        if mapped == libc::MAP_FAILED {
+            // MAP_FIXED may have unmapped the range: a view of the parent's
+            // file goes back (the caller makes it private).
+            return give_up(new);
+        }
+        libc::madvise(mapped, size, libc::MADV_DONTDUMP);
+        // The same number names the child's region: what weft_rt_init
+        // returns, and what the library's users kept.
+        if libc::dup3(new, fd, libc::O_CLOEXEC) < 0 {
+            libc::close(new);
+            return false;
+        }
+        libc::close(new);
+        true
+    }
+}
+
+/// The parent's region as a private copy-on-write view: the child's hits
+/// stay its own and never reach the injector's view of the parent.
+///
+/// # Safety
+/// As [`own_copy_of_region`].
+unsafe fn private_view_of_region(base: *mut u8, fd: i32, size: usize) {
+    // SAFETY: MAP_FIXED replaces exactly the region's range.
+    unsafe {
         // MAP_NORESERVE: a private writable mapping is charged in full
         // against overcommit, and the region reserves gigabytes of rows
         // it never touches; the charge failed and (MAP_FIXED having
@@ -299,14 +461,6 @@ extern "C" fn after_fork_in_child() {
                 -1,
                 0,
             );
-        } else {
-            let header = &*(base as *const RegionHeader);
-            header.disabled.store(1, Ordering::Release);
-            header.pid.store(libc::getpid() as u32, Ordering::Release);
-            let own = tls_row_get();
-            if !own.is_null() {
-                crate::exits::forget_clock_after_fork(own);
-            }
         }
     }
 }

@@ -137,32 +137,6 @@ fn a_shared_probe_outlives_the_session_that_put_it_in() {
     );
 }
 
-/// Where `f` is in `pid`, as `weft list` says (`MODULE ADDRESS SIZE NAME`).
-fn address_of(ctx: &Ctx, pid: u32, f: &str) -> u64 {
-    let p = pid.to_string();
-    let mut w = ctx.weft(&["list", "-p", &p, f]);
-    w.wait_code(0);
-    let out = w.stdout_text();
-    out.lines()
-        .find_map(|l| {
-            let fields: Vec<&str> = l.split_whitespace().collect();
-            (fields.len() == 4 && fields[3] == f)
-                .then(|| u64::from_str_radix(fields[1].trim_start_matches("0x"), 16).ok())
-                .flatten()
-        })
-        .unwrap_or_else(|| panic!("weft list does not give {f}'s address: {out}"))
-}
-
-/// The first bytes of `pid`'s code at `at`.
-fn code_at(pid: u32, at: u64) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("the target's memory");
-    mem.seek(SeekFrom::Start(at)).expect("seek");
-    let mut bytes = vec![0u8; 16];
-    mem.read_exact(&mut bytes).expect("read the target's code");
-    bytes
-}
-
 /// `work_a`'s code after every tool left is as compiled.
 fn check_as_compiled(ctx: &Ctx, after: &[u8], compiled: &[u8]) {
     ctx.check(after == compiled, || {

@@ -341,3 +341,81 @@ fn children_taken_with_their_master_and_late_ones_named() {
     t.send("quit");
     t.wait_code(0);
 }
+
+/// The calls of `handle` in a one-process JSON report.
+fn handle_calls(ctx: &Ctx, w: &Proc) -> u64 {
+    let out = w.stdout_text();
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    report["functions"][0]["calls"]
+        .as_u64()
+        .unwrap_or_else(|| ctx.fail(format!("no calls of handle: {out}")))
+}
+
+/// A worker forked from a master that a weft instruments inherits the
+/// patched code, but none of that weft's sessions: a weft attached to the
+/// worker on its own measures it in the worker's own region (before, it
+/// read — and joined the ledger of — the master's, and reported 0 for the
+/// worker's 2,000 calls), takes the inherited probe out with its own when
+/// it leaves, and the next weft counts the worker exactly. The master's
+/// session is untouched throughout, and leaves the master as compiled.
+#[test]
+fn a_worker_forked_from_an_instrumented_master_is_measured_on_its_own() {
+    let ctx = Ctx::new("a_worker_forked_from_an_instrumented_master_is_measured_on_its_own");
+    let exe = build_c_target_with("gcc", "forker", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["1"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let handle = address_of(&ctx, t.pid, "handle");
+    let compiled = code_at(t.pid, handle);
+    let pid = t.pid_str();
+    let mut master = ctx.weft(&["attach", "-p", &pid, "-f", "handle", "--format", "json"]);
+    wait_attached(&mut master);
+    t.send("spawn");
+    let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));
+    let late: u32 = spawned
+        .trim_start_matches("spawned ")
+        .parse()
+        .unwrap_or_else(|_| ctx.fail(format!("spawned line {spawned:?}")));
+    ctx.check(code_at(late, handle) != compiled, || {
+        "the worker forked after the attach does not have the master's patch".into()
+    });
+    let late_pid = late.to_string();
+    let watch = |ctx: &Ctx| {
+        let mut w = ctx.weft(&[
+            "attach", "-p", &late_pid, "-f", "handle", "--format", "json",
+        ]);
+        wait_attached(&mut w);
+        w
+    };
+    // A first weft on the worker, gone before the worker works: it takes
+    // the inherited probe out with its own.
+    let mut first = watch(&ctx);
+    first.signal(nix::sys::signal::Signal::SIGINT);
+    first.wait_code(0);
+    ctx.check(handle_calls(&ctx, &first) == 0, || first.stdout_text());
+    ctx.check(code_at(late, handle) == compiled, || {
+        format!(
+            "the worker's handle after the first weft left: {:02x?}, as compiled: {compiled:02x?}",
+            code_at(late, handle)
+        )
+    });
+    let mut second = watch(&ctx);
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    let made = format!("worker {late} calls=2000");
+    ctx.check(t.stdout_text().lines().any(|l| l == made), || {
+        format!("the worker did not report {made:?}: {}", t.stdout_text())
+    });
+    second.wait_code(0);
+    ctx.check(handle_calls(&ctx, &second) == 2000, || {
+        format!("the worker made 2000 calls: {}", second.stdout_text())
+    });
+    master.signal(nix::sys::signal::Signal::SIGINT);
+    master.wait_code(0);
+    ctx.check(handle_calls(&ctx, &master) == 0, || master.stdout_text());
+    ctx.check(code_at(t.pid, handle) == compiled, || {
+        "the master's handle after its weft left is not as compiled".into()
+    });
+    t.send("quit");
+    t.wait_code(0);
+}

@@ -201,3 +201,29 @@ pub fn free_port() -> u16 {
         std::net::TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port on 127.0.0.1");
     l.local_addr().expect("local_addr").port()
 }
+
+/// Where `f` is in `pid`, as `weft list` says (`MODULE ADDRESS SIZE NAME`).
+pub fn address_of(ctx: &Ctx, pid: u32, f: &str) -> u64 {
+    let p = pid.to_string();
+    let mut w = ctx.weft(&["list", "-p", &p, f]);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    out.lines()
+        .find_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.len() == 4 && fields[3] == f)
+                .then(|| u64::from_str_radix(fields[1].trim_start_matches("0x"), 16).ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("weft list does not give {f}'s address: {out}"))
+}
+
+/// The first bytes of `pid`'s code at `at`.
+pub fn code_at(pid: u32, at: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("the target's memory");
+    mem.seek(SeekFrom::Start(at)).expect("seek");
+    let mut bytes = vec![0u8; 16];
+    mem.read_exact(&mut bytes).expect("read the target's code");
+    bytes
+}
