@@ -234,6 +234,12 @@ pub struct SessionSlot {
     pub start_time: AtomicU64,
 }
 
+/// [`SessionSlot::start_time`] in a forked child's region of a session of
+/// its parent's: no process started then, so the session is not alive
+/// here; a weft following the child may adopt its probes (their words were
+/// zeroed in the child at the fork, so they count the child's calls since).
+pub const SESSION_FORKED_AWAY: u64 = u64::MAX;
+
 /// The name of the memfd the runtime keeps its region in, as
 /// `/proc/PID/maps` shows it (`/memfd:weft-shm (deleted)`).
 pub const REGION_MEMFD_NAME: &core::ffi::CStr = c"weft-shm";

@@ -247,6 +247,13 @@ impl Exporter {
         }
     }
 
+    /// Takes in a process that joined the session after the exporter was
+    /// made (a child followed as it was forked).
+    pub fn track(&mut self, pid: i32) {
+        let now = process_cpu_ns(pid);
+        self.cpu.entry(pid).or_insert((now, now));
+    }
+
     /// The exposition of one process's `report`.
     pub fn exposition(&mut self, report: &Report, openmetrics: bool) -> Result<String> {
         let part = Part {

@@ -113,10 +113,39 @@ impl Attached {
         refusals: &Refusals,
         later: bool,
     ) -> Result<Attached> {
+        Attached::attach_as(pid, split, caps, measure, refusals, later, false)
+    }
+
+    /// [`Attached::attach`] to a child forked from a process this weft
+    /// instruments with the same patterns: the probes it inherited are
+    /// taken over with what they counted since the fork
+    /// ([`weft::Process::adopt_forked_probes`]), so none of its calls is
+    /// missed.
+    pub fn follow(
+        pid: i32,
+        split: &kernel::Patterns,
+        measure: &Measure,
+        refusals: &Refusals,
+    ) -> Result<Attached> {
+        Attached::attach_as(pid, split, None, measure, refusals, false, true)
+    }
+
+    fn attach_as(
+        pid: i32,
+        split: &kernel::Patterns,
+        caps: Option<&weft::kernel::Capabilities>,
+        measure: &Measure,
+        refusals: &Refusals,
+        later: bool,
+        adopt: bool,
+    ) -> Result<Attached> {
         let timing = Timing::from_env();
         let patterns = &split.user;
         // Everything that needs no stopped target happens before the pause.
         let mut process = Process::open(pid)?;
+        if adopt {
+            process.adopt_forked_probes();
+        }
         // With --later, a pattern that matches nothing yet waits for the
         // libraries loaded from now on.
         let (found, pending) = if patterns.is_empty() {

@@ -86,8 +86,18 @@ pub fn wait_all(
     duration: Option<Duration>,
     tick: &mut dyn FnMut() -> Option<Instant>,
 ) -> End {
+    wait_all_of(&std::cell::RefCell::new(pids.to_vec()), duration, tick)
+}
+
+/// [`wait_all`] for a list of processes that `tick` may add to (children
+/// followed as they are forked).
+pub fn wait_all_of(
+    pids: &std::cell::RefCell<Vec<i32>>,
+    duration: Option<Duration>,
+    tick: &mut dyn FnMut() -> Option<Instant>,
+) -> End {
     let deadline = duration.map(|d| Instant::now() + d);
-    let mut left: Vec<i32> = pids.to_vec();
+    let mut gone: std::collections::HashSet<i32> = std::collections::HashSet::new();
     loop {
         let timeout = match next_timeout(deadline, tick) {
             Ok(timeout) => timeout,
@@ -96,13 +106,17 @@ pub fn wait_all(
         std::thread::sleep(timeout);
         // A process weft is not attached to: gone when /proc says so or it
         // is a zombie (its parent has not reaped it yet).
-        left.retain(|&pid| {
-            !matches!(
-                weft::internals::process_state(pid),
-                Err(_) | Ok(weft::internals::ProcState::Zombie)
-            )
-        });
-        if left.is_empty() {
+        for &pid in pids.borrow().iter() {
+            if !gone.contains(&pid)
+                && matches!(
+                    weft::internals::process_state(pid),
+                    Err(_) | Ok(weft::internals::ProcState::Zombie)
+                )
+            {
+                gone.insert(pid);
+            }
+        }
+        if pids.borrow().iter().all(|pid| gone.contains(pid)) {
             return End::TargetExited;
         }
     }

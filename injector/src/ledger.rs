@@ -62,6 +62,23 @@ pub(crate) fn is_alive(header: &RegionHeader, slot: usize) -> bool {
     pid != 0 && start_time(pid) == Some(s.start_time.load(Ordering::Acquire))
 }
 
+/// Whether the session in `slot` is one of a forked child's parent's
+/// (`weft_rt::layout::SESSION_FORKED_AWAY`): not alive here, its probes
+/// counting the child's calls since the fork.
+pub(crate) fn forked_away(header: &RegionHeader, slot: usize) -> bool {
+    let s = &header.sessions[slot];
+    s.pid.load(Ordering::Acquire) != 0
+        && s.start_time.load(Ordering::Acquire) == weft_rt::layout::SESSION_FORKED_AWAY
+}
+
+/// Whether every owner of `entry` is a forked-away session.
+pub(crate) fn only_forked_away(header: &RegionHeader, entry: &ProbeEntry) -> bool {
+    entry.owners != 0
+        && (0..SESSIONS)
+            .filter(|&i| entry.owners & 1 << i != 0)
+            .all(|i| forked_away(header, i))
+}
+
 /// Takes a session slot for `me` in the region: the one it already has, a
 /// free one, or (after [`sweep`] freed it) a dead session's. None when all
 /// are used by live sessions.
@@ -212,10 +229,13 @@ pub(crate) struct Orphan {
 /// Clears the owner bits of dead sessions in every live entry and frees
 /// their slots; returns the entries no live session owns any more (their
 /// patches must come out: the caller restores them, then frees them).
-pub(crate) fn sweep(region: &Region) -> Vec<Orphan> {
+/// With `keep_forked_away`, sessions forked away stay (a session following
+/// a forked child takes their probes over first).
+pub(crate) fn sweep(region: &Region, keep_forked_away: bool) -> Vec<Orphan> {
     let header = region.control();
     let dead: u32 = (0..SESSIONS)
         .filter(|&i| header.sessions[i].pid.load(Ordering::Acquire) != 0 && !is_alive(header, i))
+        .filter(|&i| !(keep_forked_away && forked_away(header, i)))
         .fold(0, |m, i| m | 1 << i);
     let mut orphans = Vec::new();
     for (index, mut entry) in live_entries(region) {

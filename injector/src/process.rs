@@ -645,6 +645,8 @@ struct Session {
     /// Functions already searched for points an earlier weft left
     /// (`remove_leftover_points`: once per function and `Process`).
     leftovers_checked: AddressSet<u64>,
+    /// [`Process::adopt_forked_probes`], until the first insertion.
+    adopt_forked: bool,
 }
 
 /// What weft worked out about the target's code while it ran (`prepare`, `check_points`, `hold`): branch indexes, planned sites and points, trampolines staged ahead.
@@ -720,6 +722,7 @@ impl Process {
                 live_for: Duration::ZERO,
                 harvested: Vec::new(),
                 leftovers_checked: AddressSet::default(),
+                adopt_forked: false,
             },
             target: Target {
                 pid,
@@ -928,6 +931,18 @@ impl Process {
     /// started until its first hold (the stop at its entry) is released.
     pub fn has_run(&self) -> bool {
         self.target.ever_released
+    }
+
+    /// Follows a forked child: the probes it inherited from the process it
+    /// was forked from (the runtime marks that process's sessions forked
+    /// away in the child's own region, and zeroes what they counted there)
+    /// are taken over where this session's first insertion asks for the
+    /// same functions, with what they counted since the fork, and the
+    /// others are taken out. Without it, they are taken out as a dead
+    /// session's and the figures start at the insertion. Call before the
+    /// first insertion.
+    pub fn adopt_forked_probes(&mut self) {
+        self.session.adopt_forked = true;
     }
 
     /// Keeps the threads' CPU clocks' perf events when a release finds no

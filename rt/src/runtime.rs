@@ -2,8 +2,9 @@
 
 use crate::clock::{WallClock, WallPreference};
 use crate::layout::{
-    Geometry, RegionHeader, RowHeader, MAGIC, MAX_METRIC_WORDS, NAME_LEN, ROW_CELLS, ROW_CLAIMED,
-    ROW_EXITED, ROW_LIVE, ROW_OVERFLOW, ROW_TOP, SESSIONS, VERSION,
+    Geometry, ProbeEntry, RegionHeader, RowHeader, DIRECTORY, KIND_MEASURE, MAGIC,
+    MAX_METRIC_WORDS, NAME_LEN, PROBE_LIVE, ROW_CELLS, ROW_CLAIMED, ROW_EXITED, ROW_FREE, ROW_LIVE,
+    ROW_OVERFLOW, ROW_TOP, SESSIONS, SESSION_FORKED_AWAY, VERSION,
 };
 use crate::state::{region_header, tls_row_get, tls_row_set, weft_rt_tls_offset, REGION};
 use core::ptr;
@@ -62,9 +63,9 @@ fn errno() -> i64 {
 /// address far from any code, so the region never takes the room near code
 /// that trampolines need.
 ///
-/// In a forked child, a later call takes up the region the child made its
-/// own at the fork (the runtime counts again for new threads) and refuses
-/// a private view of the parent's (see `after_fork_in_child`).
+/// In a forked child, a later call is served by the region the child made
+/// its own at the fork, and refuses a private view of the parent's (see
+/// `after_fork_in_child`).
 ///
 /// Returns the memfd (>= 0) or a negated errno: `-EINVAL` for a bad
 /// geometry, `-EBUSY` for a concurrent call, `-EXDEV` in a forked child
@@ -111,13 +112,10 @@ fn init_locked(
     if !existing.is_null() {
         // SAFETY: REGION points at a live mapping that starts with a header.
         let header = unsafe { &*(existing as *const RegionHeader) };
-        // A forked child: its own region is taken up by the weft attached
-        // now; a private view of its parent's is refused (see
-        // `after_fork_in_child`).
-        match header.disabled.load(Ordering::Acquire) {
-            0 => {}
-            DISABLED_FORKED => header.disabled.store(0, Ordering::Release),
-            _ => return -i64::from(libc::EXDEV),
+        // A forked child's private view of its parent's region is refused
+        // (see `after_fork_in_child`).
+        if header.disabled.load(Ordering::Acquire) == DISABLED_FORKED_COPY {
+            return -i64::from(libc::EXDEV);
         }
         let current = Geometry {
             max_rows: header.max_rows,
@@ -280,13 +278,16 @@ static ON_LOAD: extern "C" fn() = on_load;
 /// (its ledger describes the instrumentation the child inherited), mapped
 /// over the same range under the same descriptor number. In it:
 ///
-/// * the sessions are the parent's: none of them knows this process, so
-///   each is marked gone (a start time no process has), and the next weft
-///   attached here takes their probes out as a dead session's;
-/// * only the forking thread lives here: the other rows are marked exited;
-/// * the runtime is disabled until a weft attaches (`weft_rt_init`): new
-///   threads take no row, hits of the forking thread count in its row,
-///   which nobody reads.
+/// * the sessions are the parent's, which none of them knows: each is
+///   marked forked away ([`SESSION_FORKED_AWAY`]). A weft following the
+///   child adopts their probes; any other takes them out as a dead
+///   session's;
+/// * the child counts from zero: the forking thread's row (its only
+///   thread's) keeps its open activations and running timers, but the
+///   words that add up are zeroed, as are the overflow row's; the parent's
+///   other threads' rows are freed;
+/// * the runtime counts on (new threads take rows), so that a weft
+///   following the child misses none of its calls.
 ///
 /// If the copy cannot be made, the mapping becomes a private copy-on-write
 /// view as before and the region is marked a forked copy: `weft_rt_init`
@@ -309,48 +310,124 @@ extern "C" fn after_fork_in_child() {
             private_view_of_region(base, fd, size);
         }
         let header = &*(base as *const RegionHeader);
-        header.disabled.store(
-            if own {
-                DISABLED_FORKED
-            } else {
-                DISABLED_FORKED_COPY
-            },
-            Ordering::Release,
-        );
         header.pid.store(libc::getpid() as u32, Ordering::Release);
         let mine = tls_row_get();
         if !mine.is_null() {
             crate::exits::forget_clock_after_fork(mine);
         }
-        if own {
-            // No weft watches this process's loads yet.
-            header.library_wait_ms.store(0, Ordering::Release);
-            for slot in &header.sessions {
-                if slot.pid.load(Ordering::Acquire) != 0 {
-                    slot.start_time.store(u64::MAX, Ordering::Release);
-                }
+        if !own {
+            header
+                .disabled
+                .store(DISABLED_FORKED_COPY, Ordering::Release);
+            return;
+        }
+        start_counting_anew(base, header, mine);
+    }
+}
+
+/// The child's own region as [`after_fork_in_child`] describes it.
+///
+/// # Safety
+/// `base` is the child's own region, `header` its header, `mine` null or
+/// the forking thread's row in it; the child has one thread.
+unsafe fn start_counting_anew(base: *mut u8, header: &RegionHeader, mine: *mut u8) {
+    // No weft watches this process's loads yet.
+    header.library_wait_ms.store(0, Ordering::Release);
+    for slot in &header.sessions {
+        if slot.pid.load(Ordering::Acquire) != 0 {
+            slot.start_time
+                .store(SESSION_FORKED_AWAY, Ordering::Release);
+        }
+    }
+    // SAFETY: every row index is below `max_rows` (or the overflow row),
+    // every directory index below DIRECTORY: all inside the region the
+    // caller vouches for; entries are plain integers (read volatile).
+    unsafe {
+        let geometry = Geometry {
+            max_rows: header.max_rows,
+            metric_words: header.metric_words,
+        };
+        let used = header
+            .rows_used
+            .load(Ordering::Acquire)
+            .min(geometry.max_rows);
+        let overflow = base.add(geometry.row_offset(geometry.overflow_row()) as usize);
+        for index in 0..used {
+            let row = base.add(geometry.row_offset(index) as usize);
+            if row != mine {
+                (*(row as *const RowHeader))
+                    .state
+                    .store(ROW_FREE, Ordering::Release);
             }
-            let geometry = Geometry {
-                max_rows: header.max_rows,
-                metric_words: header.metric_words,
-            };
-            let used = header
-                .rows_used
-                .load(Ordering::Acquire)
-                .min(geometry.max_rows);
-            for index in 0..used {
-                let row = base.add(geometry.row_offset(index) as usize);
-                let row_header = &*(row as *const RowHeader);
-                if row != mine && row_header.state.load(Ordering::Acquire) == ROW_LIVE {
-                    row_header.state.store(ROW_EXITED, Ordering::Release);
-                }
+        }
+        if !mine.is_null() {
+            // SAFETY: gettid has no preconditions.
+            let tid = libc::syscall(libc::SYS_gettid) as u32;
+            (*(mine as *const RowHeader))
+                .tid
+                .store(tid, Ordering::Release);
+        }
+        let directory = base.add(geometry.directory_offset() as usize) as *const ProbeEntry;
+        let entries = (header.directory_used.load(Ordering::Acquire) as usize).min(DIRECTORY);
+        for i in 0..entries {
+            let entry = ptr::read_volatile(directory.add(i));
+            if entry.state != PROBE_LIVE || entry.kind != KIND_MEASURE {
+                continue;
+            }
+            for row in [mine, overflow].into_iter().filter(|r| !r.is_null()) {
+                zero_additive_words(row, &entry, geometry.metric_words);
             }
         }
     }
 }
 
-/// `disabled`: a forked child's own region, until a weft attaches.
-const DISABLED_FORKED: i64 = 1;
+/// Zeroes the words of a measuring probe `entry` in `row` that add up
+/// (calls, exits, closed times, histogram buckets), not a running timer's
+/// start or a nesting depth.
+///
+/// # Safety
+/// `row` is a row of a region whose rows have `metric_words` words.
+unsafe fn zero_additive_words(row: *mut u8, entry: &ProbeEntry, metric_words: u32) {
+    use crate::layout::metric;
+    let len = entry.words as usize * 8;
+    let mut offsets = [0usize; 7 + metric::HIST_BUCKETS];
+    let mut n = 0;
+    let mut add = |o: usize| {
+        if o + 8 <= len {
+            offsets[n] = o;
+            n += 1;
+        }
+    };
+    add(metric::ENTRIES);
+    if len > 8 {
+        for o in [
+            metric::EXITS,
+            metric::UNWOUND,
+            metric::UNHOOKED,
+            metric::WALL_TOTAL,
+            metric::CPU_TOTAL,
+            metric::SELF_TOTAL,
+        ] {
+            add(o);
+        }
+        if len >= metric::TIMED_HIST_LEN {
+            for b in 0..metric::HIST_BUCKETS {
+                add(metric::HIST + 8 * b);
+            }
+        }
+    }
+    for &o in &offsets[..n] {
+        let word = entry.first_word as u64 + (o / 8) as u64;
+        if word < u64::from(metric_words) {
+            // SAFETY: the word lies inside the row (checked above).
+            unsafe {
+                let at = row.add(Geometry::metric_offset(word as u32) as usize) as *mut u64;
+                ptr::write_volatile(at, 0);
+            }
+        }
+    }
+}
+
 /// `disabled`: a forked child's private view of its parent's region.
 const DISABLED_FORKED_COPY: i64 = 2;
 

@@ -5,10 +5,11 @@
  *
  * Usage: forker [WORKERS]   (default 2)
  * Prints "ready pid=P workers=W1,W2,..." once the workers wait, then reads
- * stdin: "spawn" forks one more worker (prints "spawned PID"); "go" makes
- * each worker call handle() 2,000 times, print "worker PID calls=2000" and
- * exit; the master prints "done" when all have exited, and exits at "quit"
- * or end of input.
+ * stdin: "spawn" forks one more worker (prints "spawned PID"); "spawn N"
+ * one that calls handle() N times at once, before it waits; "go" makes
+ * each worker call handle() 2,000 times, print "worker PID calls=C" (C:
+ * 2,000 and what it called at once) and exit; the master prints "done"
+ * when all have exited, and exits at "quit" or end of input.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -24,17 +25,20 @@ __attribute__((noinline)) void handle(int i) { sink += (unsigned long)i * 7; }
 static int go[2];
 static pid_t workers[64];
 
-/* Forks worker `w`, which waits for its byte on the pipe. */
-static pid_t spawn(int w) {
+/* Forks worker `w`, which calls handle() `early` times, then waits for its
+ * byte on the pipe. */
+static pid_t spawn(int w, int early) {
     pid_t pid = fork();
     if (pid == 0) {
         char c;
         close(go[1]);
+        for (int i = 0; i < early; i++)
+            handle(i);
         if (read(go[0], &c, 1) != 1)
             _exit(2);
         for (int i = 0; i < 2000; i++)
             handle(i);
-        printf("worker %d calls=2000\n", getpid());
+        printf("worker %d calls=%d\n", getpid(), 2000 + early);
         _exit(0);
     }
     workers[w] = pid;
@@ -47,7 +51,7 @@ int main(int argc, char **argv) {
         return 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int w = 0; w < n; w++)
-        if (spawn(w) < 0)
+        if (spawn(w, 0) < 0)
             return 1;
     printf("ready pid=%d workers=", getpid());
     for (int w = 0; w < n; w++)
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "spawn", 5) && n < 64) {
-            pid_t pid = spawn(n);
+            pid_t pid = spawn(n, atoi(line + 5));
             if (pid < 0)
                 return 1;
             n++;

@@ -40,8 +40,8 @@ pub struct AttachArgs {
     /// Also the processes the given ones have forked (their descendants
     /// now: a server's workers or backends), each instrumented with the
     /// same patterns where they match (a child that has none of the
-    /// functions is left alone, and said); children forked after the
-    /// attach are named, not followed yet.
+    /// functions is left alone, and said), and those forked after the
+    /// attach, each followed with every call it made since its fork.
     #[arg(long)]
     children: bool,
     /// Functions to count (as for `run`).
@@ -204,7 +204,7 @@ pub(crate) fn targets(pids: &[String], names: &[String]) -> Result<Vec<i32>> {
 pub(crate) struct Family {
     pub(crate) given: Vec<i32>,
     pub(crate) children: Vec<i32>,
-    /// `--children`: look for children forked later (to name them).
+    /// `--children`: follow children forked later.
     follow: bool,
 }
 
@@ -377,16 +377,14 @@ fn attach_several(
     }
     keep_until_exit(boost);
     let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
-    let pids = pids.as_slice();
-    // Children forked after the attach: named once each (not followed yet).
-    let mut known: std::collections::HashSet<i32> = family.all().into_iter().collect();
-    let mut looked_for_children = std::time::Instant::now();
     let functions_total = attached.iter().map(|(_, a)| a.functions).sum();
     let mut server = server.map(|s| {
         let exporter =
-            serve::Exporter::new(pids, fold_after, measure.metrics.metrics, functions_total);
+            serve::Exporter::new(&pids, fold_after, measure.metrics.metrics, functions_total);
         (s, exporter)
     });
+    let pids = std::cell::RefCell::new(pids);
+    let mut children = Followed::new(family);
     let report = |attached: &[(String, Attached)]| -> Result<ProcessesReport> {
         let mut processes = Vec::new();
         for (command, a) in attached {
@@ -400,23 +398,17 @@ fn attach_several(
     };
     let mut next_report = interval.map(|i| std::time::Instant::now() + i);
     let mut failed = None;
-    let ended = wait::wait_all(pids, duration, &mut || {
+    let ended = wait::wait_all_of(&pids, duration, &mut || {
         for (_, a) in &mut attached {
             a.tick();
         }
-        if family.follow && looked_for_children.elapsed() >= std::time::Duration::from_millis(200) {
-            looked_for_children = std::time::Instant::now();
-            for &root in &family.given {
-                for child in weft::inspect::descendants(root) {
-                    if known.insert(child) {
-                        eprintln!(
-                            "weft: pid {child} ({}) started after the attach: not followed yet, \
-                             its calls are not counted (attach to it: -p {child})",
-                            weft::inspect::command(child).unwrap_or_default()
-                        );
-                    }
-                }
+        for (command, a) in children.look(&split, measure, refusals) {
+            let pid = a.process.pid();
+            pids.borrow_mut().push(pid);
+            if let Some((_, exporter)) = &mut server {
+                exporter.track(pid);
             }
+            attached.push((command, a));
         }
         if let Some((server, exporter)) = &mut server {
             server.answer(|openmetrics| {
@@ -447,6 +439,64 @@ fn attach_several(
     }
     sink.write_processes(&report, true)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// With `--children`: the processes the family forks after the attach,
+/// each followed as it is seen (every 200 ms), with what it counted since
+/// its fork (its probes are its parent's, inherited: see
+/// [`Attached::follow`]).
+struct Followed<'a> {
+    family: &'a Family,
+    known: std::collections::HashSet<i32>,
+    looked: std::time::Instant,
+}
+
+impl<'a> Followed<'a> {
+    fn new(family: &'a Family) -> Followed<'a> {
+        Followed {
+            family,
+            known: family.all().into_iter().collect(),
+            looked: std::time::Instant::now(),
+        }
+    }
+
+    /// The children forked since the last look, attached (those that
+    /// cannot be, such as one running another program, are said and left
+    /// alone).
+    fn look(
+        &mut self,
+        split: &Patterns,
+        measure: &Measure,
+        refusals: &Refusals,
+    ) -> Vec<(String, Attached)> {
+        let mut followed = Vec::new();
+        if !self.family.follow || self.looked.elapsed() < std::time::Duration::from_millis(200) {
+            return followed;
+        }
+        self.looked = std::time::Instant::now();
+        for &root in &self.family.given {
+            for child in weft::inspect::descendants(root) {
+                if !self.known.insert(child) {
+                    continue;
+                }
+                let command = weft::inspect::command(child).unwrap_or_default();
+                match Attached::follow(child, split, measure, refusals) {
+                    Ok(a) => {
+                        eprintln!(
+                            "weft: following pid={child} ({command}), forked after the attach: \
+                             threads={} functions={}",
+                            a.threads, a.functions
+                        );
+                        followed.push((command, a));
+                    }
+                    Err(e) => eprintln!(
+                        "weft: pid {child} ({command}), forked after the attach, left alone: {e:#}"
+                    ),
+                }
+            }
+        }
+        followed
+    }
 }
 
 /// Attaches to every process of `family` (see [`attach_several`]).

@@ -138,7 +138,7 @@ impl Process {
     /// live probes. The runtime must be loaded.
     pub(super) fn join_session(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
         let rt = self.rt()?;
-        let orphans = crate::ledger::sweep(&rt.region);
+        let orphans = crate::ledger::sweep(&rt.region, self.session.adopt_forked);
         if self.session.slot.is_none() {
             self.session.slot = Some(
                 crate::ledger::join(&rt.region, self.session.identity)
@@ -148,6 +148,23 @@ impl Process {
         self.remove_orphans(tracer, &orphans)?;
         self.read_foreign();
         Ok(())
+    }
+
+    /// After the first insertion of a session following a forked child
+    /// ([`Process::adopt_forked_probes`]): the sessions forked away let go
+    /// of their probes, so those this session took over are its own, and
+    /// the others come out. Best effort: what fails to come out now is
+    /// still an orphan at the next change.
+    pub(super) fn release_forked_away(&mut self, tracer: &mut Tracer) {
+        if !std::mem::take(&mut self.session.adopt_forked) {
+            return;
+        }
+        let Ok(rt) = self.rt() else {
+            return;
+        };
+        let orphans = crate::ledger::sweep(&rt.region, false);
+        let _ = self.remove_orphans(tracer, &orphans);
+        self.read_foreign();
     }
 
     /// This session's bit in directory entries' owners.
@@ -294,6 +311,10 @@ impl Process {
     ) -> Result<Probe, Error> {
         let rt = self.rt()?;
         let mut entry = rt.region.entry(index);
+        // A forked child's inherited probe counted only the child's calls
+        // (the runtime zeroed it at the fork): all of them are this
+        // session's.
+        let inherited = crate::ledger::only_forked_away(rt.region.control(), &entry);
         entry.owners |= self.owner_bit();
         rt.region.set_entry(index, &entry);
         let mut probe = foreign_probe(index, &entry);
@@ -335,6 +356,9 @@ impl Process {
             .map(|o| entry.first_word + (o / 8) as u32)
             .filter(|&w| w < entry.first_word + entry.words)
             .collect();
+        if inherited {
+            return Ok(probe);
+        }
         let used = crate::ledger::words_used(&rt.region);
         for row in rt.region.snapshot(used) {
             let base = self
