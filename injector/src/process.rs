@@ -893,6 +893,13 @@ impl Process {
     /// For a launched process: waits until it exits (forwarding SIGTERM,
     /// SIGHUP and SIGINT weft receives meanwhile) and returns how it ended.
     pub fn wait_exit(&mut self) -> Result<ProcessExit, Error> {
+        self.wait_exit_with(&mut || {})
+    }
+
+    /// [`Process::wait_exit`], calling `tick` every few milliseconds
+    /// meanwhile, on the calling thread (a tool following the process's
+    /// children attaches to them there).
+    pub fn wait_exit_with(&mut self, tick: &mut dyn FnMut()) -> Result<ProcessExit, Error> {
         if let Some(exit) = self.target.exit {
             return Ok(exit);
         }
@@ -908,6 +915,7 @@ impl Process {
         // out of them.
         let exit = crate::launch::wait_child(self.target.pid, &mut || {
             self.harvest();
+            tick();
         })?;
         // The last threads ended with the process.
         self.harvest();

@@ -209,7 +209,7 @@ fn several_processes_bad_targets_are_refused() {
 /// A master whose workers (forked, the same program) do the work: weft
 /// given the master counts its calls truthfully (none), and says that
 /// its children ran the same program and how to measure them, under
-/// `attach` and under `run`.
+/// `attach` and under `run --no-follow`; `run` follows them, each exact.
 #[test]
 fn a_master_whose_workers_do_the_work_is_told() {
     let ctx = Ctx::new("a_master_whose_workers_do_the_work_is_told");
@@ -249,21 +249,56 @@ fn a_master_whose_workers_do_the_work_is_told() {
     t.send("quit");
     t.wait_code(0);
 
-    // Under `run`, the workers have exited by the report.
+    // Under `run --no-follow`, the workers have exited by the report.
     let path = exe.to_str().unwrap();
-    let args = ["run", "-f", "handle", "--format", "json", "--", path, "2"];
-    let mut run = std::process::Command::new(weft_bin());
-    run.args(args);
-    // The program reads weft's standard input.
-    let mut w = ctx.spawn(&format!("weft {}", args.join(" ")), run, true);
-    let ready = w.expect_stdout("ready", |l| l.starts_with("ready pid="));
-    let workers = workers_of(&ready);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    w.send("go");
-    w.expect_stdout("`done`", |l| l == "done");
-    w.send("quit");
-    w.wait_code(0);
+    let run_forker = |follow: &[&str]| {
+        let mut args = vec!["run", "-f", "handle", "--format", "json"];
+        args.extend_from_slice(follow);
+        args.extend_from_slice(&["--", path, "2"]);
+        let mut run = std::process::Command::new(weft_bin());
+        run.args(&args);
+        // The program reads weft's standard input.
+        let mut w = ctx.spawn(&format!("weft {}", args.join(" ")), run, true);
+        let ready = w.expect_stdout("ready", |l| l.starts_with("ready pid="));
+        let workers = workers_of(&ready);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        w.send("go");
+        w.expect_stdout("`done`", |l| l == "done");
+        w.send("quit");
+        w.wait_code(0);
+        (w, workers)
+    };
+    let (w, workers) = run_forker(&["--no-follow"]);
     check_hint(&w.stderr_text(), &workers, "run");
+
+    // Under `run`, which follows them: each worker's 2,000 calls.
+    let (w, workers) = run_forker(&[]);
+    let out = w.stdout_text();
+    let json = out
+        .find("\n{")
+        .map(|i| &out[i + 1..])
+        .unwrap_or_else(|| ctx.fail(format!("no report: {out}")));
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    for worker in &workers {
+        let calls = report["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| {
+                p["pid"]
+                    .as_i64()
+                    .is_some_and(|pid| worker.parse() == Ok(pid))
+            })
+            .and_then(|p| p["functions"][0]["calls"].as_u64());
+        ctx.check(calls == Some(2000), || {
+            format!("run: worker {worker} made 2000 calls: {calls:?} in {out}")
+        });
+    }
+    let (total, processes) = total_of(&ctx, &report, "handle");
+    ctx.check(total == 4000 && processes == 3, || {
+        format!("run: totals {total} in {processes} processes: {out}")
+    });
 }
 
 /// `--children`: a master and the workers it has forked, in one session,

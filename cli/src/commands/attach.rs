@@ -205,7 +205,7 @@ pub(crate) struct Family {
     pub(crate) given: Vec<i32>,
     pub(crate) children: Vec<i32>,
     /// `--children`: follow children forked later.
-    follow: bool,
+    pub(crate) follow: bool,
 }
 
 impl Family {
@@ -441,18 +441,19 @@ fn attach_several(
     Ok(ExitCode::SUCCESS)
 }
 
-/// With `--children`: the processes the family forks after the attach,
+/// With `--children` (and `weft run`): the processes the family forks
+/// after the attach,
 /// each followed as it is seen (every 200 ms), with what it counted since
 /// its fork (its probes are its parent's, inherited: see
 /// [`Attached::follow`]).
-struct Followed<'a> {
+pub(crate) struct Followed<'a> {
     family: &'a Family,
     known: std::collections::HashSet<i32>,
     looked: std::time::Instant,
 }
 
 impl<'a> Followed<'a> {
-    fn new(family: &'a Family) -> Followed<'a> {
+    pub(crate) fn new(family: &'a Family) -> Followed<'a> {
         Followed {
             family,
             known: family.all().into_iter().collect(),
@@ -463,7 +464,7 @@ impl<'a> Followed<'a> {
     /// The children forked since the last look, attached (those that
     /// cannot be, such as one running another program, are said and left
     /// alone).
-    fn look(
+    pub(crate) fn look(
         &mut self,
         split: &Patterns,
         measure: &Measure,
