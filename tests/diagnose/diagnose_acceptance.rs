@@ -651,7 +651,7 @@ pub(crate) const STEAL_QUIET: f64 = 0.02;
 /// Beyond this share stolen, the planted bottlenecks may not all be
 /// findable (CPU shares shrink below the threshold; stolen time reads as
 /// time off the CPU): such a run is printed, not counted.
-pub(crate) const STEAL_HEAVY: f64 = 0.10;
+const STEAL_HEAVY: f64 = 0.10;
 
 /// The acceptance on the generated tree: run `weft diagnose` as
 /// many times as fit in about a minute (at most 10); every run finds

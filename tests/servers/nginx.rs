@@ -44,13 +44,20 @@ fn request(port: u16, path: &str) -> std::io::Result<String> {
         .to_string())
 }
 
-#[test]
-fn nginx_master_and_workers_each_request_counted_once() {
-    let ctx = Ctx::new("nginx_master_and_workers_each_request_counted_once");
+/// A server of this test's own: nginx with a master and two workers on a
+/// free port of 127.0.0.1, its files in scratch directory `name`; serving.
+struct Nginx {
+    master: Proc,
+    port: u16,
+    workers: Vec<i32>,
+    dir: std::path::PathBuf,
+}
+
+fn start_nginx(ctx: &Ctx, name: &str) -> Nginx {
     ctx.check(std::path::Path::new("/usr/sbin/nginx").exists(), || {
         "Debian's nginx is not installed (package nginx-light; scripts/test installs it)".into()
     });
-    let dir = scratch_dir("nginx_several_processes");
+    let dir = scratch_dir(name);
     let port = free_port();
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     std::fs::write(
@@ -68,25 +75,68 @@ fn nginx_master_and_workers_each_request_counted_once() {
     .unwrap();
     let dir_s = dir.display().to_string();
     let conf = dir.join("nginx.conf").display().to_string();
-    let mut master = ctx.target(
+    let master = ctx.target(
         std::path::Path::new("/usr/sbin/nginx"),
         &["-p", &dir_s, "-c", &conf],
     );
-    // Serving, with its two workers.
+    let workers = serving_workers(ctx, &master, port, &dir, &[]);
+    Nginx {
+        master,
+        port,
+        workers,
+        dir,
+    }
+}
+
+/// The master's two workers once it serves with them, none of `old`.
+fn serving_workers(
+    ctx: &Ctx,
+    master: &Proc,
+    port: u16,
+    dir: &std::path::Path,
+    old: &[i32],
+) -> Vec<i32> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let workers = loop {
+    loop {
         let workers = weft::inspect::children_running_the_same_program(master.pid as i32);
-        if workers.len() == 2 && request(port, "/").is_ok() {
-            break workers;
+        if workers.len() == 2
+            && !workers.iter().any(|w| old.contains(w))
+            && request(port, "/").is_ok()
+        {
+            return workers;
         }
         if Instant::now() > deadline {
             ctx.fail(format!(
-                "nginx did not serve on 127.0.0.1:{port} with 2 workers ({workers:?}): {}",
+                "nginx did not serve on 127.0.0.1:{port} with 2 new workers ({workers:?}, old \
+                 {old:?}): {}",
                 std::fs::read_to_string(dir.join("logs/error.log")).unwrap_or_default()
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+/// Sends `n` requests named `tag`, each answer checked.
+fn send_requests(ctx: &Ctx, port: u16, n: u64, tag: &str) {
+    for i in 0..n {
+        match request(port, &format!("/{tag}{i}")) {
+            Ok(body) => ctx.check(body == "served\n", || {
+                format!("request {tag}{i}: body {body:?}")
+            }),
+            Err(e) => ctx.fail(format!("request {tag}{i}: {e}")),
+        }
+    }
+}
+
+#[test]
+fn nginx_master_and_workers_each_request_counted_once() {
+    let ctx = Ctx::new("nginx_master_and_workers_each_request_counted_once");
+    let Nginx {
+        mut master,
+        port,
+        workers,
+        dir: _,
+    } = start_nginx(&ctx, "nginx_several_processes");
     let pids = format!("{},{},{}", master.pid, workers[0], workers[1]);
     let mut w = ctx.weft(&[
         "attach",
@@ -103,12 +153,7 @@ fn nginx_master_and_workers_each_request_counted_once() {
             format!("attached with {} functions", a.functions)
         });
     }
-    for i in 0..REQUESTS {
-        match request(port, &format!("/r{i}")) {
-            Ok(body) => ctx.check(body == "served\n", || format!("request {i}: body {body:?}")),
-            Err(e) => ctx.fail(format!("request {i}: {e}")),
-        }
-    }
+    send_requests(&ctx, port, REQUESTS, "r");
     w.signal(nix::sys::signal::Signal::SIGINT);
     w.wait_code(0);
     let out = w.stdout_text();
@@ -141,6 +186,88 @@ fn nginx_master_and_workers_each_request_counted_once() {
             ctx.fail(format!("after the detach, request {i}: {e}"));
         }
     }
+    master.signal(nix::sys::signal::Signal::SIGQUIT);
+    master.wait_code(0);
+}
+
+/// Attached through its master alone with `--children`: the two workers
+/// are taken at the attach, and the two a reload (`nginx -s reload`:
+/// SIGHUP to the master) forks are followed from their fork. Every request
+/// is counted once, before and after the reload: the total is what was
+/// sent, the master's 0; the old workers are reported as exited, with
+/// theirs.
+#[test]
+fn nginx_through_its_master_with_children_counts_every_request_across_a_reload() {
+    let ctx =
+        Ctx::new("nginx_through_its_master_with_children_counts_every_request_across_a_reload");
+    let Nginx {
+        mut master,
+        port,
+        workers,
+        dir,
+    } = start_nginx(&ctx, "nginx_children_reload");
+    let pid = master.pid_str();
+    let mut w = ctx.weft(&[
+        "attach",
+        "-p",
+        &pid,
+        "--children",
+        "-f",
+        "ngx_http_process_request",
+        "--format",
+        "json",
+    ]);
+    for _ in 0..3 {
+        wait_attached(&mut w);
+    }
+    const BEFORE: u64 = 500;
+    const AFTER: u64 = 501;
+    send_requests(&ctx, port, BEFORE, "before");
+    master.signal(nix::sys::signal::Signal::SIGHUP);
+    let new = serving_workers(&ctx, &master, port, &dir, &workers);
+    for _ in 0..2 {
+        let line = w.expect_line(Stream::Stderr, "a new worker followed", |l| {
+            l.contains("following pid=")
+        });
+        ctx.check(
+            new.iter()
+                .any(|p| line.contains(&format!("following pid={p} "))),
+            || format!("followed {line:?}, the new workers are {new:?}"),
+        );
+    }
+    send_requests(&ctx, port, AFTER, "after");
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    let calls_of = |pid: i32| -> Option<u64> {
+        report["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["pid"] == pid)
+            .and_then(|p| p["functions"][0]["calls"].as_u64())
+    };
+    let old_calls: Vec<Option<u64>> = workers.iter().map(|&p| calls_of(p)).collect();
+    let new_calls: Vec<Option<u64>> = new.iter().map(|&p| calls_of(p)).collect();
+    let total = report["totals"][0]["calls"].as_u64().unwrap_or(0);
+    let summed = |v: &[Option<u64>]| v.iter().map(|c| c.unwrap_or(0)).sum::<u64>();
+    ctx.check(
+        calls_of(master.pid as i32) == Some(0)
+            && summed(&old_calls) == BEFORE
+            && summed(&new_calls) == AFTER
+            && total == BEFORE + AFTER,
+        || {
+            format!(
+                "{BEFORE} requests, a reload, {AFTER}: master {:?}, old workers {old_calls:?}, \
+                 new workers {new_calls:?}, total {total}: {out}",
+                calls_of(master.pid as i32)
+            )
+        },
+    );
+    // Unharmed: it serves on after the detach.
+    send_requests(&ctx, port, 20, "detached");
     master.signal(nix::sys::signal::Signal::SIGQUIT);
     master.wait_code(0);
 }

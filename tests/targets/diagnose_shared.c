@@ -18,8 +18,10 @@
  * Every 0.5 s prints the target's own account since the start:
  *   "share kernel_mix=F h_checksum=F decode=F"   (of the compute thread's
  *       CPU-available time: wall less its run delay)
- *   "wait lock=F read=F"   (the lockers' mean share of wall time waiting
- *       for the shared mutex; the reader's share blocked reading the pipe)
+ *   "wait lock=F read=F now=S lock_t=S read_t=S"   (the lockers' mean
+ *       share of wall time waiting for the shared mutex; the reader's share
+ *       blocked reading the pipe; CLOCK_MONOTONIC, and the seconds each
+ *       share is over, so that a reader can take the share over a window)
  * Prints "objects mutex=0x... pipe=FD" (the contended mutex's address,
  * the pipe's read end), then "ready"; exits when stdin closes.
  */
@@ -217,9 +219,9 @@ static void *reporter(void *arg) {
         printf("share kernel_mix=%.4f h_checksum=%.4f decode=%.4f\n", shares[0], shares[1],
                shares[2]);
         pthread_mutex_unlock(&report_lock);
-        printf("wait lock=%.4f read=%.4f\n",
+        printf("wait lock=%.4f read=%.4f now=%.6f lock_t=%.6f read_t=%.6f\n",
                (lock_wait[0] + lock_wait[1]) / 2 / (now - locker_start),
-               read_wait / (now - reader_start));
+               read_wait / (now - reader_start), now, now - locker_start, now - reader_start);
     }
     return NULL;
 }
