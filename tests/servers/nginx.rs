@@ -88,7 +88,8 @@ fn start_nginx(ctx: &Ctx, name: &str) -> Nginx {
     }
 }
 
-/// The master's two workers once it serves with them, none of `old`.
+/// The master's two workers once it serves with them, none of `old`
+/// (checked with one request, which they serve: a worker's count has it).
 fn serving_workers(
     ctx: &Ctx,
     master: &Proc,
@@ -236,6 +237,8 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
         );
     }
     send_requests(&ctx, port, AFTER, "after");
+    // And the one that found the new workers serving.
+    const AFTER_ALL: u64 = AFTER + 1;
     w.signal(nix::sys::signal::Signal::SIGINT);
     w.wait_code(0);
     let out = w.stdout_text();
@@ -256,11 +259,11 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
     ctx.check(
         calls_of(master.pid as i32) == Some(0)
             && summed(&old_calls) == BEFORE
-            && summed(&new_calls) == AFTER
-            && total == BEFORE + AFTER,
+            && summed(&new_calls) == AFTER_ALL
+            && total == BEFORE + AFTER_ALL,
         || {
             format!(
-                "{BEFORE} requests, a reload, {AFTER}: master {:?}, old workers {old_calls:?}, \
+                "{BEFORE} requests, a reload, {AFTER_ALL}: master {:?}, old workers {old_calls:?}, \
                  new workers {new_calls:?}, total {total}: {out}",
                 calls_of(master.pid as i32)
             )
