@@ -54,6 +54,21 @@ struct Nginx {
 }
 
 fn start_nginx(ctx: &Ctx, name: &str) -> Nginx {
+    let (dir, port, args) = nginx_config(ctx, name);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let master = ctx.target(std::path::Path::new("/usr/sbin/nginx"), &args);
+    let workers = serving_workers(ctx, &master.pid, port, &dir, &[]);
+    Nginx {
+        master,
+        port,
+        workers,
+        dir,
+    }
+}
+
+/// nginx's files in scratch directory `name`, a free port of 127.0.0.1 it
+/// serves on, and the arguments that start it so.
+fn nginx_config(ctx: &Ctx, name: &str) -> (std::path::PathBuf, u16, Vec<String>) {
     ctx.check(std::path::Path::new("/usr/sbin/nginx").exists(), || {
         "Debian's nginx is not installed (package nginx-light; scripts/test installs it)".into()
     });
@@ -73,33 +88,27 @@ fn start_nginx(ctx: &Ctx, name: &str) -> Nginx {
         ),
     )
     .unwrap();
-    let dir_s = dir.display().to_string();
-    let conf = dir.join("nginx.conf").display().to_string();
-    let master = ctx.target(
-        std::path::Path::new("/usr/sbin/nginx"),
-        &["-p", &dir_s, "-c", &conf],
-    );
-    let workers = serving_workers(ctx, &master, port, &dir, &[]);
-    Nginx {
-        master,
-        port,
-        workers,
-        dir,
-    }
+    let args = vec![
+        "-p".to_string(),
+        dir.display().to_string(),
+        "-c".to_string(),
+        dir.join("nginx.conf").display().to_string(),
+    ];
+    (dir, port, args)
 }
 
 /// The master's two workers once it serves with them, none of `old`
 /// (checked with one request, which they serve: a worker's count has it).
 fn serving_workers(
     ctx: &Ctx,
-    master: &Proc,
+    master: &u32,
     port: u16,
     dir: &std::path::Path,
     old: &[i32],
 ) -> Vec<i32> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let workers = weft::inspect::children_running_the_same_program(master.pid as i32);
+        let workers = weft::inspect::children_running_the_same_program(*master as i32);
         if workers.len() == 2
             && !workers.iter().any(|w| old.contains(w))
             && request(port, "/").is_ok()
@@ -225,7 +234,7 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
     const AFTER: u64 = 501;
     send_requests(&ctx, port, BEFORE, "before");
     master.signal(nix::sys::signal::Signal::SIGHUP);
-    let new = serving_workers(&ctx, &master, port, &dir, &workers);
+    let new = serving_workers(&ctx, &master.pid, port, &dir, &workers);
     for _ in 0..2 {
         let line = w.expect_line(Stream::Stderr, "a new worker followed", |l| {
             l.contains("following pid=")
@@ -273,4 +282,65 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
     send_requests(&ctx, port, 20, "detached");
     master.signal(nix::sys::signal::Signal::SIGQUIT);
     master.wait_code(0);
+}
+
+/// Under `weft run`, which follows the workers nginx forks (and those a
+/// reload forks): every request counted once, the total what was sent.
+#[test]
+fn nginx_under_weft_run_counts_every_request_across_a_reload() {
+    let ctx = Ctx::new("nginx_under_weft_run_counts_every_request_across_a_reload");
+    let (dir, port, args) = nginx_config(&ctx, "nginx_run_reload");
+    let mut run = vec![
+        "run",
+        "-f",
+        "ngx_http_process_request",
+        "--format",
+        "json",
+        "--",
+    ];
+    run.push("/usr/sbin/nginx");
+    run.extend(args.iter().map(String::as_str));
+    let mut w = ctx.weft(&run);
+    // nginx is weft's child: its pid file names it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let master: u32 = loop {
+        let text = std::fs::read_to_string(dir.join("nginx.pid")).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse() {
+            break pid;
+        }
+        ctx.check(Instant::now() < deadline, || {
+            format!("nginx wrote no pid file: {}", w.stderr_text())
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let workers = serving_workers(&ctx, &master, port, &dir, &[]);
+    // Both followed before the count starts.
+    for _ in 0..2 {
+        w.expect_line(Stream::Stderr, "a worker followed", |l| {
+            l.contains("following pid=")
+        });
+    }
+    const BEFORE: u64 = 400;
+    const AFTER: u64 = 401;
+    send_requests(&ctx, port, BEFORE, "before");
+    let signal = |sig| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(master as i32), sig)
+            .unwrap_or_else(|e| ctx.fail(format!("signal nginx {master} (this test's): {e}")))
+    };
+    signal(nix::sys::signal::Signal::SIGHUP);
+    serving_workers(&ctx, &master, port, &dir, &workers);
+    send_requests(&ctx, port, AFTER, "after");
+    signal(nix::sys::signal::Signal::SIGQUIT);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    // The requests that found the workers serving: one at the start, one
+    // after the reload.
+    let sent = BEFORE + AFTER + 2;
+    let total = report["totals"][0]["calls"].as_u64().unwrap_or(0);
+    let processes = report["processes"].as_array().map_or(0, Vec::len);
+    ctx.check(total == sent && processes == 5, || {
+        format!("{sent} requests: {total} calls counted in {processes} processes (the master, 2 workers, 2 after the reload): {out}")
+    });
 }
