@@ -1,5 +1,5 @@
 //! Programs nobody here wrote: real programs run and attached to, and real
-//! servers (Debian's memcached, MariaDB and nginx, which `scripts/test`
+//! servers (Debian's memcached, MariaDB, nginx and PostgreSQL, which `scripts/test`
 //! installs) under overlapping sessions, several hundred threads, and
 //! several processes.
 //!
@@ -13,5 +13,6 @@ pub mod support;
 
 mod mariadb;
 mod nginx;
+mod postgres;
 mod real_programs;
 mod real_sessions;
