@@ -725,11 +725,13 @@ impl Drop for Screen {
 }
 
 /// The full-screen view until quit, a signal, `--duration` or the exit of
-/// every process watched.
+/// every process watched; `more` gives the processes followed since the
+/// last call (children forked after the start, with `--children`).
 pub fn full_screen(
-    attached: &mut [(String, Attached)],
+    attached: &mut Vec<(String, Attached)>,
     mut view: View,
     pace: &Pace,
+    more: &mut dyn FnMut() -> Vec<(String, Attached)>,
 ) -> Result<wait::End> {
     let mut screen = Screen::enter()?;
     let started = Instant::now();
@@ -740,6 +742,11 @@ pub fn full_screen(
         }
         if pace.duration.is_some_and(|d| started.elapsed() >= d) {
             return Ok(wait::End::Duration);
+        }
+        for (command, a) in more() {
+            view.pids.push(a.process.pid());
+            view.functions += a.functions;
+            attached.push((command, a));
         }
         for (_, a) in attached.iter_mut() {
             a.tick();

@@ -79,18 +79,9 @@ pub fn wait(
     }
 }
 
-/// [`wait`] for several processes: the targets have exited when all of
-/// them have.
-pub fn wait_all(
-    pids: &[i32],
-    duration: Option<Duration>,
-    tick: &mut dyn FnMut() -> Option<Instant>,
-) -> End {
-    wait_all_of(&std::cell::RefCell::new(pids.to_vec()), duration, tick)
-}
-
-/// [`wait_all`] for a list of processes that `tick` may add to (children
-/// followed as they are forked).
+/// [`wait`] for several processes, a list `tick` may add to (children
+/// followed as they are forked): the targets have exited when all of them
+/// have.
 pub fn wait_all_of(
     pids: &std::cell::RefCell<Vec<i32>>,
     duration: Option<Duration>,

@@ -613,3 +613,52 @@ fn top_of_several_processes_merges_and_shows_each_alone() {
     w.wait_code(0);
     let _ = std::fs::remove_file(&copy);
 }
+
+/// `top --children` (no terminal): the master's worker at the start, and
+/// one forked later, followed from its fork (300 calls made at once, then
+/// 2,000): the totals hold every call of both.
+#[test]
+fn top_with_children_follows_a_worker_forked_later() {
+    let ctx = Ctx::new("top_with_children_follows_a_worker_forked_later");
+    let _turn = one_at_a_time();
+    let exe = build_c_target_with("gcc", "forker", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["1"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let mut w = ctx.weft(&[
+        "top",
+        "-p",
+        &t.pid_str(),
+        "--children",
+        "-f",
+        "handle",
+        "-m",
+        "calls",
+        "--interval",
+        "0.2",
+    ]);
+    for _ in 0..2 {
+        w.expect_line(Stream::Stderr, "attached", |l| l.contains("attached pid="));
+    }
+    t.send("spawn 300");
+    let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));
+    let late = spawned.trim_start_matches("spawned ").to_string();
+    w.expect_line(Stream::Stderr, "the late worker followed", |l| {
+        l.contains(&format!("following pid={late} "))
+    });
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    let total = thousands(4300);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.stdout_text().contains(&total) {
+        ctx.check(Instant::now() < deadline, || {
+            format!(
+                "no table with {total} calls of handle:\n{}",
+                w.stdout_text()
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t.send("quit");
+    t.wait_code(0);
+    w.wait_code(0);
+}

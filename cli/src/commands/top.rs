@@ -7,9 +7,9 @@
 //! The terminal is restored whatever ends the view: `q`, SIGINT/SIGTERM,
 //! the target's exit, an error, or a panic (`tui::Screen`, a guard).
 
-use super::attach::{attach_family, finish_all, targets, Family};
+use super::attach::{attach_family, finish_all, targets, Family, Followed};
 use crate::args::{seconds, Measure, Refusals};
-use crate::kernel;
+use crate::kernel::{self, Patterns};
 use crate::output::{to_stdout, StdoutClosed};
 use crate::session::{keep_until_exit, Attached};
 use crate::tui::{full_screen, reading, Pace, Part, View};
@@ -39,8 +39,9 @@ pub struct TopArgs {
     /// for `attach`).
     #[arg(long = "pid-of", value_name = "NAME")]
     pid_of: Vec<String>,
-    /// Also the descendants of the given processes now (a server's
-    /// workers), each instrumented where the patterns match.
+    /// Also the descendants of the given processes (a server's workers),
+    /// those now and those forked later, each instrumented where the
+    /// patterns match and counted from its fork.
     #[arg(long)]
     children: bool,
     /// Functions to watch (as for `run`).
@@ -156,13 +157,30 @@ fn top(
             pids[0], a.threads, a.functions
         );
     }
-    let functions = attached.iter().map(|(_, a)| a.functions).sum();
-    let view = View::new(pids.clone(), functions);
-    let outcome = if std::io::stdout().is_terminal() {
-        full_screen(&mut attached, view, &pace)
-    } else {
-        plain(&mut attached, &pace)
+    let instrumented = attached.iter().map(|(_, a)| a.functions).sum();
+    let view = View::new(pids.clone(), instrumented);
+    // With --children, the processes forked from now on too.
+    let no_family = Family {
+        given: Vec::new(),
+        children: Vec::new(),
+        follow: false,
     };
+    let family = match &target {
+        Target::Pids(family) => family,
+        Target::Launch(..) => &no_family,
+    };
+    let user = Patterns {
+        user: kernel::split(functions)?.user,
+        kernel: Vec::new(),
+    };
+    let mut followed = Followed::new(family);
+    let mut more = || followed.look(&user, measure, refusals);
+    let outcome = if std::io::stdout().is_terminal() {
+        full_screen(&mut attached, view, &pace, &mut more)
+    } else {
+        plain(&mut attached, &pace, &mut more, family.follow)
+    };
+    let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
     let ended = match outcome {
         Ok(ended) => ended,
         Err(e) => {
@@ -223,13 +241,28 @@ fn attach_target(
 }
 
 /// Standard output is no terminal: a plain table every interval (with
-/// several processes, each one's and their totals).
-fn plain(attached: &mut [(String, Attached)], pace: &Pace) -> Result<wait::End> {
-    let pids: Vec<i32> = attached.iter().map(|(_, a)| a.process.pid()).collect();
+/// several processes, each one's and their totals). `more` gives the
+/// processes followed since the last call.
+fn plain(
+    attached: &mut Vec<(String, Attached)>,
+    pace: &Pace,
+    more: &mut dyn FnMut() -> Vec<(String, Attached)>,
+    more_possible: bool,
+) -> Result<wait::End> {
+    let pids = std::cell::RefCell::new(
+        attached
+            .iter()
+            .map(|(_, a)| a.process.pid())
+            .collect::<Vec<i32>>(),
+    );
     let mut next = Instant::now() + pace.interval;
     let mut failed = None;
     let started = Instant::now();
     let mut tick = || {
+        for (command, a) in more() {
+            pids.borrow_mut().push(a.process.pid());
+            attached.push((command, a));
+        }
         for (_, a) in attached.iter_mut() {
             a.tick();
         }
@@ -239,7 +272,7 @@ fn plain(attached: &mut [(String, Attached)], pace: &Pace) -> Result<wait::End> 
                 .and_then(|parts| {
                     let text = format!(
                         "weft top: {}, {:.1} s\n{}\n",
-                        watched(&pids),
+                        watched(&pids.borrow()),
                         started.elapsed().as_secs_f64(),
                         table(attached, parts)
                     );
@@ -252,9 +285,13 @@ fn plain(attached: &mut [(String, Attached)], pace: &Pace) -> Result<wait::End> 
         }
         Some(next)
     };
-    let ended = match pids.as_slice() {
-        [pid] => wait::wait(*pid, pace.duration, &mut tick),
-        pids => wait::wait_all(pids, pace.duration, &mut tick),
+    let single = match pids.borrow().as_slice() {
+        [pid] => Some(*pid),
+        _ => None,
+    };
+    let ended = match single {
+        Some(pid) if !more_possible => wait::wait(pid, pace.duration, &mut tick),
+        _ => wait::wait_all_of(&pids, pace.duration, &mut tick),
     };
     match failed {
         Some(e) if !e.is::<StdoutClosed>() => Err(e),
