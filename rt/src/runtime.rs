@@ -331,8 +331,10 @@ extern "C" fn after_fork_in_child() {
 /// `base` is the child's own region, `header` its header, `mine` null or
 /// the forking thread's row in it; the child has one thread.
 unsafe fn start_counting_anew(base: *mut u8, header: &RegionHeader, mine: *mut u8) {
-    // No weft watches this process's loads yet.
+    // No weft watches this process's loads yet; the region is the child's
+    // own even if its parent's was a private view (a fork of a fork).
     header.library_wait_ms.store(0, Ordering::Release);
+    header.disabled.store(0, Ordering::Release);
     for slot in &header.sessions {
         if slot.pid.load(Ordering::Acquire) != 0 {
             slot.start_time

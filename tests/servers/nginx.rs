@@ -328,7 +328,19 @@ fn nginx_under_weft_run_counts_every_request_across_a_reload() {
             .unwrap_or_else(|e| ctx.fail(format!("signal nginx {master} (this test's): {e}")))
     };
     signal(nix::sys::signal::Signal::SIGHUP);
-    serving_workers(&ctx, &master, port, &dir, &workers);
+    let new = serving_workers(&ctx, &master, port, &dir, &workers);
+    // Followed before they are stopped: a worker that exits before weft
+    // has seen it (it looks every 200 ms) takes its region with it.
+    for _ in 0..2 {
+        let line = w.expect_line(Stream::Stderr, "a new worker followed", |l| {
+            l.contains("following pid=")
+        });
+        ctx.check(
+            new.iter()
+                .any(|p| line.contains(&format!("following pid={p} "))),
+            || format!("followed {line:?}, the new workers are {new:?}"),
+        );
+    }
     send_requests(&ctx, port, AFTER, "after");
     signal(nix::sys::signal::Signal::SIGQUIT);
     w.wait_code(0);

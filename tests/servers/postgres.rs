@@ -86,8 +86,10 @@ fn postgres_backends_forked_after_the_attach_each_counted_from_their_fork() {
             postgres.to_str().unwrap(),
             "-D",
             &data_s,
+            // TCP only: a Unix socket's path under the scratch directory
+            // can be longer than the 107 bytes allowed.
             "-k",
-            &data_s,
+            "",
             "-p",
             &port,
             "-c",
