@@ -41,16 +41,16 @@ fn clock_maps(pid: u32) -> (usize, usize) {
 /// Which CPU clock a test asks weft for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Clock {
-    /// The default: the CPU-time table where BPF is permitted.
+    /// `WEFT_CPU_CLOCK=table`: the CPU-time table where BPF is permitted.
     Table,
-    /// `WEFT_CPU_CLOCK=perf`.
+    /// The default: a perf event per thread (`WEFT_CPU_CLOCK=perf` too).
     Perf,
 }
 
 impl Clock {
     fn env(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Clock::Table => &[],
+            Clock::Table => &[("WEFT_CPU_CLOCK", "table")],
             Clock::Perf => &[("WEFT_CPU_CLOCK", "perf")],
         }
     }
