@@ -314,26 +314,26 @@ impl Attached {
     /// returns the final report.
     pub fn finish(&mut self, ended: wait::End) -> Result<Report> {
         let process = &mut self.process;
-        let mut report = if ended == wait::End::TargetExited || !process.is_alive() {
+        let gone = |process: &mut Process| {
             process.harvest();
             process.report()
+        };
+        let mut report = if ended == wait::End::TargetExited || !process.is_alive() {
+            gone(process)
         } else if !self.user {
             process.report()
         } else {
             if let Some(w) = &mut self.watcher {
                 w.stop_deferring_at_load(process);
             }
-            let timing = Timing::from_env();
-            let mut held = process.hold()?;
-            timing.mark("at the end: seized and stopped every thread");
-            held.remove_all()?;
-            timing.mark("removed the probes");
-            held.harvest();
-            let report = held.report();
-            timing.mark("read the final report");
-            held.release()?;
-            timing.mark("detached");
-            report
+            match take_out(process) {
+                Ok(report) => report,
+                // It exited meanwhile (a server's worker ending with its
+                // connection): its figures are those it left, as for one
+                // that had exited before.
+                Err(_) if !process.is_alive() => gone(process),
+                Err(e) => return Err(e),
+            }
         };
         if let Some(k) = &self.kernel {
             process.add_kernel_to(&mut report, k)?;
@@ -342,6 +342,22 @@ impl Attached {
         drop(self.kernel.take());
         Ok(report)
     }
+}
+
+/// Takes every probe out of `process` in one stop and reads the final
+/// report.
+fn take_out(process: &mut Process) -> Result<Report> {
+    let timing = Timing::from_env();
+    let mut held = process.hold()?;
+    timing.mark("at the end: seized and stopped every thread");
+    held.remove_all()?;
+    timing.mark("removed the probes");
+    held.harvest();
+    let report = held.report();
+    timing.mark("read the final report");
+    held.release()?;
+    timing.mark("detached");
+    Ok(report)
 }
 
 /// Inserts probes measuring `metrics` into `found` (what `patterns`
