@@ -511,6 +511,29 @@ pub mod metric {
     pub const HIST: usize = TIMED_LEN;
     /// Bytes per timed function with a histogram.
     pub const TIMED_HIST_LEN: usize = TIMED_LEN + 8 * HIST_BUCKETS;
+
+    /// Byte offsets, from a measuring probe's first word, of its words that
+    /// add up (calls, exits, closed times, histogram buckets) for a probe of
+    /// `words` words: what a reader subtracts a baseline from, or a forked
+    /// child zeroes. Not a running timer's start, its seqlock or a nesting
+    /// depth.
+    pub fn additive(words: u32) -> impl Iterator<Item = usize> {
+        const TIMED: [usize; 7] = [
+            ENTRIES, EXITS, UNWOUND, UNHOOKED, WALL_TOTAL, CPU_TOTAL, SELF_TOTAL,
+        ];
+        let more = words > 1;
+        let fixed: &'static [usize] = if more { &TIMED } else { &[ENTRIES] };
+        let len = words as usize * 8;
+        fixed
+            .iter()
+            .copied()
+            .chain(
+                (0..HIST_BUCKETS)
+                    .map(|b| HIST + 8 * b)
+                    .filter(move |_| more),
+            )
+            .filter(move |&o| o + 8 <= len)
+    }
     /// Bytes per activation cell.
     pub const CELL_SIZE: usize = 32;
     /// Offset in a cell of the original return address.
@@ -648,6 +671,24 @@ pub struct Geometry {
     pub metric_words: u32,
 }
 
+impl RegionHeader {
+    /// The geometry the region was made with.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            max_rows: self.max_rows,
+            metric_words: self.metric_words,
+        }
+    }
+
+    /// Rows handed to threads so far, at most `max_rows` (the overflow row
+    /// is not among them).
+    pub fn rows_in_use(&self) -> u32 {
+        self.rows_used
+            .load(core::sync::atomic::Ordering::Acquire)
+            .min(self.max_rows)
+    }
+}
+
 impl Geometry {
     /// Bytes from one row to the next.
     pub const fn row_stride(&self) -> u64 {
@@ -712,5 +753,40 @@ impl Geometry {
     /// snippet adds to the row pointer.
     pub const fn metric_offset(word: u32) -> u64 {
         ROW_HEADER_SIZE as u64 + 8 * word as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric::*;
+
+    /// Counted only: the calls; exits hooked: the four counters; timed:
+    /// the closed times too; with a histogram: its buckets. Never a start,
+    /// the seqlock or the nesting depth.
+    #[test]
+    fn the_words_that_add_up() {
+        let words = |bytes: usize| {
+            let mut n = 0;
+            let mut out = [usize::MAX; 64];
+            for o in additive((bytes / 8) as u32) {
+                out[n] = o;
+                n += 1;
+            }
+            (n, out)
+        };
+        assert_eq!(words(8).0, 1);
+        let (n, out) = words(UNTIMED_LEN);
+        assert_eq!(&out[..n], &[ENTRIES, EXITS, UNWOUND, UNHOOKED]);
+        let (n, out) = words(TIMED_LEN);
+        assert_eq!(
+            &out[..n],
+            &[ENTRIES, EXITS, UNWOUND, UNHOOKED, WALL_TOTAL, CPU_TOTAL, SELF_TOTAL]
+        );
+        let (n, out) = words(TIMED_HIST_LEN);
+        assert_eq!(n, 7 + HIST_BUCKETS);
+        assert_eq!(out[n - 1], HIST + 8 * (HIST_BUCKETS - 1));
+        for o in &out[..n] {
+            assert!(![NESTING, SEQ, WALL_START, CPU_START].contains(o));
+        }
     }
 }

@@ -141,10 +141,7 @@ impl Region {
                 found: version,
             });
         }
-        let geometry = Geometry {
-            max_rows: header.max_rows,
-            metric_words: header.metric_words,
-        };
+        let geometry = header.geometry();
         if geometry.region_size() as usize > len {
             return Err(RegionError::Incompatible {
                 pid,

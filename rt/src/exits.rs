@@ -836,14 +836,8 @@ pub extern "C" fn weft_rt_release_cpu_clocks() -> i64 {
 /// Runs `f` on every live row's thread and its CPU clock.
 fn for_live_clocks(header: &RegionHeader, mut f: impl FnMut(&RowHeader, &mut ThreadCpuClock)) {
     let base = header as *const RegionHeader as *const u8;
-    let geometry = crate::layout::Geometry {
-        max_rows: header.max_rows,
-        metric_words: header.metric_words,
-    };
-    let used = header
-        .rows_used
-        .load(Ordering::Acquire)
-        .min(geometry.max_rows);
+    let geometry = header.geometry();
+    let used = header.rows_in_use();
     for index in 0..used {
         // SAFETY: index < used <= max_rows: the row lies inside the region.
         let row = unsafe { &*(base.add(geometry.row_offset(index) as usize) as *const RowHeader) };

@@ -117,14 +117,8 @@ fn init_locked(
         if header.disabled.load(Ordering::Acquire) == DISABLED_FORKED_COPY {
             return -i64::from(libc::EXDEV);
         }
-        let current = Geometry {
-            max_rows: header.max_rows,
-            metric_words: header.metric_words,
-        };
-        let used = header
-            .rows_used
-            .load(Ordering::Acquire)
-            .min(current.max_rows);
+        let current = header.geometry();
+        let used = header.rows_in_use();
         let words = reset_words.min(current.metric_words) as usize;
         for row_index in (0..used).chain([current.overflow_row()]) {
             // SAFETY: row_index <= max_rows, so the row lies inside the
@@ -345,14 +339,8 @@ unsafe fn start_counting_anew(base: *mut u8, header: &RegionHeader, mine: *mut u
     // every directory index below DIRECTORY: all inside the region the
     // caller vouches for; entries are plain integers (read volatile).
     unsafe {
-        let geometry = Geometry {
-            max_rows: header.max_rows,
-            metric_words: header.metric_words,
-        };
-        let used = header
-            .rows_used
-            .load(Ordering::Acquire)
-            .min(geometry.max_rows);
+        let geometry = header.geometry();
+        let used = header.rows_in_use();
         let overflow = base.add(geometry.row_offset(geometry.overflow_row()) as usize);
         for index in 0..used {
             let row = base.add(geometry.row_offset(index) as usize);
@@ -384,41 +372,12 @@ unsafe fn start_counting_anew(base: *mut u8, header: &RegionHeader, mine: *mut u
 }
 
 /// Zeroes the words of a measuring probe `entry` in `row` that add up
-/// (calls, exits, closed times, histogram buckets), not a running timer's
-/// start or a nesting depth.
+/// (`metric::additive`).
 ///
 /// # Safety
 /// `row` is a row of a region whose rows have `metric_words` words.
 unsafe fn zero_additive_words(row: *mut u8, entry: &ProbeEntry, metric_words: u32) {
-    use crate::layout::metric;
-    let len = entry.words as usize * 8;
-    let mut offsets = [0usize; 7 + metric::HIST_BUCKETS];
-    let mut n = 0;
-    let mut add = |o: usize| {
-        if o + 8 <= len {
-            offsets[n] = o;
-            n += 1;
-        }
-    };
-    add(metric::ENTRIES);
-    if len > 8 {
-        for o in [
-            metric::EXITS,
-            metric::UNWOUND,
-            metric::UNHOOKED,
-            metric::WALL_TOTAL,
-            metric::CPU_TOTAL,
-            metric::SELF_TOTAL,
-        ] {
-            add(o);
-        }
-        if len >= metric::TIMED_HIST_LEN {
-            for b in 0..metric::HIST_BUCKETS {
-                add(metric::HIST + 8 * b);
-            }
-        }
-    }
-    for &o in &offsets[..n] {
+    for o in crate::layout::metric::additive(entry.words) {
         let word = entry.first_word as u64 + (o / 8) as u64;
         if word < u64::from(metric_words) {
             // SAFETY: the word lies inside the row (checked above).
@@ -602,10 +561,7 @@ fn reuse_harvested_row(
     header: &RegionHeader,
     geometry: Geometry,
 ) -> Option<*mut u8> {
-    let used = header
-        .rows_used
-        .load(Ordering::Acquire)
-        .min(geometry.max_rows);
+    let used = header.rows_in_use();
     // Every session slot in use must have copied the row (an unused slot's
     // acks are not looked at): two wefts watching at once each get every
     // exited thread's figures.
@@ -727,10 +683,7 @@ fn with_scratch_row<T>(f: impl FnOnce() -> T) -> T {
     if !base.is_null() {
         // SAFETY: base points at an initialised region header.
         let header = unsafe { &*(base as *const RegionHeader) };
-        let geometry = Geometry {
-            max_rows: header.max_rows,
-            metric_words: header.metric_words,
-        };
+        let geometry = header.geometry();
         // SAFETY: the scratch row is the last row of the region.
         tls_row_set(unsafe { base.add(geometry.row_offset(geometry.scratch_row()) as usize) });
     }
@@ -875,10 +828,7 @@ pub extern "C" fn weft_rt_register_thread() -> *mut u8 {
     if header.disabled.load(Ordering::Acquire) != 0 {
         return ptr::null_mut();
     }
-    let geometry = Geometry {
-        max_rows: header.max_rows,
-        metric_words: header.metric_words,
-    };
+    let geometry = header.geometry();
     with_scratch_row(|| register_in(base, header, geometry))
 }
 

@@ -317,17 +317,7 @@ fn children_taken_with_their_master_and_late_ones_followed() {
         .map(|(_, w)| w.split(',').filter_map(|p| p.parse().ok()).collect())
         .unwrap_or_default();
     ctx.check(workers.len() == 2, || ready.clone());
-    let pid = t.pid_str();
-    let mut w = ctx.weft(&[
-        "attach",
-        "-p",
-        &pid,
-        "--children",
-        "-f",
-        "handle",
-        "--format",
-        "json",
-    ]);
+    let mut w = attach_children(&ctx, t.pid, "handle");
     let pids = attached_pids(&mut w, 3);
     let want: BTreeSet<u32> = [t.pid]
         .into_iter()
@@ -479,17 +469,7 @@ fn a_followed_worker_is_left_as_compiled() {
     t.expect_stdout("ready", |l| l.starts_with("ready pid="));
     let handle = address_of(&ctx, t.pid, "handle");
     let compiled = code_at(t.pid, handle);
-    let pid = t.pid_str();
-    let mut w = ctx.weft(&[
-        "attach",
-        "-p",
-        &pid,
-        "--children",
-        "-f",
-        "handle",
-        "--format",
-        "json",
-    ]);
+    let mut w = attach_children(&ctx, t.pid, "handle");
     attached_pids(&mut w, 2);
     t.send("spawn 300");
     let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));

@@ -261,16 +261,10 @@ fn top_without_a_terminal_prints_plain_tables_and_detaches_on_sigterm() {
     let own = check_worker_phase(&ctx, &t.stdout_text(), 1, 2);
     let total: u64 = own.iter().map(|l| l.work_a).sum();
     // A table after the phase shows its total.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !w.stdout_text().contains(&thousands(total)) {
-        ctx.check(Instant::now() < deadline, || {
-            format!(
-                "no table with {total} calls of work_a:\n{}",
-                w.stdout_text()
-            )
-        });
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.wait_stdout_holds(
+        &thousands(total),
+        &format!("a table with {total} calls of work_a"),
+    );
     ctx.check(w.stdout_text().contains("weft top: pid"), || {
         w.stdout_text()
     });
@@ -589,16 +583,10 @@ fn top_of_several_processes_merges_and_shows_each_alone() {
             .map(|l| l.work_a)
             .sum::<u64>();
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !w.stdout_text().contains(&thousands(made)) {
-        ctx.check(Instant::now() < deadline, || {
-            format!(
-                "no table with the total {made} of work_a:\n{}",
-                w.stdout_text()
-            )
-        });
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.wait_stdout_holds(
+        &thousands(made),
+        &format!("a table with the total {made} of work_a"),
+    );
     let text = w.stdout_text();
     let header = format!("weft top: pids {},{}", a.pid, b.pid);
     let header2 = format!("weft top: pids {},{}", b.pid, a.pid);
@@ -648,16 +636,7 @@ fn top_with_children_follows_a_worker_forked_later() {
     t.send("go");
     t.expect_stdout("`done`", |l| l == "done");
     let total = thousands(4300);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !w.stdout_text().contains(&total) {
-        ctx.check(Instant::now() < deadline, || {
-            format!(
-                "no table with {total} calls of handle:\n{}",
-                w.stdout_text()
-            )
-        });
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.wait_stdout_holds(&total, &format!("a table with {total} calls of handle"));
     t.send("quit");
     t.wait_code(0);
     w.wait_code(0);

@@ -126,6 +126,22 @@ fn serving_workers(
     }
 }
 
+/// Waits until weft says it follows each of `workers` (children forked
+/// after the start, seen every 200 ms).
+fn expect_followed(ctx: &Ctx, w: &mut Proc, workers: &[i32]) {
+    for _ in workers {
+        let line = w.expect_line(Stream::Stderr, "a worker followed", |l| {
+            l.contains("following pid=")
+        });
+        ctx.check(
+            workers
+                .iter()
+                .any(|p| line.contains(&format!("following pid={p} "))),
+            || format!("followed {line:?}, the workers are {workers:?}"),
+        );
+    }
+}
+
 /// Sends `n` requests named `tag`, each answer checked.
 fn send_requests(ctx: &Ctx, port: u16, n: u64, tag: &str) {
     for i in 0..n {
@@ -216,17 +232,7 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
         workers,
         dir,
     } = start_nginx(&ctx, "nginx_children_reload");
-    let pid = master.pid_str();
-    let mut w = ctx.weft(&[
-        "attach",
-        "-p",
-        &pid,
-        "--children",
-        "-f",
-        "ngx_http_process_request",
-        "--format",
-        "json",
-    ]);
+    let mut w = attach_children(&ctx, master.pid, "ngx_http_process_request");
     for _ in 0..3 {
         wait_attached(&mut w);
     }
@@ -235,16 +241,7 @@ fn nginx_through_its_master_with_children_counts_every_request_across_a_reload()
     send_requests(&ctx, port, BEFORE, "before");
     master.signal(nix::sys::signal::Signal::SIGHUP);
     let new = serving_workers(&ctx, &master.pid, port, &dir, &workers);
-    for _ in 0..2 {
-        let line = w.expect_line(Stream::Stderr, "a new worker followed", |l| {
-            l.contains("following pid=")
-        });
-        ctx.check(
-            new.iter()
-                .any(|p| line.contains(&format!("following pid={p} "))),
-            || format!("followed {line:?}, the new workers are {new:?}"),
-        );
-    }
+    expect_followed(&ctx, &mut w, &new);
     send_requests(&ctx, port, AFTER, "after");
     // And the one that found the new workers serving.
     const AFTER_ALL: u64 = AFTER + 1;
@@ -315,11 +312,7 @@ fn nginx_under_weft_run_counts_every_request_across_a_reload() {
     };
     let workers = serving_workers(&ctx, &master, port, &dir, &[]);
     // Both followed before the count starts.
-    for _ in 0..2 {
-        w.expect_line(Stream::Stderr, "a worker followed", |l| {
-            l.contains("following pid=")
-        });
-    }
+    expect_followed(&ctx, &mut w, &workers);
     const BEFORE: u64 = 400;
     const AFTER: u64 = 401;
     send_requests(&ctx, port, BEFORE, "before");
@@ -331,16 +324,7 @@ fn nginx_under_weft_run_counts_every_request_across_a_reload() {
     let new = serving_workers(&ctx, &master, port, &dir, &workers);
     // Followed before they are stopped: a worker that exits before weft
     // has seen it (it looks every 200 ms) takes its region with it.
-    for _ in 0..2 {
-        let line = w.expect_line(Stream::Stderr, "a new worker followed", |l| {
-            l.contains("following pid=")
-        });
-        ctx.check(
-            new.iter()
-                .any(|p| line.contains(&format!("following pid={p} "))),
-            || format!("followed {line:?}, the new workers are {new:?}"),
-        );
-    }
+    expect_followed(&ctx, &mut w, &new);
     send_requests(&ctx, port, AFTER, "after");
     signal(nix::sys::signal::Signal::SIGQUIT);
     w.wait_code(0);

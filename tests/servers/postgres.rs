@@ -109,17 +109,7 @@ fn postgres_backends_forked_after_the_attach_each_counted_from_their_fork() {
         });
         std::thread::sleep(Duration::from_millis(100));
     }
-    let pid = server.pid_str();
-    let mut w = ctx.weft(&[
-        "attach",
-        "-p",
-        &pid,
-        "--children",
-        "-f",
-        "pg_parse_query",
-        "--format",
-        "json",
-    ]);
+    let mut w = attach_children(&ctx, server.pid, "pg_parse_query");
     // The postmaster, then its background processes (checkpointer,
     // writers, launchers), all before weft goes live: done once no line
     // has come for half a second.

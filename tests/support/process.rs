@@ -345,6 +345,19 @@ impl Proc {
         self.logs().stdout.lock().unwrap().clone()
     }
 
+    /// Waits (20 s at most) until its stdout holds `text`: `what` names it
+    /// in the failure.
+    #[track_caller]
+    pub fn wait_stdout_holds(&self, text: &str, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !self.stdout_text().contains(text) {
+            self.ctx.check(std::time::Instant::now() < deadline, || {
+                format!("no {what} ({text:?}) in 20 s:\n{}", self.stdout_text())
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn stderr_text(&self) -> String {
         self.logs().stderr.lock().unwrap().clone()
     }
@@ -450,6 +463,23 @@ pub fn attach_with_env(
     });
     // Exactly one such line.
     (weft, a)
+}
+
+/// Starts `weft attach -p PID --children -f FUNCTION --format json`: the
+/// process, its descendants now and those it forks later (not waiting for
+/// the attach).
+pub fn attach_children(ctx: &Ctx, pid: u32, function: &str) -> Proc {
+    let pid = pid.to_string();
+    ctx.weft(&[
+        "attach",
+        "-p",
+        &pid,
+        "--children",
+        "-f",
+        function,
+        "--format",
+        "json",
+    ])
 }
 
 /// Sends SIGINT to weft, waits for exit code 0 and returns its stdout.

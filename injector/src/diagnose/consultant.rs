@@ -567,7 +567,7 @@ impl Consultant {
             stops,
             entries,
             known_threads,
-            cost: Cost::new(process.pid()),
+            cost: Cost::new(process.pid(), process.cpu_table_refused().is_none()),
             probes: HashMap::new(),
             node_probe: HashMap::new(),
             probed_ever: BTreeSet::new(),

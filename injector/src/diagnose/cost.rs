@@ -61,7 +61,10 @@ pub(super) struct Cost {
 }
 
 impl Cost {
-    pub(super) fn new(pid: i32) -> Cost {
+    /// The costs for `pid`'s clocks; the CPU-time table's are measured
+    /// only when `may_use_table` (measuring them attaches a `sched_switch`
+    /// program of weft's own for a moment).
+    pub(super) fn new(pid: i32, may_use_table: bool) -> Cost {
         let mut threads = ThreadCpu::default();
         let cpu = threads.read(pid);
         let (per_call_ns, per_switch_ns) = timer_costs();
@@ -70,7 +73,11 @@ impl Cost {
             per_call_ns,
             per_switch_ns,
             per_switch_event_ns: perf_event_switch_ns(),
-            table_costs: table_costs(),
+            table_costs: if may_use_table {
+                table_costs()
+            } else {
+                (0.0, 0.0)
+            },
             table: false,
             calls: HashMap::new(),
             rates: HashMap::new(),

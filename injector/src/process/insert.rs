@@ -183,14 +183,11 @@ impl Process {
             originals.push(c.site.clone());
             new_probes.push(probe);
         }
+        // Shared probes that time CPU need the table as much as new ones.
+        let shared_cpu = shares.iter().any(|(request, _)| request.metrics.cpu);
         let ids = self.commit_probes(tracer, new_probes, &originals, &moves, &ties, shares)?;
         self.ties.extend(ties);
         self.release_forked_away(tracer);
-        // Shared probes that time CPU need the table as much as new ones.
-        let shared_cpu = self
-            .probes
-            .iter()
-            .any(|p| ids.contains(&p.id) && p.metrics().cpu);
         if build.times_cpu || shared_cpu {
             // Last, once nothing can fail (a failed insertion leaves no
             // table behind), and in the stop: threads that register or

@@ -330,31 +330,9 @@ impl Process {
             words: Words::fresh(entry.first_word, entry.words),
             record: crate::ledger::record_of(&entry),
         };
-        // The words that add up (calls, exits, closed time), not a running
-        // timer's start or a nesting depth.
-        let offsets: &[i32] = if entry.words > 1 {
-            &[
-                weft_codegen::METRIC_ENTRIES,
-                weft_codegen::METRIC_EXITS,
-                weft_codegen::METRIC_UNWOUND,
-                weft_codegen::METRIC_UNHOOKED,
-                weft_codegen::METRIC_WALL_TOTAL,
-                weft_codegen::METRIC_CPU_TOTAL,
-                weft_codegen::METRIC_SELF_TOTAL,
-            ]
-        } else {
-            &[0]
-        };
-        // The histogram's buckets add up too.
-        let buckets = (0..weft_codegen::HIST_BUCKETS as i32)
-            .map(|b| weft_codegen::METRIC_HIST + 8 * b)
-            .filter(|_| entry.words > 1);
-        let words: Vec<u32> = offsets
-            .iter()
-            .copied()
-            .chain(buckets)
+        // The words that add up (calls, exits, closed time, buckets).
+        let words: Vec<u32> = weft_rt::layout::metric::additive(entry.words)
             .map(|o| entry.first_word + (o / 8) as u32)
-            .filter(|&w| w < entry.first_word + entry.words)
             .collect();
         if inherited {
             return Ok(probe);
