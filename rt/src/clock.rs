@@ -31,6 +31,7 @@ use std::io;
 
 use crate::layout::{ClockStorage, RegionHeader, WallClockStorage};
 
+mod events;
 mod readers;
 mod table;
 pub use readers::{weft_rt_cpu_now, weft_rt_cpu_ticks, weft_rt_wall_now, weft_rt_wall_raw};
@@ -985,6 +986,14 @@ pub const WHY_CPU_RELEASED: i32 = -5;
 /// [`WHY_CPU_RELEASED`]) when it installs a CPU timer: the owner makes
 /// the event at its next read, outside any stop of the world.
 pub const WHY_CPU_ARM_ASKED: i32 = -6;
+/// [`ThreadCpuClock::why`] the injector writes into a clock that has a perf
+/// event of its own (anchor or perf-time mode), followed by a zero
+/// `max_age_tsc` so that no fast path reads the anchor again: the owner
+/// lets the event go at its next read and reads a system call from then
+/// on, outside any stop of the world (an event costs its thread at every
+/// switch; a thread that switches more often than it reads its clock pays
+/// less for the system call).
+pub const WHY_CPU_DROP_ASKED: i32 = -8;
 /// Byte offset of [`ThreadCpuClock::why`], for the injector's request.
 pub const CPU_OFF_WHY: usize = 92;
 /// Byte offset of `owns_page`, for the assembly reader.
@@ -1109,122 +1118,6 @@ impl ThreadCpuClock {
             ticks_offset: 0,
             to_ticks_q32: wall.units().ticks_per_ns_q32,
         }
-    }
-
-    /// Lets the perf event go, for good: the clock reads a system call
-    /// from now on, and its page becomes a private zero page (freed with
-    /// the clock at thread exit). Another thread may do this while the
-    /// owner is stopped (the injector stops them all): the owner's readers
-    /// check the anchor's age against `max_age_tsc` (now 0) before they
-    /// touch the page, so they take the slow path, which reads `mode`
-    /// (now syscall); one caught between those loads reads the zero page,
-    /// whose `lock` differs from `anchor_lock`: the slow path again, never
-    /// a fault (one caught right after its comparison finishes that one
-    /// reading with the old anchor). Returns whether the event was let go.
-    ///
-    /// # Safety
-    ///
-    /// The owning thread must not be running, and `page` must be this
-    /// clock's perf mapping (the injector checks the process's maps: in a
-    /// forked child, rows of the parent's other threads hold pages the
-    /// child does not have).
-    pub unsafe fn release_event(&mut self) -> bool {
-        if self.page.is_null() || self.mode == CPU_SYSCALL {
-            return false;
-        }
-        self.max_age_tsc = 0;
-        self.anchor_lock = LOCK_INVALID;
-        self.mode = CPU_SYSCALL;
-        compiler_fence(Ordering::SeqCst);
-        if self.why == WHY_CPU_ON_TABLE {
-            // No event: the slot goes back; the table itself goes when
-            // every clock is off it (`release_table`).
-            self.leave_table_slot();
-            self.why = WHY_CPU_RELEASED;
-            return true;
-        }
-        // SAFETY: `page` is our perf mapping (the caller's promise), one
-        // page long; a private anonymous page replaces it in one step, so
-        // a reader never finds the address unmapped. The last reference to
-        // the event goes with the old mapping (its fd is closed below, or
-        // was already).
-        let replaced = unsafe {
-            libc::mmap(
-                self.page as *mut libc::c_void,
-                page_size(),
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if replaced == libc::MAP_FAILED {
-            // The event stays (and costs its switches); the clock still
-            // reads the system call, which is right.
-            self.why = WHY_CPU_RELEASED;
-            return false;
-        }
-        if self.fd >= 0 {
-            // SAFETY: the fd is this clock's (see close_fd).
-            unsafe { libc::close(self.fd) };
-            self.fd = -1;
-        }
-        self.owns_page = 1;
-        self.why = WHY_CPU_RELEASED;
-        true
-    }
-
-    /// Asks the clock for a perf event: its owner makes one at its next
-    /// read (see `ThreadCpuClock::arm_self`). What the injector writes
-    /// into a row's clock, through the region, for a thread that reads a
-    /// system call for want of an event when a CPU timer is installed
-    /// again; here for tests.
-    pub fn ask_for_event(&mut self) {
-        if self.mode == CPU_SYSCALL && (self.why == WHY_CPU_RELEASED || self.why == WHY_CPU_UNASKED)
-        {
-            self.why = WHY_CPU_ARM_ASKED;
-        }
-    }
-
-    /// Gives a clock asked for an event ([`WHY_CPU_ARM_ASKED`]) one, in
-    /// anchor mode, on the owner (the assembly reader does the same on
-    /// its system-call path): a CPU timer is installed again, and a system
-    /// call on every read costs a timed call more than the event costs.
-    /// One try: on failure the clock reads the system call as before. A
-    /// released clock's zero page is replaced in place. The caller
-    /// re-anchors (the anchor is invalid).
-    fn arm_self(&mut self) -> bool {
-        self.why = WHY_CPU_UNASKED;
-        if self.mult == 0 {
-            return false;
-        }
-        if self.take_table_slot() {
-            return true;
-        }
-        let at = (!self.page.is_null() && self.owns_page != 0).then_some(self.page);
-        let event = match PerfTaskClock::open_at(at) {
-            Ok(event) => event,
-            Err(_) => {
-                if at.is_some() {
-                    // A failed fixed mapping may have taken the old one.
-                    self.page = ptr::null();
-                    self.owns_page = 0;
-                }
-                return false;
-            }
-        };
-        self.page = event.page;
-        // SAFETY: the event's fd is ours; its mapping keeps the event.
-        unsafe { libc::close(event.fd) };
-        core::mem::forget(event);
-        self.fd = -1;
-        self.owns_page = 1;
-        self.anchor_lock = LOCK_INVALID;
-        self.max_age_tsc = ns_to_ticks(MAX_ANCHOR_AGE_NS, self.mult, self.shift);
-        self.why = 0;
-        compiler_fence(Ordering::SeqCst);
-        self.mode = CPU_ANCHOR;
-        true
     }
 
     /// Which source this clock reads.
@@ -1379,6 +1272,12 @@ impl ThreadCpuClock {
     #[inline]
     pub fn now(&mut self) -> u64 {
         self.reads += 1;
+        if self.why == WHY_CPU_DROP_ASKED {
+            // SAFETY: the owner is this thread, inside its own read; the
+            // injector asks only clocks whose page is their own event.
+            unsafe { self.release_event() };
+            self.why = WHY_CPU_RELEASED;
+        }
         if self.mode == CPU_SYSCALL && self.why == WHY_CPU_ARM_ASKED {
             // Anchor mode with an invalid anchor after this: re-anchored
             // below.

@@ -476,6 +476,18 @@ fn is_perf_page(address: usize) -> bool {
     mapping_name(address).is_some_and(|n| n.ends_with("[perf_event]"))
 }
 
+/// A clock in anchor mode on a perf event of its own, its fd closed (as
+/// the runtime keeps them); None, said, where there is no anchor mode.
+fn anchor_clock() -> Option<ThreadCpuClock> {
+    let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
+    if clock.mode() != CPU_ANCHOR {
+        eprintln!("no anchor mode here ({}): nothing to test", clock.source());
+        return None;
+    }
+    clock.close_fd();
+    Some(clock)
+}
+
 /// The last session's release of a clock's perf event (a zero page over
 /// the event's, system-call reads), then a later CPU timer's request for
 /// one, which the owner's next read fulfils (the Rust reader and the
@@ -484,12 +496,9 @@ fn is_perf_page(address: usize) -> bool {
 /// has one.
 #[test]
 fn a_clock_released_and_asked_for_an_event_again_reads_right() {
-    let mut clock = ThreadCpuClock::new(wall(), CpuPreference::Anchor);
-    if clock.mode() != CPU_ANCHOR {
-        eprintln!("no anchor mode here ({}): nothing to test", clock.source());
+    let Some(mut clock) = anchor_clock() else {
         return;
-    }
-    clock.close_fd();
+    };
     let page = clock.page_address();
     assert!(is_perf_page(page), "{:?}", mapping_name(page));
     let c0 = clock.now();
@@ -568,4 +577,70 @@ fn a_clock_released_and_asked_for_an_event_again_reads_right() {
         0.03,
         200_000,
     );
+}
+
+/// A diagnosis's request that a thread let its clock's event go (its
+/// switches cost more with the event than its readings without): the
+/// owner's next read through each reader (Rust, assembly, and the slow
+/// path generated timers call) drops the event, reads the system call
+/// from then on, stays on the kernel's timeline, and can be given an
+/// event again.
+#[test]
+fn a_clock_asked_to_drop_its_event_lets_it_go_at_its_next_read() {
+    for reader in ["rust", "asm", "ticks"] {
+        let Some(mut clock) = anchor_clock() else {
+            return;
+        };
+        let page = clock.page_address();
+        let read = |clock: &mut ThreadCpuClock| match reader {
+            "rust" => clock.now(),
+            "asm" => clock.now_asm(),
+            _ => {
+                let units = wall().units();
+                units.to_ns(clock.ticks_asm(wall().raw()))
+            }
+        };
+        let c0 = read(&mut clock);
+        let t0 = thread_cputime_ns();
+        burn_cpu(5_000_000);
+        clock.ask_to_drop_event();
+        assert_eq!(clock.mode(), CPU_ANCHOR, "{reader}: nothing before a read");
+        assert!(is_perf_page(page), "{reader}: {:?}", mapping_name(page));
+        let c1 = read(&mut clock);
+        let t1 = thread_cputime_ns();
+        assert_eq!(clock.mode(), CPU_SYSCALL, "{reader}: {}", clock.source());
+        assert!(
+            clock.source().to_string().contains("released"),
+            "{reader}: {}",
+            clock.source()
+        );
+        assert_eq!(
+            mapping_name(page).as_deref(),
+            Some(""),
+            "{reader}: the zero page over the event's"
+        );
+        assert_close(
+            &format!("{reader}: cpu across the drop"),
+            c1 - c0,
+            t1 - t0,
+            0.03,
+            200_000,
+        );
+        let syscalls = clock.syscalls();
+        burn_cpu(5_000_000);
+        let c2 = read(&mut clock);
+        assert!(clock.syscalls() > syscalls, "{reader}: a system call read");
+        assert!(c2 >= c1 + 4_000_000, "{reader}: {c1} then {c2}");
+        // Asked for an event again, it makes one.
+        clock.ask_for_event();
+        read(&mut clock);
+        assert_eq!(clock.mode(), CPU_ANCHOR, "{reader}: {}", clock.source());
+        assert!(is_perf_page(page), "{reader}: {:?}", mapping_name(page));
+        // A clock without an event is not asked.
+        let mut none = ThreadCpuClock::without_event(wall());
+        none.ask_to_drop_event();
+        none.now_asm();
+        assert_eq!(none.mode(), CPU_SYSCALL);
+        assert!(!none.source().to_string().contains("released"));
+    }
 }

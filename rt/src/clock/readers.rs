@@ -152,6 +152,8 @@ global_asm!(
     // reorder loads with loads, so program order is enough between the
     // two reads of `lock`.
     "20:",
+    "cmp dword ptr [r8 + {C_WHY}], {WHY_DROP_ASKED}",
+    "je 90f",
     "mov r9, qword ptr [r8 + {C_PAGE}]",
     "21:",
     "mov esi, dword ptr [r9 + {P_LOCK}]",
@@ -201,6 +203,8 @@ global_asm!(
     // CPU-time table when the clock is on it, else lock, syscall, rdtsc,
     // lock.
     "40:",
+    "cmp dword ptr [r8 + {C_WHY}], {WHY_DROP_ASKED}",
+    "je 90f",
     "cmp dword ptr [r8 + {C_WHY}], {WHY_ON_TABLE}",
     "je 80f",
     "47:",
@@ -450,6 +454,33 @@ global_asm!(
     "add rdx, qword ptr [r9 + {T_SUM}]",
     "mov ecx, r10d",
     "jmp 43b",
+    // Let the perf event go, as ThreadCpuClock::release_event does on the
+    // owner (the injector asked, `max_age` is 0): system-call mode first,
+    // so that no reader uses the page again, then a private zero page laid
+    // over the event's, which frees the event (its fd is closed). On a
+    // failed mapping the event stays and the clock still reads the system
+    // call.
+    "90:",
+    "mov dword ptr [r8 + {C_MODE}], {CPU_SYSCALL}",
+    "mov dword ptr [r8 + {C_ANCHOR_LOCK}], {LOCK_INVALID}",
+    "mov qword ptr [r8 + {C_MAX_AGE}], 0",
+    "mov dword ptr [r8 + {C_WHY}], {WHY_RELEASED}",
+    "cmp dword ptr [r8 + {C_OWNS}], 0",
+    "je 32b",
+    "mov rdi, qword ptr [r8 + {C_PAGE}]",
+    "test rdi, rdi",
+    "jz 32b",
+    "push r8",
+    "mov esi, {PAGE_SIZE}",
+    "mov edx, {PROT_READ}",
+    "mov r10d, {MAP_PRIVATE_ANON_FIXED}",
+    "mov r8, -1",
+    "xor r9d, r9d",
+    "mov eax, {SYS_MMAP}",
+    "syscall",
+    "pop r8",
+    "mov rdi, r8",
+    "jmp 32b",
     ".size weft_rt_cpu_now, . - weft_rt_cpu_now",
     // ---- weft_rt_cpu_ticks ------------------------------------------------
     ".globl weft_rt_cpu_ticks",
@@ -552,6 +583,10 @@ global_asm!(
     C_OWNS = const CPU_OFF_OWNS_PAGE,
     WHY_ARM_ASKED = const WHY_CPU_ARM_ASKED,
     WHY_UNASKED = const WHY_CPU_UNASKED,
+    WHY_DROP_ASKED = const WHY_CPU_DROP_ASKED,
+    WHY_RELEASED = const WHY_CPU_RELEASED,
+    CPU_SYSCALL = const CPU_SYSCALL,
+    MAP_PRIVATE_ANON_FIXED = const (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED),
     ATTR = sym TASK_CLOCK_ATTR,
     FD_CLOEXEC = const PERF_FLAG_FD_CLOEXEC,
     SYS_PERF_EVENT_OPEN = const libc::SYS_perf_event_open,
