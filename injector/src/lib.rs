@@ -65,8 +65,9 @@ pub use exits::Metrics;
 pub use inspect::Pattern;
 pub use library::Library;
 pub use process::{
-    Applied, CallTargetCounts, Function, Held, PointSpec, Probe, ProbeId, ProbeKind, ProbeSpec,
-    Process, Refusal, Refused, Replacement, SharedCode, UserProbe, Words, MAX_CALL_TARGET_SLOTS,
+    Applied, CallTargetCounts, CpuClock, Function, Held, PointSpec, Probe, ProbeId, ProbeKind,
+    ProbeSpec, Process, Refusal, Refused, Replacement, SharedCode, UserProbe, Words,
+    MAX_CALL_TARGET_SLOTS,
 };
 pub use ptrace::{ProcessExit, RealtimeGuard, Registers, StopTime, Tid};
 pub use report::Report;

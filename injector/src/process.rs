@@ -53,6 +53,7 @@ mod points;
 
 mod undo;
 pub use crate::refusal::{Refusal, SharedCode};
+pub use clocks::CpuClock;
 pub use held::{Applied, Held};
 pub use points::{CallTargetCounts, PointSpec, MAX_CALL_TARGET_SLOTS};
 #[cfg(debug_assertions)]
@@ -616,6 +617,9 @@ struct Target {
     clocks_released: u32,
     /// [`Process::keep_cpu_clocks`].
     keep_cpu_clocks: bool,
+    /// Whether the caller chooses each thread's CPU clock
+    /// ([`Process::choose_cpu_clocks`]).
+    clocks_chosen: bool,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
     /// `/proc/PID/mem`, read-only, for planning while not held.
@@ -740,6 +744,7 @@ impl Process {
                 stops_given_up: 0,
                 clocks_released: 0,
                 keep_cpu_clocks: false,
+                clocks_chosen: false,
                 longest_stop: StopTime::default(),
                 memory: None,
                 stub_address: None,

@@ -534,6 +534,20 @@ impl Region {
             + (layout::ROW_CLOCK_STORAGE + weft_rt::clock::CPU_OFF_WHY) as u64;
         self.file.write_all_at(&why.to_le_bytes(), at)
     }
+
+    /// Asks row `index`'s CPU clock to let its perf event go at its owner's
+    /// next read: `WHY_CPU_DROP_ASKED`, then a zero age limit, so that no
+    /// fast path (Rust, assembly or generated) reads the anchor again and
+    /// every reading reaches the slow path that acts on the request (as
+    /// `ThreadCpuClock::ask_to_drop_event`). In that order: a reader that
+    /// sees the age limit gone finds the request.
+    pub(crate) fn ask_clock_to_drop(&self, index: u32) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.ask_clock(index, weft_rt::clock::WHY_CPU_DROP_ASKED)?;
+        let at = self.geometry.row_offset(index)
+            + (layout::ROW_CLOCK_STORAGE + weft_rt::clock::CPU_OFF_MAX_AGE) as u64;
+        self.file.write_all_at(&0u64.to_le_bytes(), at)
+    }
 }
 
 impl Region {

@@ -217,3 +217,132 @@ fn an_unreached_cpu_timer_leaves_no_table_or_event() {
         });
     }
 }
+
+/// Each worker's `work_b` figures from the report: (calls, CPU ns), by
+/// thread id.
+fn work_b_by_thread(p: &weft::Process) -> std::collections::BTreeMap<u32, (u64, u64)> {
+    p.report()
+        .threads
+        .iter()
+        .filter_map(|t| {
+            let c = t.functions.get("work_b")?;
+            Some((t.tid, (c.calls, c.cpu_ns.unwrap_or(0))))
+        })
+        .collect()
+}
+
+/// A tool that chooses each thread's CPU clock (the diagnosis does, by
+/// what an event costs the thread at its switches against a system call
+/// at its readings): a thread asked to let its event go does so at its
+/// next reading, a later insertion does not give it one back, and one
+/// asked for an event makes it; the CPU time read stays right across
+/// each change.
+#[test]
+fn cpu_clocks_chosen_thread_by_thread() {
+    use weft::CpuClock;
+    let ctx = Ctx::new("cpu_clocks_chosen_thread_by_thread");
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "5"]);
+    t.expect_stdout("ready", |l| l.starts_with("ready "));
+    let mut p = weft::Process::open(t.pid as i32).expect("open the target");
+    p.choose_cpu_clocks(true);
+    let find = |p: &mut weft::Process, name: &str| {
+        let mut held = p.hold().expect("hold");
+        let f = held
+            .find_functions(&[weft::Pattern::parse(name).unwrap()])
+            .expect("find the function");
+        let ids = held.insert(&f, weft::Metrics::ALL).expect("time it");
+        held.release().expect("release");
+        ids
+    };
+    let mut ids = find(&mut p, "work_b");
+    let phase = |t: &mut Proc, n: u64| {
+        t.send("go");
+        t.expect_stdout("phase done", |l| l == format!("phase {n} done"));
+    };
+    // work_b is a few instructions: a reading charged a stop, or a stale
+    // anchor across a change, would put ms into its CPU time.
+    let mut before = work_b_by_thread(&p);
+    let mut check_phase = |p: &weft::Process, what: &str| {
+        let now = work_b_by_thread(p);
+        for (tid, (calls, cpu)) in &now {
+            let (c0, t0) = before.get(tid).copied().unwrap_or((0, 0));
+            let (calls, cpu) = (calls - c0, cpu - t0);
+            ctx.check(calls > 0 && cpu / calls < 5_000, || {
+                format!("{what}: thread {tid}: {calls} calls, {cpu} ns of CPU")
+            });
+        }
+        before = now;
+    };
+    // The workers register in phase 1, each with its event.
+    phase(&mut t, 1);
+    let clocks = p.cpu_clocks();
+    let workers: Vec<weft::Tid> = clocks.iter().map(|c| c.0).collect();
+    ctx.check(
+        workers.len() == 3 && clocks.iter().all(|c| c.1 == CpuClock::Event),
+        || format!("clocks after phase 1: {clocks:?}"),
+    );
+    ctx.check(clock_maps(t.pid).0 == 3, || {
+        format!("perf event pages of 3 workers: {:?}", clock_maps(t.pid))
+    });
+    check_phase(&p, "phase 1, events");
+    let first = workers[0];
+    ctx.check(p.set_cpu_clock(first, false).expect("ask to drop"), || {
+        "the first worker's event was not asked to go".into()
+    });
+    ctx.check(!p.set_cpu_clock(first, false).expect("ask again"), || {
+        "a clock asked twice".into()
+    });
+    phase(&mut t, 2);
+    let clocks = p.cpu_clocks();
+    let of =
+        |clocks: &[(weft::Tid, CpuClock)], tid| clocks.iter().find(|c| c.0 == tid).map(|c| c.1);
+    ctx.check(
+        of(&clocks, first) == Some(CpuClock::SystemCall)
+            && workers[1..]
+                .iter()
+                .all(|&w| of(&clocks, w) == Some(CpuClock::Event)),
+        || format!("clocks after phase 2: {clocks:?}"),
+    );
+    ctx.check(clock_maps(t.pid).0 == 2, || {
+        format!(
+            "perf event pages with one event let go: {:?}",
+            clock_maps(t.pid)
+        )
+    });
+    check_phase(&p, "phase 2, one event let go");
+    // Another CPU timer: the clock let go stays as it is.
+    ids.extend(find(&mut p, "work_a"));
+    phase(&mut t, 3);
+    let clocks = p.cpu_clocks();
+    ctx.check(of(&clocks, first) == Some(CpuClock::SystemCall), || {
+        format!("clocks after an insertion: {clocks:?}")
+    });
+    check_phase(&p, "phase 3, after an insertion");
+    ctx.check(
+        p.set_cpu_clock(first, true).expect("ask for an event"),
+        || "the first worker's clock was not asked for an event".into(),
+    );
+    phase(&mut t, 4);
+    let clocks = p.cpu_clocks();
+    ctx.check(clocks.iter().all(|c| c.1 == CpuClock::Event), || {
+        format!("clocks after phase 4: {clocks:?}")
+    });
+    ctx.check(clock_maps(t.pid).0 == 3, || {
+        format!(
+            "perf event pages with the event back: {:?}",
+            clock_maps(t.pid)
+        )
+    });
+    check_phase(&p, "phase 4, the event back");
+    p.choose_cpu_clocks(false);
+    let mut held = p.hold().expect("hold");
+    held.remove(&ids).expect("remove");
+    held.release().expect("release");
+    drop(p);
+    ctx.check(clock_maps(t.pid) == (0, 0), || {
+        format!("clock mappings after the detach: {:?}", clock_maps(t.pid))
+    });
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    t.wait_code(0);
+}

@@ -23,6 +23,43 @@ use super::*;
 use crate::ptrace::RemoteArg;
 use weft_rt::layout::{CPU_SOURCE_NONE, ROW_LIVE};
 
+/// What a thread's CPU clock reads, as [`Process::cpu_clocks`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuClock {
+    /// A perf event of its own: no system call to read, a cost to the
+    /// thread at every context switch (2.4 µs measured on a KVM guest).
+    Event,
+    /// A slot of the CPU-time table (`WEFT_CPU_CLOCK=table`).
+    Table,
+    /// A system call at every reading (about 0.5 µs on a KVM guest), no
+    /// cost at a switch: never given an event, or let go of it.
+    SystemCall,
+    /// Asked for an event, or to let its event go: its thread acts on it at
+    /// its next reading.
+    Asked,
+}
+
+impl CpuClock {
+    /// The clock of a row whose snapshot says `(1 + mode, why)`; None for a
+    /// row whose thread has no clock yet.
+    fn of(source: (u32, i32)) -> Option<CpuClock> {
+        use weft_rt::clock::{
+            CPU_SYSCALL, WHY_CPU_ARM_ASKED, WHY_CPU_DROP_ASKED, WHY_CPU_ON_TABLE,
+            WHY_CPU_RELEASE_ASKED,
+        };
+        let (source, why) = source;
+        if source == CPU_SOURCE_NONE {
+            return None;
+        }
+        Some(match why {
+            WHY_CPU_ARM_ASKED | WHY_CPU_DROP_ASKED | WHY_CPU_RELEASE_ASKED => CpuClock::Asked,
+            _ if source == 1 + CPU_SYSCALL => CpuClock::SystemCall,
+            WHY_CPU_ON_TABLE => CpuClock::Table,
+            _ => CpuClock::Event,
+        })
+    }
+}
+
 impl Process {
     /// Releases the perf events of the live threads' CPU clocks when no
     /// session has a probe in the process any more (this one's are out).
@@ -300,6 +337,74 @@ fn take_descriptor(pid: i32, fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
 }
 
 impl Process {
+    /// Lets the caller choose each thread's CPU clock
+    /// ([`Process::set_cpu_clock`]): installing a CPU timer no longer asks
+    /// every thread without an event for one (a thread the caller let go
+    /// of its event keeps reading the system call). Threads that register
+    /// under a CPU timer still make one: what an event costs a thread is
+    /// bounded by its switches, while a system call at every reading
+    /// costs by its calls (a leaf called ten million times a second).
+    /// For a tool that knows what each costs where (the diagnosis: an
+    /// event costs a thread at every switch, a system call at every
+    /// reading; CPython's workers at a lock switch tens of thousands of
+    /// times a second, memcached's at every request).
+    pub fn choose_cpu_clocks(&mut self, on: bool) {
+        self.target.clocks_chosen = on;
+    }
+
+    /// Each live thread's CPU clock, for those that have one.
+    pub fn cpu_clocks(&self) -> Vec<(Tid, CpuClock)> {
+        let Some(rt) = self.runtime.as_ref() else {
+            return Vec::new();
+        };
+        rt.region
+            .snapshot(0)
+            .into_iter()
+            .filter(|r| r.state == ROW_LIVE)
+            .filter_map(|r| Some((r.tid as Tid, CpuClock::of(r.cpu_source)?)))
+            .collect()
+    }
+
+    /// Asks thread `tid`'s CPU clock for a perf event (`event`) or to let
+    /// its event go: the thread does it at its next reading, outside any
+    /// stop of the world. Returns whether the clock was asked: not when it
+    /// is already so, asked already, on the CPU-time table, or its page is
+    /// not an event the process has mapped (a forked child's copy of its
+    /// parent's row).
+    pub fn set_cpu_clock(&self, tid: Tid, event: bool) -> Result<bool, Error> {
+        use weft_rt::clock::{WHY_CPU_ARM_ASKED, WHY_CPU_RELEASED, WHY_CPU_UNASKED};
+        let rt = self.rt()?;
+        let Some(row) = rt
+            .region
+            .snapshot(0)
+            .into_iter()
+            .find(|r| r.state == ROW_LIVE && r.tid as Tid == tid)
+        else {
+            return Ok(false);
+        };
+        let why = row.cpu_source.1;
+        let asked = match (CpuClock::of(row.cpu_source), event) {
+            (Some(CpuClock::SystemCall), true)
+                if why == WHY_CPU_UNASKED || why == WHY_CPU_RELEASED =>
+            {
+                rt.region.ask_clock(row.index, WHY_CPU_ARM_ASKED)
+            }
+            (Some(CpuClock::Event), false) if why == 0 => {
+                let page = rt.region.clock_page(row.index);
+                let mapped = crate::inspect::maps::read_maps(self.target.pid)?
+                    .iter()
+                    .any(|m| m.start == page && matches!(&m.path, crate::inspect::maps::MappingPath::Pseudo(p) if p.ends_with("[perf_event]")));
+                if !mapped {
+                    return Ok(false);
+                }
+                rt.region.ask_clock_to_drop(row.index)
+            }
+            _ => return Ok(false),
+        };
+        asked.map_err(|e| Error::Internal(format!("asking a CPU clock: {e}")))?;
+        Ok(true)
+    }
+
     /// Asks the live threads whose CPU clock reads a system call for want
     /// of a perf event (registered before any CPU timer, or released) to
     /// make one at their next read: a CPU timer is being installed, and a

@@ -297,7 +297,7 @@ impl Process {
         } else {
             None
         };
-        if hooks.is_some() && wanted.cpu {
+        if hooks.is_some() && wanted.cpu && !self.target.clocks_chosen {
             // Threads that read their CPU clock with a system call for want
             // of a perf event make one (best effort: the system call reads
             // right too).
