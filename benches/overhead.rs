@@ -1436,11 +1436,11 @@ fn section_diagnose_cpython(quick: bool) {
         uc / ac
     );
     println!(
-        "reported overhead (probes, clocks) per run: {}; workers whose lock wait was found: {} \
-         of 4 per run",
+        "reported overhead per run (of which the clocks' events): {}; workers whose lock wait \
+         was found: {} of 4 per run",
         reported
             .iter()
-            .map(|(p, c)| format!("{:.1} % + {:.1} %", 100.0 * p, 100.0 * c))
+            .map(|(p, c)| format!("{:.1} % ({:.1} %)", 100.0 * p, 100.0 * c))
             .collect::<Vec<_>>()
             .join("; "),
         found

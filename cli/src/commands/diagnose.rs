@@ -352,7 +352,7 @@ fn to_text(d: &Diagnosis) -> String {
     let m = &d.summary;
     s.push_str(&format!(
         "tests {}, peak probes {}, functions probed {} of {}, overhead {:.2}% of the target's \
-         CPU (and {:.2}% for the threads' CPU clocks), {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
+         CPU (of which {:.2}% the threads' CPU clocks' events), {} stops (longest {:.1} ms: {:.1} for the threads to stop, {:.1} to resume them; \
          {} given up for a late thread){}{}\n",
         m.tests,
         m.peak_probes,

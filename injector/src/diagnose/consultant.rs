@@ -279,18 +279,21 @@ pub struct Summary {
     pub exhausted: bool,
     /// How long the search has run, s.
     pub seconds: f64,
-    /// What the probes cost, as a share of the target's CPU time while
-    /// the search ran (calls counted × the measured cost of a timed call,
-    /// and the switches of the threads that made them × the cost of the
-    /// CPU clock's first reading after one): what `--max-overhead` bounds.
+    /// What the instrumentation cost, as a share of the target's CPU time
+    /// while the search ran: calls counted × the measured cost of a timed
+    /// call, and the threads' CPU clocks (a system call at each reading of
+    /// a clock without a perf event; at each switch of a thread with one,
+    /// the event's cost and the first reading's re-anchoring). What
+    /// `--max-overhead` bounds.
     pub overhead: f64,
-    /// What the threads' CPU clocks cost besides, as a share of the
-    /// target's CPU time: on the CPU-time table, the `sched_switch`
-    /// program at every switch of the target's threads; else each thread
-    /// that ran instrumented code keeps a perf event, which the kernel
-    /// switches with it (every switch × `cost_per_switch_event_ns`). Not
-    /// bounded: no probe taken out lowers it.
+    /// Of `overhead`, what the clocks' perf events cost at the switches of
+    /// the threads that had one (every switch × `cost_per_switch_event_ns`;
+    /// on the CPU-time table, its `sched_switch` program at every switch of
+    /// the target's threads, which no probe taken out lowers).
     pub clock_overhead: f64,
+    /// The measured cost of a CPU clock reading by system call, ns: what a
+    /// thread whose clock has no perf event pays twice a timed call.
+    pub cost_per_clock_syscall_ns: f64,
     /// The measured cost of one timed call, ns.
     pub cost_per_call_ns: f64,
     /// The measured cost of a timer's first CPU clock reading after its
@@ -567,7 +570,7 @@ impl Consultant {
             stops,
             entries,
             known_threads,
-            cost: Cost::new(process.pid(), process.cpu_table_refused().is_none()),
+            cost: Self::clock_costs(process),
             probes: HashMap::new(),
             node_probe: HashMap::new(),
             probed_ever: BTreeSet::new(),
@@ -595,6 +598,55 @@ impl Consultant {
             thread_names: BTreeMap::new(),
         }
         .noting_new_nodes())
+    }
+
+    /// The costs of the target's clocks, and its threads' CPU clocks
+    /// chosen one by one where they are perf events: an event costs its
+    /// thread at every context switch (2.4 µs on a KVM guest), a system
+    /// call at every reading (0.5 µs). A thread starts with an event (its
+    /// cost is bounded by the thread's switches, a system call's by its
+    /// timed calls); one whose switches cost more than its readings would
+    /// (memcached's workers, woken at every request) lets it go, and gets
+    /// one again if its calls come to cost more.
+    fn clock_costs(process: &mut Process) -> Cost {
+        let perf = process.cpu_table_refused().is_some();
+        let mut cost = Cost::new(process.pid(), !perf);
+        // `WEFT_CPU_CLOCK=perf`: an event for every thread, as `attach`.
+        let every_thread = std::env::var_os("WEFT_CPU_CLOCK").is_some_and(|v| v == "perf");
+        if perf && !every_thread {
+            process.choose_cpu_clocks(true);
+            cost.choose_clocks();
+        }
+        cost
+    }
+
+    /// Asks the threads' clocks for what the last interval's costs call
+    /// for, and tells the costs what they are now (best effort: a clock
+    /// not changed still reads right).
+    fn change_clocks(&mut self, process: &Process) {
+        use crate::CpuClock;
+        let now = process.cpu_clocks().into_iter().filter_map(|(tid, c)| {
+            let event = match c {
+                CpuClock::Event | CpuClock::Table => true,
+                CpuClock::SystemCall => false,
+                // As asked, told below when it was.
+                CpuClock::Asked => return None,
+            };
+            Some((tid as u32, event))
+        });
+        self.cost.clocks_now(now.collect::<Vec<_>>());
+        let asked: Vec<(u32, bool)> = self
+            .cost
+            .advice()
+            .iter()
+            .copied()
+            .filter(|&(tid, event)| {
+                process
+                    .set_cpu_clock(tid as crate::Tid, event)
+                    .unwrap_or(false)
+            })
+            .collect();
+        self.cost.clocks_now(asked);
     }
 
     /// A hypothesis's name in reports (a custom one's own name).
@@ -649,7 +701,8 @@ impl Consultant {
         self.read_tests(process, &mut progress);
         self.drop_costly(&mut progress);
         let (clocks, switches) = self.cost.clock_share();
-        if clocks > self.options.max_overhead && !self.said_clocks {
+        // (Chosen clocks answer to the bound like probes: see `Cost`.)
+        if clocks > self.options.max_overhead && !self.said_clocks && !self.cost.chosen() {
             self.said_clocks = true;
             progress.push(Progress::ClocksCostly(clocks, switches));
         }
@@ -899,6 +952,7 @@ impl Consultant {
             .collect();
         self.cost.use_table(process.cpu_clocks_on_table());
         self.cost.observe(&calls, &probes);
+        self.change_clocks(process);
         values
     }
 
@@ -984,8 +1038,10 @@ impl Consultant {
 
     /// Takes every probe out (the end of a diagnosis).
     pub fn finish(&mut self, process: &mut Process) -> Result<(), Error> {
-        // The threads' clocks' perf events go with the last probe.
+        // The threads' clocks' perf events go with the last probe; threads
+        // that register later get one again where CPU timers are.
         process.keep_cpu_clocks(false);
+        process.choose_cpu_clocks(false);
         if !process.is_alive() {
             self.probes.clear();
             self.node_probe.clear();
@@ -1280,6 +1336,7 @@ impl Consultant {
             seconds: self.started.elapsed().as_secs_f64(),
             overhead: self.cost.total_share(),
             clock_overhead: self.cost.clock_total_share(),
+            cost_per_clock_syscall_ns: self.cost.syscall_ns(),
             cost_per_call_ns: self.cost.per_call_ns,
             cost_per_switch_ns: self.cost.switch_costs().0,
             cost_per_switch_event_ns: self.cost.switch_costs().1,

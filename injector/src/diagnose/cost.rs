@@ -8,6 +8,14 @@ use crate::inspect::procfs::{schedstat_fields, thread_ids};
 use crate::ProbeId;
 use std::collections::HashMap;
 
+/// The least saving, ns over an interval, a change of a thread's clock is
+/// made for.
+const CLOCK_CHANGE_MIN_NS: f64 = 100_000.0;
+
+/// The least share of the target's CPU a thread's clock event must cost
+/// over an interval to be let go (see `ThreadClock::change`).
+const CLOCK_EVENT_MATERIAL: f64 = 0.01;
+
 /// The least target CPU time a cost share is computed over, ns.
 const MIN_CPU_SPAN_NS: u64 = 10_000_000;
 
@@ -35,6 +43,16 @@ pub(super) struct Cost {
     /// Whether the target's clocks read the CPU-time table
     /// ([`Cost::use_table`]).
     table: bool,
+    /// What a CPU clock reading costs by system call, ns
+    /// (`CLOCK_THREAD_CPUTIME_ID`): a thread whose clock has no event pays
+    /// it twice a timed call.
+    syscall_ns: f64,
+    /// Whether each thread's clock is chosen by what it costs there
+    /// ([`Cost::choose_clocks`]), and which threads' have an event.
+    chosen: bool,
+    events: HashMap<u32, bool>,
+    /// The clocks the last interval's figures call for: (thread, event).
+    advice: Vec<(u32, bool)>,
     /// Calls of each probe on each thread at the last reading.
     calls: HashMap<(u32, ProbeId), u64>,
     /// Calls of each probe per second of the target's CPU, last interval.
@@ -79,6 +97,10 @@ impl Cost {
                 (0.0, 0.0)
             },
             table: false,
+            syscall_ns: fastest_read_ns(weft_rt::clock::thread_cputime_ns),
+            chosen: false,
+            events: HashMap::new(),
+            advice: Vec::new(),
             calls: HashMap::new(),
             rates: HashMap::new(),
             threads,
@@ -109,9 +131,38 @@ impl Cost {
         }
     }
 
+    /// Each thread's CPU clock is chosen by what it costs there (the
+    /// process's threads get no event unless asked: see
+    /// `Process::choose_cpu_clocks`): [`Cost::advice`] says which to change.
+    pub(super) fn choose_clocks(&mut self) {
+        self.chosen = true;
+    }
+
+    /// Whether each thread's clock is chosen ([`Cost::choose_clocks`]).
+    pub(super) fn chosen(&self) -> bool {
+        self.chosen
+    }
+
+    /// What the threads' clocks are now: `true` for those with an event
+    /// (asked for one counts as having it, asked to let it go as not).
+    pub(super) fn clocks_now(&mut self, events: impl IntoIterator<Item = (u32, bool)>) {
+        self.events.extend(events);
+    }
+
+    /// The clock changes the last interval's figures call for: (thread,
+    /// whether it should have an event). The caller asks for them and says
+    /// so with [`Cost::clocks_now`].
+    pub(super) fn advice(&self) -> &[(u32, bool)] {
+        &self.advice
+    }
+
+    /// What a CPU clock reading by system call costs, ns.
+    pub(super) fn syscall_ns(&self) -> f64 {
+        self.syscall_ns
+    }
+
     /// Takes the probes' call counts on each thread now.
     pub(super) fn observe(&mut self, calls: &HashMap<(u32, ProbeId), u64>, probes: &[ProbeId]) {
-        let (per_switch_ns, per_switch_fixed_ns) = self.switch_costs();
         let before_switches = self.threads.switches.clone();
         let cpu = self.threads.read(self.pid);
         // The kernel brings a running thread's total up to date only at
@@ -120,29 +171,71 @@ impl Cost {
         // Every probe is judged, even before any thread called it.
         let mut cost: HashMap<ProbeId, f64> = probes.iter().map(|&id| (id, 0.0)).collect();
         let mut by_thread: HashMap<u32, Vec<(ProbeId, u64)>> = HashMap::new();
+        let mut calls_ns = 0.0;
         for (&(tid, id), &n) in calls {
             // A probe seen for the first time counted from zero: its words
             // were fresh (the sampler subtracts what a shared one had).
             let before = self.calls.insert((tid, id), n).unwrap_or(0);
             let new = n.saturating_sub(before);
+            calls_ns += new as f64 * self.per_call_ns;
             *cost.entry(id).or_default() += new as f64 * self.per_call_ns;
             if new > 0 {
                 by_thread.entry(tid).or_default().push((id, new));
             }
         }
+        let since: HashMap<u32, u64> = self
+            .threads
+            .switches
+            .iter()
+            .map(|(&tid, &n)| {
+                let before = before_switches.get(&tid).copied().unwrap_or(0);
+                (tid, n.saturating_sub(before))
+            })
+            .collect();
+        let switched = |tid: u32| since.get(&tid).copied().unwrap_or(0);
+        let secs = self.last_at.elapsed().as_secs_f64().max(1e-3);
+        self.last_at = std::time::Instant::now();
+        let clocks = if self.chosen {
+            self.chosen_clocks(&by_thread, switched, &mut cost, cpu_delta)
+        } else {
+            self.given_clocks(&by_thread, switched, &mut cost, calls)
+        };
+        let Clocks {
+            actual,
+            judged,
+            switches,
+        } = clocks;
+        // The clocks' part no probe answers for: the events' cost at
+        // switches (given clocks), or beyond the cheaper reading (chosen).
+        let unjudged = (actual - judged).max(0.0);
+        self.clocks = (unjudged / cpu_delta, switches as f64 / secs);
+        self.clock_spent_ns += unjudged;
+        self.rates = cost
+            .into_iter()
+            .map(|(id, ns)| (id, ns / cpu_delta))
+            .collect();
+        self.spent_ns += calls_ns + actual;
+        self.recent = (calls_ns + judged) / cpu_delta;
+        self.cpu_last = cpu;
+    }
+
+    /// The clocks' costs where every thread that ran timed code keeps an
+    /// event (or the CPU-time table's slot): returns what the events cost
+    /// at switches, which no probe's removal lowers, and the switches they
+    /// cost at; the re-anchoring after a switch goes to the probes.
+    fn given_clocks(
+        &mut self,
+        by_thread: &HashMap<u32, Vec<(ProbeId, u64)>>,
+        switched: impl Fn(u32) -> u64,
+        cost: &mut HashMap<ProbeId, f64>,
+        calls: &HashMap<(u32, ProbeId), u64>,
+    ) -> Clocks {
+        let (per_switch_ns, per_switch_fixed_ns) = self.switch_costs();
         // A thread that ran timed code pays the clock's re-anchoring after
         // each switch, at most once per timer reading (two per call): on
         // CPython's 4 threads around a lock (130,000 switches a second)
         // this, not the calls, was most of the slowdown. Shared among the
         // thread's probes by their calls.
-        let switched = |tid: u32| {
-            self.threads
-                .switches
-                .get(&tid)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(before_switches.get(&tid).copied().unwrap_or(0))
-        };
         // Every thread with a row has its clock's event: its switches cost
         // it whatever the probes do, and no probe taken out lowers it. The
         // table's program runs at every switch of every thread.
@@ -152,27 +245,72 @@ impl Cost {
             calls.keys().map(|&(tid, _)| tid).collect()
         };
         let switches: u64 = rows.iter().map(|&tid| switched(tid)).sum();
-        let fixed = switches as f64 * per_switch_fixed_ns;
-        let secs = self.last_at.elapsed().as_secs_f64().max(1e-3);
-        self.last_at = std::time::Instant::now();
-        self.clocks = (fixed / cpu_delta, switches as f64 / secs);
-        for (tid, made) in by_thread {
+        let mut paid_all = 0.0;
+        for (&tid, made) in by_thread {
             let switches = switched(tid);
             let total: u64 = made.iter().map(|&(_, n)| n).sum();
             let paid = switches.min(2 * total) as f64 * per_switch_ns;
-            for (id, n) in made {
+            paid_all += paid;
+            for &(id, n) in made {
                 *cost.entry(id).or_default() += paid * n as f64 / total as f64;
             }
         }
-        let spent: f64 = cost.values().sum();
-        self.clock_spent_ns += fixed;
-        self.rates = cost
-            .into_iter()
-            .map(|(id, ns)| (id, ns / cpu_delta))
-            .collect();
-        self.spent_ns += spent;
-        self.recent = spent / cpu_delta;
-        self.cpu_last = cpu;
+        self.advice.clear();
+        Clocks {
+            actual: paid_all + switches as f64 * per_switch_fixed_ns,
+            judged: paid_all,
+            switches,
+        }
+    }
+
+    /// The clocks' costs where each thread's is chosen: a thread with an
+    /// event pays at every switch (and its first reading after one
+    /// re-anchors), one without pays a system call at every reading, and
+    /// each gets the cheaper ([`Cost::advice`]). The probes answer, as with
+    /// given clocks, for the re-anchoring after switches, or for the
+    /// system calls where those cost less: the event's own cost at a switch
+    /// is the thread's, whichever probes it runs (charged to the probes by
+    /// their calls, it took out a CPython search's every busy probe, the
+    /// lock's path with them, for costs the events alone made).
+    fn chosen_clocks(
+        &mut self,
+        by_thread: &HashMap<u32, Vec<(ProbeId, u64)>>,
+        switched: impl Fn(u32) -> u64,
+        cost: &mut HashMap<ProbeId, f64>,
+        cpu_delta: f64,
+    ) -> Clocks {
+        let (per_switch_ns, per_switch_fixed_ns) = (self.per_switch_ns, self.per_switch_event_ns);
+        let mut threads: std::collections::BTreeSet<u32> = by_thread.keys().copied().collect();
+        threads.extend(self.events.iter().filter(|e| *e.1).map(|e| *e.0));
+        let mut all = Clocks::default();
+        self.advice.clear();
+        for tid in threads {
+            let made = by_thread.get(&tid).map_or(&[][..], |m| &m[..]);
+            let total: u64 = made.iter().map(|&(_, n)| n).sum();
+            let sw = switched(tid);
+            let clock = ThreadClock::new(
+                sw,
+                total,
+                (per_switch_fixed_ns, per_switch_ns),
+                self.syscall_ns,
+            );
+            let has_event = self.events.get(&tid).copied().unwrap_or(false);
+            if has_event {
+                all.switches += sw;
+                all.actual += clock.event;
+            } else {
+                all.actual += clock.syscall;
+            }
+            let judged = clock.judged();
+            all.judged += judged;
+            for &(id, n) in made {
+                *cost.entry(id).or_default() += judged * n as f64 / total as f64;
+            }
+            if let Some(event) = clock.change(has_event, CLOCK_EVENT_MATERIAL * cpu_delta) {
+                self.advice.push((tid, event));
+            }
+        }
+        all
     }
 
     /// The share of the target's CPU probe `id` cost over the last
@@ -203,6 +341,8 @@ impl Cost {
         }
     }
 
+    /// What the instrumentation cost over the whole search, clocks
+    /// included, as a share of the target's CPU.
     pub(super) fn total_share(&self) -> f64 {
         let cpu = self.cpu_last.saturating_sub(self.cpu_start);
         if cpu == 0 {
@@ -211,6 +351,72 @@ impl Cost {
             self.spent_ns / cpu as f64
         }
     }
+}
+
+/// What one thread's CPU clock cost over an interval, ns, either way.
+#[derive(Debug)]
+struct ThreadClock {
+    /// With a perf event: the event at every switch, and the first
+    /// reading after one re-anchoring (at most one a reading).
+    event: f64,
+    /// Without: a system call at every reading (two a timed call).
+    syscall: f64,
+    /// Of `event`, the re-anchoring.
+    anchor: f64,
+}
+
+impl ThreadClock {
+    /// The costs for `switches` and `calls` timed calls, given (the
+    /// event's cost at a switch, the re-anchoring's) and a system call's,
+    /// ns.
+    fn new(switches: u64, calls: u64, (event_ns, anchor_ns): (f64, f64), syscall_ns: f64) -> Self {
+        let anchor = switches.min(2 * calls) as f64 * anchor_ns;
+        ThreadClock {
+            event: switches as f64 * event_ns + anchor,
+            syscall: 2.0 * calls as f64 * syscall_ns,
+            anchor,
+        }
+    }
+
+    /// What the thread's probes answer for: the re-anchoring after its
+    /// switches, or the system calls where those cost less; not the
+    /// event's own cost at a switch.
+    fn judged(&self) -> f64 {
+        self.anchor.min(self.syscall)
+    }
+
+    /// Whether a thread that has an event (`has_event`) or not should
+    /// change: `Some(whether it should have one)`. Only for a clear gain:
+    /// both costs swing with the load, and a change costs the thread a
+    /// system call or two. An event goes only when it costs at least
+    /// `material` ns: a reading by system call costs its thread 0.45 µs
+    /// inside the activations it measures (a compute thread preempted
+    /// 2,000 times a second, its event let go while it made few timed
+    /// calls, read its leaf's CPU share 0.05 high once more of them came),
+    /// where an event's reading costs nothing there.
+    fn change(&self, has_event: bool, material: f64) -> Option<bool> {
+        if has_event
+            && self.event > 2.0 * self.syscall + CLOCK_CHANGE_MIN_NS
+            && self.event > material
+        {
+            Some(false)
+        } else if !has_event && self.syscall > 2.0 * self.event + CLOCK_CHANGE_MIN_NS {
+            Some(true)
+        } else {
+            None
+        }
+    }
+}
+
+/// What the clocks cost over an interval, ns.
+#[derive(Default)]
+struct Clocks {
+    /// All of it.
+    actual: f64,
+    /// What the probes answer for (see [`Cost::observe`]).
+    judged: f64,
+    /// The switches of the threads with an event.
+    switches: u64,
 }
 
 /// The cost of one timed call and of a timer's first CPU clock reading
@@ -270,17 +476,19 @@ fn per_switch_ns(plain: f64, with: f64) -> f64 {
     ((with - plain) / (2.0 * f64::from(ROUNDS))).max(0.0)
 }
 
-/// ns a call of `read` takes: the fastest of ten batches of 200 (one
-/// batch timed by the wall clock counts any preemption inside it).
+/// ns a call of `read` takes: the fastest of ten batches of 200, timed by
+/// this thread's CPU clock (a diagnosis calibrates beside its busy
+/// target: timed by the wall clock, a batch counted the other threads'
+/// turns on the CPU, and a system call read 0.83 µs for 0.44).
 fn fastest_read_ns(read: fn() -> u64) -> f64 {
     const READS: u32 = 200;
     (0..10)
         .map(|_| {
-            let start = std::time::Instant::now();
+            let start = weft_rt::clock::thread_cputime_ns();
             for _ in 0..READS {
                 std::hint::black_box(read());
             }
-            start.elapsed().as_nanos() as f64 / f64::from(READS)
+            weft_rt::clock::thread_cputime_ns().saturating_sub(start) as f64 / f64::from(READS)
         })
         .fold(f64::INFINITY, f64::min)
 }
@@ -316,10 +524,15 @@ fn table_costs() -> (f64, f64) {
     )
 }
 
-/// ns for `rounds` turns passed between two threads on the calling
-/// thread's CPU, each with its own CPU clock when `clocks`; None when the
-/// threads cannot be made or pinned, or a turn waits a second (a player
-/// that never came).
+/// CPU ns the two threads took for `rounds` turns passed between them on
+/// the calling thread's CPU, each with its own CPU clock when `clocks`;
+/// None when the threads cannot be made or pinned, or a turn waits a
+/// second (a player that never came). Their CPU time, not the wall
+/// clock's: the kernel charges a switch's work to the threads switched,
+/// while the wall time counts every other program's turn on that CPU (a
+/// diagnosis calibrates beside its busy target: the wall clock put an
+/// event's switch at 4.5-9 µs beside CPython's threads, their CPU time
+/// at 2.2 µs, as on an idle machine).
 fn ping_pong(rounds: u32, clocks: bool) -> Option<f64> {
     use std::sync::{Arc, Condvar, Mutex};
     use std::time::Duration;
@@ -350,7 +563,7 @@ fn ping_pong(rounds: u32, clocks: bool) -> Option<f64> {
                 let mut t = lock.lock().unwrap_or_else(|p| p.into_inner());
                 t.1 += 1;
                 cv.notify_all();
-                let began = std::time::Instant::now();
+                let began = weft_rt::clock::thread_cputime_ns();
                 for _ in 0..rounds {
                     let (next, waited) = cv
                         .wait_timeout_while(t, Duration::from_secs(1), |t| t.0 != me || t.1 < 2)
@@ -365,7 +578,7 @@ fn ping_pong(rounds: u32, clocks: bool) -> Option<f64> {
                     t.0 = 1 - me;
                     cv.notify_all();
                 }
-                pinned.then(|| began.elapsed().as_nanos() as f64)
+                pinned.then(|| weft_rt::clock::thread_cputime_ns().saturating_sub(began) as f64)
             })
             .ok()
     };
@@ -373,7 +586,7 @@ fn ping_pong(rounds: u32, clocks: bool) -> Option<f64> {
     let mut took = Some(0.0f64);
     for p in players {
         let own = p.and_then(|h| h.join().ok().flatten());
-        took = took.zip(own).map(|(a, b)| a.max(b));
+        took = took.zip(own).map(|(a, b)| a + b);
     }
     took
 }
@@ -419,6 +632,37 @@ impl ThreadCpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread's clock follows what it costs there, with a margin: costs
+    /// measured on a KVM guest (an event 2.4 µs a switch, a system call
+    /// 0.5 µs).
+    #[test]
+    fn each_threads_clock_is_the_cheaper_one() {
+        let costs = (2_400.0, 500.0);
+        // A CPython worker at a lock over a second: 30,000 switches, a
+        // timed lock acquire each.
+        let worker = ThreadClock::new(30_000, 15_000, costs, 500.0);
+        assert_eq!(worker.change(true, 0.0), Some(false), "{worker:?}");
+        assert_eq!(worker.change(false, 0.0), None, "{worker:?}");
+        // Not when the event costs little of the target's CPU anyway.
+        assert_eq!(worker.change(true, 1e9), None, "{worker:?}");
+        // A compute thread: a million timed calls, a hundred switches.
+        let compute = ThreadClock::new(100, 1_000_000, costs, 500.0);
+        assert_eq!(compute.change(false, 0.0), Some(true), "{compute:?}");
+        assert_eq!(compute.change(true, 0.0), None, "{compute:?}");
+        // Close to even: no change either way.
+        let even = ThreadClock::new(1_000, 2_900, costs, 500.0);
+        assert_eq!(
+            (even.change(true, 0.0), even.change(false, 0.0)),
+            (None, None)
+        );
+        // An idle thread with an event and no timed call loses it once
+        // its switches cost more than the least change is worth.
+        let idle = ThreadClock::new(1_000, 0, costs, 500.0);
+        assert_eq!(idle.change(true, 0.0), Some(false), "{idle:?}");
+        let quiet = ThreadClock::new(10, 0, costs, 500.0);
+        assert_eq!(quiet.change(true, 0.0), None, "{quiet:?}");
+    }
 
     /// A thread that ran and exited still counts in the process's CPU
     /// time (its schedstat file is gone with it).

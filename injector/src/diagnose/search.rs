@@ -461,9 +461,18 @@ impl Search {
     }
 
     /// Gives up on node `id` (started, but the driver cannot measure its
-    /// focus: a function it cannot instrument), with the reason.
+    /// focus: a function it cannot instrument, or too costly to), with the
+    /// reason. A node already found true keeps its finding as last
+    /// measured (the watch ends, not the truth): memcached's workers'
+    /// `epoll_wait`, true at 93 %, vanished from the diagnosis when its
+    /// probe went for its cost a moment later.
     pub fn skip(&mut self, id: NodeId, reason: Setback) {
-        self.nodes[id.0].state = State::Skipped(reason);
+        let node = &self.nodes[id.0];
+        if node.is_true() {
+            self.conclude(id);
+        } else if !matches!(node.state, State::Done(_)) {
+            self.nodes[id.0].state = State::Skipped(reason);
+        }
     }
 
     /// Gives node `id` a reading; returns what changed, if anything.
@@ -742,6 +751,44 @@ mod tests {
             .filter(|n| matches!(n.state, State::Skipped(Setback::TooCostly { .. })))
             .count();
         assert_eq!(skipped, 2);
+    }
+
+    /// A node found true whose probe then goes (too costly to keep) stays
+    /// true as last measured; one still undecided is skipped.
+    #[test]
+    fn skipping_a_true_node_keeps_its_finding() {
+        let p = program();
+        let mut s = Search::new(
+            Thresholds::default(),
+            &[Hypothesis::CpuBound],
+            &[("main".to_string(), vec![])],
+        );
+        let started = s.start(|_, _| Ok(()));
+        let main = started[0];
+        for at in 1..=20u64 {
+            let whole = at * 100_000_000;
+            s.observe(
+                main,
+                Reading {
+                    at: Duration::from_millis(at * 100),
+                    part_ns: whole * 95 / 100,
+                    whole_ns: whole,
+                },
+                &p,
+            );
+        }
+        assert!(s.node(main).is_true());
+        let children = s.start(|_, _| Ok(()));
+        let setback = || Setback::TooCostly {
+            share: 0.2,
+            max: 0.05,
+        };
+        s.skip(main, setback());
+        assert!(s.node(main).is_true(), "{:?}", s.node(main).state);
+        assert!(matches!(s.node(main).state, State::Done(_)));
+        s.skip(children[0], setback());
+        assert!(matches!(s.node(children[0]).state, State::Skipped(_)));
+        assert!(s.bottlenecks().contains(&main));
     }
 
     #[test]
