@@ -133,8 +133,10 @@ fn shared_helpers_hide_no_path_every_run() {
             "diagnose",
             "-p",
             &pid,
+            // Ends (partial) before the wait below gives up (60 s): a
+            // search the hypervisor slowed to the bound once outlived it.
             "--duration",
-            "60",
+            "45",
             "--format",
             "json",
         ]);
