@@ -380,6 +380,77 @@ fn children_taken_with_their_master_and_late_ones_followed() {
     t.wait_code(0);
 }
 
+/// A child that runs another program: followed into it when the
+/// patterns match there (a new image: counted from weft's attach, by a
+/// runtime of its own), left alone, unharmed, when they do not.
+#[test]
+fn a_child_that_execs_is_followed_into_its_new_program() {
+    let ctx = Ctx::new("a_child_that_execs_is_followed_into_its_new_program");
+    let exe = build_c_target_with("gcc", "forker", &["-O2", "-g"]);
+    let mut t = ctx.target(&exe, &["1"]);
+    let ready = t.expect_stdout("ready", |l| l.starts_with("ready pid="));
+    let worker: i64 = ready
+        .split_once("workers=")
+        .and_then(|(_, w)| w.parse().ok())
+        .unwrap_or_else(|| ctx.fail(format!("the ready line: {ready}")));
+    let mut w = attach_children(&ctx, t.pid, "handle");
+    attached_pids(&mut w, 2);
+    t.send("exec");
+    let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));
+    let execed: i64 = spawned["spawned ".len()..].parse().unwrap_or(0);
+    let note = w.expect_line(Stream::Stderr, "the exec'd child followed", |l| {
+        l.contains("forked after the attach")
+    });
+    ctx.check(note.contains(&format!("following pid={execed} ")), || {
+        format!("the note {note:?}, the exec'd worker is {execed}")
+    });
+    t.send("execsleep");
+    let spawned = t.expect_stdout("spawned", |l| l.starts_with("spawned "));
+    let sleeper = spawned["spawned ".len()..].to_string();
+    let note = w.expect_line(Stream::Stderr, "the sleeper left alone", |l| {
+        l.contains(&format!("pid {sleeper} "))
+    });
+    ctx.check(note.contains("left alone"), || {
+        format!("the note on the sleeper: {note:?}")
+    });
+    t.send("go");
+    t.expect_stdout("`done`", |l| l == "done");
+    let out = t.stdout_text();
+    ctx.check(
+        out.lines()
+            .any(|l| l == format!("worker {execed} calls=2000"))
+            && out
+                .lines()
+                .any(|l| l == format!("sleeper {sleeper} code=0")),
+        || format!("the children's own lines: {out}"),
+    );
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    let calls = |pid: i64| {
+        report["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["pid"] == pid)
+            .map(|p| p["functions"][0]["calls"].as_u64().unwrap_or(0))
+    };
+    ctx.check(
+        calls(i64::from(t.pid)) == Some(0)
+            && calls(worker) == Some(2000)
+            && calls(execed) == Some(2000),
+        || format!("master, worker, exec'd worker: {out}"),
+    );
+    let (total, processes) = total_of(&ctx, &report, "handle");
+    ctx.check(total == 4000 && processes == 3, || {
+        format!("totals: {total} calls in {processes} processes: {out}")
+    });
+    t.send("quit");
+    t.wait_code(0);
+}
+
 /// The calls of `handle` in a one-process JSON report.
 fn handle_calls(ctx: &Ctx, w: &Proc) -> u64 {
     let out = w.stdout_text();
