@@ -330,8 +330,11 @@ impl Attached {
                 Ok(report) => report,
                 // It exited meanwhile (a server's worker ending with its
                 // connection): its figures are those it left, as for one
-                // that had exited before.
-                Err(_) if !process.is_alive() => gone(process),
+                // that had exited before. A process in the middle of its
+                // exit has let its memory go (`/proc/PID/mem`: no such
+                // process) before it is a zombie: a PostgreSQL backend
+                // ending with pgbench failed a whole report so.
+                Err(_) if exits_soon(process) => gone(process),
                 Err(e) => return Err(e),
             }
         };
@@ -342,6 +345,18 @@ impl Attached {
         drop(self.kernel.take());
         Ok(report)
     }
+}
+
+/// Whether `process` is gone, or is within 200 ms (an exiting process is
+/// a zombie soon after it let its memory go).
+fn exits_soon(process: &Process) -> bool {
+    for _ in 0..20 {
+        if !process.is_alive() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
 }
 
 /// Takes every probe out of `process` in one stop and reads the final
