@@ -64,6 +64,26 @@ fn check_process(ctx: &Ctx, report: &serde_json::Value, t: &Proc, phase: u64) ->
     own.values().sum()
 }
 
+/// Ends weft `w` as a user's Ctrl-C does; its JSON report, and the text.
+fn interrupt_for_report(ctx: &Ctx, w: &mut Proc) -> (serde_json::Value, String) {
+    w.signal(nix::sys::signal::Signal::SIGINT);
+    w.wait_code(0);
+    let out = w.stdout_text();
+    let report =
+        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
+    (report, out)
+}
+
+/// Process `pid`'s calls of its report's first function, if reported.
+fn first_function_calls(report: &serde_json::Value, pid: i64) -> Option<u64> {
+    report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["pid"] == pid)
+        .map(|p| p["functions"][0]["calls"].as_u64().unwrap_or(0))
+}
+
 /// The totals' `work_a` calls and processes.
 fn total(ctx: &Ctx, report: &serde_json::Value) -> (u64, u64) {
     total_of(ctx, report, "work_a")
@@ -344,19 +364,8 @@ fn children_taken_with_their_master_and_late_ones_followed() {
             t.stdout_text()
         )
     });
-    w.signal(nix::sys::signal::Signal::SIGINT);
-    w.wait_code(0);
-    let out = w.stdout_text();
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
-    let calls = |pid: i64| {
-        report["processes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["pid"] == pid)
-            .map(|p| p["functions"][0]["calls"].as_u64().unwrap_or(0))
-    };
+    let (report, out) = interrupt_for_report(&ctx, &mut w);
+    let calls = |pid: i64| first_function_calls(&report, pid);
     ctx.check(calls(i64::from(t.pid)) == Some(0), || {
         format!("the master: {out}")
     });
@@ -424,19 +433,8 @@ fn a_child_that_execs_is_followed_into_its_new_program() {
                 .any(|l| l == format!("sleeper {sleeper} code=0")),
         || format!("the children's own lines: {out}"),
     );
-    w.signal(nix::sys::signal::Signal::SIGINT);
-    w.wait_code(0);
-    let out = w.stdout_text();
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
-    let calls = |pid: i64| {
-        report["processes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["pid"] == pid)
-            .map(|p| p["functions"][0]["calls"].as_u64().unwrap_or(0))
-    };
+    let (report, out) = interrupt_for_report(&ctx, &mut w);
+    let calls = |pid: i64| first_function_calls(&report, pid);
     ctx.check(
         calls(i64::from(t.pid)) == Some(0)
             && calls(worker) == Some(2000)
@@ -551,17 +549,8 @@ fn a_followed_worker_is_left_as_compiled() {
     w.expect_line(Stream::Stderr, "the late child followed", |l| {
         l.contains(&format!("following pid={late} "))
     });
-    w.signal(nix::sys::signal::Signal::SIGINT);
-    w.wait_code(0);
-    let out = w.stdout_text();
-    let report: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| ctx.fail(format!("not JSON: {e}: {out}")));
-    let late_calls = report["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["pid"] == late)
-        .and_then(|p| p["functions"][0]["calls"].as_u64());
+    let (report, out) = interrupt_for_report(&ctx, &mut w);
+    let late_calls = first_function_calls(&report, i64::from(late));
     ctx.check(late_calls == Some(300), || {
         format!("the late worker {late} made 300 calls since its fork: {out}")
     });
