@@ -452,7 +452,6 @@ fn python3_four_busy_threads_at_a_lock_within_the_budget() {
     // two speeds (30,000 or 41,000 rounds a second, 38 or 26 µs of CPU a
     // round, switching between them over seconds), wider than the
     // issue's 5 points.
-    let _ = (slowdown, stolen);
     t.close_stdin();
     t.expect_stdout("done", |l| l == "done");
     t.wait_exit();
