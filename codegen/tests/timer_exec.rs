@@ -75,6 +75,12 @@ fn close_enough(timed: u64, measured: u64) -> bool {
     timed.abs_diff(measured) <= measured * 3 / 100 + 200 * US
 }
 
+/// `timed` is at least `measured` or short of it by no more than
+/// [`close_enough`] allows.
+fn close_enough_below(timed: u64, measured: u64) -> bool {
+    timed >= measured || close_enough(timed, measured)
+}
+
 /// Involuntary context switches of this thread so far.
 fn preemptions() -> i64 {
     // SAFETY: all-zero is a valid `rusage`.
@@ -1038,23 +1044,31 @@ fn constrained_timers_count_only_inside_their_path() {
         assert_eq!(word(m + METRIC_NESTING), 0);
     }
     // The constrained CPU times: shared's spin and leaf's under `a` only
-    // (`b` ran shared twice as often), and no more than a's own time.
+    // (`b` ran shared twice as often), and no more than a's own time. An
+    // anchored CPU clock counts the vCPU's stolen time until its next
+    // re-anchor, so an activation whose entry read such an anchor and
+    // whose exit re-anchored reads short of the kernel's clock (685 µs
+    // for 750 once in CI): the lower bounds allow the clock tests'
+    // tolerance (`close_enough`), which this test is not about.
     let (wall_a, cpu_a, _) = totals(ma);
     let (wall_s, cpu_s, _) = totals(m_shared);
     let (wall_l, cpu_l, _) = totals(m_leaf);
     assert!(
-        cpu_s >= CALLS * 250 * US && cpu_s <= cpu_a,
+        close_enough_below(cpu_s, CALLS * 250 * US) && cpu_s <= cpu_a,
         "shared cpu {cpu_s}, a {cpu_a}"
     );
     assert!(wall_s <= wall_a, "shared wall {wall_s}, a {wall_a}");
     assert!(
-        cpu_l >= CALLS * 50 * US && cpu_l <= cpu_s,
+        close_enough_below(cpu_l, CALLS * 50 * US) && cpu_l <= cpu_s,
         "leaf cpu {cpu_l}, shared {cpu_s}"
     );
     assert!(wall_l <= wall_s, "leaf wall {wall_l}, shared {wall_s}");
     // Unconstrained, shared would hold a's and b's three calls each (and
     // the direct ones): 9 x 250 us of CPU at least.
     assert!(cpu_s < 2 * CALLS * 250 * US, "shared cpu {cpu_s}");
+    // And leaf would hold 15 calls of 50 us: under a, under b (twice),
+    // under the direct shared calls, and its own.
+    assert!(cpu_l < 4 * CALLS * 50 * US, "leaf cpu {cpu_l}");
 }
 
 /// A constraining frame left by longjmp: the next entry closes it first,
