@@ -72,10 +72,11 @@ impl Sink {
         if let (true, Some(t)) = (last, &report.trace) {
             if t.dropped_events > 0 {
                 eprintln!(
-                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them; a larger ring: {}=N{}",
+                    "weft: trace: {} events dropped on {} thread(s): their rings ({} events) were full before weft read them (the longest gap between two of weft's drains was {:.1} ms); a larger ring: {}=N{}",
                     t.dropped_events,
                     t.threads.iter().filter(|t| t.dropped_events > 0).count(),
                     t.ring_events,
+                    t.longest_drain_gap_us as f64 / 1000.0,
                     weft::trace::RING_ENV,
                     if t.drain_realtime {
                         ""

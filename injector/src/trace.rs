@@ -394,6 +394,9 @@ pub struct TraceLog {
     rebuild_from: usize,
     /// Whether weft's drain thread runs at real-time priority.
     pub(crate) drain_realtime: bool,
+    /// The longest time between two of the drain thread's copies while
+    /// the threads made events: what a ring had to hold.
+    pub(crate) longest_drain_gap: std::time::Duration,
     budget: u64,
     /// Why events are no longer kept, once they are not.
     full: Option<String>,
@@ -427,6 +430,7 @@ impl TraceLog {
             staged: 0,
             rebuild_from: 0,
             drain_realtime: false,
+            longest_drain_gap: std::time::Duration::ZERO,
             budget,
             full: None,
         }
@@ -708,6 +712,7 @@ impl TraceLog {
             budget_bytes: self.budget,
             not_kept: self.full.clone(),
             drain_realtime: self.drain_realtime,
+            longest_drain_gap_us: self.longest_drain_gap.as_micros() as u64,
             threads: self
                 .threads
                 .iter()
@@ -758,6 +763,11 @@ pub struct TraceSummary {
     /// Whether weft's drain thread ran at real-time priority (root or
     /// CAP_SYS_NICE): without, it competes with the target's threads.
     pub drain_realtime: bool,
+    /// The longest time, in µs, between two copies out of the rings by
+    /// weft's drain thread while the threads made events (its sleep, the
+    /// copying, and any time the machine kept it from running): a ring
+    /// that fills faster than that drops.
+    pub longest_drain_gap_us: u64,
     /// Per thread.
     pub threads: Vec<ThreadTraceSummary>,
 }

@@ -73,13 +73,22 @@ fn drain(log: &Weak<Mutex<TraceLog>>, region: &Region, stop: &AtomicBool) {
     }
     let mut pause = BUSY;
     let mut last_events = std::time::Instant::now();
+    // When the last copy that found events began: the gap to the next
+    // is what the rings had to hold.
+    let mut last_copy: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Acquire) {
         let Some(log) = log.upgrade() else {
             return;
         };
         let ((events, left), capacity) = {
             let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-            (log.drain_all(region, false), u64::from(log.capacity()))
+            let now = std::time::Instant::now();
+            if let Some(gap) = last_copy.map(|at| now.saturating_duration_since(at)) {
+                log.longest_drain_gap = log.longest_drain_gap.max(gap);
+            }
+            let drained = log.drain_all(region, false);
+            last_copy = (drained.0 > 0).then_some(now);
+            (drained, u64::from(log.capacity()))
         };
         drop(log);
         if events > 0 {

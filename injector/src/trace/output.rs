@@ -205,6 +205,7 @@ impl TraceLog {
             "budget_bytes": summary.budget_bytes,
             "not_kept": summary.not_kept,
             "drain_realtime": summary.drain_realtime,
+            "longest_drain_gap_us": summary.longest_drain_gap_us,
             "threads": summary.threads,
         });
         out.finish("ns", &other)?;
