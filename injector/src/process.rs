@@ -620,6 +620,9 @@ struct Target {
     /// Whether the caller chooses each thread's CPU clock
     /// ([`Process::choose_cpu_clocks`]).
     clocks_chosen: bool,
+    /// The CPU clocks this session paused ([`Process::pause_cpu_clock`]):
+    /// row index → (thread, the clock pointer to give back).
+    paused_clocks: std::sync::Mutex<std::collections::HashMap<u32, (Tid, u64)>>,
     /// The longest stop of the world of the last hold, once released.
     longest_stop: StopTime,
     /// `/proc/PID/mem`, read-only, for planning while not held.
@@ -745,6 +748,7 @@ impl Process {
                 clocks_released: 0,
                 keep_cpu_clocks: false,
                 clocks_chosen: false,
+                paused_clocks: Default::default(),
                 longest_stop: StopTime::default(),
                 memory: None,
                 stub_address: None,

@@ -49,8 +49,10 @@ pub struct Region {
     control: *const RegionHeader,
     /// The memfd, for resetting recycled words ([`Region::zero_words`]).
     file: std::fs::File,
-    /// Writable one-page mappings of the rows' trace-ring consumer words
-    /// ([`Region::trace_tail`]), by file offset of the page.
+    /// Writable one-page mappings of the words of rows weft writes (the
+    /// trace rings' consumer words, [`Region::trace_tail`]; a paused CPU
+    /// clock's pointer, [`Region::pause_clock`]), by file offset of the
+    /// page.
     tails: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
 }
 
@@ -287,34 +289,45 @@ impl Region {
     }
 
     /// The consumer word (`tail`) of row `index`'s trace ring at row byte
-    /// offset `offset`, through a writable mapping of its page (the one
-    /// word of a row weft writes; see `weft_rt::layout::trace`). None past
-    /// the last thread row, for a misaligned offset, or when the page
-    /// cannot be mapped.
+    /// offset `offset`, through a writable mapping of its page (see
+    /// `weft_rt::layout::trace`). None past the last thread row, for a
+    /// misaligned offset, or when the page cannot be mapped.
     pub fn trace_tail(&self, index: u32, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        let at = self.writable(index, offset, 8)?;
+        // SAFETY: `writable` gives an 8-byte aligned address of 8 bytes in
+        // a page mapped writable for as long as `self` lives (unmapped in
+        // Drop); the target only reads this word.
+        Some(unsafe { &*(at as *const std::sync::atomic::AtomicU64) })
+    }
+
+    /// The address, in a writable mapping of its page, of the `size`
+    /// bytes (8 or 4, aligned so) at byte `offset` of row `index`: the
+    /// words weft writes with one store the target can read at any moment
+    /// (a `pwrite` into the memfd is not one store). None past the last
+    /// thread row, for a misaligned offset, or when the page cannot be
+    /// mapped.
+    fn writable(&self, index: u32, offset: usize, size: usize) -> Option<usize> {
         if index >= self.geometry.max_rows
-            || offset % 8 != 0
-            || offset as u64 + 8 > self.geometry.row_stride()
+            || offset % size != 0
+            || offset as u64 + size as u64 > self.geometry.row_stride()
         {
             return None;
         }
         let at = self.geometry.row_offset(index) + offset as u64;
         let page = at & !(layout::PAGE - 1);
-        let mut tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
-        let base = match tails.get(&page) {
+        let mut pages = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+        let base = match pages.get(&page) {
             Some(&base) => base,
             None => {
                 let base = map_shared(&self.file, layout::PAGE as usize, page as usize, true)
                     .ok()? as usize;
-                tails.insert(page, base);
+                pages.insert(page, base);
                 base
             }
         };
-        // SAFETY: the page at `page` is mapped writable for as long as
-        // `self` lives (unmapped in Drop); `at - page` < PAGE and `at` is
-        // 8-byte aligned (rows and offsets are), so the AtomicU64 lies
-        // inside it; the target only reads this word.
-        Some(unsafe { &*((base + (at - page) as usize) as *const std::sync::atomic::AtomicU64) })
+        // Rows (and so `at`) are aligned to `size` as `offset` is, and
+        // `at - page` < PAGE: the bytes lie inside the mapped page.
+        Some(base + (at - page) as usize)
     }
 
     /// Copies row `index` (its first `words` metric words); None past the
@@ -549,6 +562,77 @@ impl Region {
         self.file.write_all_at(&0u64.to_le_bytes(), at)
     }
 }
+
+impl Region {
+    /// Pauses row `index`'s CPU clock (see `weft_rt::clock::WHY_CPU_PAUSED`):
+    /// the row's `cpu_why` says paused, then its clock pointer is 0, so the
+    /// thread's timers read no CPU time and pay nothing for it. Returns the
+    /// pointer it had, for [`Region::resume_clock`]; None when the row has
+    /// no clock (nothing to pause).
+    pub(crate) fn pause_clock(&self, index: u32) -> std::io::Result<Option<u64>> {
+        let pointer = self.clock_pointer(index);
+        if pointer == 0 {
+            return Ok(None);
+        }
+        self.thread_why(index)?
+            .store(weft_rt::clock::WHY_CPU_PAUSED, Ordering::Release);
+        self.thread_clock(index)?.store(0, Ordering::Release);
+        Ok(Some(pointer))
+    }
+
+    /// Gives row `index` its clock `pointer` back after
+    /// [`Region::pause_clock`]: the pointer first, then the pause mark
+    /// cleared, so that a thread exiting in between finds its clock by one
+    /// or the other.
+    pub(crate) fn resume_clock(&self, index: u32, pointer: u64) -> std::io::Result<()> {
+        self.thread_clock(index)?.store(pointer, Ordering::Release);
+        self.thread_why(index)?.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Row `index`'s CPU clock pointer (the target's address of its
+    /// clock; 0: none, or paused).
+    pub(crate) fn clock_pointer(&self, index: u32) -> u64 {
+        self.row_header(index)
+            .thread
+            .cpu_clock
+            .load(Ordering::Acquire)
+    }
+
+    /// Whether row `index`'s clock is paused ([`Region::pause_clock`]).
+    pub(crate) fn clock_paused(&self, index: u32) -> bool {
+        let thread = &self.row_header(index).thread;
+        thread.cpu_clock.load(Ordering::Acquire) == 0
+            && thread.cpu_why.load(Ordering::Acquire) == weft_rt::clock::WHY_CPU_PAUSED
+    }
+
+    /// Row `index`'s CPU clock pointer, writable: the thread loads it
+    /// once per reading and dereferences it, so it is written with one
+    /// store (a torn pointer would send the thread to a wild address).
+    fn thread_clock(&self, index: u32) -> std::io::Result<&std::sync::atomic::AtomicU64> {
+        let at = self
+            .writable(index, THREAD_OFFSET + THREAD_CPU_CLOCK, 8)
+            .ok_or_else(|| std::io::Error::other("cannot map the row's clock pointer"))?;
+        // SAFETY: `writable` gives an aligned address of 8 bytes in a page
+        // mapped writable for as long as `self` lives.
+        Ok(unsafe { &*(at as *const std::sync::atomic::AtomicU64) })
+    }
+
+    /// Row `index`'s `cpu_why`, writable.
+    fn thread_why(&self, index: u32) -> std::io::Result<&std::sync::atomic::AtomicI32> {
+        let at = self
+            .writable(index, THREAD_OFFSET + THREAD_CPU_WHY, 4)
+            .ok_or_else(|| std::io::Error::other("cannot map the row's clock state"))?;
+        // SAFETY: as in `thread_clock`, 4 aligned bytes.
+        Ok(unsafe { &*(at as *const std::sync::atomic::AtomicI32) })
+    }
+}
+
+/// Byte offsets of a row's thread state, and in it of the words
+/// [`Region::pause_clock`] writes.
+const THREAD_OFFSET: usize = std::mem::offset_of!(RowHeader, thread);
+const THREAD_CPU_CLOCK: usize = std::mem::offset_of!(layout::ThreadState, cpu_clock);
+const THREAD_CPU_WHY: usize = std::mem::offset_of!(layout::ThreadState, cpu_why);
 
 impl Region {
     /// Copies out the rows of threads that are gone (their row says exited

@@ -994,6 +994,15 @@ pub const WHY_CPU_ARM_ASKED: i32 = -6;
 /// switch; a thread that switches more often than it reads its clock pays
 /// less for the system call).
 pub const WHY_CPU_DROP_ASKED: i32 = -8;
+/// The row's `cpu_why` (not the clock's: the row's `cpu_clock` pointer is
+/// 0 then) while the injector has paused the thread's CPU clock: it
+/// writes this, then 0 over the pointer, so that the thread's timers read
+/// no CPU time at all (the generated code and the runtime skip a thread
+/// with no clock) and cost nothing for it, and writes the pointer back
+/// to resume. Only a clock with no perf event is paused. The clock stays
+/// in the row's storage meanwhile: a thread that exits paused drops it
+/// from there.
+pub const WHY_CPU_PAUSED: i32 = -9;
 /// Byte offset of [`ThreadCpuClock::why`], for the injector's request.
 pub const CPU_OFF_WHY: usize = 92;
 /// Byte offset of `owns_page`, for the assembly reader.

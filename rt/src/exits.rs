@@ -787,10 +787,17 @@ pub(crate) fn finish_thread(header: &RegionHeader, row_ptr: *mut u8) {
         }
         row.activity.fetch_add(1, Ordering::Release);
     }
-    let clock = row.thread.cpu_clock.swap(0, Ordering::AcqRel) as *mut ThreadCpuClock;
+    let mut clock = row.thread.cpu_clock.swap(0, Ordering::AcqRel) as *mut ThreadCpuClock;
+    if clock.is_null()
+        && row.thread.cpu_why.swap(0, Ordering::AcqRel) == crate::clock::WHY_CPU_PAUSED
+    {
+        // Paused by the injector: the clock is still in the row's storage.
+        clock = ptr::addr_of!(row.clock) as *mut ThreadCpuClock;
+    }
     if !clock.is_null() {
-        // SAFETY: the clock was written by setup_thread and is dropped once
-        // (the pointer was swapped out above).
+        // SAFETY: the clock was written by setup_thread and is dropped once:
+        // its pointer was swapped out above, or it was paused (the pointer
+        // already 0) and the pause mark was swapped out with it.
         unsafe { ptr::drop_in_place(clock) };
     }
 }

@@ -234,14 +234,14 @@ fn work_b_by_thread(p: &weft::Process) -> std::collections::BTreeMap<u32, (u64, 
 /// A tool that chooses each thread's CPU clock (the diagnosis does, by
 /// what an event costs the thread at its switches against a system call
 /// at its readings): a thread asked to let its event go does so at its
-/// next reading, a later insertion does not give it one back, and one
-/// asked for an event makes it; the CPU time read stays right across
-/// each change.
+/// next reading, a later insertion does not give it one back, one paused
+/// counts its calls and no CPU time until given back, and one asked for
+/// an event makes it; the CPU time read stays right across each change.
 #[test]
 fn cpu_clocks_chosen_thread_by_thread() {
     use weft::CpuClock;
     let ctx = Ctx::new("cpu_clocks_chosen_thread_by_thread");
-    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "5"]);
+    let mut t = ctx.target(workers_c(), &["--threads", "3", "--phases", "7"]);
     t.expect_stdout("ready", |l| l.starts_with("ready "));
     let mut p = weft::Process::open(t.pid as i32).expect("open the target");
     p.choose_cpu_clocks(true);
@@ -262,16 +262,20 @@ fn cpu_clocks_chosen_thread_by_thread() {
     // work_b is a few instructions: a reading charged a stop, or a stale
     // anchor across a change, would put ms into its CPU time.
     let mut before = work_b_by_thread(&p);
+    // Each thread's (calls, CPU ns) in the phase, checked.
     let mut check_phase = |p: &weft::Process, what: &str| {
         let now = work_b_by_thread(p);
+        let mut phase = std::collections::BTreeMap::new();
         for (tid, (calls, cpu)) in &now {
             let (c0, t0) = before.get(tid).copied().unwrap_or((0, 0));
             let (calls, cpu) = (calls - c0, cpu - t0);
             ctx.check(calls > 0 && cpu / calls < 5_000, || {
                 format!("{what}: thread {tid}: {calls} calls, {cpu} ns of CPU")
             });
+            phase.insert(*tid, (calls, cpu));
         }
         before = now;
+        phase
     };
     // The workers register in phase 1, each with its event.
     phase(&mut t, 1);
@@ -318,14 +322,46 @@ fn cpu_clocks_chosen_thread_by_thread() {
         format!("clocks after an insertion: {clocks:?}")
     });
     check_phase(&p, "phase 3, after an insertion");
+    // Paused, the first worker's timers count its calls and no CPU time;
+    // a clock with an event is not paused.
+    ctx.check(p.pause_cpu_clock(first, true).expect("pause"), || {
+        "the first worker's clock was not paused".into()
+    });
+    ctx.check(!p.pause_cpu_clock(workers[1], true).expect("pause"), || {
+        "a clock with an event was paused".into()
+    });
+    phase(&mut t, 4);
+    let clocks = p.cpu_clocks();
+    ctx.check(of(&clocks, first) == Some(CpuClock::Paused), || {
+        format!("clocks after a pause: {clocks:?}")
+    });
+    let paused = check_phase(&p, "phase 4, one clock paused");
+    ctx.check(
+        paused
+            .iter()
+            .all(|(&tid, &(calls, cpu))| calls > 0 && (cpu == 0) == (tid as weft::Tid == first)),
+        || format!("(calls, CPU ns) with the first worker's clock paused: {paused:?}"),
+    );
+    ctx.check(p.pause_cpu_clock(first, false).expect("resume"), || {
+        "the first worker's clock was not given back".into()
+    });
+    phase(&mut t, 5);
+    let clocks = p.cpu_clocks();
+    ctx.check(of(&clocks, first) == Some(CpuClock::SystemCall), || {
+        format!("clocks after the pause: {clocks:?}")
+    });
+    let resumed = check_phase(&p, "phase 5, the clock given back");
+    ctx.check(resumed.values().all(|&(_, cpu)| cpu > 0), || {
+        format!("(calls, CPU ns) with the clock given back: {resumed:?}")
+    });
     ctx.check(
         p.set_cpu_clock(first, true).expect("ask for an event"),
         || "the first worker's clock was not asked for an event".into(),
     );
-    phase(&mut t, 4);
+    phase(&mut t, 6);
     let clocks = p.cpu_clocks();
     ctx.check(clocks.iter().all(|c| c.1 == CpuClock::Event), || {
-        format!("clocks after phase 4: {clocks:?}")
+        format!("clocks after phase 6: {clocks:?}")
     });
     ctx.check(clock_maps(t.pid).0 == 3, || {
         format!(
@@ -333,7 +369,7 @@ fn cpu_clocks_chosen_thread_by_thread() {
             clock_maps(t.pid)
         )
     });
-    check_phase(&p, "phase 4, the event back");
+    check_phase(&p, "phase 6, the event back");
     p.choose_cpu_clocks(false);
     let mut held = p.hold().expect("hold");
     held.remove(&ids).expect("remove");

@@ -628,7 +628,7 @@ impl Consultant {
         let now = process.cpu_clocks().into_iter().filter_map(|(tid, c)| {
             let event = match c {
                 CpuClock::Event | CpuClock::Table => true,
-                CpuClock::SystemCall => false,
+                CpuClock::SystemCall | CpuClock::Paused => false,
                 // As asked, told below when it was.
                 CpuClock::Asked => return None,
             };

@@ -37,6 +37,9 @@ pub enum CpuClock {
     /// Asked for an event, or to let its event go: its thread acts on it at
     /// its next reading.
     Asked,
+    /// Paused ([`Process::pause_cpu_clock`]): the thread's timers read no
+    /// CPU time, and its clock costs nothing.
+    Paused,
 }
 
 impl CpuClock {
@@ -52,6 +55,7 @@ impl CpuClock {
             return None;
         }
         Some(match why {
+            weft_rt::clock::WHY_CPU_PAUSED => CpuClock::Paused,
             WHY_CPU_ARM_ASKED | WHY_CPU_DROP_ASKED | WHY_CPU_RELEASE_ASKED => CpuClock::Asked,
             _ if source == 1 + CPU_SYSCALL => CpuClock::SystemCall,
             WHY_CPU_ON_TABLE => CpuClock::Table,
@@ -403,6 +407,95 @@ impl Process {
         };
         asked.map_err(|e| Error::Internal(format!("asking a CPU clock: {e}")))?;
         Ok(true)
+    }
+
+    /// Pauses thread `tid`'s CPU clock (`paused`), or gives it back. A
+    /// paused clock is not read: the thread's CPU timers count no CPU time
+    /// from their next activation, and cost it nothing, neither a system
+    /// call at each reading nor an event at each switch; activations open
+    /// at the pause count none. For a tool that can do without the
+    /// thread's CPU time for a while (the diagnosis samples it instead,
+    /// where reading it would cost the target more than its budget). Only
+    /// a clock with no perf event is paused ([`CpuClock::SystemCall`]: let
+    /// it go first, [`Process::set_cpu_clock`]). Every paused clock is
+    /// given back when the session lets go of the process; a thread that
+    /// exits paused drops its clock as it would. Returns whether the clock
+    /// changed.
+    pub fn pause_cpu_clock(&self, tid: Tid, paused: bool) -> Result<bool, Error> {
+        let rt = self.rt()?;
+        let Some(row) = rt
+            .region
+            .snapshot(0)
+            .into_iter()
+            .find(|r| r.state == ROW_LIVE && r.tid as Tid == tid)
+        else {
+            return Ok(false);
+        };
+        let failed = |e: std::io::Error| Error::Internal(format!("pausing a CPU clock: {e}"));
+        let mut saved = self
+            .target
+            .paused_clocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if paused {
+            if CpuClock::of(row.cpu_source) != Some(CpuClock::SystemCall) {
+                return Ok(false);
+            }
+            let Some(pointer) = rt.region.pause_clock(row.index).map_err(failed)? else {
+                return Ok(false);
+            };
+            saved.insert(row.index, (tid, pointer));
+            return Ok(true);
+        }
+        match saved.remove(&row.index) {
+            Some((owner, pointer)) if owner == tid && rt.region.clock_paused(row.index) => {
+                rt.region.resume_clock(row.index, pointer).map_err(failed)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Gives every clock this session paused back (its thread still alive
+    /// and the row still its own), and, when no session has a probe in
+    /// the process any more, every other paused clock too (left by a weft
+    /// that was killed): its pointer is where the runtime keeps every
+    /// row's clock, the same place in each row.
+    pub(super) fn resume_cpu_clocks(&self) {
+        let Some(rt) = self.runtime.as_ref() else {
+            return;
+        };
+        let saved = std::mem::take(
+            &mut *self
+                .target
+                .paused_clocks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        let last = !self.probes.iter().any(|p| p.active)
+            && crate::ledger::live_entries(&rt.region).is_empty();
+        let rows: Vec<crate::sample::RowSnapshot> = rt
+            .region
+            .snapshot(0)
+            .into_iter()
+            .filter(|r| r.state == ROW_LIVE)
+            .collect();
+        let geometry = rt.region.geometry();
+        // The target's address of row 0's clock, from any row that has one.
+        let row0 = rows.iter().find_map(|r| {
+            let pointer = rt.region.clock_pointer(r.index);
+            (pointer != 0).then(|| pointer.wrapping_sub(geometry.row_offset(r.index)))
+        });
+        for r in rows.iter().filter(|r| rt.region.clock_paused(r.index)) {
+            let pointer = match saved.get(&r.index) {
+                Some(&(tid, pointer)) if tid as u32 == r.tid => Some(pointer),
+                _ if last => row0.map(|p| p.wrapping_add(geometry.row_offset(r.index))),
+                _ => None,
+            };
+            if let Some(pointer) = pointer {
+                let _ = rt.region.resume_clock(r.index, pointer);
+            }
+        }
     }
 
     /// Asks the live threads whose CPU clock reads a system call for want
