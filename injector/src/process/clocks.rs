@@ -474,6 +474,9 @@ impl Process {
         );
         let last = !self.probes.iter().any(|p| p.active)
             && crate::ledger::live_entries(&rt.region).is_empty();
+        if saved.is_empty() && !last {
+            return;
+        }
         let rows: Vec<crate::sample::RowSnapshot> = rt
             .region
             .snapshot(0)
