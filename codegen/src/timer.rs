@@ -405,7 +405,12 @@ fn start_slow_path(
             a.xchg(rax, r8)?;
             let mut keep = a.create_label();
             a.push(rax)?;
+            // The pointer again (the call clobbered `rdx`): 0 now if weft
+            // paused the clock meanwhile (`WHY_CPU_PAUSED`), and then the
+            // routine's value stands.
             a.mov(rdx, m(rcx, c.row_offset))?;
+            a.test(rdx, rdx)?;
+            a.jz(keep)?;
             a.mov(rax, r8)?;
             a.sub(rax, m(rdx, c.anchor_tsc))?;
             a.cmp(rax, m(rdx, c.max_age))?;

@@ -1105,3 +1105,49 @@ fn constraints_are_checked_when_built() {
     assert_eq!(Inside::new(&[8, 8, 16]).unwrap().words(), &[8, 16]);
     assert!(Inside::new(&[]).unwrap().is_always());
 }
+
+/// The address of the row word holding this test thread's CPU clock
+/// pointer, for [`pausing_slow_path`].
+static CLOCK_POINTER_WORD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The runtime's slow path, after clearing the row's clock pointer as
+/// weft does when it pauses the clock (`WHY_CPU_PAUSED`): the pause lands
+/// while the thread is inside the slow path.
+#[unsafe(naked)]
+extern "C" fn pausing_slow_path() {
+    std::arch::naked_asm!(
+        "push r11",
+        "mov r11, qword ptr [rip + {word}]",
+        "mov qword ptr [r11], 0",
+        "pop r11",
+        "jmp {real}",
+        word = sym CLOCK_POINTER_WORD,
+        real = sym weft_rt::clock::weft_rt_cpu_ticks,
+    )
+}
+
+/// A clock paused while the start is in its slow path: the start reads
+/// the clock pointer again after the routine, finds 0 and keeps the
+/// routine's value (it dereferenced the 0 before: weft's pause of a
+/// CPython worker's clock killed the interpreter), the stop reads no CPU
+/// time, and the call is counted and its wall time kept.
+#[test]
+fn a_clock_paused_in_the_slow_path_is_not_read_again() {
+    let mut spec = timer_spec(BOTH, wall(WallPreference::Auto));
+    spec.cpu.slow_path = pausing_slow_path as *const () as u64;
+    let mut lab = Lab::timed(spec);
+    let f = caller(&mut lab, &[], 20 * US);
+    let m = lab.hook(f);
+    // A clock read by system call: every reading takes the slow path.
+    let setup = install_auto_row(lab.cells(), Some(CpuPreference::Syscall));
+    let word = &setup.row[(CPU_STATE / 8) as usize] as *const u64 as u64;
+    CLOCK_POINTER_WORD.store(word, Ordering::SeqCst);
+    assert_ne!(setup.row[(CPU_STATE / 8) as usize], 0);
+    fn1(f.0)(0);
+    assert_eq!(setup.row[(CPU_STATE / 8) as usize], 0, "not paused");
+    assert_eq!(counts(m), [1, 1, 0, 0]);
+    let (wall, cpu, _) = totals(m);
+    assert_eq!(cpu, 0, "CPU time read from a paused clock");
+    assert!(wall >= 20 * US, "wall {wall}");
+    assert_eq!(depth(), 0);
+}
