@@ -418,7 +418,8 @@ impl Process {
     /// where reading it would cost the target more than its budget). Only
     /// a clock with no perf event is paused ([`CpuClock::SystemCall`]: let
     /// it go first, [`Process::set_cpu_clock`]). Every paused clock is
-    /// given back when the session lets go of the process; a thread that
+    /// given back when the session ends (a hold released with none of its
+    /// probes left in place); a thread that
     /// exits paused drops its clock as it would. Returns whether the clock
     /// changed.
     pub fn pause_cpu_clock(&self, tid: Tid, paused: bool) -> Result<bool, Error> {

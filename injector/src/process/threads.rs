@@ -286,7 +286,11 @@ impl Process {
     /// keep counting, weft is no longer attached (its signals, clones and
     /// exits never wait for weft).
     pub(super) fn let_go(&mut self, tracer: &mut Tracer) -> Result<(), Error> {
-        self.resume_cpu_clocks();
+        // A session ending (nothing of its own in place) gives back the
+        // CPU clocks it paused.
+        if !self.probes.iter().any(|p| p.active) {
+            self.resume_cpu_clocks();
+        }
         // The last session out lets go of the threads' perf events (a
         // failure leaves them as they were: working, and costly; the
         // target's maps still show them).
