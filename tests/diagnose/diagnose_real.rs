@@ -394,12 +394,14 @@ fn python_rate(ctx: &Ctx, t: &mut Proc, secs: f64) -> f64 {
     (n1 - n0) / (t1 - t0)
 }
 
-/// The lock wait of every one of four busy CPython workers is found, and
-/// the search's instrumentation stays within `--max-overhead` as weft
-/// measures it: before the armed call sites were costed and taken out
-/// once watched, a point on each indirect call of the interpreter loop
-/// slowed such a script by 40 % (the slowdown itself is measured in
-/// `cargo bench --bench overhead`, section 7).
+/// The lock wait of every one of four busy CPython workers is found, the
+/// search's whole cost (probes, points and clocks) stays within
+/// `--max-overhead`, and it is what the script felt: its own rate alone
+/// and under the search, within 5 points, and at most 15 % slower. Before
+/// the armed call sites were costed and taken out once watched, a point
+/// on each indirect call of the interpreter loop slowed such a script by
+/// 40 %; before the workers' clocks were paused (their perf events cost
+/// them at 6,000 switches a second each), the search cost 13-16 %.
 #[test]
 fn python3_four_busy_threads_at_a_lock_within_the_budget() {
     let _one = one_at_a_time();
@@ -438,20 +440,45 @@ fn python3_four_busy_threads_at_a_lock_within_the_budget() {
     ctx.check(workers.iter().all(|w| waiting.contains(w)), || {
         format!("lock waits found for {waiting:?}, the workers are {workers:?}: {all:?}\n{err}")
     });
-    // What `--max-overhead` bounds: the probes' part (the clocks' events
-    // cost each thread at its switches whichever probes it runs; weft
-    // keeps them where they cost less than a system call at each reading).
-    let bounded = overhead - s["clock_overhead"].as_f64().unwrap_or(f64::NAN);
-    ctx.check(bounded <= 0.05, || {
+    // Their clocks, costly either way, were paused (their lock waits above
+    // were then measured from samples).
+    let paused = tids(&s["clocks_paused"]);
+    ctx.check(workers.iter().any(|w| paused.contains(w)), || {
+        format!("no worker's clock paused: {paused:?}, the workers are {workers:?}")
+    });
+    // Everything the search cost, clocks included, within --max-overhead
+    // (the workers' clocks, costly either way at 6,000 switches a second,
+    // are paused and their CPU time sampled).
+    ctx.check(overhead <= 0.05, || {
         format!(
-            "the search's probes cost {:.1} % of the target's CPU (--max-overhead 5 %)\n{err}",
-            100.0 * bounded
+            "the search cost {:.1} % of the target's CPU (--max-overhead 5 %)\n{err}",
+            100.0 * overhead
         )
     });
-    // The slowdown is printed, not compared: this script alone runs at
-    // two speeds (30,000 or 41,000 rounds a second, 38 or 26 µs of CPU a
-    // round, switching between them over seconds), wider than the
-    // issue's 5 points.
+    // And what it reports is what the script felt, compared where the
+    // script's rate alone held still: alone, it runs at two speeds (30,000
+    // or 41,000 rounds a second, switching between them over seconds), and
+    // on a machine the hypervisor leaves alone.
+    let steady = (alone_before - alone_after).abs() <= 0.05 * alone;
+    if steady && stolen <= crate::diagnose_acceptance::STEAL_QUIET {
+        ctx.check(slowdown <= 0.15, || {
+            format!(
+                "the script ran {:.1} % slower under the search",
+                100.0 * slowdown
+            )
+        });
+        ctx.check((overhead - slowdown).abs() <= 0.05, || {
+            format!(
+                "reported overhead {:.1} %, the script's slowdown {:.1} %",
+                100.0 * overhead,
+                100.0 * slowdown
+            )
+        });
+    } else {
+        eprintln!(
+            "the script's rate alone moved, or the machine was stolen: slowdown not compared"
+        );
+    }
     t.close_stdin();
     t.expect_stdout("done", |l| l == "done");
     t.wait_exit();

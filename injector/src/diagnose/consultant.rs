@@ -294,6 +294,10 @@ pub struct Summary {
     /// The measured cost of a CPU clock reading by system call, ns: what a
     /// thread whose clock has no perf event pays twice a timed call.
     pub cost_per_clock_syscall_ns: f64,
+    /// The threads whose CPU clocks were paused at some point of the
+    /// search, their clocks costing too much either way: their values
+    /// were sampled meanwhile (docs/diagnose.md).
+    pub clocks_paused: Vec<u32>,
     /// The measured cost of one timed call, ns.
     pub cost_per_call_ns: f64,
     /// The measured cost of a timer's first CPU clock reading after its
@@ -417,6 +421,8 @@ pub struct Consultant {
     cpu_shares: HashMap<NodeId, f64>,
     /// What the threads are blocked in, sampled.
     waits: WaitSampler,
+    /// The threads whose CPU clocks were paused at some point.
+    paused_ever: BTreeSet<u32>,
     pid: i32,
     /// When the search began: the timeline's origin.
     started: Instant,
@@ -591,6 +597,7 @@ impl Consultant {
             call_rates: HashMap::new(),
             cpu_shares: HashMap::new(),
             waits: WaitSampler::start(process.pid(), WAIT_SAMPLE_PERIOD),
+            paused_ever: BTreeSet::new(),
             pid: process.pid(),
             started: Instant::now(),
             started_monotonic: crate::events::monotonic_ns() as f64 * 1e-9,
@@ -625,7 +632,8 @@ impl Consultant {
     /// not changed still reads right).
     fn change_clocks(&mut self, process: &Process) {
         use crate::CpuClock;
-        let now = process.cpu_clocks().into_iter().filter_map(|(tid, c)| {
+        let clocks = process.cpu_clocks();
+        let now = clocks.iter().filter_map(|&(tid, c)| {
             let event = match c {
                 CpuClock::Event | CpuClock::Table => true,
                 CpuClock::SystemCall | CpuClock::Paused => false,
@@ -635,6 +643,11 @@ impl Consultant {
             Some((tid as u32, event))
         });
         self.cost.clocks_now(now.collect::<Vec<_>>());
+        let mut paused: BTreeSet<u32> = clocks
+            .iter()
+            .filter(|c| c.1 == CpuClock::Paused)
+            .map(|c| c.0 as u32)
+            .collect();
         let asked: Vec<(u32, bool)> = self
             .cost
             .advice()
@@ -647,6 +660,78 @@ impl Consultant {
             })
             .collect();
         self.cost.clocks_now(asked);
+        // A clock with an event was asked to let it go above: paused at a
+        // later interval, once it has (pausing refuses it before).
+        let changed: Vec<u32> = self
+            .cost
+            .pause_advice()
+            .iter()
+            .filter(|&&(tid, pause)| {
+                process
+                    .pause_cpu_clock(tid as crate::Tid, pause)
+                    .unwrap_or(false)
+            })
+            .map(|&(tid, pause)| {
+                if pause {
+                    paused.insert(tid);
+                } else {
+                    paused.remove(&tid);
+                }
+                tid
+            })
+            .collect();
+        self.watch_paused(process, &paused);
+        self.paused_ever.extend(paused.iter().copied());
+        self.cost.paused_now(paused);
+        // The tests on a thread whose clock changed measure afresh: their
+        // values came from its timers and now come from the samples, or
+        // the other way.
+        for tid in changed {
+            let on_thread: Vec<NodeId> = self
+                .baselines
+                .keys()
+                .copied()
+                .filter(|&id| self.search.node(id).focus.threads.first() == Some(&tid))
+                .collect();
+            for id in on_thread {
+                self.baselines.remove(&id);
+            }
+        }
+    }
+
+    /// Tells the wait sampler which threads' clocks are paused (their
+    /// rows) and which probes' functions to look inside of on them.
+    fn watch_paused(&mut self, process: &Process, paused: &BTreeSet<u32>) {
+        let threads: HashMap<u32, u32> = match process.region() {
+            Some(region) if !paused.is_empty() => region
+                .snapshot(0)
+                .into_iter()
+                .filter(|r| r.state == weft_rt::layout::ROW_LIVE && paused.contains(&r.tid))
+                .map(|r| (r.tid, r.index))
+                .collect(),
+            _ => HashMap::new(),
+        };
+        let probes: Vec<(ProbeId, usize)> = process
+            .probes()
+            .iter()
+            .filter(|p| p.active && (p.metrics().wall || p.metrics().cpu))
+            .filter_map(|p| {
+                let first = p.words()?.first;
+                let base = weft_rt::layout::Geometry::metric_offset(first) as usize;
+                Some((p.id, base + weft_rt::layout::metric::NESTING))
+            })
+            .collect();
+        let region = match process.region() {
+            Some(region) if !threads.is_empty() => Some(region),
+            _ => None,
+        };
+        self.waits.watch(|w| {
+            if w.region.is_none() {
+                w.region = region.and_then(|r| r.reopen(process.pid()).ok());
+            }
+            w.threads = threads;
+            w.probes = probes;
+        });
     }
 
     /// A hypothesis's name in reports (a custom one's own name).
@@ -791,13 +876,27 @@ impl Consultant {
             };
             let tid = node.focus.threads.first().copied().unwrap_or(0);
             let (wall, cpu, calls) = values.get(&(tid, probe)).copied().unwrap_or((0, 0, 0));
-            let part = match node.hypothesis {
-                Hypothesis::CpuBound => cpu,
+            // A thread whose CPU clock is paused: its timers read no CPU
+            // time, and the samples tell what it did inside the function.
+            let inside = self
+                .cost
+                .is_paused(tid)
+                .then(|| waits.get(&tid).and_then(|w| w.inside.get(&probe)).copied())
+                .map(Option::unwrap_or_default);
+            let part = match (node.hypothesis, inside) {
+                (Hypothesis::CpuBound, Some(i)) => i.cpu_ns,
+                (Hypothesis::SyncWaiting, Some(i)) => i.sync_ns,
+                (Hypothesis::IoBlocking, Some(i)) => i.io_ns,
+                (Hypothesis::Custom(k), Some(i)) => self.measure_of(k).part(i.wall_ns, i.cpu_ns),
+                (Hypothesis::CpuBound, None) => cpu,
                 // Off the CPU inside the function: waiting (refinement
                 // narrows it to the primitive that waits).
-                Hypothesis::SyncWaiting | Hypothesis::IoBlocking => wall.saturating_sub(cpu),
-                Hypothesis::Custom(i) => self.measure_of(i).part(wall, cpu),
+                (Hypothesis::SyncWaiting | Hypothesis::IoBlocking, None) => {
+                    wall.saturating_sub(cpu)
+                }
+                (Hypothesis::Custom(k), None) => self.measure_of(k).part(wall, cpu),
             };
+            let cpu = inside.map_or(cpu, |i| i.cpu_ns);
             let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
                 .or_insert_with(|| procfs::schedstat(process.pid(), tid));
@@ -951,7 +1050,9 @@ impl Consultant {
             .chain(self.armed.values().flatten().copied())
             .collect();
         self.cost.use_table(process.cpu_clocks_on_table());
-        self.cost.observe(&calls, &probes);
+        let points: std::collections::HashSet<ProbeId> =
+            self.armed.values().flatten().copied().collect();
+        self.cost.observe(&calls, &probes, &points);
         self.change_clocks(process);
         values
     }
@@ -1337,6 +1438,7 @@ impl Consultant {
             overhead: self.cost.total_share(),
             clock_overhead: self.cost.clock_total_share(),
             cost_per_clock_syscall_ns: self.cost.syscall_ns(),
+            clocks_paused: self.paused_ever.iter().copied().collect(),
             cost_per_call_ns: self.cost.per_call_ns,
             cost_per_switch_ns: self.cost.switch_costs().0,
             cost_per_switch_event_ns: self.cost.switch_costs().1,

@@ -16,6 +16,14 @@ const CLOCK_CHANGE_MIN_NS: f64 = 100_000.0;
 /// over an interval to be let go (see `ThreadClock::change`).
 const CLOCK_EVENT_MATERIAL: f64 = 0.01;
 
+/// The most the threads' clocks may cost the target, as a share of its
+/// CPU, before the costliest are paused (see [`pauses`]).
+const CLOCKS_ALLOWED: f64 = 0.01;
+
+/// The shortest interval, s, over which a paused clock is found quiet
+/// enough to be given back.
+const MIN_PAUSE_INTERVAL_S: f64 = 0.1;
+
 /// The least target CPU time a cost share is computed over, ns.
 const MIN_CPU_SPAN_NS: u64 = 10_000_000;
 
@@ -51,8 +59,18 @@ pub(super) struct Cost {
     /// ([`Cost::choose_clocks`]), and which threads' have an event.
     chosen: bool,
     events: HashMap<u32, bool>,
+    /// The threads whose clocks are paused (their CPU time sampled).
+    paused: std::collections::BTreeSet<u32>,
+    /// The threads whose clocks were found worth pausing while they had an
+    /// event: asked to let it go first, and paused as soon as they have
+    /// (judged again without the event, the thread's switches alone cost
+    /// about the material share, and a CPython worker went from event to
+    /// system call and back every half second).
+    pausing: std::collections::BTreeSet<u32>,
     /// The clocks the last interval's figures call for: (thread, event).
     advice: Vec<(u32, bool)>,
+    /// The pauses they call for: (thread, paused).
+    pause_advice: Vec<(u32, bool)>,
     /// Calls of each probe on each thread at the last reading.
     calls: HashMap<(u32, ProbeId), u64>,
     /// Calls of each probe per second of the target's CPU, last interval.
@@ -100,7 +118,10 @@ impl Cost {
             syscall_ns: fastest_read_ns(weft_rt::clock::thread_cputime_ns),
             chosen: false,
             events: HashMap::new(),
+            paused: Default::default(),
+            pausing: Default::default(),
             advice: Vec::new(),
+            pause_advice: Vec::new(),
             calls: HashMap::new(),
             rates: HashMap::new(),
             threads,
@@ -149,11 +170,28 @@ impl Cost {
         self.events.extend(events);
     }
 
+    /// Whether thread `tid`'s clock is paused (as last told).
+    pub(super) fn is_paused(&self, tid: u32) -> bool {
+        self.paused.contains(&tid)
+    }
+
+    /// Which threads' clocks are paused now.
+    pub(super) fn paused_now(&mut self, paused: std::collections::BTreeSet<u32>) {
+        self.paused = paused;
+    }
+
     /// The clock changes the last interval's figures call for: (thread,
     /// whether it should have an event). The caller asks for them and says
     /// so with [`Cost::clocks_now`].
     pub(super) fn advice(&self) -> &[(u32, bool)] {
         &self.advice
+    }
+
+    /// The pauses the last interval's figures call for: (thread, whether
+    /// its clock should be paused). A clock with an event is let go of it
+    /// first, and paused at a later interval.
+    pub(super) fn pause_advice(&self) -> &[(u32, bool)] {
+        &self.pause_advice
     }
 
     /// What a CPU clock reading by system call costs, ns.
@@ -162,7 +200,14 @@ impl Cost {
     }
 
     /// Takes the probes' call counts on each thread now.
-    pub(super) fn observe(&mut self, calls: &HashMap<(u32, ProbeId), u64>, probes: &[ProbeId]) {
+    /// `points` are the probes that count hits and read no clock (armed
+    /// call sites): they cost their hits, not clock readings.
+    pub(super) fn observe(
+        &mut self,
+        calls: &HashMap<(u32, ProbeId), u64>,
+        probes: &[ProbeId],
+        points: &std::collections::HashSet<ProbeId>,
+    ) {
         let before_switches = self.threads.switches.clone();
         let cpu = self.threads.read(self.pid);
         // The kernel brings a running thread's total up to date only at
@@ -179,7 +224,11 @@ impl Cost {
             let new = n.saturating_sub(before);
             calls_ns += new as f64 * self.per_call_ns;
             *cost.entry(id).or_default() += new as f64 * self.per_call_ns;
-            if new > 0 {
+            // A CPython search's armed call sites counted millions of hits
+            // a second: read as timed calls, the clocks of the threads
+            // letting their events go cost 200-350 % of the target's CPU
+            // over those intervals.
+            if new > 0 && !points.contains(&id) {
                 by_thread.entry(tid).or_default().push((id, new));
             }
         }
@@ -196,7 +245,8 @@ impl Cost {
         let secs = self.last_at.elapsed().as_secs_f64().max(1e-3);
         self.last_at = std::time::Instant::now();
         let clocks = if self.chosen {
-            self.chosen_clocks(&by_thread, switched, &mut cost, cpu_delta)
+            let long_enough = secs >= MIN_PAUSE_INTERVAL_S;
+            self.chosen_clocks(&by_thread, switched, &mut cost, (cpu_delta, long_enough))
         } else {
             self.given_clocks(&by_thread, switched, &mut cost, calls)
         };
@@ -277,13 +327,16 @@ impl Cost {
         by_thread: &HashMap<u32, Vec<(ProbeId, u64)>>,
         switched: impl Fn(u32) -> u64,
         cost: &mut HashMap<ProbeId, f64>,
-        cpu_delta: f64,
+        (cpu_delta, long_enough): (f64, bool),
     ) -> Clocks {
         let (per_switch_ns, per_switch_fixed_ns) = (self.per_switch_ns, self.per_switch_event_ns);
         let mut threads: std::collections::BTreeSet<u32> = by_thread.keys().copied().collect();
         threads.extend(self.events.iter().filter(|e| *e.1).map(|e| *e.0));
         let mut all = Clocks::default();
         self.advice.clear();
+        self.pause_advice.clear();
+        threads.extend(self.paused.iter().copied());
+        let mut judged_threads = Vec::new();
         for tid in threads {
             let made = by_thread.get(&tid).map_or(&[][..], |m| &m[..]);
             let total: u64 = made.iter().map(|&(_, n)| n).sum();
@@ -295,19 +348,44 @@ impl Cost {
                 self.syscall_ns,
             );
             let has_event = self.events.get(&tid).copied().unwrap_or(false);
-            if has_event {
+            let paused = self.paused.contains(&tid);
+            if paused {
+                // Not read: nothing to pay.
+            } else if has_event {
                 all.switches += sw;
                 all.actual += clock.event;
             } else {
                 all.actual += clock.syscall;
             }
-            let judged = clock.judged();
+            let judged = if paused { 0.0 } else { clock.judged() };
             all.judged += judged;
             for &(id, n) in made {
                 *cost.entry(id).or_default() += judged * n as f64 / total as f64;
             }
-            if let Some(event) = clock.change(has_event, CLOCK_EVENT_MATERIAL * cpu_delta) {
-                self.advice.push((tid, event));
+            judged_threads.push((tid, clock, has_event, paused));
+        }
+        let costs: Vec<(u32, f64, bool)> = judged_threads
+            .iter()
+            .map(|(tid, clock, _, paused)| (*tid, clock.event.min(clock.syscall), *paused))
+            .collect();
+        let mut pauses = pauses(&costs, CLOCKS_ALLOWED * cpu_delta, long_enough);
+        let material = CLOCK_EVENT_MATERIAL * cpu_delta;
+        for (tid, clock, has_event, paused) in judged_threads {
+            // A thread that let its event go to be paused is paused now,
+            // not judged again.
+            if !paused && !has_event && self.pausing.remove(&tid) {
+                pauses.insert(tid, true);
+            }
+            if let Some(&pause) = pauses.get(&tid) {
+                self.pause_advice.push((tid, pause));
+                if pause && has_event {
+                    self.advice.push((tid, false));
+                    self.pausing.insert(tid);
+                }
+            } else if !paused {
+                if let Some(event) = clock.change(has_event, material) {
+                    self.advice.push((tid, event));
+                }
             }
         }
         all
@@ -406,6 +484,49 @@ impl ThreadClock {
             None
         }
     }
+}
+
+/// Which threads' clocks to pause and which to give back, from each
+/// one's (thread, cheaper cost over the interval, ns, paused now): the
+/// costliest are paused until what the others cost is within `allowance`
+/// (their CPU time is then sampled: see `waits::Inside`); a paused one is
+/// given back, cheapest first, while everything read stays within half
+/// of it, and only over an interval `long_enough` to tell that the thread
+/// has gone quiet (readings a few ms apart, right after an insertion,
+/// count few calls and switches: CPython's workers got their clocks back
+/// for the next 200 ms at every such pair, 9 % of the target's CPU over
+/// those intervals). The bound is on all of them: four CPython workers
+/// whose clocks each cost just under 1 % of the target's CPU cost 3.7 %
+/// between them.
+fn pauses(threads: &[(u32, f64, bool)], allowance: f64, long_enough: bool) -> HashMap<u32, bool> {
+    let mut read: Vec<(u32, f64)> = threads
+        .iter()
+        .filter(|t| !t.2)
+        .map(|t| (t.0, t.1))
+        .collect();
+    let mut kept: f64 = read.iter().map(|t| t.1).sum();
+    read.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut changes = HashMap::new();
+    for (tid, cost) in read {
+        if kept <= allowance || cost <= CLOCK_CHANGE_MIN_NS {
+            break;
+        }
+        changes.insert(tid, true);
+        kept -= cost;
+    }
+    if long_enough {
+        let mut paused: Vec<(u32, f64)> =
+            threads.iter().filter(|t| t.2).map(|t| (t.0, t.1)).collect();
+        paused.sort_by(|a, b| a.1.total_cmp(&b.1));
+        for (tid, cost) in paused {
+            if kept + cost >= allowance / 2.0 {
+                break;
+            }
+            changes.insert(tid, false);
+            kept += cost;
+        }
+    }
+    changes
 }
 
 /// What the clocks cost over an interval, ns.
@@ -662,6 +783,33 @@ mod tests {
         assert_eq!(idle.change(true, 0.0), Some(false), "{idle:?}");
         let quiet = ThreadClock::new(10, 0, costs, 500.0);
         assert_eq!(quiet.change(true, 0.0), None, "{quiet:?}");
+    }
+
+    /// The costliest clocks are paused until the rest cost within the
+    /// allowance, and given back, cheapest first, once everything read
+    /// stays within half of it over a long enough interval.
+    #[test]
+    fn the_costliest_clocks_are_paused() {
+        let ms = 1e6;
+        // Four CPython workers at just under 1 % each of 1.2 s of CPU.
+        let workers: Vec<(u32, f64, bool)> = (1..=4).map(|t| (t, 11.0 * ms, false)).collect();
+        let p = pauses(&workers, 12.0 * ms, true);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p.values().all(|&v| v), "{p:?}");
+        // A compute thread's cheap clock beside them is kept.
+        let mut mixed = workers.clone();
+        mixed.push((5, 0.3 * ms, false));
+        let p = pauses(&mixed, 12.0 * ms, true);
+        assert_eq!(p.get(&5), None, "{p:?}");
+        // Quiet again: given back only over a long enough interval.
+        let quiet: Vec<(u32, f64, bool)> = (1..=4).map(|t| (t, 0.5 * ms, true)).collect();
+        assert!(pauses(&quiet, 12.0 * ms, false).is_empty());
+        let p = pauses(&quiet, 12.0 * ms, true);
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p.values().all(|&v| !v), "{p:?}");
+        // Paused and still costly: kept paused.
+        let busy: Vec<(u32, f64, bool)> = (1..=4).map(|t| (t, 11.0 * ms, true)).collect();
+        assert!(pauses(&busy, 12.0 * ms, true).is_empty());
     }
 
     /// A thread that ran and exited still counts in the process's CPU

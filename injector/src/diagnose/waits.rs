@@ -28,6 +28,36 @@ pub enum Blocked {
     Io { fd: Option<i32>, bytes: u64 },
 }
 
+/// What the samples of a thread whose CPU clock is paused found inside one
+/// probe's function (its timer running there), ns: each sample stands
+/// for the time since the thread's previous one, and its CPU time for the
+/// CPU the thread had over that time (its schedstat).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Inside {
+    /// Time inside.
+    pub wall_ns: u64,
+    /// CPU time inside.
+    pub cpu_ns: u64,
+    /// Time inside, blocked in a synchronization wait.
+    pub sync_ns: u64,
+    /// Time inside, blocked in I/O.
+    pub io_ns: u64,
+}
+
+/// What the sampler also reads of the threads whose CPU clocks are
+/// paused: whether each watched probe's timer runs on the thread at the
+/// sample (its nesting word in the thread's row), for [`Inside`].
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The region, read in place (a mapping of the sampler's own).
+    pub region: Option<crate::region::Region>,
+    /// The watched threads: tid → row index.
+    pub threads: HashMap<u32, u32>,
+    /// The watched probes: (probe, byte offset of its nesting word in a
+    /// row).
+    pub probes: Vec<(crate::ProbeId, usize)>,
+}
+
 /// One thread's samples.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadWaits {
@@ -40,6 +70,50 @@ pub struct ThreadWaits {
     /// Samples per object: (sync?, futex address or fd) → (samples, bytes
     /// asked in all, transfers sampled).
     pub objects: HashMap<(bool, u64), (u64, u64, u64)>,
+    /// While the thread is watched ([`Watch`]): per probe, what the
+    /// samples found inside its function.
+    pub inside: HashMap<crate::ProbeId, Inside>,
+    /// The thread's last watched sample: when, and its CPU time then, ns.
+    last_watched: Option<(std::time::Instant, u64)>,
+}
+
+impl ThreadWaits {
+    /// One watched sample of thread `tid` (row `row`) of `pid`: the time
+    /// and CPU since its last one go to the probes whose timers run on it
+    /// now, blocked as sampled.
+    fn watched(&mut self, pid: i32, tid: u32, row: u32, blocked: Option<Blocked>, watch: &Watch) {
+        let now = std::time::Instant::now();
+        let cpu = crate::inspect::procfs::schedstat(pid, tid).1;
+        let Some((at, cpu_before)) = self.last_watched.replace((now, cpu)) else {
+            return;
+        };
+        let Some(region) = &watch.region else {
+            return;
+        };
+        if region
+            .row_header(row)
+            .tid
+            .load(std::sync::atomic::Ordering::Acquire)
+            != tid
+        {
+            return;
+        }
+        let wall = now.saturating_duration_since(at).as_nanos() as u64;
+        let cpu = cpu.saturating_sub(cpu_before);
+        for &(probe, nesting) in &watch.probes {
+            if region.load_word(row, nesting) == 0 {
+                continue;
+            }
+            let i = self.inside.entry(probe).or_default();
+            i.wall_ns += wall;
+            i.cpu_ns += cpu;
+            match blocked {
+                Some(Blocked::Sync(_)) => i.sync_ns += wall,
+                Some(Blocked::Io { .. }) => i.io_ns += wall,
+                None => {}
+            }
+        }
+    }
 }
 
 /// Classifies one `/proc/PID/task/TID/syscall` line, reading each call's
@@ -92,6 +166,7 @@ pub fn classify_in(line: &str, poll_fd: impl Fn(u64) -> Option<i32>) -> Option<B
 /// Samples every thread of a process on a thread of its own until dropped.
 pub struct WaitSampler {
     stats: Arc<Mutex<HashMap<u32, ThreadWaits>>>,
+    watch: Arc<Mutex<Watch>>,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -100,16 +175,22 @@ impl WaitSampler {
     /// Starts sampling process `pid` every `period`.
     pub fn start(pid: i32, period: Duration) -> WaitSampler {
         let stats: Arc<Mutex<HashMap<u32, ThreadWaits>>> = Arc::default();
+        let watch: Arc<Mutex<Watch>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, halt) = (stats.clone(), stop.clone());
+        let (s, w, halt) = (stats.clone(), watch.clone(), stop.clone());
         let handle = std::thread::Builder::new()
             .name("weft-waits".into())
             .spawn(move || {
                 while !halt.load(Ordering::Relaxed) {
                     let seen = sample_once(pid);
+                    let watch = w.lock().unwrap_or_else(|p| p.into_inner());
                     if let Ok(mut all) = s.lock() {
                         for (tid, blocked) in seen {
                             let t = all.entry(tid).or_default();
+                            match watch.threads.get(&tid) {
+                                Some(&row) => t.watched(pid, tid, row, blocked, &watch),
+                                None => t.last_watched = None,
+                            }
                             t.samples += 1;
                             let key = match blocked {
                                 Some(Blocked::Sync(addr)) => {
@@ -138,9 +219,15 @@ impl WaitSampler {
             .ok();
         WaitSampler {
             stats,
+            watch,
             stop,
             handle,
         }
+    }
+
+    /// What the sampler watches from its next sample on ([`Watch`]).
+    pub fn watch(&self, f: impl FnOnce(&mut Watch)) {
+        f(&mut self.watch.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// Every thread's samples so far.
