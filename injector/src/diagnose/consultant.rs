@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 mod arming;
+mod clocks;
 mod probes;
 use probes::{LiveProbe, ProbeKey};
 
@@ -627,113 +628,6 @@ impl Consultant {
         cost
     }
 
-    /// Asks the threads' clocks for what the last interval's costs call
-    /// for, and tells the costs what they are now (best effort: a clock
-    /// not changed still reads right).
-    fn change_clocks(&mut self, process: &Process) {
-        use crate::CpuClock;
-        let clocks = process.cpu_clocks();
-        let now = clocks.iter().filter_map(|&(tid, c)| {
-            let event = match c {
-                CpuClock::Event | CpuClock::Table => true,
-                CpuClock::SystemCall | CpuClock::Paused => false,
-                // As asked, told below when it was.
-                CpuClock::Asked => return None,
-            };
-            Some((tid as u32, event))
-        });
-        self.cost.clocks_now(now.collect::<Vec<_>>());
-        let mut paused: BTreeSet<u32> = clocks
-            .iter()
-            .filter(|c| c.1 == CpuClock::Paused)
-            .map(|c| c.0 as u32)
-            .collect();
-        let asked: Vec<(u32, bool)> = self
-            .cost
-            .advice()
-            .iter()
-            .copied()
-            .filter(|&(tid, event)| {
-                process
-                    .set_cpu_clock(tid as crate::Tid, event)
-                    .unwrap_or(false)
-            })
-            .collect();
-        self.cost.clocks_now(asked);
-        // A clock with an event was asked to let it go above: paused at a
-        // later interval, once it has (pausing refuses it before).
-        let changed: Vec<u32> = self
-            .cost
-            .pause_advice()
-            .iter()
-            .filter(|&&(tid, pause)| {
-                process
-                    .pause_cpu_clock(tid as crate::Tid, pause)
-                    .unwrap_or(false)
-            })
-            .map(|&(tid, pause)| {
-                if pause {
-                    paused.insert(tid);
-                } else {
-                    paused.remove(&tid);
-                }
-                tid
-            })
-            .collect();
-        self.watch_paused(process, &paused);
-        self.paused_ever.extend(paused.iter().copied());
-        self.cost.paused_now(paused);
-        // The tests on a thread whose clock changed measure afresh: their
-        // values came from its timers and now come from the samples, or
-        // the other way.
-        for tid in changed {
-            let on_thread: Vec<NodeId> = self
-                .baselines
-                .keys()
-                .copied()
-                .filter(|&id| self.search.node(id).focus.threads.first() == Some(&tid))
-                .collect();
-            for id in on_thread {
-                self.baselines.remove(&id);
-            }
-        }
-    }
-
-    /// Tells the wait sampler which threads' clocks are paused (their
-    /// rows) and which probes' functions to look inside of on them.
-    fn watch_paused(&mut self, process: &Process, paused: &BTreeSet<u32>) {
-        let threads: HashMap<u32, u32> = match process.region() {
-            Some(region) if !paused.is_empty() => region
-                .snapshot(0)
-                .into_iter()
-                .filter(|r| r.state == weft_rt::layout::ROW_LIVE && paused.contains(&r.tid))
-                .map(|r| (r.tid, r.index))
-                .collect(),
-            _ => HashMap::new(),
-        };
-        let probes: Vec<(ProbeId, usize)> = process
-            .probes()
-            .iter()
-            .filter(|p| p.active && (p.metrics().wall || p.metrics().cpu))
-            .filter_map(|p| {
-                let first = p.words()?.first;
-                let base = weft_rt::layout::Geometry::metric_offset(first) as usize;
-                Some((p.id, base + weft_rt::layout::metric::NESTING))
-            })
-            .collect();
-        let region = match process.region() {
-            Some(region) if !threads.is_empty() => Some(region),
-            _ => None,
-        };
-        self.waits.watch(|w| {
-            if w.region.is_none() {
-                w.region = region.and_then(|r| r.reopen(process.pid()).ok());
-            }
-            w.threads = threads;
-            w.probes = probes;
-        });
-    }
-
     /// A hypothesis's name in reports (a custom one's own name).
     fn name_of(&self, h: Hypothesis) -> HypothesisName {
         match h {
@@ -746,6 +640,28 @@ impl Consultant {
                     .get(usize::from(i))
                     .map_or(h.name(), |c| &c.name),
             ),
+        }
+    }
+
+    /// A test's part of its function's time under `hypothesis`: from its
+    /// timers' (wall, CPU) ns, or from the samples `inside` it on a thread
+    /// whose clock is paused.
+    fn part_of(
+        &self,
+        hypothesis: Hypothesis,
+        (wall, cpu): (u64, u64),
+        inside: Option<waits::Inside>,
+    ) -> u64 {
+        match (hypothesis, inside) {
+            (Hypothesis::CpuBound, Some(i)) => i.cpu_ns,
+            (Hypothesis::SyncWaiting, Some(i)) => i.sync_ns,
+            (Hypothesis::IoBlocking, Some(i)) => i.io_ns,
+            (Hypothesis::Custom(k), Some(i)) => self.measure_of(k).part(i.wall_ns, i.cpu_ns),
+            (Hypothesis::CpuBound, None) => cpu,
+            // Off the CPU inside the function: waiting (refinement
+            // narrows it to the primitive that waits).
+            (Hypothesis::SyncWaiting | Hypothesis::IoBlocking, None) => wall.saturating_sub(cpu),
+            (Hypothesis::Custom(k), None) => self.measure_of(k).part(wall, cpu),
         }
     }
 
@@ -883,19 +799,7 @@ impl Consultant {
                 .is_paused(tid)
                 .then(|| waits.get(&tid).and_then(|w| w.inside.get(&probe)).copied())
                 .map(Option::unwrap_or_default);
-            let part = match (node.hypothesis, inside) {
-                (Hypothesis::CpuBound, Some(i)) => i.cpu_ns,
-                (Hypothesis::SyncWaiting, Some(i)) => i.sync_ns,
-                (Hypothesis::IoBlocking, Some(i)) => i.io_ns,
-                (Hypothesis::Custom(k), Some(i)) => self.measure_of(k).part(i.wall_ns, i.cpu_ns),
-                (Hypothesis::CpuBound, None) => cpu,
-                // Off the CPU inside the function: waiting (refinement
-                // narrows it to the primitive that waits).
-                (Hypothesis::SyncWaiting | Hypothesis::IoBlocking, None) => {
-                    wall.saturating_sub(cpu)
-                }
-                (Hypothesis::Custom(k), None) => self.measure_of(k).part(wall, cpu),
-            };
+            let part = self.part_of(node.hypothesis, (wall, cpu), inside);
             let cpu = inside.map_or(cpu, |i| i.cpu_ns);
             let (run_delay, thread_cpu) = *schedstats
                 .entry(tid)
