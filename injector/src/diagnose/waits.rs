@@ -99,11 +99,24 @@ impl ThreadWaits {
             return;
         }
         let wall = now.saturating_duration_since(at).as_nanos() as u64;
-        let cpu = cpu.saturating_sub(cpu_before);
-        for &(probe, nesting) in &watch.probes {
-            if region.load_word(row, nesting) == 0 {
-                continue;
-            }
+        let open = watch
+            .probes
+            .iter()
+            .filter(|&&(_, nesting)| region.load_word(row, nesting) != 0)
+            .map(|&(probe, _)| probe);
+        self.charge(open, wall, cpu.saturating_sub(cpu_before), blocked);
+    }
+
+    /// Charges `wall` ns of the thread's time, `cpu` of them on a CPU,
+    /// blocked as `blocked` at the sample, to the probes `open` on it.
+    fn charge(
+        &mut self,
+        open: impl Iterator<Item = crate::ProbeId>,
+        wall: u64,
+        cpu: u64,
+        blocked: Option<Blocked>,
+    ) {
+        for probe in open {
             let i = self.inside.entry(probe).or_default();
             i.wall_ns += wall;
             i.cpu_ns += cpu;
@@ -391,6 +404,48 @@ mod tests {
         assert_eq!(
             classify("230 0x1 0x0 0x7ffd 0x0 0x0 0x0 0x7ffd 0x7f00"),
             None
+        );
+    }
+
+    /// Each sample's time goes to the functions open at it: CPU time to
+    /// all of them, blocked time to the class it was blocked in.
+    #[test]
+    fn samples_charge_the_functions_open_at_them() {
+        use crate::ProbeId;
+        let (outer, inner) = (ProbeId(1), ProbeId(2));
+        let mut t = ThreadWaits::default();
+        // 5 ms on the CPU in both, then 5 ms blocked on a futex in both,
+        // then 5 ms reading in `outer` alone.
+        t.charge([outer, inner].into_iter(), 5_000_000, 5_000_000, None);
+        t.charge(
+            [outer, inner].into_iter(),
+            5_000_000,
+            0,
+            Some(Blocked::Sync(0x10)),
+        );
+        let read = Blocked::Io {
+            fd: Some(3),
+            bytes: 16,
+        };
+        t.charge([outer].into_iter(), 5_000_000, 0, Some(read));
+        let i = |p| t.inside.get(&p).copied().unwrap_or_default();
+        assert_eq!(
+            i(outer),
+            Inside {
+                wall_ns: 15_000_000,
+                cpu_ns: 5_000_000,
+                sync_ns: 5_000_000,
+                io_ns: 5_000_000
+            }
+        );
+        assert_eq!(
+            i(inner),
+            Inside {
+                wall_ns: 10_000_000,
+                cpu_ns: 5_000_000,
+                sync_ns: 5_000_000,
+                io_ns: 0
+            }
         );
     }
 

@@ -378,12 +378,7 @@ impl Process {
     pub fn set_cpu_clock(&self, tid: Tid, event: bool) -> Result<bool, Error> {
         use weft_rt::clock::{WHY_CPU_ARM_ASKED, WHY_CPU_RELEASED, WHY_CPU_UNASKED};
         let rt = self.rt()?;
-        let Some(row) = rt
-            .region
-            .snapshot(0)
-            .into_iter()
-            .find(|r| r.state == ROW_LIVE && r.tid as Tid == tid)
-        else {
+        let Some(row) = live_row(rt, tid) else {
             return Ok(false);
         };
         let why = row.cpu_source.1;
@@ -424,12 +419,7 @@ impl Process {
     /// changed.
     pub fn pause_cpu_clock(&self, tid: Tid, paused: bool) -> Result<bool, Error> {
         let rt = self.rt()?;
-        let Some(row) = rt
-            .region
-            .snapshot(0)
-            .into_iter()
-            .find(|r| r.state == ROW_LIVE && r.tid as Tid == tid)
-        else {
+        let Some(row) = live_row(rt, tid) else {
             return Ok(false);
         };
         let failed = |e: std::io::Error| Error::Internal(format!("pausing a CPU clock: {e}"));
@@ -529,6 +519,14 @@ impl Process {
         }
         Ok(asked)
     }
+}
+
+/// Thread `tid`'s row, while it is live.
+fn live_row(rt: &Runtime, tid: Tid) -> Option<crate::sample::RowSnapshot> {
+    rt.region
+        .snapshot(0)
+        .into_iter()
+        .find(|r| r.state == ROW_LIVE && r.tid as Tid == tid)
 }
 
 /// The executable mappings of the runtime loaded at `base`: those of the

@@ -80,15 +80,15 @@ impl Consultant {
     /// Tells the wait sampler which threads' clocks are paused (their
     /// rows) and which probes' functions to look inside of on them.
     fn watch_paused(&mut self, process: &Process, paused: &BTreeSet<u32>) {
-        let threads: HashMap<u32, u32> = match process.region() {
-            Some(region) if !paused.is_empty() => region
+        let region = process.region().filter(|_| !paused.is_empty());
+        let threads: HashMap<u32, u32> = region.map_or_else(HashMap::new, |region| {
+            region
                 .snapshot(0)
                 .into_iter()
                 .filter(|r| r.state == weft_rt::layout::ROW_LIVE && paused.contains(&r.tid))
                 .map(|r| (r.tid, r.index))
-                .collect(),
-            _ => HashMap::new(),
-        };
+                .collect()
+        });
         let probes: Vec<(ProbeId, usize)> = process
             .probes()
             .iter()
@@ -99,10 +99,6 @@ impl Consultant {
                 Some((p.id, base + weft_rt::layout::metric::NESTING))
             })
             .collect();
-        let region = match process.region() {
-            Some(region) if !threads.is_empty() => Some(region),
-            _ => None,
-        };
         self.waits.watch(|w| {
             if w.region.is_none() {
                 w.region = region.and_then(|r| r.reopen(process.pid()).ok());
